@@ -1,0 +1,1 @@
+//! Optimal process-launch trees (placeholder, being written).
