@@ -1,0 +1,198 @@
+//! The SEQ/REM launch model of Goehner et al. (seeds/greedy-optimal-launch-tree.txt, eq. 1–2),
+//! extended with a parent's launch concurrency.
+
+use crate::Error;
+use serde::{Deserialize, Serialize};
+
+/// Largest accepted SEQ or REM, in seconds. Past it, nanosecond launch times of very large
+/// trees could overflow `u64`; no real launch step takes 11 days.
+const MAX_SECONDS: f64 = 1e6;
+
+/// Cost model of a hierarchical launch.
+///
+/// A parent spends `seq` between starting two consecutive children; a child is up and can launch
+/// its own children `rem` after its parent started launching it. A parent keeps up to
+/// `concurrency` launches in flight, so its children are started `concurrency` at a time:
+/// child `i` (1-based, launch order) is up at
+/// `launch(parent) + seq * floor((i - 1) / concurrency) + rem`. With `concurrency = 1` this is
+/// the paper's equation 1.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawModel", into = "RawModel")]
+pub struct LaunchModel {
+    seq: f64,
+    rem: f64,
+    concurrency: u32,
+    // Builders compare times in whole nanoseconds: exact, and translation invariant, so a
+    // subtree recomputed on its own compares its positions exactly as the whole tree did.
+    seq_ns: u64,
+    rem_ns: u64,
+}
+
+impl LaunchModel {
+    /// A model with concurrency 1; `seq` ≥ 0 and `rem` ≥ 1 ns, both finite, in seconds.
+    pub fn new(seq: f64, rem: f64) -> Result<Self, Error> {
+        check_seconds("seq", seq, 0.0)?;
+        check_seconds("rem", rem, 1e-9)?;
+        Ok(LaunchModel {
+            seq,
+            rem,
+            concurrency: 1,
+            seq_ns: to_ns(seq),
+            rem_ns: to_ns(rem),
+        })
+    }
+
+    /// The same model with a parent keeping up to `concurrency` (≥ 1) launches in flight.
+    pub fn with_concurrency(self, concurrency: u32) -> Result<Self, Error> {
+        if concurrency == 0 {
+            return Err(Error::Model {
+                name: "concurrency",
+                value: concurrency.to_string(),
+                reason: "must be at least 1",
+            });
+        }
+        Ok(LaunchModel {
+            concurrency,
+            ..self
+        })
+    }
+
+    /// Seconds a parent spends between two consecutive launches (SEQ).
+    pub fn seq(&self) -> f64 {
+        self.seq
+    }
+
+    /// Seconds from a launch's start until the child can launch (REM).
+    pub fn rem(&self) -> f64 {
+        self.rem
+    }
+
+    /// Launches a parent keeps in flight at once.
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// Seconds from the parent's launch to its `child_index`-th child's (1-based).
+    pub fn child_offset(&self, child_index: usize) -> f64 {
+        self.seq * self.wave(child_index) as f64 + self.rem
+    }
+
+    /// [`Self::child_offset`] in whole nanoseconds, as the builders compare it.
+    pub(crate) fn child_offset_ns(&self, child_index: usize) -> u64 {
+        self.seq_ns * self.wave(child_index) + self.rem_ns
+    }
+
+    pub(crate) fn seq_ns(&self) -> u64 {
+        self.seq_ns
+    }
+
+    pub(crate) fn rem_ns(&self) -> u64 {
+        self.rem_ns
+    }
+
+    /// How many SEQ intervals precede the start of the `child_index`-th launch.
+    fn wave(&self, child_index: usize) -> u64 {
+        debug_assert!(child_index >= 1, "child indices are 1-based");
+        (child_index.saturating_sub(1) / self.concurrency as usize) as u64
+    }
+}
+
+impl Default for LaunchModel {
+    /// The paper's local-file-cache pair {SEQ 0.015 s, REM 0.227 s}.
+    fn default() -> Self {
+        LaunchModel::new(0.015, 0.227).expect("the paper's constants are valid")
+    }
+}
+
+fn check_seconds(name: &'static str, value: f64, min: f64) -> Result<(), Error> {
+    let reason = if !value.is_finite() {
+        "must be a finite number of seconds"
+    } else if value < min {
+        if min > 0.0 {
+            "must be at least 1 ns"
+        } else {
+            "must not be negative"
+        }
+    } else if value > MAX_SECONDS {
+        "must be at most 1e6 seconds"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Model {
+        name,
+        value: value.to_string(),
+        reason,
+    })
+}
+
+fn to_ns(seconds: f64) -> u64 {
+    (seconds * 1e9).round() as u64
+}
+
+/// The serialised form: validated on the way in.
+#[derive(Serialize, Deserialize)]
+struct RawModel {
+    seq: f64,
+    rem: f64,
+    #[serde(default = "one")]
+    concurrency: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl TryFrom<RawModel> for LaunchModel {
+    type Error = Error;
+    fn try_from(raw: RawModel) -> Result<Self, Error> {
+        LaunchModel::new(raw.seq, raw.rem)?.with_concurrency(raw.concurrency)
+    }
+}
+
+impl From<LaunchModel> for RawModel {
+    fn from(m: LaunchModel) -> Self {
+        RawModel {
+            seq: m.seq,
+            rem: m.rem,
+            concurrency: m.concurrency,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_out_of_range_parameters() {
+        let bad = [
+            (f64::NAN, 0.2, "seq", "finite"),
+            (-0.1, 0.2, "seq", "negative"),
+            (0.01, 0.0, "rem", "at least 1 ns"),
+            (0.01, f64::INFINITY, "rem", "finite"),
+            (2e6, 0.2, "seq", "at most"),
+        ];
+        for (seq, rem, name, reason) in bad {
+            let err = LaunchModel::new(seq, rem).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains(reason), "{seq} {rem}: {err}");
+        }
+        assert!(LaunchModel::default().with_concurrency(0).is_err());
+    }
+
+    #[test]
+    fn offsets_follow_equation_1_and_concurrency() {
+        let m = LaunchModel::new(0.01, 0.2).unwrap();
+        assert_eq!(m.child_offset(1), 0.2);
+        assert!((m.child_offset(3) - 0.22).abs() < 1e-12);
+        let c = m.with_concurrency(2).unwrap();
+        let ns: Vec<u64> = (1..=5).map(|i| c.child_offset_ns(i)).collect();
+        assert_eq!(ns, [200_000_000, 200_000_000, 210_000_000, 210_000_000, 220_000_000]);
+    }
+
+    #[test]
+    fn serde_validates() {
+        let m: LaunchModel = serde_json::from_str(r#"{"seq":0.007,"rem":0.172}"#).unwrap();
+        assert_eq!((m.seq(), m.rem(), m.concurrency()), (0.007, 0.172, 1));
+        assert!(serde_json::from_str::<LaunchModel>(r#"{"seq":-1,"rem":0.1}"#).is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! The greedy tree is optimal: checked against an exact dynamic program over ordered trees,
+//! the DP against exhaustive enumeration, and greedy against every other builder.
+
+use greedy_tree::{LaunchModel, Topology, Tree, greedy, greedy_with_heap};
+use proptest::prelude::*;
+
+/// Models with parameters on a 1 µs grid, so nanosecond arithmetic is exact.
+fn model(seq_us: u32, rem_us: u32, concurrency: u32) -> LaunchModel {
+    LaunchModel::new(seq_us as f64 * 1e-6, rem_us as f64 * 1e-6)
+        .unwrap()
+        .with_concurrency(concurrency)
+        .unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(1.0)
+}
+
+/// Least launch time of any ordered tree of 1..=n positions: a root with children subtrees of
+/// sizes s1, s2, … (launch order) finishes at max_i(offset(i) + best[s_i]), and each subtree
+/// is optimal on its own. best[n] = g(n - 1, 1), g(m, i) = min_s max(offset(i) + best[s],
+/// g(m - s, i + 1)), g(0, ·) = 0.
+fn optimum_by_dp(n: usize, m: &LaunchModel) -> Vec<f64> {
+    let mut best = vec![0.0; n + 1];
+    for size in 2..=n {
+        let rest = size - 1;
+        // g[m][i] for the children of a root still to place m positions, next child index i.
+        let mut g = vec![vec![0.0f64; rest + 2]; rest + 1];
+        for left in 1..=rest {
+            for i in (1..=rest).rev() {
+                g[left][i] = (1..=left)
+                    .map(|s| {
+                        let tail = if left == s { 0.0 } else { g[left - s][i + 1] };
+                        (m.child_offset(i) + best[s]).max(tail)
+                    })
+                    .fold(f64::INFINITY, f64::min);
+            }
+        }
+        best[size] = g[rest][1];
+    }
+    best
+}
+
+/// Every ordered tree of `n` positions, as preorder subtree sizes.
+fn all_trees(n: usize) -> Vec<Vec<u32>> {
+    if n == 1 {
+        return vec![vec![1]];
+    }
+    // The children's subtree sizes are a composition of n - 1.
+    let mut out = Vec::new();
+    for forest in all_forests(n - 1) {
+        let mut sizes = vec![n as u32];
+        sizes.extend(forest);
+        out.push(sizes);
+    }
+    out
+}
+
+fn all_forests(n: usize) -> Vec<Vec<u32>> {
+    if n == 0 {
+        return vec![vec![]];
+    }
+    let mut out = Vec::new();
+    for first in 1..=n {
+        for head in all_trees(first) {
+            for tail in all_forests(n - first) {
+                let mut f = head.clone();
+                f.extend(tail);
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn dp_equals_exhaustive_search() {
+    for (seq, rem, c) in [(1, 2, 1), (3, 2, 1), (1, 5, 2), (0, 1, 1), (7, 172, 1), (2, 3, 3)] {
+        let m = model(seq, rem, c);
+        let best = optimum_by_dp(10, &m);
+        for n in 1..=10 {
+            let exhaustive = all_trees(n)
+                .into_iter()
+                .map(|s| Tree::from_subtree_sizes(s).unwrap().launch_time(&m))
+                .fold(f64::INFINITY, f64::min);
+            assert!(close(best[n], exhaustive), "n={n} {m:?}: dp {} vs {exhaustive}", best[n]);
+        }
+    }
+}
+
+#[test]
+fn greedy_equals_exhaustive_search_up_to_12() {
+    for (seq, rem, c) in [(1, 2, 1), (2, 3, 2), (5, 1, 1)] {
+        let m = model(seq, rem, c);
+        for n in 1..=12 {
+            let exhaustive = all_trees(n)
+                .into_iter()
+                .map(|s| Tree::from_subtree_sizes(s).unwrap().launch_time(&m))
+                .fold(f64::INFINITY, f64::min);
+            let g = greedy(n, &m).launch_time(&m);
+            assert!(close(g, exhaustive), "n={n} {m:?}: greedy {g} vs {exhaustive}");
+        }
+    }
+}
+
+/// The greedy tree of each subtree's size has the subtree's exact shape.
+fn assert_subtrees_are_greedy(tree: &Tree, m: &LaunchModel) {
+    for v in 0..tree.len() {
+        let range = tree.subtree_range(v);
+        let own = greedy(range.len(), m);
+        assert_eq!(
+            own.subtree_sizes(),
+            &tree.subtree_sizes()[range.clone()],
+            "subtree of node {v} ({range:?}) under {m:?}"
+        );
+        let from_range = own.child_ranges(range.clone());
+        let planned: Vec<_> = tree.children(v).map(|c| tree.subtree_range(c)).collect();
+        assert_eq!(from_range, planned, "children of node {v}");
+    }
+}
+
+#[test]
+fn every_subtree_of_a_greedy_tree_is_the_greedy_tree_of_its_size() {
+    for (seq, rem, c) in [(7_000, 172_000, 1), (1, 2, 1), (1, 3, 1), (0, 5, 1), (2, 3, 4)] {
+        let m = model(seq, rem, c);
+        for n in [1, 2, 5, 17, 64, 100, 257, 1000] {
+            assert_subtrees_are_greedy(&greedy(n, &m), &m);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn greedy_is_optimal_against_the_dp(
+        n in 1usize..48, seq in 0u32..50, rem in 1u32..200, c in 1u32..4
+    ) {
+        let m = model(seq, rem, c);
+        let dp = optimum_by_dp(n, &m)[n];
+        let g = greedy(n, &m).launch_time(&m);
+        prop_assert!(close(g, dp), "n={} {:?}: greedy {} vs optimum {}", n, m, g, dp);
+    }
+
+    #[test]
+    fn greedy_is_no_slower_than_any_builder(
+        n in 1usize..5000, seq in 0u32..100_000, rem in 1u32..2_000_000, c in 1u32..5
+    ) {
+        let m = model(seq, rem, c);
+        let g = greedy(n, &m).launch_time(&m);
+        let heap = greedy_with_heap(n, &m).launch_time(&m);
+        prop_assert!(close(g, heap), "heap reference {} vs {}", heap, g);
+        for t in Topology::default_set() {
+            let other = t.build(n, &m).launch_time(&m);
+            prop_assert!(g <= other + 1e-9, "{} is faster: {} < {}", t, other, g);
+        }
+    }
+
+    #[test]
+    fn subtrees_of_random_greedy_trees_are_greedy(
+        n in 1usize..400, seq in 0u32..1000, rem in 1u32..5000, c in 1u32..4
+    ) {
+        let m = model(seq, rem, c);
+        assert_subtrees_are_greedy(&greedy(n, &m), &m);
+    }
+
+    #[test]
+    fn every_builder_gives_a_tree_of_n_positions(n in 0usize..3000, k in 1u32..70) {
+        let m = LaunchModel::default();
+        for t in [Topology::Greedy, Topology::Flat, Topology::Chain, Topology::Binomial,
+                  Topology::Kary(k)] {
+            let tree = t.build(n, &m);
+            prop_assert_eq!(tree.len(), n);
+            // Re-validating the sizes proves the layout is a preorder tree.
+            prop_assert!(Tree::from_subtree_sizes(tree.subtree_sizes().to_vec()).is_ok());
+        }
+    }
+}
