@@ -1,0 +1,189 @@
+//! The hold loop: one NFQUEUE socket per namespace, one FIFO of deadlines, poll until the next.
+//!
+//! Every packet gets the deadline `arrival + delay`. The delay is the same for all packets, so
+//! deadlines are taken in arrival order and one FIFO across all namespaces stays sorted: the loop
+//! sleeps until the front deadline or new packets, whichever comes first. A packet's hold
+//! therefore never adds to the next packet's (no serialisation), unlike a "sleep, then accept"
+//! loop.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::ErrorKind;
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+
+/// Kernel queue length per namespace. The kernel default (1024) overflows, and then drops
+/// packets, once a host receives more than 1024 packets per delay period, e.g. a bulk MPI
+/// transfer at 20 ms; 65536 packets is about 1.5 s of a saturated veth at 20 ms.
+const QUEUE_MAX_LEN: u32 = 65_536;
+
+/// At most this many packets are read from one socket per loop turn, so a flood on one host
+/// cannot postpone the release of packets already due on another.
+const DRAIN_BATCH: usize = 256;
+
+/// One bound NFQUEUE in one network namespace.
+pub(crate) struct Port {
+    /// The namespace file it serves, for messages.
+    name: PathBuf,
+    /// The queue number, the same in every namespace.
+    queue_num: u16,
+    /// The nfq connection: receives packets and sends verdicts.
+    queue: nfq::Queue,
+    /// A duplicate of the queue's netlink socket, used only to poll it: `nfq::Queue` does not
+    /// expose its descriptor.
+    poll_fd: OwnedFd,
+}
+
+impl Port {
+    /// Binds `queue_num` inside the network namespace `netns` (None: the current one).
+    ///
+    /// The socket is created while this thread is inside `netns`: a netlink socket belongs to the
+    /// namespace it was created in for its whole life, so the thread returns home afterwards.
+    pub(crate) fn open(netns: Option<&Path>, queue_num: u16) -> Result<Port> {
+        let name = netns.map_or_else(|| PathBuf::from("(current netns)"), Path::to_path_buf);
+        let home = File::open("/proc/thread-self/ns/net").context("opening the home netns")?;
+        if let Some(ns) = netns {
+            let target = File::open(ns).with_context(|| format!("{}: open", ns.display()))?;
+            move_into_link_name_space(target.as_fd(), Some(LinkNameSpaceType::Network))
+                .with_context(|| format!("{}: setns", ns.display()))?;
+        }
+        let opened = open_queue(queue_num);
+        move_into_link_name_space(home.as_fd(), Some(LinkNameSpaceType::Network))
+            .context("returning to the home netns")?;
+        let (queue, poll_fd) = opened.with_context(|| format!("{}", name.display()))?;
+        Ok(Port {
+            name,
+            queue_num,
+            queue,
+            poll_fd,
+        })
+    }
+}
+
+/// Opens and configures an NFQUEUE socket in the current namespace.
+fn open_queue(queue_num: u16) -> Result<(nfq::Queue, OwnedFd)> {
+    // Find the descriptor number `Queue::open` will get: the lowest free one, which a probe
+    // open reveals (the process is single-threaded here, so nothing else takes it between).
+    // Then duplicate it through a pidfd, which needs no `unsafe` (BorrowedFd::borrow_raw would).
+    let probe = File::open("/dev/null").context("probe open of /dev/null")?;
+    let raw = probe.as_raw_fd();
+    drop(probe);
+    let mut queue = nfq::Queue::open().context("opening an nfnetlink socket")?;
+    let link = std::fs::read_link(format!("/proc/self/fd/{raw}")).unwrap_or_default();
+    if !link.to_string_lossy().starts_with("socket:") {
+        bail!("nfq socket is not at fd {raw} ({})", link.display());
+    }
+    let pidfd = pidfd_open(getpid(), PidfdFlags::empty()).context("pidfd_open(self)")?;
+    let poll_fd =
+        pidfd_getfd(&pidfd, raw, PidfdGetfdFlags::empty()).context("pidfd_getfd(self, nfq fd)")?;
+
+    queue.bind(queue_num).with_context(|| {
+        format!("binding NFQUEUE {queue_num} (another delayer already bound to it?)")
+    })?;
+    // Metadata only: the verdict never changes the packet, so copying payloads is waste.
+    queue
+        .set_copy_range(queue_num, 0)
+        .context("setting copy range")?;
+    queue
+        .set_queue_max_len(queue_num, QUEUE_MAX_LEN)
+        .context("setting the queue length")?;
+    // Take GSO super-packets whole instead of making the kernel segment them for us; we accept
+    // them unchanged, so partial checksums do not matter.
+    queue
+        .set_recv_gso(queue_num, true)
+        .context("enabling GSO packets")?;
+    queue.set_nonblocking(true);
+    Ok((queue, poll_fd))
+}
+
+/// Holds packets until a byte arrives on `stop` (the signal pipe), then releases all and returns.
+pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Result<()> {
+    let mut held: VecDeque<(Instant, usize, nfq::Message)> = VecDeque::new();
+    let mut ready = vec![false; ports.len()];
+    let mut warnings = 0_u32;
+    loop {
+        let timeout = held.front().map(|(due, _, _)| {
+            let left = due.saturating_duration_since(Instant::now());
+            Timespec {
+                tv_sec: left.as_secs() as _,
+                tv_nsec: left.subsec_nanos() as _,
+            }
+        });
+        let stopping = {
+            let mut fds: Vec<PollFd<'_>> = ports
+                .iter()
+                .map(|p| PollFd::new(&p.poll_fd, PollFlags::IN))
+                .collect();
+            fds.push(PollFd::new(stop, PollFlags::IN));
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e).context("poll"),
+            }
+            for (r, fd) in ready.iter_mut().zip(&fds) {
+                *r = !fd.revents().is_empty();
+            }
+            fds.last().is_some_and(|fd| !fd.revents().is_empty())
+        };
+        if stopping {
+            break;
+        }
+        for (idx, port) in ports.iter_mut().enumerate() {
+            if !ready[idx] {
+                continue;
+            }
+            for _ in 0..DRAIN_BATCH {
+                match port.queue.recv() {
+                    Ok(msg) => held.push_back((Instant::now() + delay, idx, msg)),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        // ENOBUFS and friends: the kernel dropped what it could not deliver;
+                        // TCP retransmits, so carry on rather than stall every host.
+                        warn(&mut warnings, &port.name, "recv", &e);
+                        break;
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        while held.front().is_some_and(|(due, _, _)| *due <= now) {
+            if let Some((_, idx, msg)) = held.pop_front() {
+                let port = &mut ports[idx];
+                if let Err(e) = port.queue.verdict(msg) {
+                    warn(&mut warnings, &port.name, "verdict", &e);
+                }
+            }
+        }
+    }
+    // Closing a queue makes the kernel drop what it still holds, so accept everything first.
+    for (_, idx, msg) in held.drain(..) {
+        let port = &mut ports[idx];
+        if let Err(e) = port.queue.verdict(msg) {
+            warn(&mut warnings, &port.name, "verdict at stop", &e);
+        }
+    }
+    for port in ports.iter_mut() {
+        if let Err(e) = port.queue.unbind(port.queue_num) {
+            warn(&mut warnings, &port.name, "unbind", &e);
+        }
+    }
+    Ok(())
+}
+
+/// Prints a non-fatal error; after 100 of them only every 1000th, so a storm cannot fill a log.
+fn warn(count: &mut u32, name: &Path, what: &str, err: &std::io::Error) {
+    *count = count.saturating_add(1);
+    if *count <= 100 || (*count).is_multiple_of(1000) {
+        eprintln!(
+            "greedy-netdelay: {}: {what}: {err} (warning {count})",
+            name.display()
+        );
+    }
+}
