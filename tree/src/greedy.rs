@@ -74,10 +74,10 @@ fn place_in_time_order(n: usize, model: &LaunchModel) -> Placed {
     let (mut first_child, mut new_wave, mut same_wave) = (0usize, 1usize, 1usize);
     while p.time.len() < n {
         let len = p.time.len();
-        while new_wave < len && p.child_index[new_wave] % c != 0 {
+        while new_wave < len && !p.child_index[new_wave].is_multiple_of(c) {
             new_wave += 1;
         }
-        while same_wave < len && p.child_index[same_wave] % c == 0 {
+        while same_wave < len && p.child_index[same_wave].is_multiple_of(c) {
             same_wave += 1;
         }
         // Strict comparisons: on a tie the earlier queue wins, which phase 2 makes irrelevant.
@@ -144,7 +144,11 @@ fn layout_with_frontier(
         let (v, slot, out) = (top.0 as usize, top.1, top.2);
         if slot < first[v + 1] {
             top.1 += 1;
-            stack.push((kids[slot as usize], first[kids[slot as usize] as usize], next_out));
+            stack.push((
+                kids[slot as usize],
+                first[kids[slot as usize] as usize],
+                next_out,
+            ));
             next_out += 1;
             continue;
         }

@@ -91,7 +91,10 @@ fn parse_line(line: &str) -> Result<Vec<HostSlots>, (usize, String)> {
 fn count(text: &str, column: usize) -> Result<u32, (usize, String)> {
     match text.parse::<u32>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err((column, format!("expected a slot count of at least 1, found {text:?}"))),
+        _ => Err((
+            column,
+            format!("expected a slot count of at least 1, found {text:?}"),
+        )),
     }
 }
 
@@ -134,7 +137,10 @@ mod tests {
         check("n1\nn2\n", &[("n1", None), ("n2", None)]);
         check("n1 slots=2 max_slots=4\n", &[("n1", Some(2))]);
         check("  n1:3  # fast one\n\n#n9\n", &[("n1", Some(3))]);
-        check("gpu[01-02] slots=4", &[("gpu01", Some(4)), ("gpu02", Some(4))]);
+        check(
+            "gpu[01-02] slots=4",
+            &[("gpu01", Some(4)), ("gpu02", Some(4))],
+        );
         check("n1\nn1 slots=2", &[("n1", Some(3))]);
     }
 

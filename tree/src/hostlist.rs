@@ -117,8 +117,8 @@ fn parse_one(expr: &str, chars: &[char], start: usize) -> Result<(Vec<Part>, usi
                 let mut ranges = Vec::new();
                 pos += 1;
                 loop {
-                    let (lo, lo_digits, next) = number(chars, pos)
-                        .ok_or_else(|| err(pos, "expected a number"))?;
+                    let (lo, lo_digits, next) =
+                        number(chars, pos).ok_or_else(|| err(pos, "expected a number"))?;
                     pos = next;
                     let mut hi = lo;
                     if chars.get(pos) == Some(&'-') {
@@ -159,10 +159,11 @@ fn parse_one(expr: &str, chars: &[char], start: usize) -> Result<(Vec<Part>, usi
 
 /// A decimal number at `pos`: (value, digit count, position after it).
 fn number(chars: &[char], pos: usize) -> Option<(u64, usize, usize)> {
-    let end = pos + chars[pos.min(chars.len())..]
-        .iter()
-        .take_while(|c| c.is_ascii_digit())
-        .count();
+    let end = pos
+        + chars[pos.min(chars.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
     if end == pos || end - pos > 18 {
         return None;
     }
@@ -170,7 +171,12 @@ fn number(chars: &[char], pos: usize) -> Option<(u64, usize, usize)> {
     Some((value, end - pos, end))
 }
 
-fn expand_parts(parts: &[Part], hosts: &mut Vec<String>, expr: &str, start: usize) -> Result<(), Error> {
+fn expand_parts(
+    parts: &[Part],
+    hosts: &mut Vec<String>,
+    expr: &str,
+    start: usize,
+) -> Result<(), Error> {
     let count = parts.iter().try_fold(1usize, |acc, p| match p {
         Part::Text(_) => Some(acc),
         Part::Ranges(rs) => {
@@ -286,7 +292,11 @@ mod tests {
         check("n[08-10]", &["n08", "n09", "n10"], "n[08-10]");
         check("n[1-2],login", &["n1", "n2", "login"], "n[1-2],login");
         check("n3, n1 n1", &["n3", "n1", "n1"], "n[3,1,1]");
-        check("r[1-2]n[1-2]", &["r1n1", "r1n2", "r2n1", "r2n2"], "r1n[1-2],r2n[1-2]");
+        check(
+            "r[1-2]n[1-2]",
+            &["r1n1", "r1n2", "r2n1", "r2n2"],
+            "r1n[1-2],r2n[1-2]",
+        );
         check("n[1-2].ib", &["n1.ib", "n2.ib"], "n1.ib,n2.ib");
         check("a[1-2],b[1],a3", &["a1", "a2", "b1", "a3"], "a[1-2],b1,a3");
         check("n[0-1]", &["n0", "n1"], "n[0-1]");
@@ -306,7 +316,11 @@ mod tests {
             ("n[0-99999999]x[0-99999999]", 1, "more than"),
         ] {
             match expand(expr) {
-                Err(Error::Hostlist { column: c, reason: r, .. }) => {
+                Err(Error::Hostlist {
+                    column: c,
+                    reason: r,
+                    ..
+                }) => {
                     assert_eq!(c, column, "{expr}: {r}");
                     assert!(r.contains(reason), "{expr}: {r}");
                 }

@@ -174,7 +174,10 @@ mod tests {
         ];
         for (seq, rem, name, reason) in bad {
             let err = LaunchModel::new(seq, rem).unwrap_err().to_string();
-            assert!(err.contains(name) && err.contains(reason), "{seq} {rem}: {err}");
+            assert!(
+                err.contains(name) && err.contains(reason),
+                "{seq} {rem}: {err}"
+            );
         }
         assert!(LaunchModel::default().with_concurrency(0).is_err());
     }
@@ -186,7 +189,16 @@ mod tests {
         assert!((m.child_offset(3) - 0.22).abs() < 1e-12);
         let c = m.with_concurrency(2).unwrap();
         let ns: Vec<u64> = (1..=5).map(|i| c.child_offset_ns(i)).collect();
-        assert_eq!(ns, [200_000_000, 200_000_000, 210_000_000, 210_000_000, 220_000_000]);
+        assert_eq!(
+            ns,
+            [
+                200_000_000,
+                200_000_000,
+                210_000_000,
+                210_000_000,
+                220_000_000
+            ]
+        );
     }
 
     #[test]

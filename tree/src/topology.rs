@@ -70,9 +70,9 @@ impl FromStr for Topology {
             "chain" => Ok(Topology::Chain),
             "binomial" => Ok(Topology::Binomial),
             _ => {
-                let k = s.strip_prefix("kary:").ok_or_else(|| {
-                    refuse("expected greedy, flat, chain, binomial or kary:K")
-                })?;
+                let k = s
+                    .strip_prefix("kary:")
+                    .ok_or_else(|| refuse("expected greedy, flat, chain, binomial or kary:K"))?;
                 match k.parse::<u32>() {
                     Ok(k) if k >= 1 => Ok(Topology::Kary(k)),
                     _ => Err(refuse("K must be a whole number of at least 1")),
@@ -87,7 +87,13 @@ impl FromStr for Topology {
 fn kary(n: usize, k: u32) -> Tree {
     let k = k as usize;
     let parents: Vec<u32> = (0..n)
-        .map(|h| if h == 0 { u32::MAX } else { ((h - 1) / k) as u32 })
+        .map(|h| {
+            if h == 0 {
+                u32::MAX
+            } else {
+                ((h - 1) / k) as u32
+            }
+        })
         .collect();
     Tree::from_launch_order_parents(&parents)
 }

@@ -47,7 +47,10 @@ impl Tree {
                 None
             };
             if let Some(reason) = reason {
-                return Err(Error::Layout { node_idx: v, reason });
+                return Err(Error::Layout {
+                    node_idx: v,
+                    reason,
+                });
             }
             if let Some(&(parent, _)) = open.last() {
                 parents[v] = parent;

@@ -1,0 +1,222 @@
+//! `greedy-tree`: plan a launch tree for a host list, and compare topologies under a model.
+
+mod render;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use greedy_tree::{LaunchModel, Topology, hostfile, hostlist};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Plan and compare process-launch trees under the SEQ/REM model.
+///
+/// A parent spends SEQ seconds between two consecutive launches; a launched child can launch
+/// its own children REM seconds after its parent started it. The greedy tree is the fastest
+/// tree under that model (Goehner et al., IEEE Cluster 2012).
+///
+/// EXIT STATUS: 0 on success; 1 when output could not be written or a file not read;
+/// 2 for bad input (bad numbers, unknown topology, empty or malformed host list).
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Lay a launch tree over a host list and print it.
+    Plan(PlanArgs),
+    /// Rank topologies by modeled launch time, fastest first.
+    Compare(CompareArgs),
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// Seconds a parent spends between two consecutive launches (SEQ).
+    ///
+    /// The default is the paper's local-file-cache measurement.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.015,
+        allow_negative_numbers = true
+    )]
+    seq: f64,
+    /// Seconds from a launch's start until the child can launch its own (REM).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.227,
+        allow_negative_numbers = true
+    )]
+    rem: f64,
+    /// Launches a parent keeps in flight at once (cores it can launch from).
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    concurrency: u32,
+}
+
+impl ModelArgs {
+    fn model(&self) -> Result<LaunchModel, greedy_tree::Error> {
+        LaunchModel::new(self.seq, self.rem)?.with_concurrency(self.concurrency)
+    }
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct HostsArgs {
+    /// Number of hosts, the root included (hosts are then named by index).
+    #[arg(long, value_name = "N", value_parser = node_count)]
+    nodes: Option<usize>,
+    /// A Slurm hostlist expression, e.g. `n[1-4,7],gpu[01-02]`.
+    #[arg(long, value_name = "EXPR")]
+    hosts: Option<String>,
+    /// A hostfile: Open MPI (`host slots=N`), MPICH (`host:N`) or one host per line.
+    #[arg(long, value_name = "FILE")]
+    hostfile: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    hosts: HostsArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Tree shape: greedy, flat, chain, binomial or kary:K.
+    #[arg(long, value_name = "T", default_value = "greedy")]
+    topology: String,
+    /// Output: one line per host, JSON, Graphviz, or a one-line summary.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// How `plan` prints the tree.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// One line per host: index, host, parent, child index, depth, launch time.
+    Text,
+    /// One JSON object with the model, the launch time and every host.
+    Json,
+    /// A Graphviz digraph, edges labelled with the child index.
+    Dot,
+    /// Hosts, depth, largest fan-out and launch time.
+    Summary,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Number of hosts, the root included.
+    #[arg(long, value_name = "N", value_parser = node_count)]
+    nodes: usize,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Comma-separated topologies [default: greedy,flat,chain,binomial,kary:2,…,kary:512].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    topologies: Vec<String>,
+    /// Print a JSON array of {"topology", "launch_time", …}, fastest first.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            eprintln!("greedy-tree: {}", first_line(&text));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("greedy-tree: {e:#}");
+            let bad_input = e.chain().any(|c| c.is::<greedy_tree::Error>());
+            ExitCode::from(if bad_input { 2 } else { 1 })
+        }
+    }
+}
+
+/// `--nodes`: a whole number of at least 1 (the root counts).
+fn node_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1 (the root counts)".into()),
+        Err(_) => Err("expected a whole number".into()),
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or("bad arguments");
+    line.strip_prefix("error: ").unwrap_or(line)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<io::Error>())
+        .any(|io| io.kind() == io::ErrorKind::BrokenPipe)
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match cli.command {
+        Command::Plan(args) => {
+            let model = args.model.model()?;
+            let topology: Topology = args.topology.parse()?;
+            let hosts = read_hosts(&args.hosts)?;
+            let tree = topology.build(hosts.len(), &model);
+            let plan = render::Plan {
+                hosts: &hosts,
+                tree: &tree,
+                model: &model,
+                topology,
+            };
+            match args.format {
+                Format::Text => plan.text(&mut out)?,
+                Format::Json => plan.json(&mut out)?,
+                Format::Dot => plan.dot(&mut out)?,
+                Format::Summary => plan.summary(&mut out)?,
+            }
+        }
+        Command::Compare(args) => {
+            let model = args.model.model()?;
+            let topologies = if args.topologies.is_empty() {
+                Topology::default_set()
+            } else {
+                args.topologies
+                    .iter()
+                    .map(|t| t.parse())
+                    .collect::<Result<_, _>>()?
+            };
+            let n = args.nodes;
+            let ranking = render::rank(&topologies, n, &model);
+            if args.json {
+                render::ranking_json(&mut out, &ranking)?;
+            } else {
+                render::ranking_text(&mut out, &ranking, n, &model)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn read_hosts(args: &HostsArgs) -> Result<Vec<String>> {
+    if let Some(n) = args.nodes {
+        return Ok((0..n).map(|i| i.to_string()).collect());
+    }
+    if let Some(expr) = &args.hosts {
+        return Ok(hostlist::expand(expr)?);
+    }
+    let path = args.hostfile.as_ref().context("no hosts given")?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let hosts = hostfile::parse(&text).with_context(|| format!("{}", path.display()))?;
+    Ok(hosts.into_iter().map(|h| h.host).collect())
+}
