@@ -162,19 +162,67 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
             }
         }
     }
-    // Closing a queue makes the kernel drop what it still holds, so accept everything first.
+    // Unbinding makes the kernel drop what the queue still holds (packets we hold and packets
+    // not yet read), so accept everything first, then pass new packets through at once until
+    // the queues have been quiet for QUIET_BEFORE_UNBIND, and only then unbind. A packet that
+    // arrives in the last instant before the unbind can still be lost; TCP resends it.
     for (_, idx, msg) in held.drain(..) {
         let port = &mut ports[idx];
         if let Err(e) = port.queue.verdict(msg) {
             warn(&mut warnings, &port.name, "verdict at stop", &e);
         }
     }
+    let give_up = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < give_up && pass_through(ports, &mut warnings)? {}
     for port in ports.iter_mut() {
         if let Err(e) = port.queue.unbind(port.queue_num) {
             warn(&mut warnings, &port.name, "unbind", &e);
         }
     }
     Ok(())
+}
+
+/// How long the queues must be idle at stop before they are unbound: longer than the gap
+/// between two packets of one transfer, shorter than anything a user would notice.
+const QUIET_BEFORE_UNBIND: Duration = Duration::from_millis(20);
+
+/// Waits up to QUIET_BEFORE_UNBIND for packets and accepts them at once; true if any came.
+fn pass_through(ports: &mut [Port], warnings: &mut u32) -> Result<bool> {
+    let timeout = Timespec {
+        tv_sec: 0,
+        tv_nsec: QUIET_BEFORE_UNBIND.as_nanos() as _,
+    };
+    let ready: Vec<bool> = {
+        let mut fds: Vec<PollFd<'_>> = ports
+            .iter()
+            .map(|p| PollFd::new(&p.poll_fd, PollFlags::IN))
+            .collect();
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e).context("poll at stop"),
+        }
+        fds.iter().map(|fd| !fd.revents().is_empty()).collect()
+    };
+    let mut any = false;
+    for (port, _) in ports.iter_mut().zip(ready).filter(|(_, r)| *r) {
+        loop {
+            match port.queue.recv() {
+                Ok(msg) => {
+                    any = true;
+                    if let Err(e) = port.queue.verdict(msg) {
+                        warn(warnings, &port.name, "verdict at stop", &e);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    warn(warnings, &port.name, "recv at stop", &e);
+                    break;
+                }
+            }
+        }
+    }
+    Ok(any)
 }
 
 /// Prints a non-fatal error; after 100 of them only every 1000th, so a storm cannot fill a log.

@@ -12,7 +12,8 @@
 //! sockets costs less than 64 wake-ups. On SIGTERM/SIGINT it accepts every held packet at once,
 //! unbinds its queues and exits 0; `--queue-bypass` then lets packets pass undelayed.
 //!
-//! Exit status: 0 after a clean stop on a signal, 1 on any error (printed once, here).
+//! Exit status: 0 after a clean stop on a signal, 1 on any error (printed once, here), 2 on a
+//! usage error (clap).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
