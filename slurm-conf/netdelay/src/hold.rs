@@ -105,11 +105,11 @@ fn open_queue(queue_num: u16) -> Result<(nfq::Queue, OwnedFd)> {
 
 /// Holds packets until a byte arrives on `stop` (the signal pipe), then releases all and returns.
 pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Result<()> {
-    let mut held: VecDeque<(Instant, usize, nfq::Message)> = VecDeque::new();
+    let mut held = Holds::new(delay);
     let mut ready = vec![false; ports.len()];
     let mut warnings = 0_u32;
     loop {
-        let timeout = held.front().map(|(due, _, _)| {
+        let timeout = held.next_due().map(|due| {
             let left = due.saturating_duration_since(Instant::now());
             Timespec {
                 tv_sec: left.as_secs() as _,
@@ -140,7 +140,7 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
             }
             for _ in 0..DRAIN_BATCH {
                 match port.queue.recv() {
-                    Ok(msg) => held.push_back((Instant::now() + delay, idx, msg)),
+                    Ok(msg) => held.hold(Instant::now(), (idx, msg)),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => {
@@ -153,12 +153,10 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
             }
         }
         let now = Instant::now();
-        while held.front().is_some_and(|(due, _, _)| *due <= now) {
-            if let Some((_, idx, msg)) = held.pop_front() {
-                let port = &mut ports[idx];
-                if let Err(e) = port.queue.verdict(msg) {
-                    warn(&mut warnings, &port.name, "verdict", &e);
-                }
+        while let Some((idx, msg)) = held.pop_due(now) {
+            let port = &mut ports[idx];
+            if let Err(e) = port.queue.verdict(msg) {
+                warn(&mut warnings, &port.name, "verdict", &e);
             }
         }
     }
@@ -166,7 +164,7 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
     // not yet read), so accept everything first, then pass new packets through at once until
     // the queues have been quiet for QUIET_BEFORE_UNBIND, and only then unbind. A packet that
     // arrives in the last instant before the unbind can still be lost; TCP resends it.
-    for (_, idx, msg) in held.drain(..) {
+    for (idx, msg) in held.drain() {
         let port = &mut ports[idx];
         if let Err(e) = port.queue.verdict(msg) {
             warn(&mut warnings, &port.name, "verdict at stop", &e);
@@ -180,6 +178,52 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
         }
     }
     Ok(())
+}
+
+/// Items held for a fixed delay, released in arrival order: the sans-I/O core of the loop.
+///
+/// Because every item waits the same time, deadlines grow with arrival and a FIFO is a
+/// priority queue; each item's deadline depends only on its own arrival, never on the items
+/// before it (the property netem's delay has and a sleep-per-packet loop lacks).
+#[derive(Debug)]
+struct Holds<T> {
+    /// How long each item is held.
+    delay: Duration,
+    /// Items with their deadlines, oldest first.
+    items: VecDeque<(Instant, T)>,
+}
+
+impl<T> Holds<T> {
+    fn new(delay: Duration) -> Self {
+        Holds {
+            delay,
+            items: VecDeque::new(),
+        }
+    }
+
+    /// Holds `item`, which arrived at `now`.
+    fn hold(&mut self, now: Instant, item: T) {
+        self.items.push_back((now + self.delay, item));
+    }
+
+    /// When the oldest item is due, if any is held.
+    fn next_due(&self) -> Option<Instant> {
+        self.items.front().map(|(due, _)| *due)
+    }
+
+    /// The oldest item if it is due at `now`.
+    fn pop_due(&mut self, now: Instant) -> Option<T> {
+        if self.next_due()? <= now {
+            self.items.pop_front().map(|(_, item)| item)
+        } else {
+            None
+        }
+    }
+
+    /// Every held item, due or not, oldest first.
+    fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.items.drain(..).map(|(_, item)| item)
+    }
 }
 
 /// How long the queues must be idle at stop before they are unbound: longer than the gap
@@ -233,5 +277,76 @@ fn warn(count: &mut u32, name: &Path, what: &str, err: &std::io::Error) {
             "greedy-netdelay: {}: {what}: {err} (warning {count})",
             name.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Releases everything held, stepping the clock by 1 ms; returns (item, release ms).
+    fn release_all(holds: &mut Holds<&'static str>, t0: Instant) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        for ms in 0..1000 {
+            let now = t0 + MS * ms;
+            while let Some(item) = holds.pop_due(now) {
+                out.push((item, u64::from(ms)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_item_waits_exactly_the_delay() {
+        let t0 = Instant::now();
+        let mut holds = Holds::new(20 * MS);
+        holds.hold(t0, "a");
+        holds.hold(t0 + MS, "b");
+        holds.hold(t0 + 5 * MS, "c");
+        assert_eq!(
+            release_all(&mut holds, t0),
+            [("a", 20), ("b", 21), ("c", 25)]
+        );
+    }
+
+    #[test]
+    fn a_burst_is_not_serialised() {
+        let t0 = Instant::now();
+        let mut holds = Holds::new(10 * MS);
+        for item in ["a", "b", "c", "d"] {
+            holds.hold(t0, item);
+        }
+        // All four leave together at 10 ms, not at 10/20/30/40 ms.
+        assert_eq!(
+            release_all(&mut holds, t0),
+            [("a", 10), ("b", 10), ("c", 10), ("d", 10)]
+        );
+    }
+
+    #[test]
+    fn nothing_is_due_early_and_zero_delay_is_immediate() {
+        let t0 = Instant::now();
+        let mut holds = Holds::new(20 * MS);
+        holds.hold(t0, "a");
+        assert_eq!(holds.next_due(), Some(t0 + 20 * MS));
+        assert_eq!(holds.pop_due(t0 + 19 * MS), None);
+        assert_eq!(holds.pop_due(t0 + 20 * MS), Some("a"));
+        assert_eq!(holds.next_due(), None);
+
+        let mut now_only = Holds::new(Duration::ZERO);
+        now_only.hold(t0, "b");
+        assert_eq!(now_only.pop_due(t0), Some("b"));
+    }
+
+    #[test]
+    fn drain_returns_undue_items_in_order() {
+        let t0 = Instant::now();
+        let mut holds = Holds::new(20 * MS);
+        holds.hold(t0, "a");
+        holds.hold(t0 + MS, "b");
+        assert_eq!(holds.drain().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(holds.next_due(), None);
     }
 }
