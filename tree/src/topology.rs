@@ -114,7 +114,7 @@ fn binomial(n: usize) -> Tree {
             left -= child;
         }
     }
-    Tree::from_subtree_sizes(sizes).expect("binomial sizes nest")
+    Tree::from_valid_sizes(sizes)
 }
 
 #[cfg(test)]

@@ -3,17 +3,27 @@
 
 use crate::{Error, LaunchModel};
 use std::ops::Range;
+use std::sync::OnceLock;
 
 /// A launch tree over `len()` positions. Position 0 is the root; positions are numbered in
 /// depth-first preorder with children visited in launch order, so host `i` of the input list
 /// runs at position `i` and the subtree of position `v` is `v..v + subtree_len(v)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Tree {
     /// Subtree size of each position; with preorder numbering this alone fixes the shape.
     sizes: Vec<u32>,
-    /// Parent of each position (`u32::MAX` for the root), derived from `sizes`.
-    parents: Vec<u32>,
+    /// Parent of each position (`u32::MAX` for the root), derived from `sizes` on first use:
+    /// building stays one pass over memory, and forwarders never need it.
+    parents: OnceLock<Vec<u32>>,
 }
+
+impl PartialEq for Tree {
+    fn eq(&self, other: &Tree) -> bool {
+        self.sizes == other.sizes
+    }
+}
+
+impl Eq for Tree {}
 
 const NO_PARENT: u32 = u32::MAX;
 
@@ -57,7 +67,32 @@ impl Tree {
             }
             open.push((v as u32, end));
         }
-        Ok(Tree { sizes, parents })
+        Ok(Tree {
+            sizes,
+            parents: OnceLock::from(parents),
+        })
+    }
+
+    /// A tree from sizes its builder guarantees to be a preorder layout (checked in debug
+    /// builds only).
+    pub(crate) fn from_valid_sizes(sizes: Vec<u32>) -> Tree {
+        debug_assert!(Tree::from_subtree_sizes(sizes.clone()).is_ok());
+        Tree {
+            sizes,
+            parents: OnceLock::new(),
+        }
+    }
+
+    fn parents(&self) -> &[u32] {
+        self.parents.get_or_init(|| {
+            let mut parents = vec![NO_PARENT; self.len()];
+            for v in 0..self.len() {
+                for c in self.children(v) {
+                    parents[c] = v as u32;
+                }
+            }
+            parents
+        })
     }
 
     /// Builds a tree from a parent array in which every position's parent comes before it
@@ -104,15 +139,12 @@ impl Tree {
             next_idx += 1;
             stack.push((child, first[child as usize]));
         }
-        Tree::from_subtree_sizes(sizes).expect("a parent array always gives a valid layout")
+        Tree::from_valid_sizes(sizes)
     }
 
     /// The tree with no position.
     pub fn empty() -> Tree {
-        Tree {
-            sizes: Vec::new(),
-            parents: Vec::new(),
-        }
+        Tree::from_valid_sizes(Vec::new())
     }
 
     /// Number of positions (the paper's n: every process, the root included).
@@ -127,7 +159,7 @@ impl Tree {
 
     /// The parent of `node_idx`, `None` for the root.
     pub fn parent(&self, node_idx: usize) -> Option<usize> {
-        match self.parents[node_idx] {
+        match self.parents()[node_idx] {
             NO_PARENT => None,
             p => Some(p as usize),
         }
@@ -172,7 +204,7 @@ impl Tree {
     pub fn depths(&self) -> Vec<u32> {
         let mut depth = vec![0u32; self.len()];
         for v in 1..self.len() {
-            depth[v] = depth[self.parents[v] as usize] + 1;
+            depth[v] = depth[self.parents()[v] as usize] + 1;
         }
         depth
     }
