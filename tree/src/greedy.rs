@@ -169,6 +169,12 @@ impl Layout<'_> {
                 Some(q) if offset > f.budget || (offset == f.budget && q == 0) => {
                     self.close(&mut stack)
                 }
+                Some(_) if offset < f.budget && f.budget - offset < self.model.rem_ns() => {
+                    // Leaves up to the frontier children (near-flat trees have millions).
+                    let leaves = self.children_within(f.budget - 1) - (f.next_child - 1);
+                    stack[top].next_child += leaves;
+                    self.sizes.resize(self.sizes.len() + leaves, 1);
+                }
                 Some(q) if offset == f.budget => {
                     stack[top].next_child += 1;
                     stack[top].frontier_left = Some(q - 1);
