@@ -21,6 +21,9 @@ if "$TC" status >/dev/null 2>&1; then
   fail "a test cluster is already up ($STATE); not touching it: run '$TC down' first"
 fi
 
+# System paths that up creates when missing must be gone again after down.
+had_paths=$(ls -d /run/sshd /run/inetd.pid 2>/dev/null || true)
+
 # Whatever happens, leave no cluster behind.
 trap '"$TC" down >/dev/null 2>&1 || true' EXIT
 
@@ -150,6 +153,8 @@ done
 ! grep -q greedy-testcluster /etc/hosts || fail "/etc/hosts block left"
 [[ ! -e /etc/ssh/ssh_config.d/greedy-testcluster.conf ]] || fail "ssh drop-in left"
 [[ ! -e $STATE ]] || fail "state dir $STATE left"
+[[ $(ls -d /run/sshd /run/inetd.pid 2>/dev/null || true) == "$had_paths" ]] ||
+  fail "/run/sshd or /run/inetd.pid left behind (before: '${had_paths}')"
 trap - EXIT
 pass "nothing left behind"
 echo "smoke: all checks passed"
