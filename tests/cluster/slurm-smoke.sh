@@ -71,7 +71,8 @@ cd /
 "$TC" down || fail "down"
 left=$(ip netns list | grep -E '^gtc-' || true)
 [[ -z $left ]] || fail "namespaces left: $left"
-for p in $(pgrep -x 'slurmctld|slurmd|slurmstepd|munged' || true); do
+# One pgrep per name: pgrep refuses -x patterns longer than 15 characters.
+for p in $(for n in slurmctld slurmd slurmstepd munged; do pgrep -x "$n"; done || true); do
   st=$(cat "/proc/$p/stat" 2>/dev/null) || continue
   st=${st#*) }
   [[ ${st:0:1} == Z ]] && continue
