@@ -1,0 +1,207 @@
+//! Fence and allgather timings over loopback: `cargo bench -p greedy-pmix --bench fence`.
+//!
+//! Starts K overlay agents as tasks of this process (one tokio runtime, 2 worker threads, real
+//! TCP on 127.0.0.1) and times collectives, printing Markdown tables for docs/benchmarks.md:
+//! 1. fence latency vs K: an allgather of a 2 KiB blob per node (4 MPICH ranks' UCX addresses,
+//!    research/pmix-pmi.md §4), and a PMI fence through the PMI-1 server with one client per node;
+//! 2. tree vs ring allgather vs blob size at K = 8 and 16, to place the ring threshold.
+//!
+//! Set `BENCH_QUICK=1` for a smoke run with few iterations.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use greedy_pmix::{
+    JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    rendezvous::Memory,
+    server::{PmiConfig, PmiServer},
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+fn job(n: usize, node_idx: usize, secret: &JobSecret) -> JobSpec {
+    JobSpec {
+        job_id: "bench".into(),
+        hosts: (0..n).map(|i| format!("n{i}")).collect(),
+        node_idx,
+        model: Default::default(),
+        ranks: (0..n as u32).map(|i| vec![i]).collect(),
+        secret: secret.clone(),
+    }
+}
+
+async fn start(n: usize, ring_threshold: u64) -> Vec<Overlay> {
+    let board = Memory::default();
+    let secret = JobSecret::generate();
+    let config = OverlayConfig {
+        ring_threshold,
+        ..Default::default()
+    };
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (job, board, config) = (job(n, i, &secret), board.clone(), config.clone());
+            tokio::spawn(async move { Overlay::start(&job, config, &board).await.expect("join") })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+async fn stop(overlays: Vec<Overlay>) {
+    let tasks: Vec<_> = overlays
+        .into_iter()
+        .map(|o| tokio::spawn(async move { o.shutdown().await }))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Median and 90th percentile of `iters` allgathers of `size` bytes per node.
+async fn time_allgather(overlays: &[Overlay], size: usize, iters: usize) -> (Duration, Duration) {
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        let tasks: Vec<_> = overlays
+            .iter()
+            .map(|o| {
+                let o = o.clone();
+                tokio::spawn(async move {
+                    o.allgather(Bytes::from(vec![7u8; size]))
+                        .await
+                        .expect("allgather")
+                        .len()
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), overlays.len());
+        }
+        samples.push(t0.elapsed());
+    }
+    samples.sort();
+    (samples[iters / 2], samples[iters * 9 / 10])
+}
+
+/// A PMI-1 client per node doing put + barrier_in, as MPICH's init does; median fence time.
+async fn time_pmi_fence(n: usize, iters: usize) -> (Duration, Duration) {
+    let overlays = start(n, u64::MAX).await;
+    // The PMI server uses the job description only for ranks and names; the secret is unused here.
+    let secret = JobSecret::generate();
+    let mut clients = Vec::new();
+    let mut servers = Vec::new();
+    for (i, o) in overlays.iter().enumerate() {
+        let j = job(n, i, &secret);
+        let pmi = PmiServer::start(
+            &j,
+            o.clone(),
+            PmiConfig {
+                port_bind: None,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let (theirs, _env) = pmi.socketpair_for(i as u32, 3).unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let stream = tokio::net::UnixStream::from_std(theirs).unwrap();
+        let (r, mut w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let mut line = String::new();
+        w.write_all(b"cmd=init pmi_version=1 pmi_subversion=1\n")
+            .await
+            .unwrap();
+        r.read_line(&mut line).await.unwrap();
+        clients.push((r, w));
+        servers.push(pmi);
+    }
+    let value = "a".repeat(488); // one hex UCX address, §4
+    let mut samples = Vec::with_capacity(iters);
+    for it in 0..iters {
+        let t0 = Instant::now();
+        let tasks: Vec<_> = std::mem::take(&mut clients)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut r, mut w))| {
+                let value = value.clone();
+                tokio::spawn(async move {
+                    let mut line = String::new();
+                    w.write_all(
+                        format!(
+                            "cmd=put kvsname=bench key=k{it}-{i} value={value}\ncmd=barrier_in\n"
+                        )
+                        .as_bytes(),
+                    )
+                    .await
+                    .unwrap();
+                    r.read_line(&mut line).await.unwrap();
+                    line.clear();
+                    r.read_line(&mut line).await.unwrap();
+                    assert_eq!(line, "cmd=barrier_out rc=0\n");
+                    (r, w)
+                })
+            })
+            .collect();
+        for t in tasks {
+            clients.push(t.await.unwrap());
+        }
+        samples.push(t0.elapsed());
+    }
+    for (mut r, mut w) in clients {
+        let mut line = String::new();
+        w.write_all(b"cmd=finalize\n").await.unwrap();
+        r.read_line(&mut line).await.unwrap();
+    }
+    for s in &servers {
+        s.shutdown().await;
+    }
+    stop(overlays).await;
+    samples.sort();
+    (samples[iters / 2], samples[iters * 9 / 10])
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0}", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let quick = std::env::var_os("BENCH_QUICK").is_some();
+    let iters = if quick { 5 } else { 200 };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("### Fence latency vs number of agents (loopback, 2 cores, {iters} iterations)\n");
+        println!("| agents | overlay allgather 2 KiB/node p50 µs | p90 µs | PMI-1 put+barrier_in p50 µs | p90 µs |");
+        println!("|---:|---:|---:|---:|---:|");
+        for n in [2, 4, 8, 16, 32, 64] {
+            let overlays = start(n, u64::MAX).await;
+            let (p50, p90) = time_allgather(&overlays, 2048, iters).await;
+            stop(overlays).await;
+            let (f50, f90) = time_pmi_fence(n, iters).await;
+            println!("| {n} | {} | {} | {} | {} |", us(p50), us(p90), us(f50), us(f90));
+        }
+
+        let iters = if quick { 3 } else { 20 };
+        println!("\n### Allgather: tree vs ring by blob size per node (loopback, {iters} iterations, p50 µs)\n");
+        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | faster |");
+        println!("|---:|---:|---:|---:|---:|---|");
+        for n in [8, 16] {
+            let tree = start(n, u64::MAX).await;
+            let ring = start(n, 0).await;
+            for size in [1usize << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+                let (t, _) = time_allgather(&tree, size, iters).await;
+                let (r, _) = time_allgather(&ring, size, iters).await;
+                let faster = if t <= r { "tree" } else { "ring" };
+                println!("| {n} | {size} | {} | {} | {} | {faster} |", size * n, us(t), us(r));
+            }
+            stop(tree).await;
+            stop(ring).await;
+        }
+    });
+}

@@ -1,0 +1,592 @@
+//! Sans-I/O engine for the overlay collectives: barrier, broadcast, gather, allgather, abort.
+//!
+//! Every node runs one [`Engine`] and calls the same collectives in the same order; each call
+//! gets the next sequence number, and messages for a collective this node has not started yet
+//! are kept until it does. The engine only says what to send to which node ([`Output::Send`])
+//! and when a collective is done; [`crate::overlay`] moves the bytes.
+//!
+//! Algorithms, on the job's greedy tree (node 0 is the root):
+//! - **barrier**: empty contributions up the tree, an empty release down.
+//! - **gather**: each node sends its subtree's blobs to its parent; the root gets all of them.
+//! - **broadcast**: the root's blob flows down the tree.
+//! - **allgather**: blobs go up the tree as in gather. If the whole payload stays within
+//!   `ring_threshold` bytes the root sends the full set down the tree (two tree traversals,
+//!   best for the small blobs of a typical fence). If any subtree exceeds it, that subtree sends
+//!   only its size, the root sends `Ring` down the tree, and every node then runs a ring over
+//!   direct links: node i sends its blob to i+1 and forwards what it gets from i-1 unless the
+//!   next hop is the blob's origin; each blob crosses n-1 links and each node sends and receives
+//!   (n-1)·blob, which is bandwidth-optimal, while the tree root would send the whole payload to
+//!   every child. The root decides, so every node picks the same algorithm although each only
+//!   knows its own blob size. The crossover is measured in docs/benchmarks.md.
+//!
+//! Result order: allgather and gather return one blob per node, **indexed by node index**.
+//!
+//! A collective not done within its timeout fails with [`Error::CollectiveTimeout`] naming the
+//! nodes this node is still waiting for, and aborts the job: a lost collective cannot be resumed.
+
+use std::{
+    collections::BTreeMap,
+    ops::Range,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use greedy_tree::Tree;
+
+use crate::{
+    AbortInfo, Error, JobSpec,
+    frame::{DownContent, Message, UpContent},
+};
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Wait until every node has entered.
+    Barrier,
+    /// Node 0's blob to every node.
+    Broadcast,
+    /// Every node's blob to node 0.
+    Gather,
+    /// Every node's blob to every node.
+    Allgather,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Barrier => "barrier",
+            Op::Broadcast => "broadcast",
+            Op::Gather => "gather",
+            Op::Allgather => "allgather",
+        }
+    }
+}
+
+/// What a finished collective yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A barrier completed.
+    Barrier,
+    /// The root's blob.
+    Broadcast(Bytes),
+    /// On the root, every node's blob by node index; elsewhere `None`.
+    Gather(Option<Vec<Bytes>>),
+    /// Every node's blob, by node index.
+    Allgather(Vec<Bytes>),
+}
+
+/// What the I/O layer must do.
+#[derive(Debug)]
+pub enum Output {
+    /// Send a message to a node (a tree neighbour, or the ring successor).
+    Send {
+        /// Destination node.
+        to: usize,
+        /// The message.
+        msg: Message,
+    },
+    /// Collective `seq` finished.
+    Done {
+        /// Its sequence number.
+        seq: u64,
+        /// Its result.
+        result: Result<Outcome, Error>,
+    },
+    /// The job was aborted (first time only): kill the local ranks.
+    Aborted(AbortInfo),
+}
+
+/// The tree shape as this engine needs it, copied out of [`Tree`].
+#[derive(Debug, Clone)]
+pub struct Topology {
+    parent: Vec<Option<usize>>,
+    children: Vec<Vec<usize>>,
+    ranges: Vec<Range<usize>>,
+}
+
+impl Topology {
+    /// Copies parent, children and subtree ranges out of a plan.
+    pub fn from_tree(tree: &Tree) -> Self {
+        let n = tree.len();
+        Topology {
+            parent: (0..n).map(|i| tree.parent(i)).collect(),
+            children: (0..n).map(|i| tree.children(i).collect()).collect(),
+            ranges: (0..n).map(|i| tree.subtree_range(i)).collect(),
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.parent.len()
+    }
+
+    /// True for an empty tree.
+    pub fn is_empty(&self) -> bool {
+        self.parent.is_empty()
+    }
+
+    /// The parent of a node; `None` for the root.
+    pub fn parent(&self, node_idx: usize) -> Option<usize> {
+        self.parent[node_idx]
+    }
+
+    /// The children of a node, in launch order.
+    pub fn children(&self, node_idx: usize) -> &[usize] {
+        &self.children[node_idx]
+    }
+
+    /// The contiguous node range of a node's subtree.
+    pub fn subtree_range(&self, node_idx: usize) -> Range<usize> {
+        self.ranges[node_idx].clone()
+    }
+
+    /// Tree neighbours: parent then children.
+    pub fn neighbours(&self, node_idx: usize) -> impl Iterator<Item = usize> + '_ {
+        self.parent[node_idx]
+            .into_iter()
+            .chain(self.children[node_idx].iter().copied())
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Set when this node called the collective.
+    op: Option<Op>,
+    /// When this node called it.
+    started: Option<Instant>,
+    timeout: Duration,
+    own: Bytes,
+    /// Children's upward contributions, by child node index.
+    from_children: BTreeMap<usize, UpContent>,
+    sent_up: bool,
+    /// The down message, if it arrived (it can only arrive after we sent up, except broadcast).
+    down: Option<DownContent>,
+    /// Ring state, once the root chose the ring.
+    ring: Option<Vec<Option<Bytes>>>,
+    /// Ring blobs that arrived before this node learned of the ring.
+    early_ring: Vec<(u32, Bytes)>,
+}
+
+/// One node's collective engine.
+#[derive(Debug)]
+pub struct Engine {
+    node_idx: usize,
+    topo: Topology,
+    ring_threshold: u64,
+    timeout: Duration,
+    next_seq: u64,
+    /// This node's depth in the tree, and the tree's depth: for staggered deadlines.
+    depth: usize,
+    max_depth: usize,
+    states: BTreeMap<u64, State>,
+    aborted: Option<AbortInfo>,
+    /// For error messages: hosts and ranks of each node.
+    job: JobSpec,
+}
+
+impl Engine {
+    /// An engine for `job.node_idx` on `topo`; allgathers whose total exceeds
+    /// `ring_threshold` bytes use the ring; every collective must finish within `timeout`.
+    pub fn new(job: JobSpec, topo: Topology, ring_threshold: u64, timeout: Duration) -> Self {
+        let depth_of = |mut n: usize| {
+            let mut d = 0;
+            while let Some(p) = topo.parent(n) {
+                n = p;
+                d += 1;
+            }
+            d
+        };
+        let depth = depth_of(job.node_idx);
+        let max_depth = (0..topo.len()).map(depth_of).max().unwrap_or(0);
+        Engine {
+            node_idx: job.node_idx,
+            topo,
+            ring_threshold,
+            timeout,
+            next_seq: 0,
+            depth,
+            max_depth,
+            states: BTreeMap::new(),
+            aborted: None,
+            job,
+        }
+    }
+
+    /// The job's abort, once aborted.
+    pub fn aborted(&self) -> Option<&AbortInfo> {
+        self.aborted.as_ref()
+    }
+
+    /// Sequence numbers of collectives started here and not yet done.
+    pub fn pending(&self) -> impl Iterator<Item = u64> + '_ {
+        self.states
+            .iter()
+            .filter(|(_, s)| s.op.is_some())
+            .map(|(seq, _)| *seq)
+    }
+
+    /// Starts this node's part of the next collective; returns its sequence number.
+    ///
+    /// `blob` is this node's contribution (gather, allgather) or the payload (broadcast, on
+    /// node 0 only); it is ignored elsewhere.
+    /// `timeout` overrides the engine's default for this one collective (the overlay's join).
+    pub fn start(
+        &mut self,
+        op: Op,
+        blob: Bytes,
+        now: Instant,
+        timeout: Option<Duration>,
+        out: &mut Vec<Output>,
+    ) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(info) = &self.aborted {
+            out.push(Output::Done {
+                seq,
+                result: Err(Error::Aborted(info.clone())),
+            });
+            return seq;
+        }
+        let state = self.states.entry(seq).or_default();
+        state.op = Some(op);
+        state.own = blob;
+        state.started = Some(now);
+        state.timeout = timeout.unwrap_or(self.timeout);
+        self.advance(seq, out);
+        seq
+    }
+
+    /// Handles a collective message from node `from`.
+    pub fn on_message(&mut self, from: usize, msg: Message, out: &mut Vec<Output>) {
+        if self.aborted.is_some() && !matches!(msg, Message::Abort(_)) {
+            return;
+        }
+        match msg {
+            Message::Up { seq, content } => {
+                if seq < self.next_seq && !self.states.contains_key(&seq) {
+                    return; // a collective we already finished; cannot happen with honest peers
+                }
+                self.states
+                    .entry(seq)
+                    .or_default()
+                    .from_children
+                    .insert(from, content);
+                self.advance(seq, out);
+            }
+            Message::Down { seq, content } => {
+                if seq < self.next_seq && !self.states.contains_key(&seq) {
+                    return;
+                }
+                self.states.entry(seq).or_default().down = Some(content);
+                self.advance(seq, out);
+            }
+            Message::Ring { seq, origin, blob } => {
+                if seq < self.next_seq && !self.states.contains_key(&seq) {
+                    return;
+                }
+                let state = self.states.entry(seq).or_default();
+                state.early_ring.push((origin, blob));
+                self.advance(seq, out);
+            }
+            Message::Abort(info) => self.abort_from(Some(from), info, out),
+            _ => {}
+        }
+    }
+
+    /// Aborts the job from this node: floods the abort and fails every pending collective.
+    pub fn abort(&mut self, info: AbortInfo, out: &mut Vec<Output>) {
+        self.abort_from(None, info, out);
+    }
+
+    fn abort_from(&mut self, from: Option<usize>, info: AbortInfo, out: &mut Vec<Output>) {
+        if self.aborted.is_some() {
+            return;
+        }
+        self.aborted = Some(info.clone());
+        for to in self
+            .topo
+            .neighbours(self.node_idx)
+            .filter(|&n| Some(n) != from)
+            .collect::<Vec<_>>()
+        {
+            out.push(Output::Send {
+                to,
+                msg: Message::Abort(info.clone()),
+            });
+        }
+        let pending: Vec<u64> = self.pending().collect();
+        for seq in pending {
+            self.states.remove(&seq);
+            out.push(Output::Done {
+                seq,
+                result: Err(Error::Aborted(info.clone())),
+            });
+        }
+        self.states.clear();
+        out.push(Output::Aborted(info));
+    }
+
+    /// When collective `state` times out here.
+    ///
+    /// The node that can name a missing contributor most precisely is the parent of the one that
+    /// did not arrive, so deadlines are staggered: a node still waiting for its children gets
+    /// 5 % of the timeout extra per level between it and the deepest level (deeper nodes fire
+    /// first), and a node that has contributed and waits for the result fires last. Whoever fires
+    /// first aborts the job with its message.
+    fn deadline(&self, state: &State) -> Option<Instant> {
+        let started = state.started?;
+        let waiting_for_children =
+            state.op != Some(Op::Broadcast) && !state.sent_up && state.ring.is_none();
+        let levels = if waiting_for_children {
+            self.max_depth - self.depth
+        } else {
+            self.max_depth + 1
+        };
+        Some(started + state.timeout + state.timeout.mul_f64(0.05 * levels as f64))
+    }
+
+    /// The earliest deadline of a pending collective.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.states.values().filter_map(|s| self.deadline(s)).min()
+    }
+
+    /// Fails every collective whose deadline passed, naming who it waits for, and aborts the job.
+    pub fn on_timeout(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let Some((&seq, state)) = self
+            .states
+            .iter()
+            .find(|(_, s)| self.deadline(s).is_some_and(|d| d <= now))
+        else {
+            return;
+        };
+        let op = state.op.unwrap_or(Op::Barrier);
+        let missing = self.missing(state);
+        let err = Error::CollectiveTimeout {
+            node: self.node_idx,
+            op: op.name(),
+            seq,
+            after: now.saturating_duration_since(state.started.unwrap_or(now)),
+            missing: self.job.describe_nodes(&missing),
+            missing_nodes: missing,
+        };
+        let reason = err.to_string();
+        self.states.remove(&seq);
+        out.push(Output::Done {
+            seq,
+            result: Err(err),
+        });
+        self.abort(
+            AbortInfo {
+                origin_node: self.node_idx,
+                rank: None,
+                code: 1,
+                reason,
+            },
+            out,
+        );
+    }
+
+    /// Nodes whose contribution this node still waits for.
+    fn missing(&self, state: &State) -> Vec<usize> {
+        let me = self.node_idx;
+        if let Some(ring) = &state.ring {
+            return ring
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.is_none())
+                .map(|(i, _)| i)
+                .collect();
+        }
+        let op = state.op.unwrap_or(Op::Barrier);
+        if op != Op::Broadcast && !state.sent_up {
+            let mut missing: Vec<usize> = self
+                .topo
+                .children(me)
+                .iter()
+                .filter(|c| !state.from_children.contains_key(c))
+                .flat_map(|&c| self.topo.subtree_range(c))
+                .collect();
+            if missing.is_empty() && self.topo.parent(me).is_none() {
+                missing.push(me);
+            }
+            return missing;
+        }
+        // Waiting for the result from above: everything outside our subtree may be late.
+        let mine = self.topo.subtree_range(me);
+        (0..self.topo.len()).filter(|n| !mine.contains(n)).collect()
+    }
+
+    /// Moves collective `seq` as far as its messages allow.
+    fn advance(&mut self, seq: u64, out: &mut Vec<Output>) {
+        let me = self.node_idx;
+        let n = self.topo.len();
+        let Some(state) = self.states.get_mut(&seq) else {
+            return;
+        };
+        let Some(op) = state.op else { return };
+
+        // Upward phase.
+        if op != Op::Broadcast && !state.sent_up {
+            let children = self.topo.children(me);
+            if children
+                .iter()
+                .any(|c| !state.from_children.contains_key(c))
+            {
+                return;
+            }
+            let mut blobs = vec![(me as u32, state.own.clone())];
+            let mut oversize = false;
+            let mut total = state.own.len() as u64;
+            for content in std::mem::take(&mut state.from_children).into_values() {
+                match content {
+                    UpContent::Blobs(b) => {
+                        total += b.iter().map(|(_, x)| x.len() as u64).sum::<u64>();
+                        blobs.extend(b);
+                    }
+                    UpContent::Oversize(bytes) => {
+                        total += bytes;
+                        oversize = true;
+                    }
+                }
+            }
+            oversize |= op == Op::Allgather && total > self.ring_threshold;
+            state.sent_up = true;
+            match self.topo.parent(me) {
+                Some(parent) => {
+                    let content = if oversize {
+                        UpContent::Oversize(total)
+                    } else {
+                        UpContent::Blobs(blobs)
+                    };
+                    out.push(Output::Send {
+                        to: parent,
+                        msg: Message::Up { seq, content },
+                    });
+                    if op == Op::Gather {
+                        self.states.remove(&seq);
+                        out.push(Output::Done {
+                            seq,
+                            result: Ok(Outcome::Gather(None)),
+                        });
+                        return;
+                    }
+                }
+                None => {
+                    // The root: it decides.
+                    let down = match op {
+                        Op::Gather => {
+                            self.states.remove(&seq);
+                            let all = by_node(n, blobs);
+                            out.push(Output::Done {
+                                seq,
+                                result: Ok(Outcome::Gather(Some(all))),
+                            });
+                            return;
+                        }
+                        Op::Barrier => DownContent::Blobs(Vec::new()),
+                        _ if oversize => DownContent::Ring,
+                        _ => DownContent::Blobs(blobs),
+                    };
+                    state.down = Some(down);
+                }
+            }
+        }
+        if op == Op::Broadcast && self.topo.parent(me).is_none() && state.down.is_none() {
+            state.down = Some(DownContent::Blobs(vec![(0, state.own.clone())]));
+        }
+
+        // Downward phase: forward, then finish or join the ring.
+        if state.ring.is_none() {
+            let Some(down) = state.down.take() else {
+                return;
+            };
+            for &child in self.topo.children(me) {
+                out.push(Output::Send {
+                    to: child,
+                    msg: Message::Down {
+                        seq,
+                        content: down.clone(),
+                    },
+                });
+            }
+            match down {
+                DownContent::Blobs(blobs) => {
+                    self.states.remove(&seq);
+                    let outcome = match op {
+                        Op::Barrier => Outcome::Barrier,
+                        Op::Broadcast => Outcome::Broadcast(
+                            blobs.into_iter().next().map(|(_, b)| b).unwrap_or_default(),
+                        ),
+                        _ => Outcome::Allgather(by_node(n, blobs)),
+                    };
+                    out.push(Output::Done {
+                        seq,
+                        result: Ok(outcome),
+                    });
+                    return;
+                }
+                DownContent::Ring => {
+                    let mut ring = vec![None; n];
+                    ring[me] = Some(state.own.clone());
+                    state.ring = Some(ring);
+                    if n > 1 {
+                        let msg = Message::Ring {
+                            seq,
+                            origin: me as u32,
+                            blob: state.own.clone(),
+                        };
+                        out.push(Output::Send {
+                            to: (me + 1) % n,
+                            msg,
+                        });
+                    }
+                }
+            }
+        }
+
+        // Ring phase.
+        let next = (me + 1) % n;
+        let ring = state.ring.as_mut().expect("ring phase");
+        for (origin, blob) in std::mem::take(&mut state.early_ring) {
+            let origin_idx = origin as usize;
+            if origin_idx >= n || ring[origin_idx].is_some() {
+                continue; // duplicate or nonsense: ignore rather than loop
+            }
+            if origin_idx != next {
+                out.push(Output::Send {
+                    to: next,
+                    msg: Message::Ring {
+                        seq,
+                        origin,
+                        blob: blob.clone(),
+                    },
+                });
+            }
+            ring[origin_idx] = Some(blob);
+        }
+        if ring.iter().all(Option::is_some) {
+            let all = ring
+                .iter_mut()
+                .map(|b| b.take().unwrap_or_default())
+                .collect();
+            self.states.remove(&seq);
+            out.push(Output::Done {
+                seq,
+                result: Ok(Outcome::Allgather(all)),
+            });
+        }
+    }
+}
+
+fn by_node(n: usize, blobs: Vec<(u32, Bytes)>) -> Vec<Bytes> {
+    let mut all = vec![Bytes::new(); n];
+    for (node, blob) in blobs {
+        if let Some(slot) = all.get_mut(node as usize) {
+            *slot = blob;
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests;

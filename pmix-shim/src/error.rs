@@ -1,0 +1,129 @@
+//! The crate's one error type; every variant names the node, rank or peer a person must look at.
+
+use std::{fmt, io, net::SocketAddr, time::Duration};
+
+/// Why a job was aborted, as carried by the overlay to every node.
+///
+/// `origin_node` is where the abort started; `rank` is the rank that caused it, when one did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AbortInfo {
+    /// The node whose agent started the abort.
+    pub origin_node: usize,
+    /// The rank that asked for or caused the abort, if any.
+    pub rank: Option<u32>,
+    /// The exit code the job should end with (the rank's own code when it exited).
+    pub code: i32,
+    /// What happened, for a person: names the rank and quotes offending text.
+    pub reason: String,
+}
+
+impl fmt::Display for AbortInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {}", self.origin_node)?;
+        if let Some(rank) = self.rank {
+            write!(f, " rank {rank}")?;
+        }
+        write!(f, " (code {}): {}", self.code, self.reason)
+    }
+}
+
+/// Everything that can go wrong in the overlay, the collectives and the PMI service.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job description handed to the agent is inconsistent.
+    #[error("job {job}: invalid job description: {reason}")]
+    InvalidJob {
+        /// The job id.
+        job: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A listener could not be bound.
+    #[error("node {node}: bind {addr}: {source}")]
+    Bind {
+        /// This node.
+        node: usize,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Connecting to another node's agent failed.
+    #[error("node {node}: connect to node {peer_node} at {addr}: {source}")]
+    Connect {
+        /// This node.
+        node: usize,
+        /// The node we tried to reach.
+        peer_node: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A peer failed the handshake (wrong version, wrong secret, garbage, wrong role).
+    #[error("node {node}: peer {peer}: handshake refused: {reason}")]
+    Handshake {
+        /// This node.
+        node: usize,
+        /// The peer's address or node index.
+        peer: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A named network wait ran out.
+    #[error("node {node}: {what} timed out after {after:?}")]
+    Timeout {
+        /// This node.
+        node: usize,
+        /// Which wait (the name of its configuration field).
+        what: &'static str,
+        /// The configured limit.
+        after: Duration,
+    },
+    /// A collective did not complete in time; names who has not contributed.
+    #[error("node {node}: {op} #{seq} timed out after {after:?}; no contribution from {missing}")]
+    CollectiveTimeout {
+        /// This node.
+        node: usize,
+        /// barrier, broadcast, gather or allgather.
+        op: &'static str,
+        /// The collective's sequence number (every node counts the same).
+        seq: u64,
+        /// The configured limit.
+        after: Duration,
+        /// Node indices that have not contributed, as far as this node can tell.
+        missing_nodes: Vec<usize>,
+        /// The same, rendered with hosts and ranks.
+        missing: String,
+    },
+    /// The job was aborted (by a rank, a failed rank, or another node).
+    #[error("job aborted by {0}")]
+    Aborted(AbortInfo),
+    /// The overlay was shut down while the operation was pending.
+    #[error("node {node}: overlay shut down")]
+    Shutdown {
+        /// This node.
+        node: usize,
+    },
+    /// The rendezvous could not give a peer's address.
+    #[error("node {node}: rendezvous for node {peer_node}: {reason}")]
+    Rendezvous {
+        /// This node.
+        node: usize,
+        /// The node whose address was asked for.
+        peer_node: usize,
+        /// Why it failed.
+        reason: String,
+    },
+    /// Another I/O failure, with what we were doing.
+    #[error("node {node}: {what}: {source}")]
+    Io {
+        /// This node.
+        node: usize,
+        /// What we were doing.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}

@@ -1,0 +1,48 @@
+//! greedy-pmix: the node-side wire-up service of greedy.
+//!
+//! Each node agent of a job (a `greedyd`, or the Slurm plugin inside slurmstepd) embeds this
+//! crate. Given a [`JobSpec`] (hosts, this node's index, the launch model, the ranks on each
+//! node, a per-job secret) it
+//! 1. joins the **overlay** ([`overlay::Overlay`]): every agent computes the same greedy tree from
+//!    the job description, listens on TCP, connects to its parent (whose address a pluggable
+//!    [`rendezvous::Rendezvous`] supplies) and proves knowledge of the job secret
+//!    ([`auth`]) on every connection;
+//! 2. offers **collectives** over it ([`collectives`]): barrier, broadcast, gather, allgather
+//!    (tree for small payloads, ring over direct links for large ones) and job-wide abort;
+//! 3. serves **PMI-1 and PMI-2** to the local ranks ([`server::PmiServer`]) over an inherited
+//!    socketpair (`PMI_FD`) or a loopback port (`PMI_PORT`). A KVS fence is one allgather.
+//!
+//! Wire formats and protocol logic are sans-I/O engines tested without sockets:
+//! [`frame`] (overlay frames), [`auth`], [`collectives::Engine`], [`pmi1`], [`pmi2`],
+//! [`session::Session`].
+//!
+//! ```no_run
+//! # async fn demo(job: greedy_pmix::JobSpec) -> Result<(), greedy_pmix::Error> {
+//! use greedy_pmix::{overlay::{Overlay, OverlayConfig}, rendezvous::Memory, server::{PmiConfig, PmiServer}};
+//! let board = Memory::default(); // in-process rendezvous; launchers supply their own
+//! let overlay = Overlay::start(&job, OverlayConfig::default(), &board).await?;
+//! let pmi = PmiServer::start(&job, overlay.clone(), PmiConfig::default()).await?;
+//! let (child_end, env) = pmi.socketpair_for(job.local_ranks()[0], 3)?; // map child_end to fd 3
+//! # drop((child_end, env)); pmi.shutdown().await; overlay.shutdown().await; Ok(()) }
+//! ```
+//!
+//! **Non-goals**: starting processes (the launcher or slurmstepd forks the ranks and reports
+//! their exits here), ssh, Slurm, PMIx (a later module, through greedy-sys), PMI spawn and
+//! name publishing.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod collectives;
+mod error;
+pub mod frame;
+mod job;
+pub mod overlay;
+pub mod pmi1;
+pub mod pmi2;
+pub mod rendezvous;
+pub mod server;
+pub mod session;
+
+pub use error::{AbortInfo, Error};
+pub use job::{JobSecret, JobSpec};

@@ -1,0 +1,814 @@
+//! The tree overlay between node agents: TCP links, authentication, and the collective engine's I/O.
+//!
+//! Flow of [`Overlay::start`]: compute the greedy tree from the job description (the same on
+//! every node, no messages), bind a listener, publish its address through the
+//! [`Rendezvous`], connect to the parent (found through the rendezvous), accept the children,
+//! then run one allgather of listener addresses (the *join*) so that every node can later open
+//! direct links for the ring. `start` returns once the whole tree is connected.
+//!
+//! Tasks (mini-redis style): one accept loop; one reader and one writer per link; one engine
+//! task owning the [`Engine`] and every link's sender. Readers feed the engine through one
+//! bounded channel; the engine feeds each writer through its own bounded channel. Shutdown is
+//! explicit: [`Overlay::shutdown`] cancels a token, the engine says `Bye` on every link so that
+//! peers take the close as clean, and every task is awaited.
+//!
+//! Every link is authenticated ([`crate::auth`]): a stranger, a peer from another job, or one
+//! speaking another overlay version is refused with a log line and gets nothing but a nonce.
+//! A link that closes without `Bye` while the job runs aborts the job, naming the lost node.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::{
+    net::{
+        TcpListener, TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
+    sync::{Semaphore, mpsc, oneshot, watch},
+};
+use tokio_util::{
+    codec::{FramedRead, FramedWrite},
+    sync::CancellationToken,
+    task::TaskTracker,
+};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::{
+    AbortInfo, Error, JobSpec, auth,
+    collectives::{Engine, Op, Outcome, Output, Topology},
+    frame::{FrameCodec, Link, Message},
+    rendezvous::Rendezvous,
+};
+
+/// Limits and timeouts of the overlay; every network wait is one of these.
+#[derive(Debug, Clone)]
+pub struct OverlayConfig {
+    /// Address the listener binds; port 0 picks a free one. It is also the address published,
+    /// so it must be reachable from the other nodes (not `0.0.0.0`).
+    pub bind: SocketAddr,
+    /// Whole join: rendezvous, connecting to the parent, and the address exchange.
+    pub join_timeout: Duration,
+    /// One TCP connect attempt.
+    pub connect_timeout: Duration,
+    /// Each step of the authentication handshake; a silent stranger is dropped after it.
+    pub handshake_timeout: Duration,
+    /// Every collective after the join. Slurm's `PMIxTimeout` default (300 s) is the model:
+    /// a PMI fence waits for the slowest rank of the job, which may still be starting.
+    pub collective_timeout: Duration,
+    /// Allgathers whose total payload exceeds this many bytes use the ring instead of the tree
+    /// (measured crossover: docs/benchmarks.md).
+    pub ring_threshold: u64,
+    /// Largest frame accepted from a peer; bounds the memory a peer can make us reserve.
+    pub max_frame: usize,
+    /// Connections accepted at once (links plus handshakes in progress).
+    pub max_connections: usize,
+    /// On shutdown, how long to keep draining a link until the peer says bye too.
+    pub shutdown_linger: Duration,
+}
+
+impl Default for OverlayConfig {
+    fn default() -> Self {
+        OverlayConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            join_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            collective_timeout: Duration::from_secs(300),
+            ring_threshold: 256 * 1024,
+            max_frame: 1 << 30,
+            max_connections: 1024,
+            shutdown_linger: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Requests from the handle to the engine task.
+enum Request {
+    Start {
+        op: Op,
+        blob: Bytes,
+        timeout: Option<Duration>,
+        reply: oneshot::Sender<Result<Outcome, Error>>,
+    },
+    Abort(AbortInfo),
+    AddressBook(Vec<SocketAddr>),
+}
+
+/// What links tell the engine.
+enum Event {
+    Frame {
+        from: usize,
+        msg: Message,
+    },
+    Linked {
+        node: usize,
+        id: u64,
+        tx: mpsc::Sender<Message>,
+    },
+    Closed {
+        node: usize,
+        id: u64,
+        clean: bool,
+        reason: String,
+    },
+    DirectFailed {
+        node: usize,
+        reason: String,
+    },
+}
+
+/// Capacity of the engine's inbox: readers wait when the engine lags, which slows the senders.
+const EVENT_CAPACITY: usize = 256;
+/// Capacity of each link's outbox. A ring allgather queues at most n-1 frames per link, and
+/// the engine awaits a full outbox, so this must stay above the largest job's node count to
+/// rule out a cycle of full queues between ring neighbours; 4096 nodes is beyond our clusters.
+const LINK_CAPACITY: usize = 4096;
+/// Capacity of the request channel from handles: collectives are issued one at a time per caller.
+const REQUEST_CAPACITY: usize = 64;
+
+/// A running overlay; cheap to clone, every clone drives the same agent.
+///
+/// Collectives are numbered in the order they reach the overlay: every node must make the same
+/// calls in the same order (as with MPI collectives).
+#[derive(Clone, Debug)]
+pub struct Overlay {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    node_idx: usize,
+    local_addr: SocketAddr,
+    requests: mpsc::Sender<Request>,
+    aborted: watch::Receiver<Option<AbortInfo>>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// What every link task needs.
+#[derive(Clone)]
+struct Shared {
+    job: Arc<JobSpec>,
+    topo: Arc<Topology>,
+    config: OverlayConfig,
+    events: mpsc::Sender<Event>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    next_link_id: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Overlay {
+    /// Joins the overlay of `job` as node `job.node_idx`; returns once every node has joined.
+    pub async fn start<R: Rendezvous>(
+        job: &JobSpec,
+        config: OverlayConfig,
+        rendezvous: &R,
+    ) -> Result<Overlay, Error> {
+        job.validate()?;
+        let me = job.node_idx;
+        let span = info_span!("overlay", job = %job.job_id, node = me);
+        let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
+        let topo = Arc::new(Topology::from_tree(&tree));
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| Error::Bind {
+                node: me,
+                addr: config.bind,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Io {
+            node: me,
+            what: "listener address",
+            source,
+        })?;
+        let join_deadline = tokio::time::Instant::now() + config.join_timeout;
+        let join_timeout = || Error::Timeout {
+            node: me,
+            what: "join_timeout",
+            after: config.join_timeout,
+        };
+        tokio::time::timeout_at(join_deadline, rendezvous.publish(me, local_addr))
+            .await
+            .map_err(|_| join_timeout())?
+            .map_err(|reason| Error::Rendezvous {
+                node: me,
+                peer_node: me,
+                reason,
+            })?;
+
+        let (events_tx, events_rx) = mpsc::channel(EVENT_CAPACITY);
+        let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
+        let (aborted_tx, aborted_rx) = watch::channel(None);
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let shared = Shared {
+            job: Arc::new(job.clone()),
+            topo: topo.clone(),
+            config: config.clone(),
+            events: events_tx,
+            shutdown: shutdown.clone(),
+            tracker: tracker.clone(),
+            next_link_id: Arc::default(),
+        };
+        let engine = Engine::new(
+            job.clone(),
+            (*topo).clone(),
+            config.ring_threshold,
+            config.collective_timeout,
+        );
+        tracker.spawn(
+            run_engine(shared.clone(), engine, requests_rx, events_rx, aborted_tx)
+                .instrument(span.clone()),
+        );
+        tracker.spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
+        let overlay = Overlay {
+            inner: Arc::new(Inner {
+                node_idx: me,
+                local_addr,
+                requests: requests_tx,
+                aborted: aborted_rx,
+                shutdown,
+                tracker,
+            }),
+        };
+        info!(parent: &span, %local_addr, "overlay listening");
+
+        let joined = async {
+            if let Some(parent) = topo.parent(me) {
+                let addr = rendezvous
+                    .lookup(parent)
+                    .await
+                    .map_err(|reason| Error::Rendezvous {
+                        node: me,
+                        peer_node: parent,
+                        reason,
+                    })?;
+                connect(&shared, parent, addr, Link::Child, Some(join_deadline)).await?;
+            }
+            // The join: one allgather of listener addresses, which also proves the tree is whole.
+            let remaining = join_deadline.saturating_duration_since(tokio::time::Instant::now());
+            let outcome = overlay
+                .collective(
+                    Op::Allgather,
+                    Bytes::from(local_addr.to_string()),
+                    Some(remaining),
+                )
+                .await?;
+            let Outcome::Allgather(blobs) = outcome else {
+                unreachable!("allgather yields Allgather")
+            };
+            let book = blobs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    std::str::from_utf8(b)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| Error::Handshake {
+                            node: me,
+                            peer: format!("node {i}"),
+                            reason: format!(
+                                "bad address in join: {:?}",
+                                String::from_utf8_lossy(b)
+                            ),
+                        })
+                })
+                .collect::<Result<Vec<SocketAddr>, Error>>()?;
+            overlay
+                .inner
+                .requests
+                .send(Request::AddressBook(book))
+                .await
+                .map_err(|_| Error::Shutdown { node: me })?;
+            Ok(())
+        };
+        let result =
+            match tokio::time::timeout_at(join_deadline, joined.instrument(span.clone())).await {
+                Ok(r) => r,
+                Err(_) => Err(join_timeout()),
+            };
+        if let Err(e) = result {
+            overlay.shutdown().await;
+            return Err(e);
+        }
+        info!(parent: &span, "overlay joined");
+        Ok(overlay)
+    }
+
+    /// This node's index.
+    pub fn node_idx(&self) -> usize {
+        self.inner.node_idx
+    }
+
+    /// The listener's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    async fn collective(
+        &self,
+        op: Op,
+        blob: Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Outcome, Error> {
+        let node = self.inner.node_idx;
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .requests
+            .send(Request::Start {
+                op,
+                blob,
+                timeout,
+                reply,
+            })
+            .await
+            .map_err(|_| Error::Shutdown { node })?;
+        rx.await.map_err(|_| Error::Shutdown { node })?
+    }
+
+    /// Waits until every node has entered the barrier.
+    pub async fn barrier(&self) -> Result<(), Error> {
+        self.collective(Op::Barrier, Bytes::new(), None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Node 0's `blob` on every node (the argument is ignored on other nodes).
+    pub async fn broadcast(&self, blob: Bytes) -> Result<Bytes, Error> {
+        match self.collective(Op::Broadcast, blob, None).await? {
+            Outcome::Broadcast(b) => Ok(b),
+            other => unreachable!("broadcast yielded {other:?}"),
+        }
+    }
+
+    /// Every node's blob on node 0, by node index; `None` on the other nodes.
+    pub async fn gather(&self, blob: Bytes) -> Result<Option<Vec<Bytes>>, Error> {
+        match self.collective(Op::Gather, blob, None).await? {
+            Outcome::Gather(b) => Ok(b),
+            other => unreachable!("gather yielded {other:?}"),
+        }
+    }
+
+    /// Every node's blob on every node, **indexed by node index**.
+    pub async fn allgather(&self, blob: Bytes) -> Result<Vec<Bytes>, Error> {
+        match self.collective(Op::Allgather, blob, None).await? {
+            Outcome::Allgather(b) => Ok(b),
+            other => unreachable!("allgather yielded {other:?}"),
+        }
+    }
+
+    /// Aborts the job on every node: pending and later collectives fail with [`Error::Aborted`].
+    pub async fn abort(&self, info: AbortInfo) {
+        let _ = self.inner.requests.send(Request::Abort(info)).await;
+    }
+
+    /// Watches for the job's abort (from any node); the embedder kills its ranks when it fires.
+    pub fn aborted(&self) -> watch::Receiver<Option<AbortInfo>> {
+        self.inner.aborted.clone()
+    }
+
+    /// Says `Bye` to every peer, closes every link and waits for every task.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+}
+
+async fn run_engine(
+    shared: Shared,
+    mut engine: Engine,
+    mut requests: mpsc::Receiver<Request>,
+    mut events: mpsc::Receiver<Event>,
+    aborted_tx: watch::Sender<Option<AbortInfo>>,
+) {
+    let me = shared.job.node_idx;
+    let mut links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>> = HashMap::new();
+    let mut waiting: HashMap<u64, oneshot::Sender<Result<Outcome, Error>>> = HashMap::new();
+    let mut book: Vec<SocketAddr> = Vec::new();
+    // Messages for nodes we are still connecting to directly.
+    let mut parked: HashMap<usize, Vec<Message>> = HashMap::new();
+    loop {
+        let mut out = Vec::new();
+        let deadline = engine.next_deadline().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            Some(request) = requests.recv() => match request {
+                Request::Start { op, blob, timeout, reply } => {
+                    let seq = engine.start(op, blob, Instant::now(), timeout, &mut out);
+                    waiting.insert(seq, reply);
+                }
+                Request::Abort(info) => engine.abort(info, &mut out),
+                Request::AddressBook(b) => book = b,
+            },
+            Some(event) = events.recv() => match event {
+                Event::Frame { from, msg } => engine.on_message(from, msg, &mut out),
+                Event::Linked { node, id, tx } => {
+                    for msg in parked.remove(&node).unwrap_or_default() {
+                        let _ = tx.send(msg).await;
+                    }
+                    links.entry(node).or_default().push((id, tx));
+                }
+                Event::Closed { node, id, clean, reason } => {
+                    if let Some(l) = links.get_mut(&node) {
+                        l.retain(|(i, _)| *i != id);
+                    }
+                    if !clean && engine.aborted().is_none() {
+                        let host = shared.job.hosts.get(node).cloned().unwrap_or_default();
+                        let reason = format!("lost overlay link to node {node} ({host}): {reason}");
+                        warn!(peer = node, "{reason}");
+                        engine.abort(AbortInfo { origin_node: me, rank: None, code: 1, reason }, &mut out);
+                    }
+                }
+                Event::DirectFailed { node, reason } => {
+                    parked.remove(&node);
+                    if engine.aborted().is_none() {
+                        engine.abort(AbortInfo { origin_node: me, rank: None, code: 1, reason }, &mut out);
+                    }
+                }
+            },
+            _ = sleep_until_opt(deadline) => engine.on_timeout(Instant::now(), &mut out),
+        }
+        for output in out {
+            match output {
+                Output::Send { to, msg } => {
+                    if let Some((_, tx)) = links.get(&to).and_then(|l| l.first()) {
+                        if tx.send(msg).await.is_err() {
+                            debug!(peer = to, "link writer gone");
+                        }
+                    } else if let Some(&addr) = book.get(to) {
+                        let first = !parked.contains_key(&to);
+                        parked.entry(to).or_default().push(msg);
+                        if first {
+                            let shared = shared.clone();
+                            shared.tracker.clone().spawn(
+                                async move {
+                                    if let Err(e) =
+                                        connect(&shared, to, addr, Link::Direct, None).await
+                                    {
+                                        let _ = shared
+                                            .events
+                                            .send(Event::DirectFailed {
+                                                node: to,
+                                                reason: e.to_string(),
+                                            })
+                                            .await;
+                                    }
+                                }
+                                .in_current_span(),
+                            );
+                        }
+                    } else {
+                        // A tree neighbour whose link is being set up (the link task announces
+                        // itself on the event channel, which may be read after this request).
+                        parked.entry(to).or_default().push(msg);
+                    }
+                }
+                Output::Done { seq, result } => {
+                    if let Some(reply) = waiting.remove(&seq) {
+                        let _ = reply.send(result);
+                    }
+                }
+                Output::Aborted(info) => {
+                    warn!(origin = info.origin_node, "job aborted: {info}");
+                    aborted_tx.send_replace(Some(info));
+                }
+            }
+        }
+    }
+    // Clean shutdown: tell every peer, fail whoever still waits.
+    for (_, tx) in links.values().flatten() {
+        let _ = tx.try_send(Message::Bye);
+    }
+    drop(links);
+    for (_, reply) in waiting {
+        let _ = reply.send(Err(Error::Shutdown { node: me }));
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_loop(shared: Shared, listener: TcpListener) {
+    let limit = Arc::new(Semaphore::new(shared.config.max_connections));
+    loop {
+        let permit = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let accepted = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let shared2 = shared.clone();
+                shared.tracker.spawn(
+                    async move {
+                        if let Err(reason) = serve_link(&shared2, stream, addr).await {
+                            warn!(%addr, "refused overlay connection: {reason}");
+                        }
+                        drop(permit);
+                    }
+                    .in_current_span(),
+                );
+            }
+            Err(e) => {
+                // Out of fds and similar: back off instead of spinning.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+type Reader = FramedRead<OwnedReadHalf, FrameCodec>;
+type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
+
+fn framed(shared: &Shared, stream: TcpStream) -> (Reader, Writer) {
+    let _ = stream.set_nodelay(true);
+    let codec = FrameCodec {
+        max_body: shared.config.max_frame,
+    };
+    let (r, w) = stream.into_split();
+    (FramedRead::new(r, codec), FramedWrite::new(w, codec))
+}
+
+async fn next_frame(
+    shared: &Shared,
+    reader: &mut Reader,
+    expecting: &str,
+) -> Result<Message, String> {
+    match tokio::time::timeout(shared.config.handshake_timeout, reader.next()).await {
+        Err(_) => Err(format!(
+            "no {expecting} within handshake_timeout ({:?})",
+            shared.config.handshake_timeout
+        )),
+        Ok(None) => Err(format!("closed before {expecting}")),
+        Ok(Some(Err(e))) => Err(e.to_string()),
+        Ok(Some(Ok(m))) => Ok(m),
+    }
+}
+
+/// Server side of a link: challenge, check the proof, welcome, then run the link.
+async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
+    let job = &shared.job;
+    let me = job.node_idx;
+    let (mut reader, mut writer) = framed(shared, stream);
+    let server_nonce = auth::nonce();
+    let send = writer.send(Message::Challenge {
+        nonce: server_nonce,
+    });
+    tokio::time::timeout(shared.config.handshake_timeout, send)
+        .await
+        .map_err(|_| "challenge not sent within handshake_timeout".to_string())?
+        .map_err(|e| e.to_string())?;
+    let hello = next_frame(shared, &mut reader, "hello").await?;
+    let Message::Hello {
+        job_id,
+        node_idx,
+        link,
+        nonce,
+        mac,
+    } = hello
+    else {
+        return Err(format!("expected hello, got {}", kind(&hello)));
+    };
+    let peer = node_idx as usize;
+    if job_id != job.job_id {
+        return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
+    }
+    if !auth::verify_client(
+        &job.secret,
+        &job.job_id,
+        node_idx,
+        link,
+        &server_nonce,
+        &nonce,
+        &mac,
+    ) {
+        return Err(format!(
+            "claims node {node_idx} but fails the job-secret proof"
+        ));
+    }
+    if peer >= job.n_nodes()
+        || peer == me
+        || (link == Link::Child && shared.topo.parent(peer) != Some(me))
+    {
+        return Err(format!(
+            "node {node_idx} may not open a {link:?} link to node {me}"
+        ));
+    }
+    let proof = auth::server_proof(&job.secret, &job.job_id, me as u32, &server_nonce, &nonce);
+    writer
+        .send(Message::Welcome {
+            node_idx: me as u32,
+            mac: proof,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    debug!(peer, %addr, ?link, "accepted link");
+    run_link(shared.clone(), peer, reader, writer).await;
+    Ok(())
+}
+
+/// Client side: connect (retrying refusals until `deadline`), prove, check the server's proof.
+async fn connect(
+    shared: &Shared,
+    peer: usize,
+    addr: SocketAddr,
+    link: Link,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(), Error> {
+    let job = &shared.job;
+    let me = job.node_idx;
+    let mut backoff = Duration::from_millis(10);
+    let stream = loop {
+        let attempt =
+            tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)).await;
+        let err = match attempt {
+            Ok(Ok(s)) => break s,
+            Ok(Err(e)) => e,
+            Err(_) => std::io::Error::new(std::io::ErrorKind::TimedOut, "connect_timeout"),
+        };
+        if deadline.is_none_or(|d| tokio::time::Instant::now() + backoff >= d) {
+            return Err(Error::Connect {
+                node: me,
+                peer_node: peer,
+                addr,
+                source: err,
+            });
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    };
+    let refused = |reason: String| Error::Handshake {
+        node: me,
+        peer: format!("node {peer} at {addr}"),
+        reason,
+    };
+    let (mut reader, mut writer) = framed(shared, stream);
+    let challenge = next_frame(shared, &mut reader, "challenge")
+        .await
+        .map_err(refused)?;
+    let Message::Challenge {
+        nonce: server_nonce,
+    } = challenge
+    else {
+        return Err(refused(format!(
+            "expected challenge, got {}",
+            kind(&challenge)
+        )));
+    };
+    let nonce = auth::nonce();
+    let mac = auth::client_proof(
+        &job.secret,
+        &job.job_id,
+        me as u32,
+        link,
+        &server_nonce,
+        &nonce,
+    );
+    let hello = Message::Hello {
+        job_id: job.job_id.clone(),
+        node_idx: me as u32,
+        link,
+        nonce,
+        mac,
+    };
+    writer
+        .send(hello)
+        .await
+        .map_err(|e| refused(e.to_string()))?;
+    let welcome = next_frame(shared, &mut reader, "welcome")
+        .await
+        .map_err(refused)?;
+    let Message::Welcome { node_idx, mac } = welcome else {
+        return Err(refused(format!("expected welcome, got {}", kind(&welcome))));
+    };
+    if node_idx as usize != peer
+        || !auth::verify_server(
+            &job.secret,
+            &job.job_id,
+            node_idx,
+            &server_nonce,
+            &nonce,
+            &mac,
+        )
+    {
+        return Err(refused(format!(
+            "server claiming node {node_idx} fails the job-secret proof"
+        )));
+    }
+    debug!(peer, %addr, ?link, "link up");
+    shared
+        .tracker
+        .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
+    Ok(())
+}
+
+fn kind(msg: &Message) -> &'static str {
+    match msg {
+        Message::Challenge { .. } => "challenge",
+        Message::Hello { .. } => "hello",
+        Message::Welcome { .. } => "welcome",
+        Message::Up { .. } => "up",
+        Message::Down { .. } => "down",
+        Message::Ring { .. } => "ring",
+        Message::Abort(_) => "abort",
+        Message::Bye => "bye",
+    }
+}
+
+/// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
+async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: Writer) {
+    let id = shared
+        .next_link_id
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::channel::<Message>(LINK_CAPACITY);
+    if shared
+        .events
+        .send(Event::Linked { node: peer, id, tx })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let span = info_span!("link", peer);
+    shared.tracker.spawn(
+        async move {
+            while let Some(msg) = rx.recv().await {
+                if let Err(e) = writer.send(msg).await {
+                    debug!("write failed: {e}");
+                    break;
+                }
+            }
+            let _ = writer.close().await;
+        }
+        .instrument(span.clone()),
+    );
+    // After our shutdown starts, keep reading (and discarding) until the peer's bye or close,
+    // for at most `shutdown_linger`: closing a socket with unread data sends a reset, which can
+    // destroy our own bye before the peer reads it and make it abort a finished job.
+    let linger = async {
+        shared.shutdown.cancelled().await;
+        tokio::time::sleep(shared.config.shutdown_linger).await;
+    };
+    tokio::pin!(linger);
+    let (clean, reason) = async {
+        loop {
+            let frame = tokio::select! {
+                _ = &mut linger => return (true, String::new()),
+                f = reader.next() => f,
+            };
+            let stopping = shared.shutdown.is_cancelled();
+            match frame {
+                None if stopping => return (true, String::new()),
+                None => return (false, "connection closed without bye".to_string()),
+                Some(Err(_)) if stopping => return (true, String::new()),
+                Some(Err(e)) => {
+                    warn!("refused frame: {e}");
+                    return (false, e.to_string());
+                }
+                Some(Ok(Message::Bye)) => return (true, String::new()),
+                Some(Ok(_)) if stopping => {}
+                Some(Ok(
+                    msg @ (Message::Up { .. }
+                    | Message::Down { .. }
+                    | Message::Ring { .. }
+                    | Message::Abort(_)),
+                )) => {
+                    // The engine may be gone (shutting down): keep draining.
+                    let _ = shared.events.send(Event::Frame { from: peer, msg }).await;
+                }
+                Some(Ok(other)) => {
+                    return (
+                        false,
+                        format!("unexpected {} on an established link", kind(&other)),
+                    );
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    let _ = shared
+        .events
+        .send(Event::Closed {
+            node: peer,
+            id,
+            clean,
+            reason,
+        })
+        .await;
+}

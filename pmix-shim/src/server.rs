@@ -1,0 +1,541 @@
+//! The PMI-1/PMI-2 server for the ranks of one node: listeners, per-rank handlers, the KVS and its fences.
+//!
+//! Ranks reach the server over an inherited socketpair (`PMI_FD`, made by
+//! [`PmiServer::socketpair_for`]; the launcher maps the child's end into the rank) or by
+//! connecting to a loopback port (`PMI_PORT` + `PMI_ID`, [`PmiServer::port_env`]). Each
+//! connection gets a task that feeds a sans-I/O [`Session`] and carries out its actions.
+//!
+//! A fence (PMI-1 `barrier_in`, PMI-2 `kvs-fence`) completes locally once every local rank has
+//! entered it; the node's puts since the previous fence then go to every node in **one**
+//! overlay allgather, the results are merged into the node's KVS, and every local rank is
+//! released. Gets are answered from that KVS without network traffic. Fences serve every
+//! runtime barrier too (MPICH's finalize barrier is one).
+//!
+//! Failures abort the whole job through the overlay, naming the rank: a protocol violation
+//! (quoting the offending text), `PMI_Abort`, a rank that closes its PMI connection or exits
+//! before `finalize` (the launcher reports exits through [`PmiServer::rank_exited`]).
+//! Only `PMI_*` variables are exported, never `PMIX_*` (MPICH ≥ 4.1 refuses both at once).
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
+    net::TcpListener,
+    sync::{Semaphore, mpsc},
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::{
+    AbortInfo, Error, JobSpec,
+    overlay::Overlay,
+    session::{Action, Node, Session},
+};
+
+/// Settings of the PMI server.
+#[derive(Debug, Clone)]
+pub struct PmiConfig {
+    /// Where to listen for `PMI_PORT` clients; `None` serves socketpairs only.
+    pub port_bind: Option<SocketAddr>,
+    /// How long to wait, after a rank closes its PMI connection before `finalize`, for the
+    /// launcher to report its exit code (so the abort message can name it) before aborting anyway.
+    pub early_close_grace: Duration,
+}
+
+impl Default for PmiConfig {
+    fn default() -> Self {
+        PmiConfig {
+            port_bind: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            early_close_grace: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Tells a rank's handler something happened elsewhere.
+#[derive(Debug, Clone)]
+enum Notice {
+    FenceDone,
+    NodeAttr(String, String),
+}
+
+/// Capacity of each handler's notice queue: at most one fence release is outstanding per rank,
+/// plus node-attribute puts, which MPICH makes a handful of per node.
+const NOTICE_CAPACITY: usize = 64;
+
+#[derive(Debug, Default)]
+struct NodeState {
+    /// Job-wide KVS as of the last fence.
+    kvs: HashMap<String, String>,
+    /// This node's puts since the last fence, in order.
+    pending: Vec<(String, String)>,
+    node_attrs: HashMap<String, String>,
+    claimed: HashSet<u32>,
+    in_fence: HashSet<u32>,
+    finalized: HashSet<u32>,
+    exited: HashMap<u32, i32>,
+    handlers: HashMap<u32, mpsc::Sender<Notice>>,
+    fences: u64,
+}
+
+/// The session's view of the node while the state lock is held.
+struct View<'a> {
+    job: &'a JobSpec,
+    mapping: &'a str,
+    state: &'a mut NodeState,
+    attr_puts: Vec<(String, String)>,
+}
+
+impl Node for View<'_> {
+    fn job_id(&self) -> &str {
+        &self.job.job_id
+    }
+    fn n_ranks(&self) -> u32 {
+        self.job.n_ranks()
+    }
+    fn get(&self, key: &str) -> Option<String> {
+        if key == "PMI_process_mapping" {
+            return Some(self.mapping.to_owned());
+        }
+        self.state.kvs.get(key).cloned().or_else(|| {
+            self.state
+                .pending
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        })
+    }
+    fn job_attr(&self, key: &str) -> Option<String> {
+        match key {
+            "PMI_process_mapping" => Some(self.mapping.to_owned()),
+            "universeSize" => Some(self.job.n_ranks().to_string()),
+            _ => None,
+        }
+    }
+    fn node_attr(&self, key: &str) -> Option<String> {
+        self.state.node_attrs.get(key).cloned()
+    }
+    fn put(&mut self, _rank: u32, key: String, value: String) {
+        self.state.pending.push((key, value));
+    }
+    fn put_node_attr(&mut self, key: String, value: String) {
+        self.state.node_attrs.insert(key.clone(), value.clone());
+        self.attr_puts.push((key, value));
+    }
+    fn claim(&mut self, rank: u32) -> bool {
+        self.job.local_ranks().contains(&rank) && self.state.claimed.insert(rank)
+    }
+}
+
+/// A running PMI server for one node's ranks; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PmiServer {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    job: Arc<JobSpec>,
+    mapping: String,
+    overlay: Overlay,
+    config: PmiConfig,
+    state: Mutex<NodeState>,
+    port_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl PmiServer {
+    /// Starts serving `job`'s local ranks, with fences over `overlay`.
+    pub async fn start(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: PmiConfig,
+    ) -> Result<PmiServer, Error> {
+        job.validate()?;
+        let me = job.node_idx;
+        let listener = match config.port_bind {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| Error::Bind {
+                        node: me,
+                        addr,
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        let port_addr = match &listener {
+            Some(l) => Some(l.local_addr().map_err(|source| Error::Io {
+                node: me,
+                what: "PMI port address",
+                source,
+            })?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            job: Arc::new(job.clone()),
+            mapping: job.process_mapping(),
+            overlay,
+            config,
+            state: Mutex::new(NodeState::default()),
+            port_addr,
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        });
+        let span = info_span!("pmi", job = %job.job_id, node = me);
+        if let Some(listener) = listener {
+            shared
+                .tracker
+                .spawn(port_loop(shared.clone(), listener).instrument(span.clone()));
+        }
+        shared
+            .tracker
+            .spawn(abort_watch(shared.clone()).instrument(span));
+        Ok(PmiServer { inner: shared })
+    }
+
+    /// A socketpair for `rank`: returns the child's end, to be mapped to fd `child_fd` in the
+    /// rank, and the environment to give it (`PMI_FD`, `PMI_RANK`, `PMI_SIZE`, …).
+    pub fn socketpair_for(
+        &self,
+        rank: u32,
+        child_fd: i32,
+    ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
+        let me = self.inner.job.node_idx;
+        let io = |what, source| Error::Io {
+            node: me,
+            what,
+            source,
+        };
+        if !self.inner.lock().claimed.insert(rank) || !self.inner.job.local_ranks().contains(&rank)
+        {
+            return Err(Error::InvalidJob {
+                job: self.inner.job.job_id.clone(),
+                reason: format!("rank {rank} is not a free local rank of node {me}"),
+            });
+        }
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| io("socketpair", e))?;
+        ours.set_nonblocking(true)
+            .map_err(|e| io("socketpair", e))?;
+        let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| io("socketpair", e))?;
+        let shared = self.inner.clone();
+        let span = info_span!("pmi", job = %self.inner.job.job_id, node = me, rank);
+        self.inner
+            .tracker
+            .spawn(serve_rank(shared, ours, Some(rank)).instrument(span));
+        let mut env = self.common_env(rank);
+        env.push(("PMI_FD".into(), child_fd.to_string()));
+        Ok((theirs, env))
+    }
+
+    /// The environment for a rank that connects to the `PMI_PORT` listener instead.
+    pub fn port_env(&self, rank: u32) -> Option<Vec<(String, String)>> {
+        let addr = self.inner.port_addr?;
+        let mut env = self.common_env(rank);
+        env.push(("PMI_PORT".into(), addr.to_string()));
+        env.push(("PMI_ID".into(), rank.to_string()));
+        Some(env)
+    }
+
+    fn common_env(&self, rank: u32) -> Vec<(String, String)> {
+        let job = &self.inner.job;
+        let local = job.local_ranks();
+        let local_id = local.iter().position(|&r| r == rank).unwrap_or(0);
+        vec![
+            ("PMI_RANK".into(), rank.to_string()),
+            ("PMI_SIZE".into(), job.n_ranks().to_string()),
+            ("PMI_JOBID".into(), job.job_id.clone()),
+            ("MPI_LOCALNRANKS".into(), local.len().to_string()),
+            ("MPI_LOCALRANKID".into(), local_id.to_string()),
+        ]
+    }
+
+    /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
+    ///
+    /// An exit before `finalize` aborts the job, naming the rank and the code.
+    pub async fn rank_exited(&self, rank: u32, code: i32) {
+        let before_finalize = {
+            let mut st = self.inner.lock();
+            st.exited.insert(rank, code);
+            !st.finalized.contains(&rank)
+        };
+        if before_finalize {
+            let reason = format!("rank {rank} exited with code {code} before PMI finalize");
+            self.inner.abort(Some(rank), code, reason).await;
+        }
+    }
+
+    /// Number of fences completed on this node.
+    pub fn fences(&self) -> u64 {
+        self.inner.lock().fences
+    }
+
+    /// Stops every listener and handler and waits for them.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, NodeState> {
+        // A panic while holding the lock cannot leave NodeState half-updated in a way that
+        // matters more than stopping the job would, so take the data anyway.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn abort(&self, rank: Option<u32>, code: i32, reason: String) {
+        warn!(?rank, code, "aborting job: {reason}");
+        self.overlay
+            .abort(AbortInfo {
+                origin_node: self.job.node_idx,
+                rank,
+                code,
+                reason,
+            })
+            .await;
+    }
+
+    /// A rank entered a fence; the last local rank to enter starts the allgather.
+    fn enter_fence(self: &Arc<Self>, rank: u32) {
+        let puts = {
+            let mut st = self.lock();
+            st.in_fence.insert(rank);
+            if st.in_fence.len() < self.job.local_ranks().len() {
+                return;
+            }
+            st.in_fence.clear();
+            std::mem::take(&mut st.pending)
+        };
+        let shared = self.clone();
+        self.tracker.spawn(
+            async move {
+                let blob = match postcard::to_stdvec(&puts) {
+                    Ok(b) => Bytes::from(b),
+                    Err(e) => {
+                        shared
+                            .abort(None, 1, format!("cannot encode this node's puts: {e}"))
+                            .await;
+                        return;
+                    }
+                };
+                let blobs = match shared.overlay.allgather(blob).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // Timeouts and aborts have already aborted the job; the abort watcher closes the ranks.
+                        warn!("fence failed: {e}");
+                        return;
+                    }
+                };
+                let mut decoded = Vec::with_capacity(blobs.len());
+                for (node, blob) in blobs.iter().enumerate() {
+                    match postcard::from_bytes::<Vec<(String, String)>>(blob) {
+                        Ok(kv) => decoded.push(kv),
+                        Err(e) => {
+                            let reason =
+                                format!("fence: undecodable key/values from node {node}: {e}");
+                            shared
+                                .overlay
+                                .abort(AbortInfo {
+                                    origin_node: shared.job.node_idx,
+                                    rank: None,
+                                    code: 1,
+                                    reason,
+                                })
+                                .await;
+                            return;
+                        }
+                    }
+                }
+                let handlers: Vec<mpsc::Sender<Notice>> = {
+                    let mut st = shared.lock();
+                    for (k, v) in decoded.into_iter().flatten() {
+                        st.kvs.insert(k, v);
+                    }
+                    st.fences += 1;
+                    st.handlers.values().cloned().collect()
+                };
+                debug!("fence complete");
+                for h in handlers {
+                    let _ = h.send(Notice::FenceDone).await;
+                }
+            }
+            .in_current_span(),
+        );
+    }
+}
+
+async fn abort_watch(shared: Arc<Shared>) {
+    let mut aborted = shared.overlay.aborted();
+    tokio::select! {
+        _ = shared.shutdown.cancelled() => {}
+        r = aborted.wait_for(Option::is_some) => {
+            if r.is_ok() {
+                // Release every rank: their handlers close the connections, so blocked clients fail.
+                shared.shutdown.cancel();
+            }
+        }
+    }
+}
+
+async fn port_loop(shared: Arc<Shared>, listener: TcpListener) {
+    // A node's ranks connect once each; a few extra for retries and strays.
+    let limit = Arc::new(Semaphore::new(shared.job.local_ranks().len() + 8));
+    loop {
+        let permit = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let accepted = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let s = shared.clone();
+                shared.tracker.spawn(
+                    async move {
+                        debug!(%peer, "PMI_PORT client");
+                        serve_rank(s, stream, None).await;
+                        drop(permit);
+                    }
+                    .instrument(info_span!("conn", rank = tracing::field::Empty)),
+                );
+            }
+            Err(e) => {
+                warn!("PMI port accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Serves one rank's connection until it finalizes and closes, fails, or the server stops.
+async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    mut stream: S,
+    rank: Option<u32>,
+) {
+    let mut session = Session::new(rank);
+    let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
+    if let Some(r) = rank {
+        shared.lock().handlers.insert(r, tx.clone());
+    }
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut closed_early = false;
+    'conn: loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            Some(notice) = notices.recv() => {
+                let reply = match notice {
+                    Notice::FenceDone => session.fence_done(),
+                    Notice::NodeAttr(k, v) => session.node_attr_ready(&k, &v),
+                };
+                if !reply.is_empty() && stream.write_all(&reply).await.is_err() {
+                    closed_early = !session.finalized();
+                    break;
+                }
+            }
+            read = stream.read_buf(&mut buf) => {
+                match read {
+                    Ok(0) | Err(_) => {
+                        closed_early = !session.finalized();
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+                loop {
+                    let (polled, attr_puts, newly_known) = {
+                        let mut st = shared.lock();
+                        let known_before = session.rank().is_some();
+                        let mut view = View { job: &shared.job, mapping: &shared.mapping, state: &mut st, attr_puts: Vec::new() };
+                        let polled = session.poll(&mut buf, &mut view);
+                        let attr_puts = std::mem::take(&mut view.attr_puts);
+                        let newly_known = !known_before && session.rank().is_some();
+                        if newly_known && let Some(r) = session.rank() {
+                            st.handlers.insert(r, tx.clone());
+                        }
+                        (polled, attr_puts, newly_known)
+                    };
+                    if newly_known {
+                        tracing::Span::current().record("rank", session.rank());
+                    }
+                    for (k, v) in attr_puts {
+                        let handlers: Vec<_> = shared.lock().handlers.values().cloned().collect();
+                        for h in handlers {
+                            let _ = h.send(Notice::NodeAttr(k.clone(), v.clone())).await;
+                        }
+                    }
+                    let actions = match polled {
+                        Ok(None) => break,
+                        Ok(Some(actions)) => actions,
+                        Err(e) => {
+                            let who = session.rank().map_or_else(|| "unidentified PMI client".to_string(), |r| format!("rank {r}"));
+                            let reason = format!("node {} {who}: {e}", shared.job.node_idx);
+                            shared.abort(session.rank(), 1, reason).await;
+                            break 'conn;
+                        }
+                    };
+                    for action in actions {
+                        match action {
+                            Action::Send(bytes) => {
+                                if stream.write_all(&bytes).await.is_err() {
+                                    closed_early = !session.finalized();
+                                    break 'conn;
+                                }
+                            }
+                            Action::Fence => {
+                                if let Some(r) = session.rank() {
+                                    shared.enter_fence(r);
+                                }
+                            }
+                            Action::WaitNodeAttr(_) => {}
+                            Action::Finalized => {
+                                if let Some(r) = session.rank() {
+                                    shared.lock().finalized.insert(r);
+                                }
+                            }
+                            Action::Abort { code, msg } => {
+                                let r = session.rank();
+                                let who = r.map_or_else(|| "unidentified PMI client".to_string(), |r| format!("rank {r}"));
+                                shared.abort(r, code, format!("{who} called abort (code {code}): {msg:?}")).await;
+                                break 'conn;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(r) = session.rank() {
+        shared.lock().handlers.remove(&r);
+    }
+    if closed_early && let Some(r) = session.rank() {
+        // Give the launcher a moment to report the exit code, which makes the better message.
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(shared.config.early_close_grace) => {}
+        }
+        let exited = shared.lock().exited.contains_key(&r);
+        if !exited {
+            shared
+                .abort(
+                    Some(r),
+                    1,
+                    format!("rank {r} closed its PMI connection before finalize"),
+                )
+                .await;
+        }
+    }
+}

@@ -1,0 +1,736 @@
+//! The sans-I/O engine for one rank's PMI connection: bytes in, replies and node effects out.
+//!
+//! A connection starts in PMI-1 line mode; `cmd=init pmi_version=2` switches it to PMI-2
+//! frames, as Slurm's and hydra's servers do. The engine keeps no sockets: the server
+//! ([`crate::server`]) feeds it bytes, gives it the node's key/value view through [`Node`],
+//! and carries out the [`Action`]s it returns (send bytes, enter a fence, wait for a node
+//! attribute, abort the job). Fence and wait replies are produced later by [`Session::fence_done`]
+//! and [`Session::node_attr_ready`].
+
+use bytes::{Buf, BytesMut};
+
+use crate::{pmi1, pmi2};
+
+/// What a session needs from its node: the job's facts and the key/value stores.
+pub trait Node {
+    /// Job id: the PMI-1 kvsname and PMI-2 jobid.
+    fn job_id(&self) -> &str;
+    /// Number of ranks in the job.
+    fn n_ranks(&self) -> u32;
+    /// A key from the job-wide KVS (what the last fence delivered, plus this node's own puts).
+    fn get(&self, key: &str) -> Option<String>;
+    /// A PMI-2 job attribute (`PMI_process_mapping`, `universeSize`, …).
+    fn job_attr(&self, key: &str) -> Option<String>;
+    /// A node attribute (PMI-2 `info-putnodeattr`, shared by the ranks of this node only).
+    fn node_attr(&self, key: &str) -> Option<String>;
+    /// Records a put; it reaches other nodes at the next fence.
+    fn put(&mut self, rank: u32, key: String, value: String);
+    /// Stores a node attribute.
+    fn put_node_attr(&mut self, key: String, value: String);
+    /// A `PMI_PORT` client says it is `rank`: true if that is a local rank not yet connected.
+    fn claim(&mut self, rank: u32) -> bool;
+}
+
+/// What the server must do after feeding the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send these bytes to the rank.
+    Send(Vec<u8>),
+    /// The rank entered a fence (PMI-1 `barrier_in`, PMI-2 `kvs-fence`): reply with
+    /// [`Session::fence_done`] once every rank of the job is in it.
+    Fence,
+    /// The rank waits for a node attribute: reply with [`Session::node_attr_ready`] once it is put.
+    WaitNodeAttr(String),
+    /// The rank finalized; a close after this is normal.
+    Finalized,
+    /// The rank asked to abort the job.
+    Abort {
+        /// Exit code it gave.
+        code: i32,
+        /// Its message, if any.
+        msg: String,
+    },
+}
+
+/// A protocol violation: the job must be aborted, naming the rank and this text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError {
+    /// `pmi1` or `pmi2`.
+    pub proto: &'static str,
+    /// 1-based message number on this connection.
+    pub line: u64,
+    /// What is wrong, quoting (a prefix of) the offending text.
+    pub reason: String,
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} line {}: {}", self.proto, self.line, self.reason)
+    }
+}
+
+/// Quotes at most 80 characters of offending input for an error message.
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]);
+    let more = if bytes.len() > 80 { "…" } else { "" };
+    format!("{text:?}{more}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    Pmi1,
+    Pmi2,
+}
+
+/// Deferred reply for a rank blocked in a fence or a node-attribute wait.
+#[derive(Debug, Clone)]
+enum Pending {
+    Pmi1Barrier,
+    Pmi2Fence(pmi2::Command),
+    NodeAttr(pmi2::Command),
+}
+
+/// One rank's connection state.
+#[derive(Debug)]
+pub struct Session {
+    rank: Option<u32>,
+    proto: Proto,
+    line: u64,
+    pending: Option<Pending>,
+    finalized: bool,
+    /// PMI-2 only: `fullinit` seen.
+    fullinit: bool,
+}
+
+impl Session {
+    /// A session for a rank known from its inherited `PMI_FD`, or `None` for a `PMI_PORT`
+    /// client that will say who it is with `initack`.
+    pub fn new(rank: Option<u32>) -> Self {
+        Session {
+            rank,
+            proto: Proto::Pmi1,
+            line: 0,
+            pending: None,
+            finalized: false,
+            fullinit: false,
+        }
+    }
+
+    /// The rank, once known.
+    pub fn rank(&self) -> Option<u32> {
+        self.rank
+    }
+
+    /// True after the rank sent `finalize`.
+    pub fn finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// Consumes one whole message from the front of `buf`, if there is one.
+    ///
+    /// `Ok(None)`: more bytes are needed. A message arriving while the rank is blocked in a
+    /// fence is a protocol error (the clients are synchronous).
+    pub fn poll(
+        &mut self,
+        buf: &mut BytesMut,
+        node: &mut dyn Node,
+    ) -> Result<Option<Vec<Action>>, ProtocolError> {
+        match self.proto {
+            Proto::Pmi1 => {
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    if buf.len() > pmi1::MAX_LINE {
+                        self.line += 1;
+                        return Err(self.error(
+                            "pmi1",
+                            format!(
+                                "no newline within {} bytes: {}",
+                                pmi1::MAX_LINE,
+                                excerpt(buf)
+                            ),
+                        ));
+                    }
+                    return Ok(None);
+                };
+                let line = buf.split_to(end + 1);
+                self.line += 1;
+                let request = pmi1::parse(&line)
+                    .map_err(|e| self.error("pmi1", format!("{e}: {}", excerpt(&line))))?;
+                self.check_not_blocked("pmi1", &line)?;
+                Ok(Some(self.pmi1(request, node, &line)?))
+            }
+            Proto::Pmi2 => {
+                let decoded = pmi2::decode(buf);
+                let (command, used) = match decoded {
+                    Ok(Some(x)) => x,
+                    Ok(None) => return Ok(None),
+                    Err(e) => {
+                        self.line += 1;
+                        return Err(self.error("pmi2", format!("{e}: {}", excerpt(buf))));
+                    }
+                };
+                let raw = buf[..used].to_vec();
+                buf.advance(used);
+                self.line += 1;
+                self.check_not_blocked("pmi2", &raw)?;
+                Ok(Some(self.pmi2(command, node, &raw)?))
+            }
+        }
+    }
+
+    fn error(&self, proto: &'static str, reason: String) -> ProtocolError {
+        ProtocolError {
+            proto,
+            line: self.line,
+            reason,
+        }
+    }
+
+    fn check_not_blocked(&self, proto: &'static str, raw: &[u8]) -> Result<(), ProtocolError> {
+        if self.pending.is_some() {
+            return Err(self.error(
+                proto,
+                format!("message while blocked in a fence or wait: {}", excerpt(raw)),
+            ));
+        }
+        Ok(())
+    }
+
+    fn require_rank(&self, proto: &'static str, raw: &[u8]) -> Result<u32, ProtocolError> {
+        self.rank
+            .ok_or_else(|| self.error(proto, format!("command before initack: {}", excerpt(raw))))
+    }
+
+    fn pmi1(
+        &mut self,
+        request: pmi1::Request,
+        node: &mut dyn Node,
+        raw: &[u8],
+    ) -> Result<Vec<Action>, ProtocolError> {
+        use pmi1::{Reply, Request};
+        let send = |r: Reply| vec![Action::Send(r.encode().into_bytes())];
+        if !matches!(request, Request::InitAck { .. }) {
+            self.require_rank("pmi1", raw)?;
+        }
+        Ok(match request {
+            Request::InitAck { pmiid } => {
+                if self.rank.is_some() || !node.claim(pmiid) {
+                    return Err(self.error(
+                        "pmi1",
+                        format!("pmiid {pmiid} is not a free local rank: {}", excerpt(raw)),
+                    ));
+                }
+                self.rank = Some(pmiid);
+                let mut out = Reply::InitAck.encode();
+                out += &Reply::Set {
+                    key: "size",
+                    value: i64::from(node.n_ranks()),
+                }
+                .encode();
+                out += &Reply::Set {
+                    key: "rank",
+                    value: i64::from(pmiid),
+                }
+                .encode();
+                out += &Reply::Set {
+                    key: "debug",
+                    value: 0,
+                }
+                .encode();
+                vec![Action::Send(out.into_bytes())]
+            }
+            Request::Init { version: 1, .. } => send(Reply::ResponseToInit {
+                version: 1,
+                subversion: 1,
+                rc: 0,
+            }),
+            Request::Init { version: 2, .. } => {
+                self.proto = Proto::Pmi2;
+                send(Reply::ResponseToInit {
+                    version: 2,
+                    subversion: 0,
+                    rc: 0,
+                })
+            }
+            Request::Init {
+                version,
+                subversion,
+            } => send(Reply::ResponseToInit {
+                version,
+                subversion,
+                rc: -1,
+            }),
+            Request::GetMaxes => send(Reply::Maxes),
+            // Hydra answers 0 and MPICH only uses it for MPI_APPNUM; Slurm's -1 would be wrong for us.
+            Request::GetAppnum => send(Reply::Appnum(0)),
+            Request::GetUniverseSize => send(Reply::UniverseSize(node.n_ranks())),
+            Request::GetMyKvsname => send(Reply::MyKvsname(node.job_id().to_owned())),
+            Request::Put {
+                kvsname,
+                key,
+                value,
+            } => {
+                if kvsname != node.job_id() {
+                    send(Reply::PutResult(Some("unknown_kvsname")))
+                } else {
+                    node.put(self.rank.unwrap_or_default(), key, value);
+                    send(Reply::PutResult(None))
+                }
+            }
+            Request::Get { kvsname, key } => {
+                let value = if kvsname == node.job_id() {
+                    node.get(&key)
+                } else {
+                    None
+                };
+                send(Reply::GetResult(value))
+            }
+            Request::BarrierIn => {
+                self.pending = Some(Pending::Pmi1Barrier);
+                vec![Action::Fence]
+            }
+            Request::Finalize => {
+                self.finalized = true;
+                // Finalized first: the rank may exit the moment it reads the ack.
+                let mut out = vec![Action::Finalized];
+                out.extend(send(Reply::FinalizeAck));
+                out
+            }
+            Request::Abort { exitcode } => vec![Action::Abort {
+                code: exitcode,
+                msg: "PMI_Abort".into(),
+            }],
+            Request::Unsupported { cmd } => send(Reply::Unsupported(cmd)),
+        })
+    }
+
+    fn pmi2(
+        &mut self,
+        c: pmi2::Command,
+        node: &mut dyn Node,
+        raw: &[u8],
+    ) -> Result<Vec<Action>, ProtocolError> {
+        use pmi2::Reply;
+        let bad = |s: &Self, e: pmi2::ParseError| s.error("pmi2", format!("{e}: {}", excerpt(raw)));
+        let send = |r: Reply| vec![Action::Send(r.encode())];
+        let found = |value: Option<String>, name: &str, c: &pmi2::Command| {
+            let r = Reply::new(name, 0, Some(c));
+            match value {
+                Some(v) => r.field("found", "TRUE").field("value", &v),
+                None => r.field("found", "FALSE"),
+            }
+        };
+        Ok(match c.cmd.as_str() {
+            "fullinit" => {
+                let text = c.require("pmirank").map_err(|e| bad(self, e))?;
+                let rank: u32 = text.parse().map_err(|_| {
+                    self.error(
+                        "pmi2",
+                        format!("pmirank={text:?} is not a rank: {}", excerpt(raw)),
+                    )
+                })?;
+                match self.rank {
+                    Some(known) if known != rank => {
+                        return Err(self.error(
+                            "pmi2",
+                            format!("pmirank={rank} but this connection is rank {known}"),
+                        ));
+                    }
+                    Some(_) => {}
+                    None if node.claim(rank) => self.rank = Some(rank),
+                    None => {
+                        return Err(
+                            self.error("pmi2", format!("pmirank={rank} is not a free local rank"))
+                        );
+                    }
+                }
+                self.fullinit = true;
+                send(
+                    Reply::new("fullinit-response", 0, Some(&c))
+                        .field("pmi-version", "2")
+                        .field("pmi-subversion", "0")
+                        .field("rank", &rank.to_string())
+                        .field("size", &node.n_ranks().to_string())
+                        .field("appnum", "0")
+                        .field("debugged", "FALSE")
+                        .field("pmiverbose", "FALSE"),
+                )
+            }
+            _ if !self.fullinit => {
+                return Err(
+                    self.error("pmi2", format!("command before fullinit: {}", excerpt(raw)))
+                );
+            }
+            "job-getid" => {
+                send(Reply::new("job-getid-response", 0, Some(&c)).field("jobid", node.job_id()))
+            }
+            "info-getjobattr" => {
+                let key = c.require("key").map_err(|e| bad(self, e))?;
+                send(found(node.job_attr(key), "info-getjobattr-response", &c))
+            }
+            "kvs-put" => {
+                let key = c.require("key").map_err(|e| bad(self, e))?.to_owned();
+                let value = c.require("value").map_err(|e| bad(self, e))?.to_owned();
+                node.put(self.rank.unwrap_or_default(), key, value);
+                send(Reply::new("kvs-put-response", 0, Some(&c)))
+            }
+            "kvs-get" => {
+                let key = c.require("key").map_err(|e| bad(self, e))?;
+                send(found(node.get(key), "kvs-get-response", &c))
+            }
+            "kvs-fence" => {
+                self.pending = Some(Pending::Pmi2Fence(c));
+                vec![Action::Fence]
+            }
+            "info-putnodeattr" => {
+                let key = c.require("key").map_err(|e| bad(self, e))?.to_owned();
+                let value = c.require("value").map_err(|e| bad(self, e))?.to_owned();
+                node.put_node_attr(key, value);
+                send(Reply::new("info-putnodeattr-response", 0, Some(&c)))
+            }
+            "info-getnodeattr" => {
+                let key = c.require("key").map_err(|e| bad(self, e))?.to_owned();
+                let value = node.node_attr(&key);
+                if value.is_none() && c.get("wait") == Some("TRUE") {
+                    self.pending = Some(Pending::NodeAttr(c));
+                    vec![Action::WaitNodeAttr(key)]
+                } else {
+                    send(found(value, "info-getnodeattr-response", &c))
+                }
+            }
+            "finalize" => {
+                self.finalized = true;
+                vec![
+                    Action::Finalized,
+                    Action::Send(Reply::new("finalize-response", 0, Some(&c)).encode()),
+                ]
+            }
+            "abort" => {
+                let msg = c
+                    .get("msg")
+                    .unwrap_or("PMI2_Abort")
+                    .chars()
+                    .take(1024)
+                    .collect();
+                vec![Action::Abort { code: 1, msg }]
+            }
+            other => {
+                let name = format!("{other}-response");
+                send(Reply::new(&name, -1, Some(&c)).field("errmsg", "unsupported command"))
+            }
+        })
+    }
+
+    /// The reply that releases a rank from its fence; empty if it was not in one.
+    pub fn fence_done(&mut self) -> Vec<u8> {
+        match self.pending.take() {
+            Some(Pending::Pmi1Barrier) => pmi1::Reply::BarrierOut.encode().into_bytes(),
+            Some(Pending::Pmi2Fence(c)) => {
+                pmi2::Reply::new("kvs-fence-response", 0, Some(&c)).encode()
+            }
+            other => {
+                self.pending = other;
+                Vec::new()
+            }
+        }
+    }
+
+    /// True while the rank waits in a fence.
+    pub fn in_fence(&self) -> bool {
+        matches!(
+            self.pending,
+            Some(Pending::Pmi1Barrier | Pending::Pmi2Fence(_))
+        )
+    }
+
+    /// The reply to a waiting `info-getnodeattr` once `key` was put; empty if not waiting for it.
+    pub fn node_attr_ready(&mut self, key: &str, value: &str) -> Vec<u8> {
+        match self.pending.take() {
+            Some(Pending::NodeAttr(c)) if c.get("key") == Some(key) => {
+                pmi2::Reply::new("info-getnodeattr-response", 0, Some(&c))
+                    .field("found", "TRUE")
+                    .field("value", value)
+                    .encode()
+            }
+            other => {
+                self.pending = other;
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct FakeNode {
+        kvs: HashMap<String, String>,
+        attrs: HashMap<String, String>,
+        puts: Vec<(u32, String, String)>,
+        claimed: Vec<u32>,
+    }
+
+    impl Node for FakeNode {
+        fn job_id(&self) -> &str {
+            "j7"
+        }
+        fn n_ranks(&self) -> u32 {
+            8
+        }
+        fn get(&self, key: &str) -> Option<String> {
+            self.kvs.get(key).cloned()
+        }
+        fn job_attr(&self, key: &str) -> Option<String> {
+            (key == "PMI_process_mapping").then(|| "(vector,(0,2,4))".into())
+        }
+        fn node_attr(&self, key: &str) -> Option<String> {
+            self.attrs.get(key).cloned()
+        }
+        fn put(&mut self, rank: u32, key: String, value: String) {
+            self.puts.push((rank, key, value));
+        }
+        fn put_node_attr(&mut self, key: String, value: String) {
+            self.attrs.insert(key, value);
+        }
+        fn claim(&mut self, rank: u32) -> bool {
+            if rank < 4 && !self.claimed.contains(&rank) {
+                self.claimed.push(rank);
+                true
+            } else {
+                false
+            }
+        }
+    }
+
+    /// Feeds `input` (PMI-2 bodies written as `>body` lines get framed) and renders every action.
+    fn run(rank: Option<u32>, input: &[&str]) -> String {
+        let mut node = FakeNode::default();
+        node.kvs.insert("k1".into(), "v1".into());
+        let mut s = Session::new(rank);
+        let mut out = String::new();
+        for msg in input {
+            let mut buf = BytesMut::new();
+            if let Some(body) = msg.strip_prefix('>') {
+                buf.extend_from_slice(format!("{:<6}{body}", body.len()).as_bytes());
+            } else {
+                buf.extend_from_slice(msg.as_bytes());
+            }
+            loop {
+                match s.poll(&mut buf, &mut node) {
+                    Ok(None) => break,
+                    Ok(Some(actions)) => {
+                        for a in actions {
+                            match a {
+                                Action::Send(b) => out += &String::from_utf8_lossy(&b),
+                                Action::Fence => {
+                                    out += &format!(
+                                        "<fence>{}",
+                                        String::from_utf8_lossy(&s.fence_done())
+                                    )
+                                }
+                                other => out += &format!("<{other:?}>"),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        out += &format!("<error {e}>");
+                        return out;
+                    }
+                }
+            }
+        }
+        for (rank, k, v) in node.puts {
+            out += &format!("<put {rank} {k}={v}>");
+        }
+        out
+    }
+
+    fn check(rank: Option<u32>, input: &[&str], expect: &str) {
+        assert_eq!(run(rank, input), expect);
+    }
+
+    #[test]
+    fn pmi1_startup_as_mpich_4_0_does_it() {
+        check(
+            Some(2),
+            &[
+                "cmd=init pmi_version=1 pmi_subversion=1\n",
+                "cmd=get_maxes\ncmd=get_appnum\n",
+                "cmd=get_my_kvsname\n",
+                "cmd=get kvsname=j7 key=k1\n",
+                "cmd=put kvsname=j7 key=a value=b\n",
+                "cmd=barrier_in\n",
+                "cmd=get kvsname=j7 key=missing\n",
+                "cmd=finalize\n",
+            ],
+            "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n\
+             cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n\
+             cmd=appnum rc=0 appnum=0\n\
+             cmd=my_kvsname rc=0 kvsname=j7\n\
+             cmd=get_result rc=0 msg=success value=v1\n\
+             cmd=put_result rc=0 msg=success\n\
+             <fence>cmd=barrier_out rc=0\n\
+             cmd=get_result rc=-1 msg=key_not_found\n\
+             <Finalized>cmd=finalize_ack rc=0\n<put 2 a=b>",
+        );
+    }
+
+    #[test]
+    fn pmi1_port_mode_handshake() {
+        check(
+            None,
+            &["cmd=initack pmiid=3\n", "cmd=get_universe_size\n"],
+            "cmd=initack rc=0\ncmd=set size=8\ncmd=set rank=3\ncmd=set debug=0\ncmd=universe_size rc=0 size=8\n",
+        );
+        check(
+            None,
+            &["cmd=initack pmiid=9\n"],
+            r#"<error pmi1 line 1: pmiid 9 is not a free local rank: "cmd=initack pmiid=9\n">"#,
+        );
+        check(
+            None,
+            &["cmd=get_maxes\n"],
+            r#"<error pmi1 line 1: command before initack: "cmd=get_maxes\n">"#,
+        );
+    }
+
+    #[test]
+    fn pmi1_bad_input() {
+        check(
+            Some(0),
+            &["cmd=init pmi_version=1 pmi_subversion=1\n", "garbage\n"],
+            "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n<error pmi1 line 2: token \"garbage\" has no '=': \"garbage\\n\">",
+        );
+        check(
+            Some(0),
+            &["cmd=frobnicate\n"],
+            "cmd=frobnicate_result rc=-1 msg=unsupported_command\n",
+        );
+        check(
+            Some(0),
+            &["cmd=put kvsname=other key=a value=b\n"],
+            "cmd=put_result rc=-1 msg=unknown_kvsname\n",
+        );
+        let long = "x".repeat(2000);
+        let got = run(Some(0), &[&long]);
+        assert!(
+            got.starts_with("<error pmi1 line 1: no newline within 1024 bytes: \"xxx"),
+            "{got}"
+        );
+        check(
+            Some(0),
+            &["cmd=abort exitcode=4\n"],
+            r#"<Abort { code: 4, msg: "PMI_Abort" }>"#,
+        );
+    }
+
+    #[test]
+    fn pmi2_session() {
+        check(
+            Some(1),
+            &[
+                "cmd=init pmi_version=2 pmi_subversion=0\n",
+                ">cmd=fullinit;pmirank=1;threaded=FALSE;",
+                ">cmd=job-getid;",
+                ">cmd=info-getjobattr;key=PMI_process_mapping;",
+                ">cmd=kvs-put;key=bc-1;value=x;;y;",
+                ">cmd=kvs-fence;thrid=5;",
+                ">cmd=kvs-get;jobid=j7;key=k1;",
+                ">cmd=kvs-get;jobid=j7;key=nope;",
+                ">cmd=info-putnodeattr;key=shm;value=seg1;",
+                ">cmd=info-getnodeattr;key=shm;wait=FALSE;",
+                ">cmd=name-publish;name=a;port=b;",
+                ">cmd=finalize;",
+            ],
+            "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
+             113   cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=1;size=8;appnum=0;debugged=FALSE;pmiverbose=FALSE;\
+             37    cmd=job-getid-response;rc=0;jobid=j7;\
+             68    cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,2,4));\
+             26    cmd=kvs-put-response;rc=0;\
+             <fence>36    cmd=kvs-fence-response;thrid=5;rc=0;\
+             46    cmd=kvs-get-response;rc=0;found=TRUE;value=v1;\
+             38    cmd=kvs-get-response;rc=0;found=FALSE;\
+             35    cmd=info-putnodeattr-response;rc=0;\
+             57    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=seg1;\
+             59    cmd=name-publish-response;rc=-1;errmsg=unsupported command;\
+             <Finalized>27    cmd=finalize-response;rc=0;<put 1 bc-1=x;y>",
+        );
+    }
+
+    #[test]
+    fn pmi2_bad_input() {
+        let init = "cmd=init pmi_version=2 pmi_subversion=0\n";
+        let ok = "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n";
+        check(
+            Some(1),
+            &[init, ">cmd=kvs-get;key=a;"],
+            &format!(
+                "{ok}<error pmi2 line 2: command before fullinit: \"18    cmd=kvs-get;key=a;\">"
+            )[..],
+        );
+        check(
+            Some(1),
+            &[init, ">cmd=fullinit;pmirank=2;"],
+            &format!("{ok}<error pmi2 line 2: pmirank=2 but this connection is rank 1>"),
+        );
+        check(
+            Some(1),
+            &[init, "zzzzzzcmd"],
+            &format!(
+                "{ok}<error pmi2 line 2: frame header \"zzzzzz\" is not a length: \"zzzzzzcmd\">"
+            ),
+        );
+        check(
+            Some(1),
+            &[init, ">cmd=fullinit;"],
+            &format!(
+                "{ok}<error pmi2 line 2: cmd \"fullinit\" lacks pmirank=: \"13    cmd=fullinit;\">"
+            ),
+        );
+    }
+
+    #[test]
+    fn message_while_in_fence_is_an_error() {
+        let mut node = FakeNode::default();
+        let mut s = Session::new(Some(0));
+        let mut buf = BytesMut::from(&b"cmd=barrier_in\ncmd=get_maxes\n"[..]);
+        assert_eq!(
+            s.poll(&mut buf, &mut node).unwrap(),
+            Some(vec![Action::Fence])
+        );
+        assert!(s.in_fence());
+        let err = s.poll(&mut buf, &mut node).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"pmi1 line 2: message while blocked in a fence or wait: "cmd=get_maxes\n""#
+        );
+    }
+
+    #[test]
+    fn waiting_getnodeattr() {
+        let mut node = FakeNode::default();
+        let mut s = Session::new(Some(0));
+        let mut buf = BytesMut::from(&b"cmd=init pmi_version=2 pmi_subversion=0\n"[..]);
+        s.poll(&mut buf, &mut node).unwrap();
+        for body in [
+            "cmd=fullinit;pmirank=0;",
+            "cmd=info-getnodeattr;key=seg;wait=TRUE;",
+        ] {
+            buf.extend_from_slice(format!("{:<6}{body}", body.len()).as_bytes());
+        }
+        s.poll(&mut buf, &mut node).unwrap();
+        assert_eq!(
+            s.poll(&mut buf, &mut node).unwrap(),
+            Some(vec![Action::WaitNodeAttr("seg".into())])
+        );
+        assert!(s.node_attr_ready("other", "x").is_empty());
+        let reply = s.node_attr_ready("seg", "v");
+        assert_eq!(
+            String::from_utf8(reply).unwrap(),
+            "54    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=v;"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! Real MPICH (Debian's mpich 4.0.2) wires up across node agents through the shim, on loopback.
+//!
+//! Each test compiles `tests/mpi/wireup.c` with `mpicc.mpich` into its own temp dir, starts K agents
+//! as tasks of this process (each owning an overlay node and a PMI server), and forks each
+//! agent's ranks the way a launcher would: PMI_FD over a socketpair mapped to fd 3, or PMI_PORT.
+//! Everything has a deadline; ranks are killed on drop, so no process outlives a test.
+
+use std::{
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use command_fds::{CommandFdExt, FdMapping};
+use greedy_pmix::{
+    AbortInfo, JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    rendezvous::Memory,
+    server::{PmiConfig, PmiServer},
+};
+use tokio::{io::AsyncReadExt, process::Command};
+
+/// Generous: 16 busy-polling MPICH ranks share 2 cores with other builds.
+const JOB_DEADLINE: Duration = Duration::from_secs(120);
+
+fn compile(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
+    let exe = dir.join("wireup");
+    // mpicc.mpich, not mpicc: with Open MPI installed too, the mpicc alternative may be Open MPI's.
+    let out = std::process::Command::new("mpicc.mpich")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("mpicc.mpich runs (scripts/install-deps installs Debian's mpich and libmpich-dev)");
+    assert!(
+        out.status.success(),
+        "mpicc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Connect {
+    Fd,
+    Port,
+}
+
+#[derive(Debug)]
+struct JobResult {
+    /// (rank, exit code) for every rank.
+    codes: Vec<(u32, i32)>,
+    abort: Option<AbortInfo>,
+    output: String,
+    fences: Vec<u64>,
+}
+
+async fn run_agent(
+    job: JobSpec,
+    board: Memory,
+    exe: PathBuf,
+    args: Vec<String>,
+    connect: Connect,
+) -> JobResult {
+    let overlay = Overlay::start(
+        &job,
+        OverlayConfig {
+            collective_timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
+        &board,
+    )
+    .await
+    .expect("overlay joins");
+    let pmi = PmiServer::start(&job, overlay.clone(), PmiConfig::default())
+        .await
+        .expect("pmi server starts");
+    let mut children = Vec::new();
+    for &rank in job.local_ranks() {
+        let mut cmd = Command::new(&exe);
+        cmd.args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("PMI_") || k.starts_with("PMIX_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("EXPECT_SIZE", job.n_ranks().to_string());
+        // UCX over shared memory only: every agent is on this one host, so sm reaches every
+        // rank. Its tcp transport enumerates network devices at MPI_Init, which fails ("No
+        // such device") when another test is creating or deleting interfaces at that moment,
+        // and Debian's MPICH over UCX tcp can hang in MPI_Finalize (research/slurm-testcluster.md
+        // §7.1). The wire-up under test is the same either way. An explicit UCX_TLS wins.
+        if std::env::var_os("UCX_TLS").is_none() {
+            cmd.env("UCX_TLS", "self,sm");
+        }
+        let env = match connect {
+            Connect::Fd => {
+                let (child_end, env) = pmi.socketpair_for(rank, 3).expect("socketpair");
+                cmd.fd_mappings(vec![FdMapping {
+                    parent_fd: OwnedFd::from(child_end),
+                    child_fd: 3,
+                }])
+                .expect("fd mapping");
+                env
+            }
+            Connect::Port => pmi.port_env(rank).expect("port listener"),
+        };
+        cmd.envs(env);
+        let child = cmd.spawn().expect("spawn rank");
+        // The command (and the parent's copy of the socketpair end) is dropped here.
+        children.push((rank, child));
+    }
+    let mut aborted = overlay.aborted();
+    let mut codes = Vec::new();
+    let mut output = String::new();
+    let mut waits = tokio::task::JoinSet::new();
+    for (rank, mut child) in children {
+        let pmi = pmi.clone();
+        let mut aborted = overlay.aborted();
+        waits.spawn(async move {
+            // Read both pipes while waiting, so a chatty rank cannot block on a full pipe.
+            let mut stdout = child.stdout.take().unwrap();
+            let mut stderr = child.stderr.take().unwrap();
+            let out = tokio::spawn(async move {
+                let mut s = String::new();
+                let _ = stdout.read_to_string(&mut s).await;
+                s
+            });
+            let err = tokio::spawn(async move {
+                let mut s = String::new();
+                let _ = stderr.read_to_string(&mut s).await;
+                s
+            });
+            let status = tokio::select! {
+                s = child.wait() => s.expect("wait"),
+                _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
+                    let _ = child.start_kill();
+                    child.wait().await.expect("wait")
+                }
+            };
+            let (out, err) = (out.await.unwrap(), err.await.unwrap());
+            use std::os::unix::process::ExitStatusExt;
+            let code = status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            pmi.rank_exited(rank, code).await;
+            (rank, code, out + &err)
+        });
+    }
+    while let Some(joined) = waits.join_next().await {
+        let (rank, code, text) = joined.expect("rank waiter");
+        codes.push((rank, code));
+        output += &text;
+    }
+    let abort = aborted.borrow_and_update().clone();
+    let fences = vec![pmi.fences()];
+    pmi.shutdown().await;
+    overlay.shutdown().await;
+    JobResult {
+        codes,
+        abort,
+        output,
+        fences,
+    }
+}
+
+/// Runs one job over `ranks` (rank lists per node) and returns every agent's result.
+async fn run_job(
+    ranks: Vec<Vec<u32>>,
+    connect: Connect,
+    args: &[&str],
+) -> (Vec<JobResult>, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path());
+    let board = Memory::default();
+    let secret = JobSecret::generate();
+    let n = ranks.len();
+    let started = Instant::now();
+    let agents: Vec<_> = (0..n)
+        .map(|node_idx| {
+            let job = JobSpec {
+                job_id: "mpich-test".into(),
+                hosts: (0..n).map(|i| format!("node{i}")).collect(),
+                node_idx,
+                model: Default::default(),
+                ranks: ranks.clone(),
+                secret: secret.clone(),
+            };
+            tokio::spawn(run_agent(
+                job,
+                board.clone(),
+                exe.clone(),
+                args.iter().map(|s| s.to_string()).collect(),
+                connect,
+            ))
+        })
+        .collect();
+    let results = tokio::time::timeout(JOB_DEADLINE, async {
+        let mut results = Vec::new();
+        for a in agents {
+            results.push(a.await.expect("agent task"));
+        }
+        results
+    })
+    .await
+    .expect("job finished within its deadline");
+    (results, started.elapsed())
+}
+
+fn block(nodes: u32, per_node: u32) -> Vec<Vec<u32>> {
+    (0..nodes)
+        .map(|n| (0..per_node).map(|i| n * per_node + i).collect())
+        .collect()
+}
+
+fn cyclic(nodes: u32, per_node: u32) -> Vec<Vec<u32>> {
+    (0..nodes)
+        .map(|n| (0..per_node).map(|i| i * nodes + n).collect())
+        .collect()
+}
+
+fn assert_all_ok(results: &[JobResult], n_ranks: usize) {
+    let output: String = results.iter().map(|r| r.output.as_str()).collect();
+    for r in results {
+        assert_eq!(
+            r.abort,
+            None,
+            "no abort expected; abort {:?}; output:\n{output}",
+            r.abort.as_ref().map(ToString::to_string)
+        );
+        for (rank, code) in &r.codes {
+            assert_eq!(*code, 0, "rank {rank} failed; output:\n{output}");
+        }
+    }
+    for rank in 0..n_ranks {
+        assert!(
+            output.contains(&format!("rank {rank} of {n_ranks}: ok")),
+            "rank {rank} did not report ok; output:\n{output}"
+        );
+    }
+    // MPI_Init and MPI_Finalize each fence at least once on every node.
+    assert!(
+        results.iter().all(|r| r.fences[0] >= 2),
+        "fences: {:?}",
+        results.iter().map(|r| r.fences[0]).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_4_agents_x_4_ranks_block_placement_pmi_fd() {
+    let (results, took) = run_job(block(4, 4), Connect::Fd, &[]).await;
+    assert_all_ok(&results, 16);
+    eprintln!("4x4 block over PMI_FD took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_4_agents_x_4_ranks_cyclic_placement_pmi_port() {
+    let (results, took) = run_job(cyclic(4, 4), Connect::Port, &[]).await;
+    assert_all_ok(&results, 16);
+    eprintln!("4x4 cyclic over PMI_PORT took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() {
+    let (results, took) = run_job(block(4, 2), Connect::Fd, &["fail-before-init=5:3"]).await;
+    let output: String = results.iter().map(|r| r.output.as_str()).collect();
+    for r in &results {
+        let abort = r
+            .abort
+            .as_ref()
+            .unwrap_or_else(|| panic!("every node sees the abort; output:\n{output}"));
+        assert_eq!(abort.rank, Some(5), "{abort}");
+        assert_eq!(abort.code, 3, "{abort}");
+        assert!(
+            abort
+                .to_string()
+                .contains("rank 5 exited with code 3 before PMI finalize"),
+            "{abort}"
+        );
+    }
+    assert!(took < Duration::from_secs(30), "failing took {took:?}");
+}

@@ -1,0 +1,266 @@
+//! The overlay over loopback: join, every collective, ring and tree allgather, strangers refused.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use greedy_pmix::{
+    Error, JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    rendezvous::{Memory, Rendezvous},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+fn job(n: usize, node_idx: usize, secret: &JobSecret) -> JobSpec {
+    JobSpec {
+        job_id: "ov".into(),
+        hosts: (0..n).map(|i| format!("n{i}")).collect(),
+        node_idx,
+        model: Default::default(),
+        ranks: (0..n as u32).map(|i| vec![i]).collect(),
+        secret: secret.clone(),
+    }
+}
+
+fn config() -> OverlayConfig {
+    OverlayConfig {
+        join_timeout: Duration::from_secs(20),
+        collective_timeout: Duration::from_secs(20),
+        handshake_timeout: Duration::from_secs(2),
+        ring_threshold: 1000,
+        ..Default::default()
+    }
+}
+
+async fn start_all(n: usize, config: OverlayConfig) -> (Vec<Overlay>, Memory) {
+    let board = Memory::default();
+    let secret = JobSecret::generate();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (job, board, config) = (job(n, i, &secret), board.clone(), config.clone());
+            tokio::spawn(async move { Overlay::start(&job, config, &board).await })
+        })
+        .collect();
+    let mut overlays = Vec::new();
+    for t in tasks {
+        overlays.push(t.await.unwrap().expect("join"));
+    }
+    (overlays, board)
+}
+
+async fn on_all<T: Send + 'static, F, Fut>(overlays: &[Overlay], f: F) -> Vec<T>
+where
+    F: Fn(Overlay) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let tasks: Vec<_> = overlays
+        .iter()
+        .map(|o| tokio::spawn(f(o.clone())))
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .expect("collective in time")
+                .unwrap(),
+        );
+    }
+    out
+}
+
+async fn shutdown(overlays: Vec<Overlay>) {
+    on_all(&overlays, |o| async move { o.shutdown().await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_collective_over_loopback() {
+    let n = 6;
+    let (overlays, _) = start_all(n, config()).await;
+    on_all(&overlays, |o| async move { o.barrier().await.unwrap() }).await;
+    let got = on_all(&overlays, |o| async move {
+        o.broadcast(Bytes::from(format!("from {}", o.node_idx())))
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(got.iter().all(|b| b == "from 0"));
+    let got = on_all(&overlays, |o| async move {
+        o.gather(Bytes::from(vec![o.node_idx() as u8]))
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(
+        got[0],
+        Some((0..n as u8).map(|i| Bytes::from(vec![i])).collect())
+    );
+    assert!(got[1..].iter().all(Option::is_none));
+    // Small (tree) then large (ring: 6 × 400 B > 1000 B) allgathers.
+    for size in [10usize, 400] {
+        let got = on_all(&overlays, move |o| async move {
+            o.allgather(Bytes::from(vec![o.node_idx() as u8; size]))
+                .await
+                .unwrap()
+        })
+        .await;
+        let expect: Vec<Bytes> = (0..n).map(|i| Bytes::from(vec![i as u8; size])).collect();
+        assert!(got.iter().all(|g| *g == expect), "size {size}");
+    }
+    shutdown(overlays).await;
+}
+
+/// Issue 3: a stranger that connects gets nothing and the job is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
+    let n = 4;
+    let (overlays, board) = start_all(n, config()).await;
+    let target = board.lookup(1).await.unwrap();
+
+    // 1. Garbage: the server sends its challenge (a nonce) and closes on the first bad bytes.
+    let mut s = TcpStream::connect(target).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("closed")
+        .ok();
+    assert!(
+        got.len() < 64 && got.starts_with(b"GRDY"),
+        "only a challenge: {got:?}"
+    );
+
+    // 2. A well-formed hello with a wrong secret: closed, nothing but the challenge.
+    let mut s = TcpStream::connect(target).await.unwrap();
+    let mut challenge = vec![0u8; 128];
+    let k = tokio::time::timeout(Duration::from_secs(5), s.read(&mut challenge))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(k > 10);
+    let hello = greedy_pmix::frame::Message::Hello {
+        job_id: "ov".into(),
+        node_idx: 2,
+        link: greedy_pmix::frame::Link::Direct,
+        nonce: [3; 32],
+        mac: [0; 32],
+    };
+    let mut buf = bytes::BytesMut::new();
+    tokio_util::codec::Encoder::encode(
+        &mut greedy_pmix::frame::FrameCodec { max_body: 1 << 20 },
+        hello,
+        &mut buf,
+    )
+    .unwrap();
+    s.write_all(&buf).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .expect("closed")
+        .ok();
+    assert!(rest.is_empty(), "a stranger gets nothing: {rest:?}");
+
+    // 3. Another overlay version: refused too.
+    let mut s = TcpStream::connect(target).await.unwrap();
+    s.write_all(b"GRDY\x00\x09\x00\x00\x00\x00").await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("closed")
+        .ok();
+
+    // 4. A silent stranger holds nothing: dropped after handshake_timeout, meanwhile the job runs.
+    let _silent = TcpStream::connect(target).await.unwrap();
+
+    // 5. An agent of another job (other secret) cannot join as node 2.
+    let other = JobSecret::generate();
+    let impostor = Overlay::start(
+        &job(n, 2, &other),
+        OverlayConfig {
+            join_timeout: Duration::from_secs(2),
+            ..config()
+        },
+        &board,
+    )
+    .await;
+    assert!(impostor.is_err(), "impostor refused");
+
+    // The job is unaffected: collectives still complete and nobody aborted.
+    let got = on_all(&overlays, |o| async move {
+        o.allgather(Bytes::from(vec![o.node_idx() as u8]))
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(
+        got[3],
+        (0..n as u8)
+            .map(|i| Bytes::from(vec![i]))
+            .collect::<Vec<_>>()
+    );
+    assert!(overlays.iter().all(|o| o.aborted().borrow().is_none()));
+    shutdown(overlays).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collective_timeout_names_the_missing_node_and_aborts_everyone() {
+    let n = 4;
+    let (overlays, _) = start_all(
+        n,
+        OverlayConfig {
+            collective_timeout: Duration::from_millis(500),
+            ..config()
+        },
+    )
+    .await;
+    // Node 3 never enters the barrier.
+    let results = on_all(&overlays[..3], |o| async move { o.barrier().await }).await;
+    let messages: Vec<String> = results
+        .iter()
+        .map(|r| r.as_ref().unwrap_err().to_string())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("no contribution from nodes 3 (hosts n3; ranks 3)")),
+        "{messages:#?}"
+    );
+    for o in &overlays {
+        let mut w = o.aborted();
+        tokio::time::timeout(Duration::from_secs(5), w.wait_for(Option::is_some))
+            .await
+            .expect("abort reaches every node")
+            .unwrap();
+    }
+    assert!(matches!(
+        overlays[3].barrier().await,
+        Err(Error::Aborted(_))
+    ));
+    shutdown(overlays).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_from_one_node_reaches_all() {
+    let (overlays, _) = start_all(5, config()).await;
+    let info = greedy_pmix::AbortInfo {
+        origin_node: 4,
+        rank: Some(4),
+        code: 9,
+        reason: "test".into(),
+    };
+    overlays[4].abort(info.clone()).await;
+    for o in &overlays {
+        let mut w = o.aborted();
+        let got = tokio::time::timeout(Duration::from_secs(5), w.wait_for(Option::is_some))
+            .await
+            .unwrap()
+            .unwrap()
+            .clone();
+        assert_eq!(got, Some(info.clone()));
+    }
+    shutdown(overlays).await;
+}

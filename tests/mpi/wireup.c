@@ -1,0 +1,75 @@
+/* wireup.c: the smallest MPI program that proves a wire-up worked.
+ *
+ * MPI_Init, then checks that rank and size match what the launcher promised
+ * (EXPECT_SIZE in the environment, when set), does an MPI_Allreduce whose
+ * result every rank can predict, an MPI_Barrier, and MPI_Finalize. Exits 0
+ * only if every check passed; prints one line per rank so a failing test
+ * shows which rank went wrong.
+ *
+ * With argument "fail-before-init=R:CODE" rank R (taken from PMI_RANK, as it
+ * is not yet an MPI rank) exits with CODE before MPI_Init: the launcher must
+ * then fail the job fast, naming that rank and code.
+ *
+ * Shared by the MPICH (pmix-shim), Open MPI and Slurm end-to-end tests.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        int fail_rank, code;
+        if (sscanf(argv[i], "fail-before-init=%d:%d", &fail_rank, &code) == 2) {
+            const char *env_rank = getenv("PMI_RANK");
+            if (!env_rank)
+                env_rank = getenv("PMI_ID");
+            if (env_rank && atoi(env_rank) == fail_rank) {
+                fprintf(stderr, "rank %d: exiting with %d before MPI_Init as asked\n", fail_rank, code);
+                return code;
+            }
+        }
+    }
+
+    MPI_Init(&argc, &argv);
+    int rank = -1, size = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int ok = 1;
+
+    const char *expect_size = getenv("EXPECT_SIZE");
+    if (expect_size && atoi(expect_size) != size) {
+        fprintf(stderr, "rank %d: size %d, expected %s\n", rank, size, expect_size);
+        ok = 0;
+    }
+    const char *env_rank = getenv("PMI_RANK");
+    if (!env_rank)
+        env_rank = getenv("PMI_ID");
+    if (env_rank && atoi(env_rank) != rank) {
+        fprintf(stderr, "rank %d: PMI rank %s differs\n", rank, env_rank);
+        ok = 0;
+    }
+
+    /* Sum of (rank + 1) over all ranks is size*(size+1)/2. */
+    long mine = rank + 1, sum = 0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    long want = (long)size * (size + 1) / 2;
+    if (sum != want) {
+        fprintf(stderr, "rank %d: allreduce sum %ld, expected %ld\n", rank, sum, want);
+        ok = 0;
+    }
+    /* Max of ranks must be size-1: a second collective with a different op. */
+    int top = -1;
+    MPI_Allreduce(&rank, &top, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (top != size - 1) {
+        fprintf(stderr, "rank %d: allreduce max %d, expected %d\n", rank, top, size - 1);
+        ok = 0;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    printf("rank %d of %d: %s\n", rank, size, ok ? "ok" : "FAILED");
+    fflush(stdout);
+    MPI_Finalize();
+    return ok ? 0 : 1;
+}
