@@ -52,6 +52,12 @@ pub enum Error {
         /// Which input was empty (`hostlist`, `hostfile`).
         source_name: &'static str,
     },
+    /// Measurements from which no model can be fitted.
+    #[error("calibration: {reason}")]
+    Calibration {
+        /// What is missing or wrong in the measurements.
+        reason: &'static str,
+    },
     /// A tree's subtree sizes do not describe a tree in depth-first preorder.
     #[error("subtree sizes: node {node_idx}: {reason}")]
     Layout {

@@ -6,7 +6,8 @@
 //! IEEE Cluster 2012). [`greedy()`] builds the tree with the least launch time for `n` hosts
 //! in O(n); [`Topology`] names it and the fixed shapes other launchers use; a [`Tree`] is laid
 //! over a host list in depth-first preorder, so host 0 is the root and each subtree owns a
-//! contiguous slice. [`Tree::launch_times`] evaluates any tree under the model. Host lists come
+//! contiguous slice. [`Tree::launch_times`] evaluates any tree under the model, and
+//! [`calibrate`] fits SEQ and REM to measured launches. Host lists come
 //! from Slurm hostlist expressions ([`hostlist`]) and hostfiles ([`hostfile`]).
 //!
 //! ```
@@ -30,6 +31,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod calibrate;
 mod error;
 mod greedy;
 pub mod hostfile;

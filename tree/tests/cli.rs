@@ -131,3 +131,30 @@ fn bad_input_is_one_line_and_exit_2() {
     let out = run(&["plan", "--hostfile", "/nonexistent/hosts"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn calibrate_fits_timed_launches() {
+    let dir = std::env::temp_dir().join(format!("greedy-tree-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("launches");
+    // Times from the model SEQ 0.02, REM 0.1: flat n → 0.02·(n-2) + 0.1; chain n → 0.1·(n-1).
+    std::fs::write(
+        &file,
+        "# measured\nflat 8 0.22\nflat 16 0.38\nchain 4 0.3\n",
+    )
+    .unwrap();
+    let text = stdout(&["calibrate", "--launches", file.to_str().unwrap()]);
+    assert!(
+        text.starts_with("seq 0.020000 rem 0.100000 r_squared 1.0000"),
+        "{text}"
+    );
+    std::fs::write(&file, "flat 8 0.22\nflat x 0.3\n").unwrap();
+    let out = run(&["calibrate", "--launches", file.to_str().unwrap()]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("line 2: nodes expected a whole number"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

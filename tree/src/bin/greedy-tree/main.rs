@@ -4,7 +4,7 @@ mod render;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use greedy_tree::{LaunchModel, Topology, hostfile, hostlist};
+use greedy_tree::{LaunchModel, Topology, calibrate, hostfile, hostlist};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +30,8 @@ enum Command {
     Plan(PlanArgs),
     /// Rank topologies by modeled launch time, fastest first.
     Compare(CompareArgs),
+    /// Fit SEQ and REM to timed launches, and say how well the model explains them.
+    Calibrate(CalibrateArgs),
 }
 
 #[derive(Args)]
@@ -119,6 +121,29 @@ struct CompareArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct CalibrateArgs {
+    /// Timed launches, one per line: `TOPOLOGY NODES SECONDS` (e.g. `flat 16 0.93`); `#`
+    /// starts a comment. Use two or more shapes or sizes so SEQ and REM can be told apart.
+    #[arg(long, value_name = "FILE")]
+    launches: PathBuf,
+    /// Launches a parent kept in flight during the measurements.
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    concurrency: u32,
+}
+
+/// Input the user must correct (a malformed line of a measurements file): exit status 2.
+#[derive(Debug)]
+struct BadInput(String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -138,7 +163,9 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("greedy-tree: {e:#}");
-            let bad_input = e.chain().any(|c| c.is::<greedy_tree::Error>());
+            let bad_input = e
+                .chain()
+                .any(|c| c.is::<greedy_tree::Error>() || c.is::<BadInput>());
             ExitCode::from(if bad_input { 2 } else { 1 })
         }
     }
@@ -203,9 +230,59 @@ fn run(cli: Cli) -> Result<()> {
                 render::ranking_text(&mut out, &ranking, n, &model)?;
             }
         }
+        Command::Calibrate(args) => {
+            let text = std::fs::read_to_string(&args.launches)
+                .with_context(|| format!("{}", args.launches.display()))?;
+            let launches = parse_launches(&text, args.concurrency)
+                .with_context(|| format!("{}", args.launches.display()))?;
+            let fit = calibrate::fit_launches(&launches, args.concurrency)?;
+            writeln!(
+                out,
+                "seq {:.6} rem {:.6} r_squared {:.4} rms_error {:.6} launches {}",
+                fit.model.seq(),
+                fit.model.rem(),
+                fit.r_squared,
+                fit.rms_error,
+                launches.len()
+            )?;
+            writeln!(
+                out,
+                "# use: --seq {:.6} --rem {:.6}",
+                fit.model.seq(),
+                fit.model.rem()
+            )?;
+        }
     }
     out.flush()?;
     Ok(())
+}
+
+/// `TOPOLOGY NODES SECONDS` lines; the trees are built with any model (shapes other than
+/// greedy ignore it; a timed greedy launch should be given as the shape it really had).
+fn parse_launches(text: &str, concurrency: u32) -> Result<Vec<calibrate::Launch>> {
+    let shape_model = LaunchModel::default().with_concurrency(concurrency)?;
+    let mut launches = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let bad = |what: &str| BadInput(format!("line {}: {what}: {raw:?}", i + 1));
+        let [topology, nodes, seconds] = words[..] else {
+            return Err(bad("expected TOPOLOGY NODES SECONDS").into());
+        };
+        let topology: Topology = topology.parse().map_err(|e| bad(&format!("{e}")))?;
+        let nodes = node_count(nodes).map_err(|e| bad(&format!("nodes {e}")))?;
+        let seconds: f64 = seconds
+            .parse()
+            .map_err(|_| bad("seconds must be a number"))?;
+        launches.push(calibrate::Launch {
+            tree: topology.build(nodes, &shape_model),
+            seconds,
+        });
+    }
+    Ok(launches)
 }
 
 fn read_hosts(args: &HostsArgs) -> Result<Vec<String>> {

@@ -1,0 +1,273 @@
+//! Fitting SEQ and REM to measured launches by least squares, as the paper does for its
+//! Figure 4, and telling how well the model explains the measurements (R²).
+//!
+//! A position's launch time is linear in the model: `seq · waves + rem · depth`, where `depth`
+//! counts the launches on its path from the root and `waves` the SEQ intervals its ancestors
+//! (and it) waited for their turn. So per-position measurements give an ordinary linear least
+//! squares ([`fit_positions`]). A whole launch's time is the maximum of those (equation 2), so
+//! whole-launch measurements ([`fit_launches`]) are fitted by a one-dimensional search over the
+//! ratio SEQ/REM, with the best REM for each ratio in closed form.
+
+use crate::{Error, LaunchModel, Tree};
+
+/// A model fitted to measurements, and how well it explains them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    /// The fitted SEQ and REM (concurrency as given).
+    pub model: LaunchModel,
+    /// Coefficient of determination of the measurements by the fitted model (1 is perfect).
+    pub r_squared: f64,
+    /// Root mean square of the residuals, seconds.
+    pub rms_error: f64,
+}
+
+/// A launch that was timed: the tree it followed and the seconds until its last position was up.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The tree the launch followed.
+    pub tree: Tree,
+    /// Measured seconds from the start until every position was up.
+    pub seconds: f64,
+}
+
+/// `(waves, depth)` of every position: its launch time is `seq·waves + rem·depth`.
+pub fn launch_terms(tree: &Tree, concurrency: u32) -> Vec<(u64, u32)> {
+    let mut terms = vec![(0u64, 0u32); tree.len()];
+    for v in 0..tree.len() {
+        let (waves, depth) = terms[v];
+        for (i, c) in tree.children(v).enumerate() {
+            terms[c] = (waves + (i / concurrency as usize) as u64, depth + 1);
+        }
+    }
+    terms
+}
+
+/// Fits SEQ and REM to the measured launch time of each position of `tree` (`seconds[v]`,
+/// from the root's start; the root's own entry is ignored). Needs positions at two or more
+/// depths or child indices, so that SEQ and REM can be told apart (a flat launch of 3+ hosts).
+pub fn fit_positions(tree: &Tree, seconds: &[f64], concurrency: u32) -> Result<Fit, Error> {
+    if seconds.len() != tree.len() {
+        return Err(calibration("one measured time per position is needed"));
+    }
+    check_times(seconds)?;
+    let terms = launch_terms(tree, concurrency);
+    // Normal equations of t ≈ seq·w + rem·d, without intercept.
+    let (mut ww, mut wd, mut dd, mut wt, mut dt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (&(w, d), &t) in terms.iter().zip(seconds).skip(1) {
+        let (w, d) = (w as f64, f64::from(d));
+        ww += w * w;
+        wd += w * d;
+        dd += d * d;
+        wt += w * t;
+        dt += d * t;
+    }
+    let det = ww * dd - wd * wd;
+    if det.abs() <= 1e-12 * ww.max(dd).max(1.0) {
+        return Err(calibration(
+            "the tree cannot tell SEQ from REM: time a flat launch of 3 or more hosts",
+        ));
+    }
+    let seq = (wt * dd - dt * wd) / det;
+    let rem = (dt * ww - wt * wd) / det;
+    let model = fitted(seq, rem, concurrency)?;
+    let predicted: Vec<f64> = terms[1..]
+        .iter()
+        .map(|&(w, d)| model.seq() * w as f64 + model.rem() * f64::from(d))
+        .collect();
+    Ok(quality(model, &seconds[1..], &predicted))
+}
+
+/// Fits SEQ and REM to whole launches (equation 2: each launch ends with its last position).
+/// Needs two or more launches whose trees differ in shape, e.g. flat and binomial over the
+/// same hosts, or flat launches of different sizes.
+pub fn fit_launches(launches: &[Launch], concurrency: u32) -> Result<Fit, Error> {
+    if launches.len() < 2 {
+        return Err(calibration("two or more timed launches are needed"));
+    }
+    let measured: Vec<f64> = launches.iter().map(|l| l.seconds).collect();
+    check_times(&measured)?;
+    // Per launch, the positions that can be last for some ratio: per depth, the most waves.
+    let envelopes: Vec<Vec<(f64, f64)>> = launches
+        .iter()
+        .map(|l| {
+            let mut most = Vec::<u64>::new();
+            for (w, d) in launch_terms(&l.tree, concurrency) {
+                let d = d as usize;
+                if most.len() <= d {
+                    most.resize(d + 1, 0);
+                }
+                most[d] = most[d].max(w);
+            }
+            most.iter()
+                .enumerate()
+                .map(|(d, &w)| (w as f64, d as f64))
+                .collect()
+        })
+        .collect();
+    // Launch time = rem · g(r), g(r) = max over the envelope of r·waves + depth, r = seq/rem.
+    let g = |r: f64| -> Vec<f64> {
+        envelopes
+            .iter()
+            .map(|e| e.iter().map(|&(w, d)| r * w + d).fold(0.0, f64::max))
+            .collect()
+    };
+    // For a ratio, the best REM and the squared error left.
+    let best_for = |r: f64| -> (f64, f64) {
+        let gs = g(r);
+        let (mg, gg) = gs
+            .iter()
+            .zip(&measured)
+            .fold((0.0, 0.0), |(mg, gg), (&g, &m)| (mg + m * g, gg + g * g));
+        let rem = if gg > 0.0 { mg / gg } else { 0.0 };
+        let sse = gs
+            .iter()
+            .zip(&measured)
+            .map(|(&g, &m)| (m - rem * g).powi(2))
+            .sum::<f64>();
+        (rem, sse)
+    };
+    // Coarse log grid over the ratio, then golden-section refinement around the best point.
+    let grid: Vec<f64> = std::iter::once(0.0)
+        .chain((0..=480).map(|i| 10f64.powf(-6.0 + i as f64 / 40.0)))
+        .collect();
+    let best = (0..grid.len())
+        .min_by(|&a, &b| best_for(grid[a]).1.total_cmp(&best_for(grid[b]).1))
+        .expect("a non-empty grid");
+    let (mut lo, mut hi) = (
+        grid[best.saturating_sub(1)],
+        grid[(best + 1).min(grid.len() - 1)],
+    );
+    let phi = (5f64.sqrt() - 1.0) / 2.0;
+    for _ in 0..100 {
+        let (a, b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+        if best_for(a).1 <= best_for(b).1 {
+            hi = b;
+        } else {
+            lo = a;
+        }
+    }
+    let r = (lo + hi) / 2.0;
+    let (rem, _) = best_for(r);
+    let model = fitted(r * rem, rem, concurrency)?;
+    let predicted: Vec<f64> = g(r).iter().map(|g| g * model.rem()).collect();
+    Ok(quality(model, &measured, &predicted))
+}
+
+fn check_times(seconds: &[f64]) -> Result<(), Error> {
+    if seconds.iter().all(|t| t.is_finite() && *t >= 0.0) {
+        Ok(())
+    } else {
+        Err(calibration(
+            "measured times must be finite and not negative",
+        ))
+    }
+}
+
+/// A fitted model; a slightly negative SEQ from noise is clamped to 0.
+fn fitted(seq: f64, rem: f64, concurrency: u32) -> Result<LaunchModel, Error> {
+    LaunchModel::new(seq.max(0.0), rem)?.with_concurrency(concurrency)
+}
+
+fn quality(model: LaunchModel, measured: &[f64], predicted: &[f64]) -> Fit {
+    let n = measured.len() as f64;
+    let mean = measured.iter().sum::<f64>() / n;
+    let sse: f64 = measured
+        .iter()
+        .zip(predicted)
+        .map(|(m, p)| (m - p).powi(2))
+        .sum();
+    let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
+    Fit {
+        model,
+        r_squared: if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN },
+        rms_error: (sse / n).sqrt(),
+    }
+}
+
+fn calibration(reason: &'static str) -> Error {
+    Error::Calibration { reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Topology;
+
+    fn truth() -> LaunchModel {
+        LaunchModel::new(0.012, 0.21).unwrap()
+    }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn positions_of_a_flat_launch_give_back_the_model() {
+        let tree = Topology::Flat.build(16, &truth());
+        let times = tree.launch_times(&truth());
+        let fit = fit_positions(&tree, &times, 1).unwrap();
+        assert!(close(fit.model.seq(), 0.012, 1e-9) && close(fit.model.rem(), 0.21, 1e-9));
+        assert!(close(fit.r_squared, 1.0, 1e-9), "{fit:?}");
+    }
+
+    #[test]
+    fn whole_launches_give_back_the_model() {
+        let launches: Vec<Launch> = ["flat", "binomial", "kary:4", "chain", "greedy"]
+            .iter()
+            .flat_map(|t| [8, 16, 64].map(move |n| (t.parse::<Topology>().unwrap(), n)))
+            .map(|(t, n)| {
+                let tree = t.build(n, &truth());
+                Launch {
+                    seconds: tree.launch_time(&truth()),
+                    tree,
+                }
+            })
+            .collect();
+        let fit = fit_launches(&launches, 1).unwrap();
+        assert!(close(fit.model.seq(), 0.012, 1e-6), "{fit:?}");
+        assert!(close(fit.model.rem(), 0.21, 1e-6), "{fit:?}");
+        assert!(fit.r_squared > 0.999_999 && fit.rms_error < 1e-6, "{fit:?}");
+    }
+
+    #[test]
+    fn noise_lowers_r_squared_but_keeps_the_fit_close() {
+        let tree = Topology::Flat.build(32, &truth());
+        let times: Vec<f64> = tree
+            .launch_times(&truth())
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t + if i % 2 == 0 { 0.004 } else { -0.004 })
+            .collect();
+        let fit = fit_positions(&tree, &times, 1).unwrap();
+        assert!(close(fit.model.seq(), 0.012, 0.001) && close(fit.model.rem(), 0.21, 0.01));
+        assert!(fit.r_squared < 1.0 && fit.r_squared > 0.95, "{fit:?}");
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_fitted() {
+        let chain = Topology::Chain.build(5, &truth());
+        let err = fit_positions(&chain, &chain.launch_times(&truth()), 1).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot tell SEQ from REM"),
+            "{err}"
+        );
+        let one = [Launch {
+            tree: chain.clone(),
+            seconds: 1.0,
+        }];
+        assert!(fit_launches(&one, 1).is_err());
+        let bad = [
+            Launch {
+                tree: chain.clone(),
+                seconds: f64::NAN,
+            },
+            one[0].clone(),
+        ];
+        assert!(
+            fit_launches(&bad, 1)
+                .unwrap_err()
+                .to_string()
+                .contains("finite")
+        );
+    }
+}
