@@ -17,6 +17,9 @@ pub const MAGIC: [u8; 4] = *b"GRDY";
 pub const VERSION: u16 = 1;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
+/// Largest body accepted before a peer has proved the job secret: the handshake frames are
+/// under 200 bytes, so an unauthenticated stranger can make us buffer at most this much.
+pub const HANDSHAKE_MAX_BODY: usize = 1024;
 
 /// Which link a connecting agent asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,7 +166,9 @@ impl Decoder for FrameCodec {
             });
         }
         if src.len() < HEADER_LEN + len {
-            src.reserve(HEADER_LEN + len - src.len());
+            // Grow with the data actually received, not with the announced length, so a peer
+            // cannot make us allocate max_body by sending a header alone.
+            src.reserve((HEADER_LEN + len - src.len()).min(64 * 1024));
             return Ok(None);
         }
         src.advance(HEADER_LEN);

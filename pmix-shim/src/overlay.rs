@@ -42,7 +42,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::{
     AbortInfo, Error, JobSpec, auth,
     collectives::{Engine, Op, Outcome, Output, Topology},
-    frame::{FrameCodec, Link, Message},
+    frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
     rendezvous::Rendezvous,
 };
 
@@ -535,10 +535,11 @@ async fn accept_loop(shared: Shared, listener: TcpListener) {
 type Reader = FramedRead<OwnedReadHalf, FrameCodec>;
 type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
 
-fn framed(shared: &Shared, stream: TcpStream) -> (Reader, Writer) {
+/// Frames a fresh connection with the handshake's small frame limit; [`run_link`] raises it.
+fn framed(stream: TcpStream) -> (Reader, Writer) {
     let _ = stream.set_nodelay(true);
     let codec = FrameCodec {
-        max_body: shared.config.max_frame,
+        max_body: HANDSHAKE_MAX_BODY,
     };
     let (r, w) = stream.into_split();
     (FramedRead::new(r, codec), FramedWrite::new(w, codec))
@@ -564,7 +565,7 @@ async fn next_frame(
 async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
     let job = &shared.job;
     let me = job.node_idx;
-    let (mut reader, mut writer) = framed(shared, stream);
+    let (mut reader, mut writer) = framed(stream);
     let server_nonce = auth::nonce();
     let send = writer.send(Message::Challenge {
         nonce: server_nonce,
@@ -657,7 +658,7 @@ async fn connect(
         peer: format!("node {peer} at {addr}"),
         reason,
     };
-    let (mut reader, mut writer) = framed(shared, stream);
+    let (mut reader, mut writer) = framed(stream);
     let challenge = next_frame(shared, &mut reader, "challenge")
         .await
         .map_err(refused)?;
@@ -732,6 +733,8 @@ fn kind(msg: &Message) -> &'static str {
 
 /// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
 async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: Writer) {
+    reader.decoder_mut().max_body = shared.config.max_frame;
+    writer.encoder_mut().max_body = shared.config.max_frame;
     let id = shared
         .next_link_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

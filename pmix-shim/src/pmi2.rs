@@ -167,9 +167,9 @@ impl Reply {
         r.field("rc", &rc.to_string())
     }
 
-    /// Appends `key=value;`, escaping `;` in the value.
+    /// Appends `key=value;`, escaping `;` in both (a key echoed from a client may hold one).
     pub fn field(mut self, key: &str, value: &str) -> Self {
-        self.body.push_str(key);
+        self.body.push_str(&key.replace(';', ";;"));
         self.body.push('=');
         self.body.push_str(&value.replace(';', ";;"));
         self.body.push(';');
@@ -249,6 +249,24 @@ mod tests {
         assert_eq!(
             Reply::new("kvs-fence-response", 0, None).encode(),
             b"28    cmd=kvs-fence-response;rc=0;".to_vec()
+        );
+    }
+
+    /// Found by fuzz target pmi2_decode: an escaped `;` in a key broke the echoed reply's framing.
+    #[test]
+    fn reply_escapes_semicolons_in_keys() {
+        let req = parse_body(b"cmd=x;a;;b=c;").unwrap();
+        assert_eq!(req.fields, vec![("a;b".to_string(), "c".to_string())]);
+        let (k, v) = &req.fields[0];
+        let bytes = Reply::new("x-response", 0, None).field(k, v).encode();
+        let (again, used) = decode(&bytes).unwrap().unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(
+            again.fields,
+            vec![
+                ("rc".to_string(), "0".to_string()),
+                ("a;b".to_string(), "c".to_string())
+            ]
         );
     }
 

@@ -481,9 +481,15 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                         Ok(None) => break,
                         Ok(Some(actions)) => actions,
                         Err(e) => {
-                            let who = session.rank().map_or_else(|| "unidentified PMI client".to_string(), |r| format!("rank {r}"));
-                            let reason = format!("node {} {who}: {e}", shared.job.node_idx);
-                            shared.abort(session.rank(), 1, reason).await;
+                            let Some(r) = session.rank() else {
+                                // Not (yet) one of our ranks: a stray PMI_PORT client. Drop it
+                                // without touching the job; a rank that never shows up is
+                                // reported by its exit or the fence timeout.
+                                warn!("dropping unidentified PMI client: {e}");
+                                break 'conn;
+                            };
+                            let reason = format!("node {} rank {r}: {e}", shared.job.node_idx);
+                            shared.abort(Some(r), 1, reason).await;
                             break 'conn;
                         }
                     };

@@ -1,0 +1,280 @@
+//! The PMI server over real sockets with scripted clients: PMI-2 across agents, and bad input.
+
+use std::time::Duration;
+
+use greedy_pmix::{
+    AbortInfo, JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    rendezvous::Memory,
+    server::{PmiConfig, PmiServer},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpStream, UnixStream},
+};
+
+/// `n` agents with `per_node` ranks each (block placement), all started.
+async fn agents(n: usize, per_node: u32) -> Vec<(Overlay, PmiServer)> {
+    let board = Memory::default();
+    let secret = JobSecret::generate();
+    let tasks: Vec<_> = (0..n)
+        .map(|node_idx| {
+            let job = JobSpec {
+                job_id: "pmi-test".into(),
+                hosts: (0..n).map(|i| format!("h{i}")).collect(),
+                node_idx,
+                model: Default::default(),
+                ranks: (0..n as u32)
+                    .map(|i| (0..per_node).map(|k| i * per_node + k).collect())
+                    .collect(),
+                secret: secret.clone(),
+            };
+            let board = board.clone();
+            tokio::spawn(async move {
+                let config = OverlayConfig {
+                    collective_timeout: Duration::from_secs(20),
+                    ..Default::default()
+                };
+                let overlay = Overlay::start(&job, config, &board).await.unwrap();
+                let pmi = PmiServer::start(&job, overlay.clone(), PmiConfig::default())
+                    .await
+                    .unwrap();
+                (overlay, pmi)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+async fn stop(agents: Vec<(Overlay, PmiServer)>) {
+    let tasks: Vec<_> = agents
+        .into_iter()
+        .map(|(o, p)| {
+            tokio::spawn(async move {
+                p.shutdown().await;
+                o.shutdown().await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn client(pmi: &PmiServer, rank: u32) -> UnixStream {
+    let (theirs, env) = pmi.socketpair_for(rank, 3).unwrap();
+    assert!(env.iter().any(|(k, v)| k == "PMI_FD" && v == "3"));
+    assert!(
+        env.iter().all(|(k, _)| !k.starts_with("PMIX_")),
+        "never PMIX_* with PMI_*"
+    );
+    theirs.set_nonblocking(true).unwrap();
+    UnixStream::from_std(theirs).unwrap()
+}
+
+/// Sends `text` and reads one reply (a line, or a PMI-2 frame).
+async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(s: &mut S, text: &[u8]) -> String {
+    s.write_all(text).await.unwrap();
+    read_reply(s).await
+}
+
+async fn read_reply<S: AsyncReadExt + Unpin>(s: &mut S) -> String {
+    let mut first = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut first))
+        .await
+        .expect("reply in time")
+        .unwrap();
+    if first[0].is_ascii_digit() {
+        let mut len = [0u8; 5];
+        s.read_exact(&mut len).await.unwrap();
+        let n: usize = format!("{}{}", first[0] as char, String::from_utf8_lossy(&len))
+            .trim()
+            .parse()
+            .unwrap();
+        let mut body = vec![0u8; n];
+        s.read_exact(&mut body).await.unwrap();
+        String::from_utf8(body).unwrap()
+    } else {
+        let mut line = vec![first[0]];
+        loop {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await.unwrap();
+            if b[0] == b'\n' {
+                break;
+            }
+            line.push(b[0]);
+        }
+        String::from_utf8(line).unwrap()
+    }
+}
+
+fn frame(body: &str) -> Vec<u8> {
+    format!("{:<6}{body}", body.len()).into_bytes()
+}
+
+async fn wait_abort(overlay: &Overlay) -> AbortInfo {
+    let mut w = overlay.aborted();
+    let got = tokio::time::timeout(Duration::from_secs(10), w.wait_for(Option::is_some))
+        .await
+        .expect("abort in time")
+        .unwrap();
+    got.clone().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmi2_put_fence_get_across_two_agents() {
+    let agents = agents(2, 1).await;
+    let mut c0 = client(&agents[0].1, 0);
+    let mut c1 = client(&agents[1].1, 1);
+    for (c, rank) in [(&mut c0, 0), (&mut c1, 1)] {
+        assert_eq!(
+            ask(c, b"cmd=init pmi_version=2 pmi_subversion=0\n").await,
+            "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0"
+        );
+        let r = ask(
+            c,
+            &frame(&format!("cmd=fullinit;pmirank={rank};threaded=FALSE;")),
+        )
+        .await;
+        assert!(
+            r.starts_with(&format!(
+                "cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank={rank};size=2;"
+            )),
+            "{r}"
+        );
+        let r = ask(c, &frame("cmd=info-getjobattr;key=PMI_process_mapping;")).await;
+        assert_eq!(
+            r,
+            "cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,2,1));"
+        );
+        let r = ask(
+            c,
+            &frame(&format!("cmd=kvs-put;key=bc-{rank};value=addr;;{rank};")),
+        )
+        .await;
+        assert_eq!(r, "cmd=kvs-put-response;rc=0;");
+    }
+    // Both fence; each is released only when the other has fenced too.
+    c0.write_all(&frame("cmd=kvs-fence;")).await.unwrap();
+    c1.write_all(&frame("cmd=kvs-fence;")).await.unwrap();
+    assert_eq!(read_reply(&mut c0).await, "cmd=kvs-fence-response;rc=0;");
+    assert_eq!(read_reply(&mut c1).await, "cmd=kvs-fence-response;rc=0;");
+    let r = ask(
+        &mut c0,
+        &frame("cmd=kvs-get;jobid=pmi-test;srcid=1;key=bc-1;"),
+    )
+    .await;
+    assert_eq!(r, "cmd=kvs-get-response;rc=0;found=TRUE;value=addr;;1;");
+    let r = ask(&mut c1, &frame("cmd=kvs-get;jobid=pmi-test;key=bc-0;")).await;
+    assert_eq!(r, "cmd=kvs-get-response;rc=0;found=TRUE;value=addr;;0;");
+    for c in [&mut c0, &mut c1] {
+        assert_eq!(
+            ask(c, &frame("cmd=finalize;")).await,
+            "cmd=finalize-response;rc=0;"
+        );
+    }
+    drop((c0, c1));
+    for (o, p) in &agents {
+        assert!(o.aborted().borrow().is_none());
+        assert_eq!(p.fences(), 1);
+    }
+    stop(agents).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_line_aborts_the_job_naming_rank_and_text() {
+    let agents = agents(2, 2).await;
+    let mut c = client(&agents[1].1, 3);
+    assert_eq!(
+        ask(&mut c, b"cmd=init pmi_version=1 pmi_subversion=1\n").await,
+        "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0"
+    );
+    // An unknown command is answered, not fatal.
+    assert_eq!(
+        ask(&mut c, b"cmd=frobnicate x=1\n").await,
+        "cmd=frobnicate_result rc=-1 msg=unsupported_command"
+    );
+    c.write_all(b"cmd=put kvsname=pmi-test key=k value=v extra\n")
+        .await
+        .unwrap();
+    for (o, _) in &agents {
+        let info = wait_abort(o).await;
+        assert_eq!(info.rank, Some(3));
+        assert_eq!(
+            info.reason,
+            "node 1 rank 3: pmi1 line 3: token \"extra\" has no '=': \"cmd=put kvsname=pmi-test key=k value=v extra\\n\""
+        );
+    }
+    stop(agents).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_long_value_aborts_naming_the_rank() {
+    let agents = agents(1, 2).await;
+    let mut c = client(&agents[0].1, 1);
+    let long = format!(
+        "cmd=put kvsname=pmi-test key=k value={}\n",
+        "v".repeat(1000)
+    );
+    c.write_all(long.as_bytes()).await.unwrap();
+    let info = wait_abort(&agents[0].0).await;
+    assert!(
+        info.reason
+            .starts_with("node 0 rank 1: pmi1 line 1: line of 1038+ bytes exceeds 1024"),
+        "{}",
+        info.reason
+    );
+    stop(agents).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_close_aborts_naming_the_rank() {
+    let agents = agents(2, 1).await;
+    let mut c = client(&agents[0].1, 0);
+    assert_eq!(
+        ask(&mut c, b"cmd=init pmi_version=1 pmi_subversion=1\n").await,
+        "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0"
+    );
+    drop(c);
+    let info = wait_abort(&agents[1].0).await;
+    assert_eq!(
+        info.reason,
+        "rank 0 closed its PMI connection before finalize"
+    );
+    stop(agents).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmi_port_client_and_a_stray_one() {
+    let agents = agents(1, 2).await;
+    let env = agents[0].1.port_env(1).unwrap();
+    let port = env.iter().find(|(k, _)| k == "PMI_PORT").unwrap().1.clone();
+    // A stray connection speaking garbage is dropped without touching the job.
+    let mut stray = TcpStream::connect(&port).await.unwrap();
+    stray.write_all(b"hello there\n").await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stray.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .ok();
+    assert!(buf.is_empty());
+    // The real rank 1 connects and is told its rank and size.
+    let mut c = TcpStream::connect(&port).await.unwrap();
+    assert_eq!(
+        ask(&mut c, b"cmd=initack pmiid=1\n").await,
+        "cmd=initack rc=0"
+    );
+    assert_eq!(read_reply(&mut c).await, "cmd=set size=2");
+    assert_eq!(read_reply(&mut c).await, "cmd=set rank=1");
+    assert_eq!(read_reply(&mut c).await, "cmd=set debug=0");
+    assert_eq!(
+        ask(&mut c, b"cmd=get_my_kvsname\n").await,
+        "cmd=my_kvsname rc=0 kvsname=pmi-test"
+    );
+    assert!(agents[0].0.aborted().borrow().is_none());
+    stop(agents).await;
+}
