@@ -1,0 +1,75 @@
+//! The Slurm plugin ABI of the release whose headers were found at build time.
+//!
+//! Public types (`slurm.h`) and the internal MPI-plugin structs (`src/common/slurm_mpi.h`,
+//! which Debian does not ship) are declared per release in a module gated by its cfg; the
+//! functions are libslurmfull exports that slurmd, slurmstepd, srun and slurmctld already
+//! carry, resolved when the plugin is loaded (research/slurm-plugin-api.md §3).
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+#[cfg(slurm_22_05)]
+mod v22_05;
+#[cfg(slurm_22_05)]
+pub use v22_05::*;
+
+/// `SLURM_VERSION_NUMBER` of the Slurm built against: a plugin's `plugin_version` must equal it.
+pub const VERSION_NUMBER: u32 = parse_u32(env!("GREEDY_SLURM_VERSION_NUMBER"));
+
+/// The same release as text, e.g. `22.05.8`.
+pub const VERSION: &str = env!("GREEDY_SLURM_VERSION");
+
+/// Opaque `hostlist_t` (`struct hostlist *`).
+pub type hostlist_t = *mut c_void;
+
+// libslurmfull exports (env.c aliases and slurm.h), unchanged from 22.05 to 26.05.
+unsafe extern "C" {
+    /// Sets `name=value` in an xmalloc'd env array; 1 on success.
+    pub fn slurm_env_array_overwrite(
+        env: *mut *mut *mut c_char,
+        name: *const c_char,
+        value: *const c_char,
+    ) -> c_int;
+    /// The value of `name` in an env array, or NULL (points into the array).
+    pub fn slurm_getenvp(env: *mut *mut c_char, name: *const c_char) -> *mut c_char;
+    /// Removes `name` from an env array.
+    pub fn slurm_unsetenvp(env: *mut *mut c_char, name: *const c_char);
+    /// A hostlist from an expression such as `n[1-4]`; NULL on a parse error.
+    pub fn slurm_hostlist_create(hostlist: *const c_char) -> hostlist_t;
+    /// Number of hosts in a hostlist.
+    pub fn slurm_hostlist_count(hl: hostlist_t) -> c_int;
+    /// Frees a hostlist.
+    pub fn slurm_hostlist_destroy(hl: hostlist_t);
+    /// Appends one host name; returns the number of hosts added.
+    pub fn slurm_hostlist_push_host(hl: hostlist_t, host: *const c_char) -> c_int;
+    /// Removes and returns the first host, `malloc`ed (free with `libc::free`), or NULL.
+    pub fn slurm_hostlist_shift(hl: hostlist_t) -> *mut c_char;
+    /// The ranged string of a hostlist, `malloc`ed (free with `libc::free`).
+    pub fn slurm_hostlist_ranged_string_malloc(hl: hostlist_t) -> *mut c_char;
+    /// Slurm's allocator (`xcalloc`): memory Slurm will `xfree`.
+    pub fn slurm_xcalloc(
+        count: usize,
+        size: usize,
+        clear: bool,
+        try_: bool,
+        file: *const c_char,
+        line: c_int,
+        func: *const c_char,
+    ) -> *mut c_void;
+    /// Frees xmalloc'd memory and sets `*item` to NULL.
+    pub fn slurm_xfree(item: *mut *mut c_void);
+    /// NodeAddr of a NodeName from slurm.conf, xmalloc'd; NULL when unknown.
+    pub fn slurm_conf_get_address(node_name: *const c_char) -> *mut c_char;
+}
+
+const fn parse_u32(s: &str) -> u32 {
+    let bytes = s.as_bytes();
+    let mut value = 0u32;
+    let mut i = 0;
+    while i < bytes.len() {
+        value = value * 10 + (bytes[i] - b'0') as u32;
+        i += 1;
+    }
+    value
+}
