@@ -39,7 +39,12 @@ fn slurm_release() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("#define SLURM_VERSION_NUMBER"))
         .and_then(|v| u32::from_str_radix(v.trim().trim_start_matches("0x"), 16).ok())
-        .unwrap_or_else(|| panic!("greedy-sys: no SLURM_VERSION_NUMBER in {}", header.display()));
+        .unwrap_or_else(|| {
+            panic!(
+                "greedy-sys: no SLURM_VERSION_NUMBER in {}",
+                header.display()
+            )
+        });
     let (major, minor, micro) = (version >> 16, (version >> 8) & 0xff, version & 0xff);
     let Some((_, _, cfg)) = SLURM_RELEASES
         .iter()
@@ -71,14 +76,19 @@ mod pmix {
         let lib = pkg_config::Config::new()
             .atleast_version("4.2")
             .probe("pmix")
-            .unwrap_or_else(|e| panic!("greedy-sys: libpmix ≥ 4.2 not found ({e}); install libpmix-dev"));
+            .unwrap_or_else(|e| {
+                panic!("greedy-sys: libpmix ≥ 4.2 not found ({e}); install libpmix-dev")
+            });
         // Open MPI and the shim must load the same libpmix: keep its private directory.
         for dir in &lib.link_paths {
             println!("cargo::rustc-link-arg=-Wl,-rpath,{}", dir.display());
         }
         let mut builder = bindgen::Builder::default()
             // pmix.h has the value/info helpers, pmix_server.h the server API.
-            .header_contents("greedy_pmix.h", "#include <pmix.h>\n#include <pmix_server.h>\n")
+            .header_contents(
+                "greedy_pmix.h",
+                "#include <pmix.h>\n#include <pmix_server.h>\n",
+            )
             .allowlist_function("PMIx_.*")
             .allowlist_type("pmix_.*")
             .allowlist_var("PMIX_.*")
