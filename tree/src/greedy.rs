@@ -17,7 +17,10 @@
 //!   the second subtree of a budget is a copy of the first one's preorder sizes ([`Layout`]).
 //!   Only the one root-to-frontier path that takes part of its frontier differs.
 //!
-//! What remains is writing the n subtree sizes, mostly by `memcpy`.
+//! What remains is writing the n subtree sizes, mostly by `memcpy`. A fan-out cap breaks the
+//! recurrence, so capped trees come from the simpler queue builder ([`queue`]), also O(n).
+
+mod queue;
 
 use crate::{LaunchModel, Tree};
 use std::cmp::Reverse;
@@ -40,6 +43,10 @@ pub fn greedy(n: usize, model: &LaunchModel) -> Tree {
     assert!(n < u32::MAX as usize, "at most 2^32 - 2 positions");
     if n <= 1 {
         return Tree::from_valid_sizes(vec![1; n]);
+    }
+    if model.max_fanout().is_some_and(|k| (k as usize) < n - 1) {
+        // The budget recurrence below assumes unbounded fan-out.
+        return queue::canonical(n, model);
     }
     if model.seq_ns() == 0 {
         // A parent launches any number of children at once: the flat tree is optimal.
@@ -260,13 +267,15 @@ pub fn greedy_with_heap(n: usize, model: &LaunchModel) -> Tree {
         parents.push(parent);
         times.push(time);
         let parent_time = times[parent as usize];
-        pushed += 1;
-        heap.push(Reverse((
-            parent_time + model.child_offset_ns(index + 1),
-            pushed,
-            parent,
-            index + 1,
-        )));
+        if model.max_fanout().is_none_or(|k| index < k as usize) {
+            pushed += 1;
+            heap.push(Reverse((
+                parent_time + model.child_offset_ns(index + 1),
+                pushed,
+                parent,
+                index + 1,
+            )));
+        }
         pushed += 1;
         heap.push(Reverse((time + model.rem_ns(), pushed, v, 1)));
     }
@@ -274,14 +283,11 @@ pub fn greedy_with_heap(n: usize, model: &LaunchModel) -> Tree {
 }
 
 #[cfg(test)]
-mod queue_oracle;
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn same_trees_as_the_queue_oracle() {
+    fn same_trees_as_the_queue_builder() {
         for (seq, rem, c) in [
             (0.007, 0.172, 1),
             (1.0, 2.0, 1),
@@ -296,7 +302,7 @@ mod tests {
                 .with_concurrency(c)
                 .unwrap();
             for n in (2..300).chain([1000, 4097, 20_000]) {
-                assert_eq!(greedy(n, &m), queue_oracle::canonical(n, &m), "n={n} {m:?}");
+                assert_eq!(greedy(n, &m), queue::canonical(n, &m), "n={n} {m:?}");
             }
         }
     }

@@ -15,13 +15,15 @@ const MAX_SECONDS: f64 = 1e6;
 /// `concurrency` launches in flight, so its children are started `concurrency` at a time:
 /// child `i` (1-based, launch order) is up at
 /// `launch(parent) + seq * floor((i - 1) / concurrency) + rem`. With `concurrency = 1` this is
-/// the paper's equation 1.
+/// the paper's equation 1. A parent may also be limited to `max_fanout` children (Slurm's
+/// TreeWidth); the greedy tree is then the fastest among trees that respect the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawModel", into = "RawModel")]
 pub struct LaunchModel {
     seq: f64,
     rem: f64,
     concurrency: u32,
+    max_fanout: Option<u32>,
     // Builders compare times in whole nanoseconds: exact, and translation invariant, so a
     // subtree recomputed on its own compares its positions exactly as the whole tree did.
     seq_ns: u64,
@@ -37,6 +39,7 @@ impl LaunchModel {
             seq,
             rem,
             concurrency: 1,
+            max_fanout: None,
             seq_ns: to_ns(seq),
             rem_ns: to_ns(rem),
         })
@@ -55,6 +58,26 @@ impl LaunchModel {
             concurrency,
             ..self
         })
+    }
+
+    /// The same model where no parent launches more than `max_fanout` (≥ 1) children.
+    pub fn with_max_fanout(self, max_fanout: u32) -> Result<Self, Error> {
+        if max_fanout == 0 {
+            return Err(Error::Model {
+                name: "max_fanout",
+                value: max_fanout.to_string(),
+                reason: "must be at least 1",
+            });
+        }
+        Ok(LaunchModel {
+            max_fanout: Some(max_fanout),
+            ..self
+        })
+    }
+
+    /// Most children a parent may launch, if capped.
+    pub fn max_fanout(&self) -> Option<u32> {
+        self.max_fanout
     }
 
     /// Seconds a parent spends between two consecutive launches (SEQ).
@@ -136,6 +159,8 @@ struct RawModel {
     rem: f64,
     #[serde(default = "one")]
     concurrency: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_fanout: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -145,7 +170,11 @@ fn one() -> u32 {
 impl TryFrom<RawModel> for LaunchModel {
     type Error = Error;
     fn try_from(raw: RawModel) -> Result<Self, Error> {
-        LaunchModel::new(raw.seq, raw.rem)?.with_concurrency(raw.concurrency)
+        let model = LaunchModel::new(raw.seq, raw.rem)?.with_concurrency(raw.concurrency)?;
+        match raw.max_fanout {
+            Some(k) => model.with_max_fanout(k),
+            None => Ok(model),
+        }
     }
 }
 
@@ -155,6 +184,7 @@ impl From<LaunchModel> for RawModel {
             seq: m.seq,
             rem: m.rem,
             concurrency: m.concurrency,
+            max_fanout: m.max_fanout,
         }
     }
 }
@@ -180,6 +210,7 @@ mod tests {
             );
         }
         assert!(LaunchModel::default().with_concurrency(0).is_err());
+        assert!(LaunchModel::default().with_max_fanout(0).is_err());
     }
 
     #[test]
@@ -206,5 +237,11 @@ mod tests {
         let m: LaunchModel = serde_json::from_str(r#"{"seq":0.007,"rem":0.172}"#).unwrap();
         assert_eq!((m.seq(), m.rem(), m.concurrency()), (0.007, 0.172, 1));
         assert!(serde_json::from_str::<LaunchModel>(r#"{"seq":-1,"rem":0.1}"#).is_err());
+        let capped: LaunchModel =
+            serde_json::from_str(r#"{"seq":0.01,"rem":0.1,"max_fanout":4}"#).unwrap();
+        assert_eq!(capped.max_fanout(), Some(4));
+        assert!(
+            serde_json::from_str::<LaunchModel>(r#"{"seq":0,"rem":1,"max_fanout":0}"#).is_err()
+        );
     }
 }

@@ -158,3 +158,23 @@ fn calibrate_fits_timed_launches() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn max_fanout_caps_the_greedy_tree() {
+    let text = stdout(&[
+        "plan",
+        "--nodes",
+        "1000",
+        "--seq",
+        "0.007",
+        "--rem",
+        "0.172",
+        "--max-fanout",
+        "16",
+        "--format",
+        "summary",
+    ]);
+    assert!(text.contains("max_fanout 16 "), "{text}");
+    let out = run(&["plan", "--nodes", "10", "--max-fanout", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}

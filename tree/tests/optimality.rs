@@ -12,6 +12,13 @@ fn model(seq_us: u32, rem_us: u32, concurrency: u32) -> LaunchModel {
         .unwrap()
 }
 
+/// The same with no parent launching more than `k` children.
+fn capped(seq_us: u32, rem_us: u32, concurrency: u32, k: u32) -> LaunchModel {
+    model(seq_us, rem_us, concurrency)
+        .with_max_fanout(k)
+        .unwrap()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(1.0)
 }
@@ -19,15 +26,20 @@ fn close(a: f64, b: f64) -> bool {
 /// Least launch time of any ordered tree of 1..=n positions: a root with children subtrees of
 /// sizes s1, s2, … (launch order) finishes at max_i(offset(i) + best[s_i]), and each subtree
 /// is optimal on its own. best[n] = g(n - 1, 1), g(m, i) = min_s max(offset(i) + best[s],
-/// g(m - s, i + 1)), g(0, ·) = 0.
+/// g(m - s, i + 1)), g(0, ·) = 0, and g(m > 0, i) = ∞ past the fan-out cap.
 fn optimum_by_dp(n: usize, m: &LaunchModel) -> Vec<f64> {
     let mut best = vec![0.0; n + 1];
     for size in 2..=n {
         let rest = size - 1;
         // g[m][i] for the children of a root still to place m positions, next child index i.
         let mut g = vec![vec![0.0f64; rest + 2]; rest + 1];
+        let cap = m.max_fanout().map_or(usize::MAX, |k| k as usize);
         for left in 1..=rest {
             for i in (1..=rest).rev() {
+                if i > cap {
+                    g[left][i] = f64::INFINITY;
+                    continue;
+                }
                 g[left][i] = (1..=left)
                     .map(|s| {
                         let tail = if left == s { 0.0 } else { g[left - s][i + 1] };
@@ -75,20 +87,24 @@ fn all_forests(n: usize) -> Vec<Vec<u32>> {
 
 #[test]
 fn dp_equals_exhaustive_search() {
-    for (seq, rem, c) in [
-        (1, 2, 1),
-        (3, 2, 1),
-        (1, 5, 2),
-        (0, 1, 1),
-        (7, 172, 1),
-        (2, 3, 3),
+    for (seq, rem, c, k) in [
+        (1, 2, 1, 9),
+        (3, 2, 1, 9),
+        (1, 5, 2, 9),
+        (0, 1, 1, 9),
+        (7, 172, 1, 9),
+        (2, 3, 3, 9),
+        (1, 5, 1, 2),
+        (0, 3, 2, 3),
     ] {
-        let m = model(seq, rem, c);
+        let m = capped(seq, rem, c, k);
         let best = optimum_by_dp(10, &m);
         for (n, &dp) in best.iter().enumerate().skip(1) {
             let exhaustive = all_trees(n)
                 .into_iter()
-                .map(|s| Tree::from_subtree_sizes(s).unwrap().launch_time(&m))
+                .map(|s| Tree::from_subtree_sizes(s).unwrap())
+                .filter(|t| t.max_fanout() <= k as usize)
+                .map(|t| t.launch_time(&m))
                 .fold(f64::INFINITY, f64::min);
             assert!(
                 close(dp, exhaustive),
@@ -159,6 +175,26 @@ proptest! {
         let dp = optimum_by_dp(n, &m)[n];
         let g = greedy(n, &m).launch_time(&m);
         prop_assert!(close(g, dp), "n={} {:?}: greedy {} vs optimum {}", n, m, g, dp);
+    }
+
+    #[test]
+    fn capped_greedy_is_optimal_against_the_dp(
+        n in 1usize..40, seq in 0u32..50, rem in 1u32..200, c in 1u32..3, k in 1u32..5
+    ) {
+        let m = capped(seq, rem, c, k);
+        let dp = optimum_by_dp(n, &m)[n];
+        let tree = greedy(n, &m);
+        prop_assert!(tree.max_fanout() <= k as usize, "fan-out {} > cap {}", tree.max_fanout(), k);
+        let g = tree.launch_time(&m);
+        prop_assert!(close(g, dp), "n={} {:?}: greedy {} vs optimum {}", n, m, g, dp);
+    }
+
+    #[test]
+    fn capped_subtrees_are_greedy(
+        n in 1usize..400, seq in 0u32..1000, rem in 1u32..5000, k in 1u32..8
+    ) {
+        let m = capped(seq, rem, 1, k);
+        assert_subtrees_are_greedy(&greedy(n, &m), &m);
     }
 
     #[test]

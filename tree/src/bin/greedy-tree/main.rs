@@ -57,11 +57,18 @@ struct ModelArgs {
     /// Launches a parent keeps in flight at once (cores it can launch from).
     #[arg(long, value_name = "C", default_value_t = 1)]
     concurrency: u32,
+    /// Most children a parent may launch (e.g. Slurm's TreeWidth); unbounded by default.
+    #[arg(long, value_name = "K")]
+    max_fanout: Option<u32>,
 }
 
 impl ModelArgs {
     fn model(&self) -> Result<LaunchModel, greedy_tree::Error> {
-        LaunchModel::new(self.seq, self.rem)?.with_concurrency(self.concurrency)
+        let model = LaunchModel::new(self.seq, self.rem)?.with_concurrency(self.concurrency)?;
+        match self.max_fanout {
+            Some(k) => model.with_max_fanout(k),
+            None => Ok(model),
+        }
     }
 }
 

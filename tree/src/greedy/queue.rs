@@ -1,12 +1,20 @@
-//! Test oracle: the canonical greedy tree built position by position from three time-ordered
-//! queues (the first linear builder). Slower than [`super::greedy`] but simple enough to trust;
-//! the two must give identical trees.
+//! The canonical greedy tree built position by position from three time-ordered queues: O(n)
+//! but ~15× slower than the budget layout of [`super::greedy`]. It serves trees whose fan-out
+//! is capped (Slurm's TreeWidth), where the budget recurrence does not apply, and is the test
+//! oracle the fast builder must match exactly.
+//!
+//! Positions become free in non-decreasing launch-time order, so no heap is needed. Every
+//! placed position at time `t` frees its first child at `t + REM`, and its next sibling at
+//! `t + SEQ` (or at `t` when the parent still has a launch slot free in the same wave), unless
+//! the parent has reached its fan-out cap. Each of those three kinds of freed positions is
+//! produced in placement order, hence in non-decreasing time, so the smallest free position is
+//! the smallest of three queue heads, and the queues are cursors into the placement list.
 
 use crate::{LaunchModel, Tree};
 
 const NO_PARENT: u32 = u32::MAX;
 
-/// The canonical greedy tree of `n` ≥ 2 positions.
+/// The canonical greedy tree of `n` ≥ 2 positions under `model`, fan-out cap included.
 pub(super) fn canonical(n: usize, model: &LaunchModel) -> Tree {
     let placed = place_in_time_order(n, model);
     let frontier_time = placed.time[n - 1];
@@ -36,6 +44,7 @@ enum Queue {
 fn place_in_time_order(n: usize, model: &LaunchModel) -> Placed {
     let (seq, rem) = (model.seq_ns(), model.rem_ns());
     let c = model.concurrency();
+    let cap = model.max_fanout().unwrap_or(u32::MAX);
     let mut p = Placed {
         parent: Vec::with_capacity(n),
         child_index: Vec::with_capacity(n),
@@ -49,10 +58,15 @@ fn place_in_time_order(n: usize, model: &LaunchModel) -> Placed {
     let (mut first_child, mut new_wave, mut same_wave) = (0usize, 1usize, 1usize);
     while p.time.len() < n {
         let len = p.time.len();
-        while new_wave < len && !p.child_index[new_wave].is_multiple_of(c) {
+        // A position whose index is the cap has no next sibling.
+        while new_wave < len
+            && (!p.child_index[new_wave].is_multiple_of(c) || p.child_index[new_wave] >= cap)
+        {
             new_wave += 1;
         }
-        while same_wave < len && p.child_index[same_wave].is_multiple_of(c) {
+        while same_wave < len
+            && (p.child_index[same_wave].is_multiple_of(c) || p.child_index[same_wave] >= cap)
+        {
             same_wave += 1;
         }
         // Strict comparisons: on a tie the earlier queue wins, which phase 2 makes irrelevant.
@@ -129,7 +143,9 @@ fn layout_with_frontier(
         }
         // Every early child of v is laid out; its frontier children come next in launch order.
         let mut child_index = (first[v + 1] - first[v]) as usize + 1;
+        let cap = model.max_fanout().map_or(usize::MAX, |k| k as usize);
         while frontier_left > 0
+            && child_index <= cap
             && placed.time[v] + model.child_offset_ns(child_index) == frontier_time
         {
             sizes[next_out] = 1;
