@@ -7,6 +7,9 @@
 //!   [`raw::slurm::VERSION_NUMBER`] is that release's exact `SLURM_VERSION_NUMBER`, which the
 //!   plugin loader demands. The build refuses a release whose ABI is not declared.
 //!
+//! - [`slurm`] (feature `slurm`): safe wrappers over those exports: Slurm's logger, owned
+//!   hostlists, the xmalloc'd hostlist array a route plugin returns.
+//!
 //! Safe wrappers that own C handles and free them in `Drop` are added beside the raw layer as
 //! the crates above need them; policy (what to register, when) stays in those crates.
 //!
@@ -15,3 +18,5 @@
 #![deny(missing_docs)]
 
 pub mod raw;
+#[cfg(feature = "slurm")]
+pub mod slurm;

@@ -63,6 +63,38 @@ unsafe extern "C" {
     pub fn slurm_conf_get_address(node_name: *const c_char) -> *mut c_char;
 }
 
+// libslurmfull's logger (src/common/log.h, `slurm_`-prefixed aliases), present in every
+// process that loads a plugin; messages go wherever that process logs (slurmd's log file,
+// srun's stderr) and are filtered by its configured level.
+unsafe extern "C" {
+    /// `error()`: logged at every level above quiet.
+    pub fn slurm_error(fmt: *const c_char, ...);
+    /// `info()`: the daemons' default level.
+    pub fn slurm_info(fmt: *const c_char, ...);
+    /// `verbose()`: one level above info.
+    pub fn slurm_verbose(fmt: *const c_char, ...);
+    /// `debug()`: `SlurmdDebug=debug` and above.
+    pub fn slurm_debug(fmt: *const c_char, ...);
+}
+
+// The route plugin interface of 22.05 and 23.02 (src/common/slurm_route.c@slurm-22-05-8-1);
+// the route plugin was removed in 23.11.
+unsafe extern "C" {
+    /// Slurm's own TreeWidth split (what route/default does): consumes `hl`, sets `*sp_hl` to an
+    /// xmalloc'd array of `*count` hostlists the caller destroys; returns 0.
+    pub fn slurm_route_split_hostlist_treewidth(
+        hl: hostlist_t,
+        sp_hl: *mut *mut hostlist_t,
+        count: *mut c_int,
+        tree_width: u16,
+    ) -> c_int;
+}
+
+/// `SLURM_SUCCESS`.
+pub const SLURM_SUCCESS: c_int = 0;
+/// `SLURM_ERROR`.
+pub const SLURM_ERROR: c_int = -1;
+
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();
     let mut value = 0u32;

@@ -1,0 +1,28 @@
+//! greedy-slurm: what greedy's Slurm plugins (`route_greedy.so`, later `mpi_greedy.so`) share,
+//! none of it touching Slurm itself.
+//!
+//! - [`conf`]: `greedy.conf`, the site file next to `slurm.conf` (`Key=Value` lines, `#`
+//!   comments): where it is ([`conf::path`]), and its parsed lines ([`conf::parse`]). Each plugin
+//!   interprets its own keys.
+//! - [`guard`]: runs the body of an `extern "C"` entry point so that a panic never unwinds
+//!   into Slurm: it is caught, reported once through the plugin's logger, and the entry point
+//!   returns its fallback.
+//!
+//! ```
+//! let conf = greedy_slurm::conf::parse("RouteSeq=0.002 # measured\nRouteRem=0.03\n");
+//! assert_eq!(conf.entries[0].key, "RouteSeq");
+//! let rc = greedy_slurm::guard::catch("route_p_reconfigure", -1, |_| {}, || 0);
+//! assert_eq!(rc, 0);
+//! ```
+//!
+//! **Non-goals:** no FFI (the plugins' `exports.rs` call `greedy-sys`), no policy about what a
+//! key means, no I/O beyond reading the one file.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod conf;
+mod error;
+pub mod guard;
+
+pub use error::ConfError;

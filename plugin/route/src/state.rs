@@ -1,0 +1,43 @@
+//! The process-wide configuration: loaded at `init`, replaced at `route_p_reconfigure`, read by
+//! every split (splits run concurrently on slurmd's and srun's forwarding threads).
+
+use crate::config::RouteConfig;
+use std::sync::{Arc, RwLock};
+
+/// `None` until first loaded. An `Arc` so a split holds its snapshot without holding the lock
+/// while it computes.
+static CURRENT: RwLock<Option<Arc<RouteConfig>>> = RwLock::new(None);
+
+/// Rereads greedy.conf from its place ([`greedy_slurm::conf::path_from_env`]); returns the line
+/// to log at error level if the file was ignored, and one to log at verbose level saying what
+/// is in force.
+pub fn reload() -> (Option<String>, String) {
+    let path = greedy_slurm::conf::path_from_env();
+    let (cfg, fault) = RouteConfig::load(&path);
+    let in_force = format!(
+        "route/greedy: RouteSeq={} RouteRem={} RouteConcurrency={} (config {})",
+        cfg.seq,
+        cfg.rem,
+        cfg.concurrency,
+        path.display()
+    );
+    // A poisoned lock only means a panic while it was held; the value is replaced whole.
+    let mut slot = CURRENT.write().unwrap_or_else(|p| p.into_inner());
+    *slot = Some(Arc::new(cfg));
+    (fault, in_force)
+}
+
+/// The configuration in force, loading it first if `init` did not; the second value is the
+/// line to log if that first load ignored the file.
+pub fn current() -> (Arc<RouteConfig>, Option<String>) {
+    if let Some(cfg) = CURRENT.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return (Arc::clone(cfg), None);
+    }
+    let (fault, _) = reload();
+    let cfg = CURRENT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_default();
+    (cfg, fault)
+}
