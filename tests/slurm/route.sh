@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# End-to-end test of route/greedy (issue 7) on the emulated cluster: builds route_greedy.so and
+# greedy-tree, brings up 16 hosts with RoutePlugin=route/greedy, runs jobs on 16, 8 and 11
+# nodes, and checks from the plugin's own split log lines (srun's stderr, each slurmd's log)
+# that the forwarding tree Slurm used is `greedy-tree plan` for that sorted host list and
+# model, including TreeWidth capping the fan-out, `scontrol reconfigure` rereading greedy.conf,
+# a malformed greedy.conf falling back to defaults with one line, and route/default still
+# working once the plugin is removed. Needs root; about 1 min on 2 cores (plus the first build).
+# Exits non-zero naming the first failed check; leaves no cluster, no process and no temp dir.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+CHECK="$ROOT/tests/slurm/route_tree.py"
+export GREEDY_TC_QUIET=1
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+# Test model: SEQ/REM = 1/3 gives a tree several levels deep at 16 hosts, so a wrong split at
+# any level shows (the calibrated defaults give a flatter one, see docs/benchmarks.md).
+SEQ=0.01 REM=0.03
+
+fail() { echo "route: FAIL: $*" >&2; exit 1; }
+pass() { echo "route: ok: $*"; }
+
+[[ $EUID -eq 0 ]] || fail "must run as root"
+# The cluster is shared with other tests on this machine: wait for it rather than tear it down.
+for ((i = 0; i < 30; i++)); do
+  "$TC" status >/dev/null 2>&1 || break
+  ((i == 0)) && echo "route: a test cluster is up; waiting up to 10 min for it to go down"
+  sleep 20
+done
+"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min; not touching it"
+
+(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route -p greedy-tree) || fail "cargo build"
+work=$(mktemp -d /var/tmp/route-test.XXXXXX)
+chmod 755 "$work"
+trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
+plan() { # plan HOSTS [MAX_FANOUT] > json: srun is position 0
+  "$TARGET/debug/greedy-tree" plan --hosts "srun,$1" --seq "$2" --rem "$3" \
+    ${4:+--max-fanout "$4"} --format json
+}
+conf() { # conf SEQ REM > greedy.conf
+  printf 'RouteSeq=%s\nRouteRem=%s\nRouteLogSplits=yes\n' "$1" "$2"
+}
+
+up() {
+  "$TC" up --nodes 16 --slurm --plugindir "$work" "$@" || fail "up $*"
+  eval "$("$TC" env)"
+  LOGDIR=$(dirname "$(dirname "$SLURM_CONF")")/log
+}
+
+# run_checked NODES HOSTLIST TREEWIDTH SEQ REM [MAX_FANOUT]: srun -w HOSTLIST hostname, then
+# compare the splits logged with the plan.
+run_checked() {
+  local n=$1 hosts=$2 tw=$3 seq=$4 rem=$5 cap=${6:-} h got want
+  for h in $("$TC" hosts); do
+    echo "$h $(stat -c %s "$LOGDIR/slurmd-$h.log" 2>/dev/null || echo 0)"
+  done >"$work/offsets"
+  got=$(timeout 60 srun -N"$n" -w "$hosts" hostname 2>"$work/srun.err" | sort -V | tr '\n' ' ') ||
+    fail "srun -N$n -w $hosts: $(cat "$work/srun.err")"
+  want=$(scontrol show hostnames "$hosts" | sort -V | tr '\n' ' ')
+  [[ $got == "$want" ]] || fail "srun -N$n -w $hosts printed '$got'"
+  plan "$hosts" "$seq" "$rem" "$cap" >"$work/plan.json" || fail "greedy-tree plan"
+  python3 "$CHECK" "$work/plan.json" "$tw" "$work/srun.err" "$LOGDIR" "$work/offsets" ||
+    fail "the forwarding tree of srun -N$n -w $hosts is not the greedy plan"
+  pass "srun -N$n -w $hosts ran on every host, along the greedy tree (TreeWidth $tw)"
+}
+
+# 1. route/greedy, TreeWidth default (50): the uncapped greedy tree.
+conf $SEQ $REM >"$work/greedy.conf"
+up --route greedy --greedy-conf "$work/greedy.conf"
+[[ $(scontrol show config | awk '/^RoutePlugin/ {print $3}') == route/greedy ]] || fail "RoutePlugin is not route/greedy"
+run_checked 16 'n[1-16]' 50 $SEQ $REM
+run_checked 8 'n[1-8]' 50 $SEQ $REM
+run_checked 11 'n[2-5,7,9-14]' 50 $SEQ $REM
+
+# 2. scontrol reconfigure rereads greedy.conf in every slurmd (srun reads it at start).
+conf 0.01 0.05 >"$(dirname "$SLURM_CONF")/greedy.conf"
+scontrol reconfigure || fail "scontrol reconfigure"
+for ((i = 0; i < 100; i++)); do
+  [[ $(sinfo -h -o '%T %D') == "idle 16" ]] && break
+  sleep 0.1
+done
+run_checked 16 'n[1-16]' 50 0.01 0.05
+
+# 3. A malformed greedy.conf: defaults and one error line, the job still runs.
+printf 'RouteSeq=fast\n' >"$work/bad.conf"
+GREEDY_CONF=$work/bad.conf timeout 60 srun -N16 true 2>"$work/srun.err" || fail "srun with a malformed greedy.conf"
+[[ $(grep -c 'ignoring the file' "$work/srun.err") == 1 ]] ||
+  fail "expected one 'ignoring the file' line from srun: $(cat "$work/srun.err")"
+pass "malformed greedy.conf: defaults, one log line, job ran"
+"$TC" down >/dev/null || fail "down"
+
+# 4. TreeWidth below the greedy fan-out caps it.
+up --route greedy --treewidth 3 --greedy-conf "$work/greedy.conf"
+run_checked 16 'n[1-16]' 3 $SEQ $REM 3
+"$TC" down >/dev/null || fail "down"
+
+# 5. Without the plugin (route/default, TreeWidth 4) jobs still run and nothing logs our lines.
+up --treewidth 4
+got=$(timeout 60 srun -N16 hostname 2>"$work/srun.err" | sort -u | wc -l) || fail "srun under route/default"
+[[ $got == 16 ]] || fail "srun -N16 hostname under route/default reached $got hosts"
+! grep -q 'route/greedy' "$work/srun.err" "$LOGDIR"/slurmd-*.log || fail "route/greedy logged under route/default"
+pass "route/default (TreeWidth 4) without the plugin: srun -N16 ran"
+"$TC" down >/dev/null || fail "down"
+pass "all route/greedy checks"
