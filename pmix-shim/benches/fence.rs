@@ -194,7 +194,7 @@ fn main() {
         for n in [8, 16] {
             let tree = start(n, u64::MAX).await;
             let ring = start(n, 0).await;
-            for size in [1usize << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+            for size in [1usize << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20] {
                 let (t, _) = time_allgather(&tree, size, iters).await;
                 let (r, _) = time_allgather(&ring, size, iters).await;
                 let faster = if t <= r { "tree" } else { "ring" };

@@ -154,6 +154,8 @@ struct State {
     op: Option<Op>,
     /// When this node called it.
     started: Option<Instant>,
+    /// Never switch to the ring (the join: the ring needs the addresses it gathers).
+    tree_only: bool,
     timeout: Duration,
     own: Bytes,
     /// Children's upward contributions, by child node index.
@@ -229,13 +231,16 @@ impl Engine {
     ///
     /// `blob` is this node's contribution (gather, allgather) or the payload (broadcast, on
     /// node 0 only); it is ignored elsewhere.
-    /// `timeout` overrides the engine's default for this one collective (the overlay's join).
+    /// `timeout` overrides the engine's default for this one collective, and `tree_only`
+    /// keeps an allgather on the tree whatever its size: both for the overlay's join, which
+    /// gathers the addresses the ring needs.
     pub fn start(
         &mut self,
         op: Op,
         blob: Bytes,
         now: Instant,
         timeout: Option<Duration>,
+        tree_only: bool,
         out: &mut Vec<Output>,
     ) -> u64 {
         let seq = self.next_seq;
@@ -251,6 +256,7 @@ impl Engine {
         state.op = Some(op);
         state.own = blob;
         state.started = Some(now);
+        state.tree_only = tree_only;
         state.timeout = timeout.unwrap_or(self.timeout);
         self.advance(seq, out);
         seq
@@ -449,7 +455,7 @@ impl Engine {
                     }
                 }
             }
-            oversize |= op == Op::Allgather && total > self.ring_threshold;
+            oversize |= op == Op::Allgather && !state.tree_only && total > self.ring_threshold;
             state.sent_up = true;
             match self.topo.parent(me) {
                 Some(parent) => {

@@ -401,7 +401,10 @@ async fn run_engine(
             _ = shared.shutdown.cancelled() => break,
             Some(request) = requests.recv() => match request {
                 Request::Start { op, blob, timeout, reply } => {
-                    let seq = engine.start(op, blob, Instant::now(), timeout, &mut out);
+                    // Only the join passes its own timeout; it must stay on the tree, since
+                    // the ring needs the addresses the join is gathering.
+                    let tree_only = timeout.is_some();
+                    let seq = engine.start(op, blob, Instant::now(), timeout, tree_only, &mut out);
                     waiting.insert(seq, reply);
                 }
                 Request::Abort(info) => engine.abort(info, &mut out),

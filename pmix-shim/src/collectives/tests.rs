@@ -59,12 +59,17 @@ impl Cluster {
     }
 
     fn start(&mut self, node: usize, op: Op, blob: &[u8]) {
+        self.start_with(node, op, blob, false);
+    }
+
+    fn start_with(&mut self, node: usize, op: Op, blob: &[u8], tree_only: bool) {
         let mut out = Vec::new();
         self.engines[node].start(
             op,
             Bytes::copy_from_slice(blob),
             Instant::now(),
             None,
+            tree_only,
             &mut out,
         );
         self.absorb(node, out);
@@ -223,4 +228,21 @@ fn timeout_names_missing_nodes_and_ranks_then_aborts_everyone() {
     // A collective started after the abort fails at once.
     c.start(late, Op::Barrier, b"");
     assert!(c.done[late].last().unwrap().1.is_err());
+}
+
+#[test]
+fn tree_only_allgather_ignores_the_threshold() {
+    // The overlay's join gathers the addresses the ring would need, so it must stay on the tree.
+    let n = 5;
+    let mut c = Cluster::new(n, 0);
+    for i in 0..n {
+        c.start_with(i, Op::Allgather, &blob(i, 100), true);
+    }
+    c.run(false);
+    assert_eq!(c.sent_bytes, 0, "no ring traffic");
+    assert!(
+        c.done
+            .iter()
+            .all(|d| matches!(&d[0].1, Ok(Outcome::Allgather(all)) if all.len() == n))
+    );
 }
