@@ -1,0 +1,459 @@
+//! greedyd: the per-host agent. Reads its Start from stdin, starts its launch subtree, forks
+//! its ranks, relays everything up, and leaves no process behind.
+//!
+//! Flow: Start → `Hello` up → children launched ([`Fanout`]) → guard started → wire-up joined
+//! (when PMI is on) → ranks forked, each in its own process group → main loop: routed
+//! commands from the parent, rank exits, wire-up aborts → on `Shutdown` or `Teardown` (or EOF
+//! from the parent: greedyrun or the parent agent is gone) → ranks TERMed, KILLed after the
+//! grace period → subtree waited for (bounded) → `Bye` up → exit.
+
+use std::{collections::HashMap, time::Duration};
+
+use futures_util::{SinkExt, StreamExt};
+use greedy_pmix::{
+    overlay::Overlay, rendezvous::Memory, rendezvous::Rendezvous, server::PmiServer,
+};
+use greedy_tree::Tree;
+use nix::sys::signal::Signal;
+use tokio::{io::AsyncWriteExt, sync::mpsc};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::{
+    Error,
+    fanout::{EdgeConfig, Fanout},
+    guard::GuardHandle,
+    proto::{ChildCodec, Cmd, Down, PROTOCOL_VERSION, PmiMode, RankEnd, Start, Stream, Up},
+    signals, spawn, stdio, wireup,
+};
+
+/// Frames queued towards the parent. Rank output waits when the parent pipe is slow, which
+/// slows the rank (its pipe fills): back-pressure instead of loss.
+const UP_CAPACITY: usize = 1024;
+/// How long an agent waits for its Start after the remote shell started it.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// After a rank exits, how long its output pipes may stay open (held by a background child)
+/// before its exit is reported anyway.
+const STDIO_DRAIN: Duration = Duration::from_secs(2);
+/// Beyond the grace period, how long an agent waits for its subtree to say bye.
+const SUBTREE_LINGER: Duration = Duration::from_secs(5);
+
+/// Why the main loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Shutdown,
+    Teardown,
+    ParentGone,
+}
+
+/// Runs the agent on this process's stdin/stdout; returns the process exit code.
+pub async fn run() -> Result<i32, Error> {
+    let mut down = FramedRead::new(tokio::io::stdin(), ChildCodec::default());
+    let mut up_w = FramedWrite::new(tokio::io::stdout(), ChildCodec::default());
+    let start = match tokio::time::timeout(START_TIMEOUT, down.next()).await {
+        Ok(Some(Ok(Down::Start(s)))) => *s,
+        Ok(Some(Ok(other))) => {
+            return Err(Error::Frame(format!("expected Start first, got {other:?}")));
+        }
+        Ok(Some(Err(e))) => return Err(e),
+        Ok(None) => return Err(Error::Frame("stdin closed before Start".into())),
+        Err(_) => {
+            return Err(Error::Frame(format!(
+                "no Start within {} s (greedyd is started by greedyrun, not by hand)",
+                START_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let node = start.node_idx;
+    if start.version != PROTOCOL_VERSION {
+        let _ = up_w
+            .send(Up::Failed {
+                node,
+                code: crate::status::code::LAUNCHER,
+                what: format!(
+                    "greedyd speaks protocol {PROTOCOL_VERSION}, greedyrun {}: install the same version on every host",
+                    start.version
+                ),
+            })
+            .await;
+        return Ok(1);
+    }
+    let span = info_span!("agent", job = %start.job_id, node, host = %start.hosts[node as usize]);
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = up_rx.recv().await {
+            if up_w.send(msg).await.is_err() {
+                break;
+            }
+        }
+        let _ = up_w.flush().await;
+        let _ = up_w.get_mut().shutdown().await;
+    });
+    let code = Agent::new(start, up_tx).run(down).instrument(span).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    Ok(code)
+}
+
+struct Agent {
+    start: Start,
+    node: u32,
+    up: mpsc::Sender<Up>,
+    grace: Duration,
+}
+
+struct Rank {
+    pgid: u32,
+}
+
+impl Agent {
+    fn new(start: Start, up: mpsc::Sender<Up>) -> Agent {
+        let grace = Duration::from_secs_f64(start.grace_s.max(0.0));
+        Agent {
+            node: start.node_idx,
+            start,
+            up,
+            grace,
+        }
+    }
+
+    async fn fail(&self, code: i32, what: String) {
+        warn!("{what}");
+        let _ = self
+            .up
+            .send(Up::Failed {
+                node: self.node,
+                code,
+                what,
+            })
+            .await;
+    }
+
+    async fn run(self, mut down: FramedRead<tokio::io::Stdin, ChildCodec>) -> i32 {
+        let node = self.node;
+        let _ = self.up.send(Up::Hello { node }).await;
+        let hello_timeout = Duration::from_secs_f64(self.start.hello_timeout_s.max(0.001));
+
+        // The launch subtree first: it is on the critical path of everyone below.
+        let fanout = match Tree::from_subtree_sizes(self.start.launch_sizes.clone()) {
+            Ok(tree) => {
+                let pos = node as usize + 1;
+                Fanout::start(
+                    &self.start,
+                    &tree,
+                    pos..pos + tree.len(),
+                    EdgeConfig {
+                        rsh: self.start.rsh.clone(),
+                        agent: self.start.agent.clone(),
+                        batch: self.start.batch,
+                        retries: self.start.retries,
+                        hello_timeout,
+                        by: Some(node),
+                    },
+                    self.up.clone(),
+                )
+            }
+            Err(e) => {
+                self.fail(
+                    crate::status::code::LAUNCHER,
+                    format!("bad launch subtree: {e}"),
+                )
+                .await;
+                Fanout::start(
+                    &self.start,
+                    &Tree::from_subtree_sizes(vec![1]).expect("one node"),
+                    0..1,
+                    EdgeConfig {
+                        rsh: vec![],
+                        agent: vec![],
+                        batch: 1,
+                        retries: 0,
+                        hello_timeout,
+                        by: Some(node),
+                    },
+                    self.up.clone(),
+                )
+            }
+        };
+
+        let mut guard =
+            match std::env::current_exe().and_then(|exe| GuardHandle::start(&exe, self.grace)) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    let _ = self
+                        .up
+                        .send(Up::Note {
+                            node,
+                            text: format!(
+                                "cannot start the guard (ranks may outlive a killed agent): {e}"
+                            ),
+                        })
+                        .await;
+                    None
+                }
+            };
+
+        // Wire-up runs beside the main loop: it needs routed Address frames to complete.
+        let board = Memory::default();
+        let (wired_tx, mut wired_rx) = mpsc::channel::<Result<(Overlay, PmiServer), Error>>(1);
+        let mut wireup_pending = self.start.pmi != PmiMode::None;
+        if wireup_pending {
+            let rdv = wireup::PipeRendezvous {
+                up: self.up.clone(),
+                board: board.clone(),
+            };
+            let start = self.start.clone();
+            tokio::spawn(
+                async move {
+                    let r = wireup::start(&start, &rdv, hello_timeout).await;
+                    let _ = wired_tx.send(r).await;
+                }
+                .in_current_span(),
+            );
+        }
+        let mut services: Option<(Overlay, PmiServer)> = None;
+        let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
+            None;
+
+        // stdin for the stdin rank. Unbounded on purpose: the main loop must never block on a
+        // rank that does not read its stdin, or it could not see Teardown; stdin is small.
+        let (stdin_tx, stdin_rx) = mpsc::unbounded_channel::<Option<bytes::Bytes>>();
+        let mut stdin_rx = Some(stdin_rx);
+        let (exit_tx, mut exit_rx) = mpsc::channel::<u32>(64);
+        let mut ranks: HashMap<u32, Rank> = HashMap::new();
+        let mut live = 0usize;
+        let mut spawned = false;
+
+        if !wireup_pending {
+            live = self
+                .spawn_ranks(None, &mut ranks, &mut guard, &mut stdin_rx, &exit_tx)
+                .await;
+            spawned = true;
+        }
+
+        let end = loop {
+            tokio::select! {
+                f = down.next() => match f {
+                    Some(Ok(Down::Route { to, cmd })) => {
+                        if to != Some(node) {
+                            fanout.route(to, cmd.clone()).await;
+                        }
+                        if to.is_none() || to == Some(node) {
+                            match cmd {
+                                Cmd::Stdin(b) => { let _ = stdin_tx.send(Some(b)); }
+                                Cmd::StdinEof => { let _ = stdin_tx.send(None); }
+                                Cmd::Address { node: n, addr } => {
+                                    if let Ok(a) = addr.parse() {
+                                        let _ = board.publish(n as usize, a).await;
+                                    }
+                                }
+                                Cmd::Shutdown => break End::Shutdown,
+                                Cmd::Teardown => break End::Teardown,
+                            }
+                        }
+                    }
+                    Some(Ok(Down::Start(_))) => {}
+                    Some(Err(e)) => { warn!("parent pipe: {e}"); break End::ParentGone; }
+                    None => break End::ParentGone,
+                },
+                w = wired_rx.recv(), if wireup_pending => {
+                    wireup_pending = false;
+                    match w {
+                        Some(Ok((overlay, pmi))) => {
+                            abort_rx = Some(overlay.aborted());
+                            live = self.spawn_ranks(Some(&pmi), &mut ranks, &mut guard, &mut stdin_rx, &exit_tx).await;
+                            spawned = true;
+                            services = Some((overlay, pmi));
+                        }
+                        Some(Err(e)) => self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}")).await,
+                        None => {}
+                    }
+                },
+                changed = async { abort_rx.as_mut().expect("guarded").changed().await }, if abort_rx.is_some() => {
+                    match changed {
+                        Ok(()) => {
+                            let info = abort_rx.as_ref().and_then(|r| r.borrow().clone());
+                            if let Some(info) = info {
+                                self.fail(info.code, format!("wire-up aborted: {info}")).await;
+                                abort_rx = None;
+                            }
+                        }
+                        Err(_) => abort_rx = None,
+                    }
+                },
+                Some(_) = exit_rx.recv() => {
+                    live = live.saturating_sub(1);
+                },
+            }
+        };
+        debug!(?end, live, spawned, "agent ending");
+
+        // Pass the end on first, so the whole subtree tears down in parallel with us.
+        let cmd = if end == End::Shutdown {
+            Cmd::Shutdown
+        } else {
+            Cmd::Teardown
+        };
+        fanout.route(None, cmd).await;
+        let groups: Vec<u32> = ranks.values().map(|r| r.pgid).collect();
+        if live > 0 {
+            for &g in &groups {
+                signals::signal_group(g, Signal::SIGTERM);
+            }
+            let deadline = tokio::time::Instant::now() + self.grace;
+            while live > 0 {
+                tokio::select! {
+                    Some(_) = exit_rx.recv() => live -= 1,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+            }
+        }
+        // Whatever is left in the ranks' groups (their background children, or ranks that
+        // ignored SIGTERM) is killed: no process of the job outlives its agent.
+        for &g in &groups {
+            if signals::group_alive(g) {
+                signals::signal_group(g, Signal::SIGKILL);
+            }
+        }
+        let reap_deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while live > 0 {
+            tokio::select! {
+                Some(_) = exit_rx.recv() => live -= 1,
+                _ = tokio::time::sleep_until(reap_deadline) => break,
+            }
+        }
+        if let Some((overlay, pmi)) = services.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(3), pmi.shutdown()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(3), overlay.shutdown()).await;
+        }
+        if tokio::time::timeout(self.grace + SUBTREE_LINGER, fanout.wait())
+            .await
+            .is_err()
+        {
+            fanout.kill_all();
+            let _ = tokio::time::timeout(Duration::from_secs(5), fanout.wait()).await;
+        }
+        if let Some(g) = guard.take() {
+            g.done().await;
+        }
+        let _ = self.up.send(Up::Bye { node }).await;
+        0
+    }
+
+    /// Forks this host's ranks; returns how many were started.
+    async fn spawn_ranks(
+        &self,
+        pmi: Option<&PmiServer>,
+        ranks: &mut HashMap<u32, Rank>,
+        guard: &mut Option<GuardHandle>,
+        stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
+        exit_tx: &mpsc::Sender<u32>,
+    ) -> usize {
+        let node = self.node as usize;
+        let local = self.start.ranks[node].clone();
+        let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
+        let mut started = 0;
+        for (local_id, &rank) in local.iter().enumerate() {
+            let mut env = self.start.env.clone();
+            env.extend([
+                ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
+                ("GREEDY_RANK".to_string(), rank.to_string()),
+                ("GREEDY_SIZE".to_string(), n_ranks.to_string()),
+                ("GREEDY_NODE".to_string(), node.to_string()),
+                ("GREEDY_LOCAL_RANK".to_string(), local_id.to_string()),
+                ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
+            ]);
+            if let Some(pmi) = pmi {
+                match pmi.port_env(rank) {
+                    Some(pe) => env.extend(pe),
+                    None => warn!(rank, "PMI server has no port"),
+                }
+            }
+            let wants_stdin = self.start.stdin_rank == Some(rank);
+            let spec = spawn::RankSpec {
+                argv: &self.start.argv,
+                env,
+                cwd: &self.start.cwd,
+                stdin: wants_stdin,
+            };
+            let strict = self.start.pmi == PmiMode::Strict;
+            match spawn::spawn(&spec) {
+                Ok(mut child) => {
+                    let pgid = child.id().unwrap_or(0);
+                    if let Some(g) = guard.as_mut() {
+                        g.watch(pgid).await;
+                    }
+                    ranks.insert(rank, Rank { pgid });
+                    if wants_stdin
+                        && let (Some(mut sin), Some(mut rx)) = (child.stdin.take(), stdin_rx.take())
+                    {
+                        tokio::spawn(async move {
+                            while let Some(Some(b)) = rx.recv().await {
+                                if sin.write_all(&b).await.is_err() || sin.flush().await.is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                    let out = tokio::spawn(stdio::forward(
+                        rank,
+                        Stream::Stdout,
+                        child.stdout.take().expect("piped"),
+                        self.up.clone(),
+                    ));
+                    let err = tokio::spawn(stdio::forward(
+                        rank,
+                        Stream::Stderr,
+                        child.stderr.take().expect("piped"),
+                        self.up.clone(),
+                    ));
+                    let up = self.up.clone();
+                    let exit_tx = exit_tx.clone();
+                    let pmi = pmi.cloned();
+                    tokio::spawn(
+                        async move {
+                            let end = match child.wait().await {
+                                Ok(s) => spawn::end_of(s),
+                                Err(_) => RankEnd::Exited(255),
+                            };
+                            let _ = tokio::time::timeout(STDIO_DRAIN, async {
+                                let _ = out.await;
+                                let _ = err.await;
+                            })
+                            .await;
+                            if let Some(pmi) = pmi {
+                                // Auto mode: a plain program that exits 0 without PMI is fine.
+                                if strict || end.failed() {
+                                    pmi.rank_exited(rank, end.code()).await;
+                                }
+                            }
+                            let _ = up.send(Up::Exit { rank, end }).await;
+                            let _ = exit_tx.send(rank).await;
+                        }
+                        .instrument(info_span!("rank", rank)),
+                    );
+                    started += 1;
+                }
+                Err(e) => {
+                    let _ = self
+                        .up
+                        .send(Up::Note {
+                            node: self.node,
+                            text: format!("rank {rank}: cannot run {:?}: {e}", self.start.argv[0]),
+                        })
+                        .await;
+                    if let Some(pmi) = pmi {
+                        pmi.rank_exited(rank, RankEnd::NotStarted.code()).await;
+                    }
+                    let _ = self
+                        .up
+                        .send(Up::Exit {
+                            rank,
+                            end: RankEnd::NotStarted,
+                        })
+                        .await;
+                }
+            }
+        }
+        started
+    }
+}

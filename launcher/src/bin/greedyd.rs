@@ -1,0 +1,53 @@
+//! `greedyd`: the per-host agent of greedyrun, started over rsh/ssh; not run by hand.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The per-host agent of greedyrun: reads its job from stdin, starts its part of the launch
+/// tree and its local ranks, and reports on stdout. Started by greedyrun over rsh/ssh.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Internal: run as the guard of an agent's ranks, killing them (SIGTERM, SIGKILL after
+    /// SECS) if the agent dies.
+    #[arg(long, value_name = "SECS")]
+    guard: Option<f64>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Some(grace) = args.guard {
+        greedy_launcher::guard::run(Duration::from_secs_f64(grace.max(0.0)));
+        return;
+    }
+    // Logs go to stderr, which the parent forwards to greedyrun as notes: keep it quiet unless
+    // asked (GREEDY_LOG uses RUST_LOG syntax).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GREEDY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("greedyd: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = match rt.block_on(greedy_launcher::agent::run()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("greedyd: {e}");
+            1
+        }
+    };
+    rt.shutdown_timeout(Duration::from_millis(100));
+    std::process::exit(code);
+}

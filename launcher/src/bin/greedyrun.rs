@@ -1,0 +1,366 @@
+//! `greedyrun`: start a parallel job on many hosts over rsh/ssh along the greedy launch tree.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use greedy_launcher::{
+    calibrate,
+    head::{self, JobConfig},
+    plan::{HostSource, MAX_STARTUPS, Plan, Request},
+    proto::PmiMode,
+    ssh,
+    status::code,
+};
+use greedy_tree::Topology;
+
+const EXIT_STATUS: &str = "\
+EXIT STATUS:
+    0     every rank exited 0
+    N     the first rank to fail exited with N (128+S: it was killed by signal S; 127: it
+          could not be started). A failing rank ends the job unless --keep-going.
+    2     the command line or hostfile was refused (nothing was started)
+    124   some agent did not start within --timeout (the message names the hosts)
+    125   a host could not be reached, an agent or its remote shell died, or the wire-up failed
+    130   greedyrun got SIGINT (Ctrl-C); 143: SIGTERM. Ranks got SIGTERM, SIGKILL after --grace
+    141   greedyrun's stdout was closed (broken pipe); the job was ended quietly";
+
+/// Which wire-up the ranks get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Pmi {
+    /// PMI server on every host; plain programs that never call PMI also run.
+    Auto,
+    /// PMI-1 (MPICH, Intel MPI); every rank must PMI-finalize before exiting.
+    Pmi1,
+    /// PMI-2; every rank must finalize before exiting.
+    Pmi2,
+    /// PMIx (Open MPI): not served by greedy-pmix yet; refused.
+    Pmix,
+    /// No wire-up service at all (cheapest for non-MPI programs).
+    None,
+}
+
+/// Start NP ranks of PROG on many hosts: one remote shell per host along the greedy launch
+/// tree, local ranks forked by each host's agent (greedyd), stdio/signals/exit codes
+/// forwarded, and nothing left behind on failure.
+#[derive(Debug, Parser)]
+#[command(version, about, after_long_help = EXIT_STATUS)]
+struct Args {
+    /// Number of ranks (default: every slot of the hosts). `-np` also works.
+    #[arg(short = 'n', long = "np", value_name = "NP")]
+    n_ranks: Option<u32>,
+
+    /// Hostfile: `host slots=N` (Open MPI), `host:N` (MPICH), or one host per line.
+    #[arg(long, visible_alias = "machinefile", short = 'f', value_name = "FILE")]
+    hostfile: Option<PathBuf>,
+
+    /// Hosts as Slurm hostlist expressions, comma-separated, each optionally `:N` slots
+    /// (`n[1-64]`, `n[1-8]:2,m3`).
+    #[arg(long, value_name = "EXPR", conflicts_with = "hostfile")]
+    hosts: Option<String>,
+
+    /// Hosts as a comma list (`h1,h2:2`); same syntax as --hosts.
+    #[arg(short = 'H', long = "host", value_name = "LIST", conflicts_with_all = ["hostfile", "hosts"])]
+    host_list: Option<String>,
+
+    /// Ranks per host (overrides slots). `-ppn` also works.
+    #[arg(long, value_name = "K")]
+    ppn: Option<u32>,
+
+    /// Remote shell command; host and agent are appended. For `ssh`, cheap-hop options are
+    /// added after yours (curve25519 key exchange first, BatchMode, ConnectTimeout=--timeout,
+    /// ServerAlive 10 s × 3).
+    #[arg(long, env = "GREEDY_RSH", default_value = "ssh", value_name = "CMD")]
+    rsh: String,
+
+    /// SEQ of the launch model, seconds: the extra delay each further child of one parent
+    /// costs. Measure it with --calibrate.
+    #[arg(long, env = "GREEDY_SEQ", default_value_t = 0.03, value_name = "S")]
+    seq: f64,
+
+    /// REM of the launch model, seconds: from starting a remote shell until the child agent
+    /// can launch. Measure it with --calibrate.
+    #[arg(long, env = "GREEDY_REM", default_value_t = 0.15, value_name = "R")]
+    rem: f64,
+
+    /// Launch tree shape: greedy, flat, chain, binomial or kary:K.
+    #[arg(long, default_value = "greedy", value_name = "SHAPE")]
+    topology: Topology,
+
+    /// Remote shells a parent keeps in flight before their agents said hello; stay below
+    /// the targets' sshd MaxStartups (10 by default).
+    #[arg(long, default_value_t = 8, value_name = "B")]
+    batch: u32,
+
+    /// Retries of a remote shell that sshd refused at start-up (MaxStartups).
+    #[arg(long, default_value_t = 3, value_name = "K")]
+    retries: u32,
+
+    /// Wire-up service for the ranks.
+    #[arg(long, value_enum, default_value_t = Pmi::Auto)]
+    pmi: Pmi,
+
+    /// Launch timeout, seconds: every agent must say hello (and the wire-up join complete)
+    /// within it, or the job ends naming the hosts that did not.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    timeout: f64,
+
+    /// Seconds between SIGTERM and SIGKILL when the job is ended.
+    #[arg(long, default_value_t = 3.0, value_name = "SECS")]
+    grace: f64,
+
+    /// Prefix every output line with `[rank] `.
+    #[arg(long)]
+    tag_output: bool,
+
+    /// A failing rank does not end the job; the exit status is still the first failure's.
+    #[arg(long)]
+    keep_going: bool,
+
+    /// Rank that reads greedyrun's stdin (`none`: every rank reads /dev/null).
+    #[arg(long, default_value = "0", value_name = "RANK|none")]
+    stdin: String,
+
+    /// Agent command on the hosts (default: `greedyd` beside this greedyrun; it must exist at
+    /// that path on every host, e.g. on a shared filesystem).
+    #[arg(long, env = "GREEDY_AGENT", value_name = "PATH")]
+    agent: Option<String>,
+
+    /// Seconds between progress lines while hosts are still starting (0: none).
+    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
+    progress: f64,
+
+    /// Measure SEQ and REM on the given hosts and print them for the config; runs no job.
+    #[arg(long)]
+    calibrate: bool,
+
+    /// Print launch timings.
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// The program and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROG"
+    )]
+    argv: Vec<String>,
+}
+
+/// Variables that describe greedyrun's own login session, not the job.
+const ENV_SKIP: &[&str] = &[
+    "HOSTNAME",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "_",
+    "SSH_CLIENT",
+    "SSH_CONNECTION",
+    "SSH_TTY",
+    "SSH_AUTH_SOCK",
+    "DISPLAY",
+    "XAUTHORITY",
+];
+
+fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !v.is_finite() || v < 0.0 {
+        bail!("{name} must be a non-negative number of seconds, not {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Arguments → a validated job, before any side effect.
+fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
+    let hosts = match (&args.hostfile, &args.hosts, &args.host_list) {
+        (Some(p), _, _) => HostSource::Hostfile {
+            path: p.display().to_string(),
+            text: std::fs::read_to_string(p)
+                .with_context(|| format!("read hostfile {}", p.display()))?,
+        },
+        (_, Some(e), _) | (_, _, Some(e)) => HostSource::List(e.clone()),
+        _ => bail!("no hosts: give --hostfile FILE, --hosts EXPR or -H h1,h2"),
+    };
+    let pmi = match args.pmi {
+        Pmi::Auto => PmiMode::Auto,
+        Pmi::Pmi1 | Pmi::Pmi2 => PmiMode::Strict,
+        Pmi::None => PmiMode::None,
+        Pmi::Pmix => bail!(
+            "--pmi pmix is not available yet (greedy-pmix serves PMI-1/PMI-2); use --pmi auto with MPICH, or Open MPI's own mpirun"
+        ),
+    };
+    if args.batch >= MAX_STARTUPS {
+        eprintln!(
+            "greedyrun: warning: --batch {} is not below sshd's default MaxStartups ({MAX_STARTUPS}); connections may be refused (they are retried)",
+            args.batch
+        );
+    }
+    let timeout = secs("--timeout", args.timeout)?;
+    let argv = if args.calibrate && args.argv.is_empty() {
+        vec!["true".to_string()]
+    } else {
+        args.argv
+    };
+    let plan = Plan::new(Request {
+        n_ranks: args.n_ranks,
+        hosts,
+        ppn: args.ppn,
+        seq: args.seq,
+        rem: args.rem,
+        topology: args.topology,
+        batch: args.batch,
+        timeout,
+        grace: secs("--grace", args.grace)?,
+        pmi,
+        argv,
+    })?;
+    let stdin_rank = match args.stdin.as_str() {
+        "none" => None,
+        r => {
+            let r: u32 = r.parse().context("--stdin takes a rank number or `none`")?;
+            if r >= plan.n_ranks {
+                bail!("--stdin {r}: the job has only {} ranks", plan.n_ranks);
+            }
+            Some(r)
+        }
+    };
+    let agent = match args.agent {
+        Some(a) => a.split_whitespace().map(str::to_owned).collect(),
+        None => {
+            let exe = std::env::current_exe().context("locate greedyrun")?;
+            vec![exe.with_file_name("greedyd").display().to_string()]
+        }
+    };
+    let env = std::env::vars()
+        .filter(|(k, _)| !ENV_SKIP.contains(&k.as_str()))
+        .collect();
+    let cwd = std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "/".into());
+    Ok((
+        JobConfig {
+            plan,
+            rsh: ssh::remote_shell(&args.rsh, timeout),
+            agent,
+            retries: args.retries,
+            tag_output: args.tag_output,
+            keep_going: args.keep_going,
+            stdin_rank,
+            progress: secs("--progress", args.progress)?,
+            env,
+            cwd,
+            verbose: args.verbose,
+            quiet: false,
+        },
+        args.calibrate,
+    ))
+}
+
+/// `-np`/`-ppn` are single-dash long options in mpirun/mpiexec; clap wants two dashes.
+fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut passthrough = false;
+    for a in argv {
+        if !passthrough {
+            if a == "--" {
+                passthrough = true;
+            } else if a == "-np" || a == "-ppn" || a == "-hostfile" || a == "-machinefile" {
+                out.push(format!("-{a}"));
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
+}
+
+fn main() {
+    let args = Args::parse_from(mpirun_habits(std::env::args()));
+    let (cfg, calibrating) = match job_config(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("greedyrun: {e:#}");
+            std::process::exit(code::USAGE);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("greedyrun: cannot start the runtime: {e}");
+            std::process::exit(code::LAUNCHER);
+        }
+    };
+    let exit = if calibrating {
+        match rt.block_on(calibrate::calibrate(&cfg)) {
+            Ok(c) => {
+                println!(
+                    "# greedyrun --calibrate on {} hosts ({} in the SEQ burst), rsh: {}",
+                    cfg.plan.hosts.len(),
+                    c.burst,
+                    cfg.rsh[0]
+                );
+                println!("GREEDY_SEQ={:.4}", c.seq);
+                println!("GREEDY_REM={:.4}", c.rem);
+                0
+            }
+            Err(e) => {
+                eprintln!("greedyrun: calibration: {e}");
+                code::LAUNCHER
+            }
+        }
+    } else {
+        rt.block_on(head::run(cfg)).exit_code
+    };
+    // Do not wait for the blocking stdin reader: it may sit in read() on a terminal.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    std::process::exit(exit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mpirun_single_dash_options() {
+        let argv = ["greedyrun", "-np", "4", "-ppn", "2", "--", "prog", "-np"].map(String::from);
+        assert_eq!(
+            mpirun_habits(argv.into_iter()),
+            ["greedyrun", "--np", "4", "--ppn", "2", "--", "prog", "-np"]
+        );
+    }
+
+    #[test]
+    fn args_become_a_plan_or_exit_2() {
+        let parse = |v: &[&str]| {
+            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
+            job_config(Args::try_parse_from(argv).unwrap())
+        };
+        let (cfg, cal) = parse(&[
+            "greedyrun",
+            "-np",
+            "4",
+            "-H",
+            "a,b",
+            "--ppn",
+            "2",
+            "--",
+            "hostname",
+        ])
+        .unwrap();
+        assert!(!cal);
+        assert_eq!(cfg.plan.hosts, ["a", "b"]);
+        assert_eq!(cfg.stdin_rank, Some(0));
+        assert!(
+            cfg.rsh
+                .contains(&"-oKexAlgorithms=^curve25519-sha256".to_string())
+        );
+        let e = parse(&["greedyrun", "-n", "2", "--", "x"]).unwrap_err();
+        assert!(e.to_string().contains("no hosts"));
+        let e = parse(&["greedyrun", "-H", "a", "--pmi", "pmix", "--", "x"]).unwrap_err();
+        assert!(e.to_string().contains("pmix"));
+        let e = parse(&["greedyrun", "-H", "a", "--stdin", "3", "--", "x"]).unwrap_err();
+        assert!(e.to_string().contains("only 1 ranks"));
+    }
+}

@@ -1,0 +1,400 @@
+//! Starting child agents over remote shells along the launch tree, and the edges to them.
+//!
+//! A parent (greedyrun at launch position 0, or a greedyd) starts its children in launch order,
+//! keeping at most `batch` remote shells in flight until their agents say hello (sshd's
+//! `MaxStartups` is 10 by default). Each child gets one *edge task* that owns the remote shell
+//! process and its pipes:
+//!
+//! 1. spawn `RSH host AGENT` (own process group, so a terminal Ctrl-C reaches only greedyrun,
+//!    which forwards it in order), write [`Down::Start`];
+//! 2. wait for [`Up::Hello`] within `hello_timeout`; if the shell exits first with an sshd
+//!    "too many startups" complaint, retry up to `retries` times with back-off;
+//! 3. relay: routed [`Down`] frames in, every [`Up`] frame of the subtree out;
+//! 4. EOF of the shell's stdout without the child's [`Up::Bye`] reports [`Up::Lost`] naming
+//!    the host and the shell's last stderr line.
+//!
+//! Channels are bounded: each edge's down queue holds [`EDGE_CAPACITY`] frames, so a stuck
+//! child slows whoever routes to it; the one exception is teardown, which must not wait on a
+//! stuck child: when its queue is full, its shell is killed instead.
+
+use std::{
+    collections::VecDeque,
+    ops::Range,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures_util::{SinkExt, StreamExt};
+use greedy_tree::Tree;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::Command,
+    sync::{Semaphore, mpsc},
+};
+use tokio_util::{
+    codec::{FramedRead, FramedWrite},
+    sync::CancellationToken,
+    task::TaskTracker,
+};
+use tracing::{Instrument, debug, info_span};
+
+use crate::{
+    proto::{Cmd, Down, ParentCodec, Start, Up},
+    ssh,
+};
+
+/// Frames queued towards one child: a few hundred control frames or stdin chunks; beyond
+/// that the router waits, which is the back-pressure we want.
+pub const EDGE_CAPACITY: usize = 256;
+
+/// Lines of a remote shell's stderr kept for the message when it fails.
+const STDERR_TAIL: usize = 3;
+
+/// How a parent starts its children.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// Remote shell words (host and agent are appended).
+    pub rsh: Vec<String>,
+    /// Agent command words.
+    pub agent: Vec<String>,
+    /// Remote shells in flight before hello.
+    pub batch: u32,
+    /// Retries of a shell refused by sshd's MaxStartups.
+    pub retries: u32,
+    /// Wait for a child's hello (`--timeout`).
+    pub hello_timeout: Duration,
+    /// Host index of this parent, `None` for greedyrun.
+    pub by: Option<u32>,
+}
+
+struct Edge {
+    hosts: Range<usize>,
+    tx: mpsc::Sender<Down>,
+    kill: CancellationToken,
+}
+
+/// The children of one parent: routes frames to them and waits for them.
+pub struct Fanout {
+    edges: Vec<Edge>,
+    tracker: TaskTracker,
+    kill: CancellationToken,
+}
+
+impl std::fmt::Debug for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fanout")
+            .field("children", &self.edges.len())
+            .finish()
+    }
+}
+
+impl Fanout {
+    /// Starts the children of the root of `tree`, which covers launch positions `positions`
+    /// (position `p` is host `p - 1`). `template` is the job's Start; each child's copy gets
+    /// its own `node_idx` and `launch_sizes`.
+    pub fn start(
+        template: &Start,
+        tree: &Tree,
+        positions: Range<usize>,
+        cfg: EdgeConfig,
+        up: mpsc::Sender<Up>,
+    ) -> Fanout {
+        let tracker = TaskTracker::new();
+        tracker.close();
+        let kill = CancellationToken::new();
+        let sizes = tree.subtree_sizes();
+        let mut edges = Vec::new();
+        let mut pending = Vec::new();
+        for r in tree.child_ranges(positions.clone()) {
+            let off = r.start - positions.start;
+            let mut start = template.clone();
+            start.node_idx = (r.start - 1) as u32;
+            start.launch_sizes = sizes[off..off + r.len()].to_vec();
+            let (tx, rx) = mpsc::channel(EDGE_CAPACITY);
+            let edge_kill = kill.child_token();
+            edges.push(Edge {
+                hosts: r.start - 1..r.end - 1,
+                tx,
+                kill: edge_kill.clone(),
+            });
+            pending.push((start, rx, edge_kill));
+        }
+        let cfg = Arc::new(cfg);
+        let sem = Arc::new(Semaphore::new(cfg.batch.max(1) as usize));
+        let launcher_tracker = tracker.clone();
+        let launcher_kill = kill.clone();
+        tracker.spawn(async move {
+            for (start, rx, edge_kill) in pending {
+                let permit = tokio::select! {
+                    p = sem.clone().acquire_owned() => p.expect("never closed"),
+                    _ = launcher_kill.cancelled() => return,
+                };
+                let node = start.node_idx;
+                let span = info_span!("edge", job = %start.job_id, node);
+                launcher_tracker.spawn(
+                    run_edge(start, rx, up.clone(), permit, edge_kill, cfg.clone())
+                        .instrument(span),
+                );
+                debug!(node, "remote shell started");
+            }
+        });
+        Fanout {
+            edges,
+            tracker,
+            kill,
+        }
+    }
+
+    /// Number of direct children.
+    pub fn len(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// Whether there are no children.
+    pub fn is_empty(&self) -> bool {
+        self.edges.is_empty()
+    }
+
+    /// Sends `cmd` towards `to` (every node when `None`), through the child(ren) whose subtree
+    /// holds it. A lost child is skipped.
+    pub async fn route(&self, to: Option<u32>, cmd: Cmd) {
+        for e in &self.edges {
+            if to.is_none_or(|n| e.hosts.contains(&(n as usize))) {
+                let frame = Down::Route {
+                    to,
+                    cmd: cmd.clone(),
+                };
+                if matches!(cmd, Cmd::Teardown) {
+                    // Never wait on a stuck child during teardown: kill its shell instead.
+                    if let Err(mpsc::error::TrySendError::Full(_)) = e.tx.try_send(frame) {
+                        e.kill.cancel();
+                    }
+                } else {
+                    let _ = e.tx.send(frame).await;
+                }
+            }
+        }
+    }
+
+    /// Kills every remote shell (and stops launching new ones).
+    pub fn kill_all(&self) {
+        self.kill.cancel();
+    }
+
+    /// Waits until every edge has ended.
+    pub async fn wait(&self) {
+        self.tracker.wait().await;
+    }
+}
+
+/// One child: launch (with retries), hello, relay, and the lost report.
+async fn run_edge(
+    start: Start,
+    mut rx: mpsc::Receiver<Down>,
+    up: mpsc::Sender<Up>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    kill: CancellationToken,
+    cfg: Arc<EdgeConfig>,
+) {
+    let node = start.node_idx;
+    let host = start.hosts[node as usize].clone();
+    let lost = |what: String| Up::Lost {
+        node,
+        by: cfg.by,
+        what,
+    };
+    let mut permit = Some(permit);
+    let mut attempt = 0;
+    let argv = ssh::command_line(&cfg.rsh, &host, &cfg.agent);
+    let shell = cfg.rsh.first().cloned().unwrap_or_default();
+    loop {
+        let mut child = match Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = up
+                    .send(lost(format!("cannot run remote shell {shell:?}: {e}")))
+                    .await;
+                return;
+            }
+        };
+        let mut down = FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
+        let mut frames =
+            FramedRead::new(child.stdout.take().expect("piped"), ParentCodec::default());
+        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
+        let hello_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stderr_task = tokio::spawn(read_stderr(
+            child.stderr.take().expect("piped"),
+            tail.clone(),
+            hello_seen.clone(),
+            up.clone(),
+            node,
+        ));
+        let tail_text = |tail: &Arc<Mutex<VecDeque<String>>>| {
+            let t = tail.lock().unwrap_or_else(|p| p.into_inner());
+            t.iter().cloned().collect::<Vec<_>>().join(" / ")
+        };
+        let _ = down.send(Down::Start(Box::new(start.clone()))).await;
+
+        // Hello phase.
+        let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
+        let hello = loop {
+            tokio::select! {
+                f = frames.next() => match f {
+                    Some(Ok(Up::Hello { node: n })) => {
+                        hello_seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                        let _ = up.send(Up::Hello { node: n }).await;
+                        break Ok(());
+                    }
+                    Some(Ok(other)) => { let _ = up.send(other).await; }
+                    Some(Err(e)) => break Err(Some(format!(
+                        "the remote shell's output is not greedyd's protocol ({e}); is {} installed on {host}, and does the login print anything?",
+                        cfg.agent.join(" ")))),
+                    None => break Err(None),
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    let _ = child.start_kill();
+                    let _ = up.send(lost(format!(
+                        "no hello from greedyd within {} s (waited for `{}` to start the agent){}",
+                        cfg.hello_timeout.as_secs_f64(),
+                        argv[..argv.len() - 1].join(" "),
+                        match tail_text(&tail) { t if t.is_empty() => String::new(), t => format!(": {t}") }
+                    ))).await;
+                    let _ = child.wait().await;
+                    return;
+                }
+                _ = kill.cancelled() => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return;
+                }
+            }
+        };
+        match hello {
+            Ok(()) => {
+                permit.take();
+            }
+            Err(why) => {
+                let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await
+                {
+                    Ok(Ok(s)) => s.to_string(),
+                    _ => {
+                        let _ = child.start_kill();
+                        "still running; killed".into()
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
+                let t = tail_text(&tail);
+                if why.is_none() && attempt < cfg.retries && ssh::is_retryable(&t) {
+                    attempt += 1;
+                    debug!(attempt, "remote shell refused, retrying: {t}");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    continue;
+                }
+                let what = why.unwrap_or_else(|| {
+                    format!(
+                        "remote shell `{}` ended before greedyd said hello ({status}){}",
+                        argv[..argv.len() - 1].join(" "),
+                        if t.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {t}")
+                        }
+                    )
+                });
+                let _ = up.send(lost(what)).await;
+                return;
+            }
+        }
+
+        // Relay phase.
+        let mut bye = false;
+        let mut rx_open = true;
+        let mut killed = false;
+        loop {
+            tokio::select! {
+                d = rx.recv(), if rx_open => match d {
+                    Some(d) => { let _ = down.send(d).await; }
+                    None => {
+                        rx_open = false;
+                    }
+                },
+                f = frames.next() => match f {
+                    Some(Ok(msg)) => {
+                        if matches!(msg, Up::Bye { node: n } if n == node) {
+                            bye = true;
+                        }
+                        if up.send(msg).await.is_err() {
+                            // Nobody listens any more: end this subtree.
+                            let _ = child.start_kill();
+                        }
+                    }
+                    Some(Err(_)) | None => break,
+                },
+                _ = kill.cancelled(), if !killed => {
+                    killed = true;
+                    let _ = child.start_kill();
+                }
+            }
+        }
+        drop(down);
+        let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+            Ok(Ok(s)) => s.to_string(),
+            _ => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                "killed".into()
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
+        if !bye && !killed {
+            let t = tail_text(&tail);
+            let _ = up
+                .send(lost(format!(
+                    "the agent or its remote shell went away mid-job ({status}){}",
+                    if t.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {t}")
+                    }
+                )))
+                .await;
+        }
+        return;
+    }
+}
+
+/// Keeps the last lines of a remote shell's stderr; after hello, forwards each as a note.
+async fn read_stderr(
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    hello_seen: Arc<std::sync::atomic::AtomicBool>,
+    up: mpsc::Sender<Up>,
+    node: u32,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line = line.trim_end().to_string();
+        if line.is_empty() {
+            continue;
+        }
+        {
+            let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line.clone());
+        }
+        if hello_seen.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = up.send(Up::Note { node, text: line }).await;
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! greedyrun's side of a job: launch position 0 of the tree, the terminal, and the verdict.
+//!
+//! greedyrun starts its children of the launch tree like any agent ([`Fanout`]), then runs one
+//! event loop over: frames from the tree (hello, output, exits, losses, addresses to route),
+//! its own stdin (to the stdin rank), SIGINT/SIGTERM, and a 1 s tick for the progress line
+//! and the named deadlines (`--timeout` for the launch, grace + linger for the teardown).
+//! [`JobStatus`] decides; this module only carries out.
+
+use std::{
+    io::ErrorKind,
+    time::{Duration, Instant},
+};
+
+use greedy_tree::Tree;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
+use tracing::debug;
+
+use crate::{
+    fanout::{EdgeConfig, Fanout},
+    plan::Plan,
+    proto::{Cmd, PROTOCOL_VERSION, Start, Stream, Up},
+    status::{JobStatus, Verdict, code},
+    stdio::Tagger,
+    wireup,
+};
+
+/// Frames from the whole tree into greedyrun's loop.
+const UP_CAPACITY: usize = 4096;
+/// After the grace period, how long greedyrun waits for agents to confirm their teardown
+/// before it kills its own remote shells (which makes each agent see EOF and clean up).
+const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
+/// How long a normal shutdown may take before the remote shells are killed.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything greedyrun decided before the launch.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// The validated plan.
+    pub plan: Plan,
+    /// Remote shell words.
+    pub rsh: Vec<String>,
+    /// Agent command words.
+    pub agent: Vec<String>,
+    /// Retries of a remote shell refused by sshd.
+    pub retries: u32,
+    /// Prefix output lines with the rank.
+    pub tag_output: bool,
+    /// A failing rank does not end the job.
+    pub keep_going: bool,
+    /// Rank that gets greedyrun's stdin.
+    pub stdin_rank: Option<u32>,
+    /// Progress line period during the launch; zero disables it.
+    pub progress: Duration,
+    /// Environment of the ranks.
+    pub env: Vec<(String, String)>,
+    /// Working directory of the ranks.
+    pub cwd: String,
+    /// Print launch timings to stderr.
+    pub verbose: bool,
+    /// Do not print rank output (calibration).
+    pub quiet: bool,
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// greedyrun's exit code.
+    pub exit_code: i32,
+    /// When each host's agent said hello, since the start.
+    pub hello_at: Vec<Option<Duration>>,
+    /// When the last rank ended (launch to finish), if all did.
+    pub finished_at: Option<Duration>,
+}
+
+/// Runs a job to its end; prints its output and the one-line diagnostics.
+pub async fn run(cfg: JobConfig) -> Report {
+    let plan = &cfg.plan;
+    let n = plan.hosts.len();
+    let t0 = Instant::now();
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let secret = greedy_pmix::JobSecret::generate();
+    let job_id = format!(
+        "greedy{}.{}",
+        std::process::id(),
+        t0.elapsed().subsec_nanos() % 1000
+    );
+    let start = Start {
+        version: PROTOCOL_VERSION,
+        job_id,
+        node_idx: 0,
+        hosts: plan.hosts.clone(),
+        ranks: plan.ranks.clone(),
+        launch_sizes: Vec::new(),
+        argv: plan.argv.clone(),
+        env: cfg.env.clone(),
+        cwd: cfg.cwd.clone(),
+        rsh: cfg.rsh.clone(),
+        agent: cfg.agent.clone(),
+        batch: plan.batch,
+        retries: cfg.retries,
+        hello_timeout_s: plan.timeout.as_secs_f64(),
+        grace_s: plan.grace.as_secs_f64(),
+        model: (plan.model.seq(), plan.model.rem(), plan.model.concurrency()),
+        pmi: plan.pmi,
+        secret_hex: secret.to_hex(),
+        stdin_rank: cfg.stdin_rank,
+        log: String::new(),
+    };
+    let fanout = std::sync::Arc::new(Fanout::start(
+        &start,
+        &plan.launch,
+        0..n + 1,
+        EdgeConfig {
+            rsh: cfg.rsh.clone(),
+            agent: cfg.agent.clone(),
+            batch: plan.batch,
+            retries: cfg.retries,
+            hello_timeout: plan.timeout,
+            by: None,
+        },
+        up_tx.clone(),
+    ));
+    drop(up_tx);
+    let overlay_tree: Tree =
+        greedy_tree::greedy(n, &wireup::model_of(&start).unwrap_or(plan.model));
+
+    // stdin → the stdin rank's host.
+    let stdin_task = cfg
+        .stdin_rank
+        .and_then(|r| plan.node_of_rank(r))
+        .map(|node| {
+            let fanout = fanout.clone();
+            tokio::spawn(async move {
+                let mut stdin = tokio::io::stdin();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match stdin.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => {
+                            let b = bytes::Bytes::copy_from_slice(&buf[..k]);
+                            fanout.route(Some(node as u32), Cmd::Stdin(b)).await;
+                        }
+                    }
+                }
+                fanout.route(Some(node as u32), Cmd::StdinEof).await;
+            })
+        });
+
+    let mut status = JobStatus::new(plan.n_ranks, cfg.keep_going);
+    let mut hello_at: Vec<Option<Duration>> = vec![None; n];
+    let mut n_up = 0usize;
+    let mut finished_at = None;
+    let mut tagger = Tagger::default();
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let mut stdout_open = true;
+    let launch_deadline = t0 + plan.timeout;
+    let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
+    let mut end_deadline: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+
+    let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
+    let say = |line: String| eprintln!("greedyrun: {line}");
+
+    loop {
+        let mut verdict = Verdict::Continue;
+        tokio::select! {
+            m = up_rx.recv() => match m {
+                None => break,
+                Some(Up::Hello { node }) => {
+                    if let Some(slot) = hello_at.get_mut(node as usize)
+                        && slot.is_none()
+                    {
+                        *slot = Some(t0.elapsed());
+                        n_up += 1;
+                        if n_up == n && cfg.verbose {
+                            say(format!("all {n} agents up after {:.3} s", t0.elapsed().as_secs_f64()));
+                        }
+                    }
+                }
+                Some(Up::Output { rank, stream, data }) => {
+                    if cfg.quiet {
+                        continue;
+                    }
+                    let bytes = if cfg.tag_output { tagger.tag(rank, stream, &data) } else { data.to_vec() };
+                    match stream {
+                        Stream::Stdout if stdout_open => {
+                            let r = async { stdout.write_all(&bytes).await?; stdout.flush().await }.await;
+                            if let Err(e) = r {
+                                stdout_open = false;
+                                if e.kind() == ErrorKind::BrokenPipe {
+                                    verdict = status.launcher_failed(code::BROKEN_PIPE, String::new());
+                                }
+                            }
+                        }
+                        Stream::Stdout => {}
+                        Stream::Stderr => {
+                            let _ = async { stderr.write_all(&bytes).await?; stderr.flush().await }.await;
+                        }
+                    }
+                }
+                Some(Up::Exit { rank, end }) => {
+                    let what = match plan.node_of_rank(rank) {
+                        Some(i) => format!("rank {rank} on {}", plan.hosts[i]),
+                        None => format!("rank {rank}"),
+                    };
+                    verdict = status.rank_ended(end, &what);
+                    if status.ended() == plan.n_ranks {
+                        finished_at = Some(t0.elapsed());
+                    }
+                }
+                Some(Up::Address { node, addr }) => {
+                    for c in overlay_tree.children(node as usize) {
+                        fanout.route(Some(c as u32), Cmd::Address { node, addr: addr.clone() }).await;
+                    }
+                }
+                Some(Up::Lost { node, by, what }) => {
+                    let sub = plan.launch.subtree_len(node as usize + 1);
+                    let by = by.map(|b| format!(" (started by {})", host(b))).unwrap_or_default();
+                    let sub = if sub > 1 { format!("; its launch subtree of {sub} hosts goes with it") } else { String::new() };
+                    verdict = status.launcher_failed(
+                        code::LAUNCHER,
+                        format!("host {}{by} lost: {what}{sub}", host(node)),
+                    );
+                }
+                Some(Up::Failed { node, code, what }) => {
+                    verdict = status.launcher_failed(code, format!("{}: {what}", host(node)));
+                }
+                Some(Up::Note { node, text }) => say(format!("{}: {text}", host(node))),
+                Some(Up::Bye { .. }) => {}
+            },
+            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
+                verdict = status.interrupted(2);
+            }
+            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
+                verdict = status.interrupted(15);
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                if n_up < n && !status.tearing_down() {
+                    if now >= launch_deadline {
+                        let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
+                        verdict = status.launcher_failed(code::LAUNCH_TIMEOUT, format!(
+                            "launch timed out after {} s: no agent from {} ({} of {n} hosts; waited for the remote shell to start greedyd and for its hello)",
+                            plan.timeout.as_secs_f64(), greedy_tree::hostlist::compress(&missing), missing.len()));
+                    } else if !cfg.progress.is_zero() && now >= next_progress {
+                        next_progress = now + cfg.progress;
+                        let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
+                        say(format!("launch: {n_up}/{n} hosts up after {:.1} s; waiting for {}",
+                            t0.elapsed().as_secs_f64(), greedy_tree::hostlist::compress(&missing)));
+                    }
+                }
+                if let Some(d) = end_deadline
+                    && now >= d
+                    && killed_at.is_none()
+                {
+                    debug!("end deadline passed: killing remote shells");
+                    fanout.kill_all();
+                    killed_at = Some(now);
+                }
+                if let Some(k) = killed_at
+                    && now >= k + Duration::from_secs(5)
+                {
+                    break;
+                }
+            }
+        }
+        match verdict {
+            Verdict::Continue => {}
+            Verdict::Finished => {
+                fanout.route(None, Cmd::Shutdown).await;
+                end_deadline.get_or_insert(Instant::now() + SHUTDOWN_TIMEOUT);
+            }
+            Verdict::Teardown { message } => {
+                if !message.is_empty() {
+                    say(message);
+                }
+                fanout.route(None, Cmd::Teardown).await;
+                end_deadline.get_or_insert(Instant::now() + plan.grace + TEARDOWN_LINGER);
+            }
+        }
+    }
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    let _ = stdout.flush().await;
+    Report {
+        exit_code: status.exit_code(),
+        hello_at,
+        finished_at,
+    }
+}

@@ -1,0 +1,50 @@
+//! greedy-launcher: `greedyrun` and `greedyd`, which start a parallel job over rsh/ssh along
+//! the greedy launch tree and keep it under control until the end.
+//!
+//! Reading order: [`plan`] (arguments → validated [`plan::Plan`]), [`proto`] (the frames on
+//! each tree edge), [`fanout`] (a parent starting its children over remote shells and routing
+//! to them), [`agent`] (greedyd: its subtree, its ranks, teardown), [`head`] (greedyrun's loop),
+//! [`status`] (which event ends the job with which code), and the smaller pieces: [`ssh`],
+//! [`spawn`], [`stdio`], [`signals`], [`guard`], [`wireup`] (greedy-pmix embedded),
+//! [`calibrate`].
+//!
+//! Every edge of the launch tree is a remote shell: a parent runs `ssh host greedyd` and talks
+//! to the child agent over that shell's stdin/stdout. The job description goes down once,
+//! output, exits and failures come up, routed commands (stdin, addresses, shutdown, teardown)
+//! go down. EOF on an edge means that subtree is lost, and the head names the host.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), greedy_launcher::Error> {
+//! use greedy_launcher::plan::{HostSource, Plan, Request};
+//! let plan = Plan::new(Request {
+//!     n_ranks: Some(16), hosts: HostSource::List("n[1-8]".into()), ppn: Some(2),
+//!     seq: 0.02, rem: 0.15, topology: greedy_tree::Topology::Greedy, batch: 8,
+//!     timeout: std::time::Duration::from_secs(30), grace: std::time::Duration::from_secs(3),
+//!     pmi: greedy_launcher::proto::PmiMode::Auto, argv: vec!["hostname".into()],
+//! })?;
+//! assert_eq!(plan.hosts.len(), 8);
+//! # Ok(()) }
+//! ```
+//!
+//! **Non-goals:** no scheduler integration (that is the Slurm plugin), no PMIx server yet
+//! (greedy-pmix serves PMI-1/PMI-2), no `unsafe` (no `pre_exec`: process groups come from
+//! `CommandExt::process_group`, orphan cleanup from a guard process), no retries of a job.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod calibrate;
+mod error;
+pub mod fanout;
+pub mod guard;
+pub mod head;
+pub mod plan;
+pub mod proto;
+pub mod signals;
+pub mod spawn;
+pub mod ssh;
+pub mod status;
+pub mod stdio;
+pub mod wireup;
+
+pub use error::Error;

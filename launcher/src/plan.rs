@@ -1,0 +1,336 @@
+//! From parsed arguments to a validated [`Plan`]: hosts, rank placement, launch tree, timeouts.
+//!
+//! Nothing here touches the network or spawns a process: `greedyrun` builds the plan first and
+//! refuses a bad command line before any remote shell starts (STYLE.md, CLI).
+//!
+//! Rank placement follows mpirun habits: ranks fill hosts in order (block placement), each host
+//! taking its slots (`host slots=N`, `host:N`), or `--ppn K` per host when given, or 1 when
+//! neither says. `-n` defaults to the total number of slots. Hosts left without ranks are
+//! dropped from the job (an agent without ranks would never enter a PMI fence).
+
+use std::time::Duration;
+
+use greedy_tree::{LaunchModel, Topology, Tree, hostfile::HostSlots};
+
+use crate::{Error, proto::PmiMode};
+
+/// Where the host list comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostSource {
+    /// The text of a hostfile, and its path for messages.
+    Hostfile {
+        /// Path, for messages.
+        path: String,
+        /// Contents.
+        text: String,
+    },
+    /// A comma-separated list of hosts or Slurm hostlist expressions, each optionally `:N`
+    /// (`--hosts`, `-H`; the same syntax).
+    List(String),
+}
+
+/// Everything the command line says, before validation.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Total ranks (`-n`), or `None` for every slot.
+    pub n_ranks: Option<u32>,
+    /// Hosts.
+    pub hosts: HostSource,
+    /// Ranks per host, overriding slots.
+    pub ppn: Option<u32>,
+    /// Launch model.
+    pub seq: f64,
+    /// Launch model.
+    pub rem: f64,
+    /// Launch tree shape.
+    pub topology: Topology,
+    /// Remote shells in flight per parent.
+    pub batch: u32,
+    /// Launch timeout.
+    pub timeout: Duration,
+    /// SIGTERM → SIGKILL grace.
+    pub grace: Duration,
+    /// Wire-up mode.
+    pub pmi: PmiMode,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+}
+
+/// A validated job plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Hosts that run ranks, in plan order.
+    pub hosts: Vec<String>,
+    /// `ranks[i]`: ranks on `hosts[i]`.
+    pub ranks: Vec<Vec<u32>>,
+    /// Total ranks.
+    pub n_ranks: u32,
+    /// The launch model (concurrency 1).
+    pub model: LaunchModel,
+    /// Shape of the launch tree.
+    pub topology: Topology,
+    /// The launch tree over `hosts.len() + 1` positions: position 0 is greedyrun, `p` is host
+    /// `p - 1`.
+    pub launch: Tree,
+    /// Remote shells in flight per parent.
+    pub batch: u32,
+    /// Launch timeout (every agent's hello, and the wire-up join).
+    pub timeout: Duration,
+    /// SIGTERM → SIGKILL grace.
+    pub grace: Duration,
+    /// Wire-up mode.
+    pub pmi: PmiMode,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+}
+
+/// sshd's default `MaxStartups` is 10 unauthenticated connections: a parent must stay below
+/// it, or sshd drops connections (research/baseline-launchers.md §4, anchors §3.12).
+pub const MAX_STARTUPS: u32 = 10;
+
+impl Plan {
+    /// Validates a request into a plan.
+    pub fn new(req: Request) -> Result<Plan, Error> {
+        let bad = |m: String| Err(Error::Plan(m));
+        if req.argv.is_empty() {
+            return bad("no program given (greedyrun [OPTIONS] -- PROG ARGS…)".into());
+        }
+        let hosts = parse_hosts(&req.hosts)?;
+        if hosts.is_empty() {
+            return bad("the host list is empty".into());
+        }
+        if req.ppn == Some(0) {
+            return bad("--ppn must be at least 1".into());
+        }
+        if req.n_ranks == Some(0) {
+            return bad("-n must be at least 1".into());
+        }
+        if req.batch == 0 {
+            return bad("--batch must be at least 1".into());
+        }
+        if req.timeout.is_zero() {
+            return bad("--timeout must be positive".into());
+        }
+        let model = LaunchModel::new(req.seq, req.rem)
+            .map_err(|e| Error::Plan(format!("launch model: {e}")))?;
+        let (hosts, ranks) = place_ranks(&hosts, req.n_ranks, req.ppn)?;
+        let n_ranks = ranks.iter().map(|r| r.len() as u32).sum();
+        let launch = req.topology.build(hosts.len() + 1, &model);
+        Ok(Plan {
+            hosts,
+            ranks,
+            n_ranks,
+            model,
+            topology: req.topology,
+            launch,
+            batch: req.batch,
+            timeout: req.timeout,
+            grace: req.grace,
+            pmi: req.pmi,
+            argv: req.argv,
+        })
+    }
+
+    /// The host index that runs `rank`.
+    pub fn node_of_rank(&self, rank: u32) -> Option<usize> {
+        self.ranks.iter().position(|r| r.contains(&rank))
+    }
+}
+
+/// Parses `--hostfile`, `--hosts` or `-H` into hosts with optional slots.
+pub fn parse_hosts(source: &HostSource) -> Result<Vec<HostSlots>, Error> {
+    match source {
+        HostSource::Hostfile { path, text } => {
+            greedy_tree::hostfile::parse(text).map_err(|source| Error::Hosts {
+                what: format!("hostfile {path}"),
+                source,
+            })
+        }
+        HostSource::List(list) => {
+            let lines = split_top_level(list).join("\n");
+            greedy_tree::hostfile::parse(&lines).map_err(|source| Error::Hosts {
+                what: format!("host list {list:?}"),
+                source,
+            })
+        }
+    }
+}
+
+/// Splits at commas outside `[...]`, so `n[1-3,5]:2,m1` gives `n[1-3,5]:2` and `m1`.
+fn split_top_level(list: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(list[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(list[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// Block placement: hosts in order, each taking its capacity, until `n_ranks` are placed.
+fn place_ranks(
+    hosts: &[HostSlots],
+    n_ranks: Option<u32>,
+    ppn: Option<u32>,
+) -> Result<(Vec<String>, Vec<Vec<u32>>), Error> {
+    let capacity = |h: &HostSlots| ppn.or(h.slots).unwrap_or(1);
+    let total: u64 = hosts.iter().map(|h| u64::from(capacity(h))).sum();
+    let n = match n_ranks {
+        Some(n) => n,
+        None => u32::try_from(total).map_err(|_| Error::Plan("too many slots".into()))?,
+    };
+    if u64::from(n) > total {
+        let how = if ppn.is_some() {
+            "--ppn"
+        } else {
+            "slots (1 for a host without slots=N or :N)"
+        };
+        return Err(Error::Plan(format!(
+            "-n {n} needs {n} slots but {} hosts offer {total} by {how}; raise --ppn or add hosts",
+            hosts.len()
+        )));
+    }
+    let (mut out_hosts, mut out_ranks) = (Vec::new(), Vec::new());
+    let mut next = 0u32;
+    for h in hosts {
+        if next == n {
+            break;
+        }
+        let take = capacity(h).min(n - next);
+        if take == 0 {
+            continue;
+        }
+        out_hosts.push(h.host.clone());
+        out_ranks.push((next..next + take).collect());
+        next += take;
+    }
+    Ok((out_hosts, out_ranks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(hosts: HostSource, n: Option<u32>, ppn: Option<u32>) -> Request {
+        Request {
+            n_ranks: n,
+            hosts,
+            ppn,
+            seq: 0.01,
+            rem: 0.1,
+            topology: Topology::Greedy,
+            batch: 8,
+            timeout: Duration::from_secs(30),
+            grace: Duration::from_secs(3),
+            pmi: PmiMode::Auto,
+            argv: vec!["hostname".into()],
+        }
+    }
+
+    /// Renders the placement as `host:ranks` words, or the error.
+    fn check(hosts: HostSource, n: Option<u32>, ppn: Option<u32>, expect: &str) {
+        let got = match Plan::new(request(hosts, n, ppn)) {
+            Ok(p) => p
+                .hosts
+                .iter()
+                .zip(&p.ranks)
+                .map(|(h, r)| {
+                    format!(
+                        "{h}:{}",
+                        r.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(e) => format!("error: {e}"),
+        };
+        assert_eq!(got, expect);
+    }
+
+    fn list(s: &str) -> HostSource {
+        HostSource::List(s.into())
+    }
+
+    fn file(s: &str) -> HostSource {
+        HostSource::Hostfile {
+            path: "hosts".into(),
+            text: s.into(),
+        }
+    }
+
+    #[test]
+    fn placement() {
+        check(list("n[1-3]"), None, None, "n1:0 n2:1 n3:2");
+        check(list("n[1-3]"), Some(2), None, "n1:0 n2:1");
+        check(list("n[1-2]"), Some(4), Some(2), "n1:0,1 n2:2,3");
+        check(list("n[1-4]"), Some(3), Some(2), "n1:0,1 n2:2");
+        check(list("n1:2,n2"), None, None, "n1:0,1 n2:2");
+        check(list("n[1-2]:2, m1"), Some(5), None, "n1:0,1 n2:2,3 m1:4");
+        check(
+            file("# x\nn1 slots=2\nn2:3\n"),
+            Some(4),
+            None,
+            "n1:0,1 n2:2,3",
+        );
+        check(file("n1\nn1 slots=2\n"), None, None, "n1:0,1,2");
+        check(file("n[1-2] slots=2"), None, Some(1), "n1:0 n2:1");
+    }
+
+    #[test]
+    fn refusals() {
+        check(
+            list("n[1-2]"),
+            Some(3),
+            None,
+            "error: -n 3 needs 3 slots but 2 hosts offer 2 by slots (1 for a host without slots=N or :N); raise --ppn or add hosts",
+        );
+        check(
+            list("n[1-2]"),
+            Some(5),
+            Some(2),
+            "error: -n 5 needs 5 slots but 2 hosts offer 4 by --ppn; raise --ppn or add hosts",
+        );
+        check(
+            list(""),
+            None,
+            None,
+            "error: host list \"\": hostfile: no hosts",
+        );
+        check(list("n1"), Some(0), None, "error: -n must be at least 1");
+        check(list("n1"), None, Some(0), "error: --ppn must be at least 1");
+        assert!(check_err(list("n[3-1]")).starts_with("host list \"n[3-1]\""));
+    }
+
+    fn check_err(hosts: HostSource) -> String {
+        Plan::new(request(hosts, None, None))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn launch_tree_has_greedyrun_at_position_zero() {
+        let plan = Plan::new(request(list("n[1-8]"), None, None)).unwrap();
+        assert_eq!(plan.launch.len(), 9);
+        assert_eq!(plan.launch.subtree_len(0), 9);
+        let mut flat = request(list("n[1-8]"), None, None);
+        flat.topology = Topology::Flat;
+        let plan = Plan::new(flat).unwrap();
+        assert_eq!(plan.launch.children(0).count(), 8);
+        assert_eq!(plan.node_of_rank(5), Some(5));
+    }
+
+    #[test]
+    fn split_keeps_brackets() {
+        assert_eq!(split_top_level("n[1-3,5]:2,m1"), vec!["n[1-3,5]:2", "m1"]);
+        assert_eq!(split_top_level(" a , b ,"), vec!["a", "b"]);
+    }
+}

@@ -1,0 +1,404 @@
+//! The control-plane protocol on each tree edge: frames over the remote shell's stdin (down) and stdout (up).
+//!
+//! Every edge of the launch tree *is* a remote shell (`ssh host greedyd`): the parent writes
+//! [`Down`] frames to the shell's stdin and reads [`Up`] frames from its stdout. A frame is a
+//! 4-byte big-endian length followed by a postcard body ([`FrameCodec`]). The first down frame
+//! to an agent is always [`Down::Start`]; the first up frame from it is [`Up::Hello`]. EOF on a
+//! child's stdout before it said [`Up::Bye`] means that subtree is lost.
+//!
+//! Frames are routed, not flooded: a [`Down::Route`] names a target node (or every node), and
+//! each agent forwards it only to the child whose subtree holds the target. Up frames carry
+//! their origin node and are relayed unchanged, so the head sees every event of every host.
+//!
+//! This is a boundary: the types here are the only serialised launcher types, and an agent
+//! refuses a [`Start`] of another [`PROTOCOL_VERSION`].
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::Error;
+
+/// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
+/// a corrupt length can make us reserve.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// How ranks reach the wire-up service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PmiMode {
+    /// No PMI server: plain programs (`hostname`, scripts).
+    None,
+    /// Serve PMI-1 and PMI-2 (greedy-pmix tells them apart per connection); a rank that
+    /// exits 0 without PMI finalize is not an error, so non-MPI programs run too.
+    Auto,
+    /// Serve PMI and require every rank to finalize: an exit before it aborts the job.
+    Strict,
+}
+
+/// Everything an agent needs to run its part of the job. Sent once, as the first frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// Must equal [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// Job id: PMI kvsname, tracing field, and tag of the agent's processes.
+    pub job_id: String,
+    /// This agent's host index in `hosts`.
+    pub node_idx: u32,
+    /// Every host of the job in plan order.
+    pub hosts: Vec<String>,
+    /// `ranks[node_idx]`: the ranks on each host, ascending.
+    pub ranks: Vec<Vec<u32>>,
+    /// Subtree sizes (preorder) of this agent's part of the launch tree, itself first.
+    /// Launch position `p` is host `p - 1`; position 0 is greedyrun. Sent explicitly so that
+    /// every topology (not only greedy, whose subtrees are greedy trees) forwards correctly.
+    pub launch_sizes: Vec<u32>,
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+    /// The ranks' environment (the wire-up adds its own variables).
+    pub env: Vec<(String, String)>,
+    /// Working directory of the ranks.
+    pub cwd: String,
+    /// Remote shell command words; the host and the agent command are appended.
+    pub rsh: Vec<String>,
+    /// The agent command run on each child host.
+    pub agent: Vec<String>,
+    /// Remote shells a parent keeps in flight before their agents said hello.
+    pub batch: u32,
+    /// Retries of a remote shell that failed before its agent said hello (MaxStartups).
+    pub retries: u32,
+    /// Seconds a parent waits for a child agent's hello (`--timeout`).
+    pub hello_timeout_s: f64,
+    /// Seconds between SIGTERM and SIGKILL on teardown.
+    pub grace_s: f64,
+    /// Launch model of the overlay tree (seq, rem, concurrency).
+    pub model: (f64, f64, u32),
+    /// How ranks reach the wire-up service.
+    pub pmi: PmiMode,
+    /// Per-job secret (hex) for the overlay's authentication; never logged.
+    pub secret_hex: String,
+    /// The rank whose stdin is greedyrun's stdin; every other rank reads /dev/null.
+    pub stdin_rank: Option<u32>,
+    /// Log filter for the agent (`RUST_LOG` syntax) or empty.
+    pub log: String,
+}
+
+impl Start {
+    /// The host range `[first, end)` of this agent's launch subtree.
+    pub fn subtree_hosts(&self) -> std::ops::Range<usize> {
+        let first = self.node_idx as usize;
+        first..first + self.launch_sizes.first().copied().unwrap_or(1) as usize
+    }
+}
+
+/// A command routed down the tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Cmd {
+    /// Bytes for the stdin of the target's `stdin_rank`.
+    Stdin(Bytes),
+    /// Close that stdin.
+    StdinEof,
+    /// The overlay address of `node`, for the rendezvous of its overlay children.
+    Address {
+        /// Overlay node the address belongs to.
+        node: u32,
+        /// `ip:port`.
+        addr: String,
+    },
+    /// The job is over (every rank exited): stop services, wait for the subtree, exit.
+    Shutdown,
+    /// End the job: SIGTERM every rank's process group, SIGKILL after the grace period,
+    /// then leave like [`Cmd::Shutdown`].
+    Teardown,
+}
+
+/// A frame travelling down an edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Down {
+    /// The job description; the first frame on every edge.
+    Start(Box<Start>),
+    /// A command for one node (`Some(idx)`) or for every node (`None`).
+    Route {
+        /// Target host index, or `None` for all.
+        to: Option<u32>,
+        /// The command.
+        cmd: Cmd,
+    },
+}
+
+/// Which output stream of a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// How a rank ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RankEnd {
+    /// It exited with this code.
+    Exited(i32),
+    /// It was killed by this signal.
+    Signaled(i32),
+    /// It could not be started at all (the exec failed); reported like a shell does, 127.
+    NotStarted,
+}
+
+impl RankEnd {
+    /// The exit code a shell would report: the code, 128+signal, or 127.
+    pub fn code(self) -> i32 {
+        match self {
+            RankEnd::Exited(c) => c,
+            RankEnd::Signaled(s) => 128 + s,
+            RankEnd::NotStarted => 127,
+        }
+    }
+
+    /// Whether this end counts as a failure.
+    pub fn failed(self) -> bool {
+        self.code() != 0
+    }
+}
+
+/// A frame travelling up an edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Up {
+    /// The agent of `node` runs (sent first).
+    Hello {
+        /// Host index.
+        node: u32,
+    },
+    /// Output of a rank, forwarded as soon as it was read.
+    Output {
+        /// The rank.
+        rank: u32,
+        /// Which stream.
+        stream: Stream,
+        /// The bytes, as read.
+        data: Bytes,
+    },
+    /// A rank ended; all its output was sent before this.
+    Exit {
+        /// The rank.
+        rank: u32,
+        /// How.
+        end: RankEnd,
+    },
+    /// The overlay address of `node` (rendezvous).
+    Address {
+        /// Host index.
+        node: u32,
+        /// `ip:port`.
+        addr: String,
+    },
+    /// A child subtree could not be started, or its remote shell ended early.
+    Lost {
+        /// The child's host index (its whole launch subtree is lost with it).
+        node: u32,
+        /// The host index of the parent that noticed, or `None` for greedyrun.
+        by: Option<u32>,
+        /// What was waited for or what happened, with the remote shell's last words.
+        what: String,
+    },
+    /// An agent-level failure (wire-up abort, a rank that could not start, a bad Start).
+    Failed {
+        /// Host index.
+        node: u32,
+        /// The exit code the job should end with.
+        code: i32,
+        /// What happened.
+        what: String,
+    },
+    /// A diagnostic line (stderr of a remote shell, a warning) to print once.
+    Note {
+        /// Host index it concerns.
+        node: u32,
+        /// The text.
+        text: String,
+    },
+    /// The agent of `node` and its whole subtree are done; nothing more will come from it.
+    Bye {
+        /// Host index.
+        node: u32,
+    },
+}
+
+/// Length-delimited postcard frames of type `T` in and `U` out.
+#[derive(Debug)]
+pub struct FrameCodec<In, Out> {
+    _types: std::marker::PhantomData<fn(Out) -> In>,
+}
+
+impl<In, Out> Default for FrameCodec<In, Out> {
+    fn default() -> Self {
+        FrameCodec {
+            _types: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<In: serde::de::DeserializeOwned, Out> Decoder for FrameCodec<In, Out> {
+    type Item = In;
+    type Error = Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, Error> {
+        if src.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(Error::Frame(format!(
+                "frame of {len} bytes exceeds {MAX_FRAME}"
+            )));
+        }
+        if src.len() < 4 + len {
+            src.reserve(4 + len - src.len());
+            return Ok(None);
+        }
+        src.advance(4);
+        let body = src.split_to(len);
+        postcard::from_bytes(&body)
+            .map(Some)
+            .map_err(|e| Error::Frame(format!("undecodable frame of {len} bytes: {e}")))
+    }
+}
+
+impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
+    type Error = Error;
+
+    fn encode(&mut self, item: Out, dst: &mut BytesMut) -> Result<(), Error> {
+        let body = postcard::to_stdvec(&item).map_err(|e| Error::Frame(e.to_string()))?;
+        if body.len() > MAX_FRAME {
+            return Err(Error::Frame(format!(
+                "frame of {} bytes exceeds {MAX_FRAME}",
+                body.len()
+            )));
+        }
+        dst.reserve(4 + body.len());
+        dst.put_u32(body.len() as u32);
+        dst.put_slice(&body);
+        Ok(())
+    }
+}
+
+/// Codec of a parent's end of an edge: writes [`Down`], reads [`Up`].
+pub type ParentCodec = FrameCodec<Up, Down>;
+/// Codec of a child's end of an edge: reads [`Down`], writes [`Up`].
+pub type ChildCodec = FrameCodec<Down, Up>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_down(msg: Down) {
+        let mut buf = BytesMut::new();
+        ParentCodec::default()
+            .encode(msg.clone(), &mut buf)
+            .unwrap();
+        // Feed byte by byte: partial frames must wait, not fail.
+        let mut dec = ChildCodec::default();
+        let mut src = BytesMut::new();
+        let mut got = None;
+        for b in buf {
+            src.put_u8(b);
+            if let Some(m) = dec.decode(&mut src).unwrap() {
+                got = Some(m);
+            }
+        }
+        assert_eq!(got, Some(msg));
+        assert!(src.is_empty());
+    }
+
+    #[test]
+    fn frames_roundtrip_in_pieces() {
+        roundtrip_down(Down::Route {
+            to: Some(3),
+            cmd: Cmd::Stdin(Bytes::from_static(b"hello\n")),
+        });
+        roundtrip_down(Down::Route {
+            to: None,
+            cmd: Cmd::Teardown,
+        });
+        roundtrip_down(Down::Start(Box::new(Start {
+            version: PROTOCOL_VERSION,
+            job_id: "j1".into(),
+            node_idx: 2,
+            hosts: vec!["n1".into(), "n2".into(), "n3".into()],
+            ranks: vec![vec![0], vec![1], vec![2]],
+            launch_sizes: vec![1],
+            argv: vec!["hostname".into()],
+            env: vec![("A".into(), "b".into())],
+            cwd: "/".into(),
+            rsh: vec!["rsh".into()],
+            agent: vec!["/x/greedyd".into()],
+            batch: 8,
+            retries: 2,
+            hello_timeout_s: 30.0,
+            grace_s: 3.0,
+            model: (0.01, 0.1, 1),
+            pmi: PmiMode::Auto,
+            secret_hex: "00".repeat(32),
+            stdin_rank: Some(0),
+            log: String::new(),
+        })));
+    }
+
+    #[test]
+    fn two_up_frames_in_one_read() {
+        let mut buf = BytesMut::new();
+        let mut enc = ChildCodec::default();
+        enc.encode(Up::Hello { node: 1 }, &mut buf).unwrap();
+        enc.encode(
+            Up::Exit {
+                rank: 4,
+                end: RankEnd::Signaled(9),
+            },
+            &mut buf,
+        )
+        .unwrap();
+        let mut dec = ParentCodec::default();
+        assert_eq!(dec.decode(&mut buf).unwrap(), Some(Up::Hello { node: 1 }));
+        assert_eq!(
+            dec.decode(&mut buf).unwrap(),
+            Some(Up::Exit {
+                rank: 4,
+                end: RankEnd::Signaled(9)
+            })
+        );
+        assert_eq!(dec.decode(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn oversized_and_garbage_frames_are_errors() {
+        let mut dec = ParentCodec::default();
+        let mut src = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
+        assert!(
+            dec.decode(&mut src)
+                .unwrap_err()
+                .to_string()
+                .contains("exceeds")
+        );
+        // A shell's banner ("Welcome…") read as a frame length is refused, not waited for.
+        let mut src = BytesMut::from(&b"Welcome to n3\n"[..]);
+        assert!(dec.decode(&mut src).is_err());
+        let mut src = BytesMut::from(&[0, 0, 0, 1, 0xff][..]);
+        assert!(
+            dec.decode(&mut src)
+                .unwrap_err()
+                .to_string()
+                .contains("undecodable")
+        );
+    }
+
+    #[test]
+    fn rank_end_codes() {
+        assert_eq!(RankEnd::Exited(3).code(), 3);
+        assert_eq!(RankEnd::Signaled(15).code(), 143);
+        assert_eq!(RankEnd::NotStarted.code(), 127);
+        assert!(!RankEnd::Exited(0).failed());
+    }
+}

@@ -1,0 +1,197 @@
+//! The exit-status rules of a job, sans I/O: which event ends the job and with which code.
+//!
+//! Rules (the `--help` exit table says the same):
+//! * every rank exits 0 → 0;
+//! * the first rank to fail (non-zero exit, signal, could not start) sets the code: its exit
+//!   code, 128+signal, or 127; unless `keep_going`, it also ends the job;
+//! * a launcher failure (lost host, timeout, wire-up abort) ends the job with its own code
+//!   unless a rank failed first;
+//! * SIGINT/SIGTERM to greedyrun end the job with 130/143 unless something failed first;
+//! * ranks killed by our own teardown are not failures of their own.
+
+use crate::proto::RankEnd;
+
+/// Exit codes of greedyrun that are not a rank's.
+pub mod code {
+    /// Command line or hostfile refused.
+    pub const USAGE: i32 = 2;
+    /// Some agent did not say hello within `--timeout`.
+    pub const LAUNCH_TIMEOUT: i32 = 124;
+    /// A host could not be reached, an agent died, the wire-up failed.
+    pub const LAUNCHER: i32 = 125;
+    /// greedyrun's stdout was closed (broken pipe).
+    pub const BROKEN_PIPE: i32 = 141;
+}
+
+/// What the caller must do after an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing: keep running.
+    Continue,
+    /// Every rank has ended: shut the job down normally.
+    Finished,
+    /// End the job now: tear every host down. `message` is the one line to print (or empty).
+    Teardown {
+        /// The line to print on stderr, or empty for a quiet end.
+        message: String,
+    },
+}
+
+/// The running account of a job's ends.
+#[derive(Debug, Clone)]
+pub struct JobStatus {
+    n_ranks: u32,
+    ended: u32,
+    keep_going: bool,
+    /// The code the job will exit with, once something failed.
+    failure: Option<i32>,
+    tearing_down: bool,
+}
+
+impl JobStatus {
+    /// A job of `n_ranks` ranks.
+    pub fn new(n_ranks: u32, keep_going: bool) -> Self {
+        JobStatus {
+            n_ranks,
+            ended: 0,
+            keep_going,
+            failure: None,
+            tearing_down: false,
+        }
+    }
+
+    /// A rank ended; `what` names it for the message (`rank 3 on n2`).
+    pub fn rank_ended(&mut self, end: RankEnd, what: &str) -> Verdict {
+        self.ended += 1;
+        if end.failed() && !self.tearing_down && self.failure.is_none() {
+            self.failure = Some(end.code());
+            if !self.keep_going {
+                self.tearing_down = true;
+                let how = match end {
+                    RankEnd::Exited(c) => format!("exited with code {c}"),
+                    RankEnd::Signaled(s) => format!("was killed by signal {s}"),
+                    RankEnd::NotStarted => "could not be started".to_string(),
+                };
+                return Verdict::Teardown {
+                    message: format!("{what} {how}; ending the job"),
+                };
+            }
+        }
+        if self.ended >= self.n_ranks && !self.tearing_down {
+            return Verdict::Finished;
+        }
+        Verdict::Continue
+    }
+
+    /// The launcher failed (`code` 124/125 or a wire-up abort's code); `message` says why.
+    pub fn launcher_failed(&mut self, code: i32, message: String) -> Verdict {
+        if self.tearing_down {
+            return Verdict::Continue;
+        }
+        self.tearing_down = true;
+        self.failure.get_or_insert(code);
+        Verdict::Teardown { message }
+    }
+
+    /// greedyrun received `signal` (2 or 15).
+    pub fn interrupted(&mut self, signal: i32) -> Verdict {
+        if self.tearing_down {
+            return Verdict::Continue;
+        }
+        self.tearing_down = true;
+        self.failure.get_or_insert(128 + signal);
+        Verdict::Teardown {
+            message: String::new(),
+        }
+    }
+
+    /// Whether the job is being torn down.
+    pub fn tearing_down(&self) -> bool {
+        self.tearing_down
+    }
+
+    /// Ranks that have ended so far.
+    pub fn ended(&self) -> u32 {
+        self.ended
+    }
+
+    /// The exit code of greedyrun.
+    pub fn exit_code(&self) -> i32 {
+        self.failure.unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_zero_finishes_with_zero() {
+        let mut s = JobStatus::new(2, false);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), "rank 0"),
+            Verdict::Continue
+        );
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), "rank 1"),
+            Verdict::Finished
+        );
+        assert_eq!(s.exit_code(), 0);
+    }
+
+    #[test]
+    fn first_failure_wins_and_ends_the_job() {
+        let mut s = JobStatus::new(3, false);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(3), "rank 1 on n2"),
+            Verdict::Teardown {
+                message: "rank 1 on n2 exited with code 3; ending the job".into()
+            }
+        );
+        // Ranks killed by the teardown do not change the code.
+        assert_eq!(
+            s.rank_ended(RankEnd::Signaled(15), "rank 0"),
+            Verdict::Continue
+        );
+        assert_eq!(s.launcher_failed(125, "lost".into()), Verdict::Continue);
+        assert_eq!(s.exit_code(), 3);
+    }
+
+    #[test]
+    fn signals_map_to_128_plus() {
+        let mut s = JobStatus::new(2, false);
+        assert!(matches!(
+            s.rank_ended(RankEnd::Signaled(9), "r"),
+            Verdict::Teardown { .. }
+        ));
+        assert_eq!(s.exit_code(), 137);
+        let mut s = JobStatus::new(2, false);
+        assert_eq!(
+            s.interrupted(2),
+            Verdict::Teardown {
+                message: String::new()
+            }
+        );
+        assert_eq!(s.rank_ended(RankEnd::Exited(1), "r"), Verdict::Continue);
+        assert_eq!(s.exit_code(), 130);
+    }
+
+    #[test]
+    fn keep_going_runs_to_the_end_with_the_first_code() {
+        let mut s = JobStatus::new(3, true);
+        assert_eq!(s.rank_ended(RankEnd::Exited(4), "r"), Verdict::Continue);
+        assert_eq!(s.rank_ended(RankEnd::NotStarted, "r"), Verdict::Continue);
+        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Finished);
+        assert_eq!(s.exit_code(), 4);
+    }
+
+    #[test]
+    fn launcher_failure_code() {
+        let mut s = JobStatus::new(1, false);
+        assert!(matches!(
+            s.launcher_failed(code::LAUNCH_TIMEOUT, "x".into()),
+            Verdict::Teardown { .. }
+        ));
+        assert_eq!(s.exit_code(), 124);
+    }
+}

@@ -1,0 +1,103 @@
+//! Rank output: read as it comes on the agent, optionally tagged with the rank on greedyrun.
+//!
+//! Agents read each rank's stdout and stderr in chunks of up to [`CHUNK`] bytes and forward
+//! every chunk as soon as `read` returns: no line buffering anywhere, so a prompt without a
+//! newline shows at once. `--tag-output` prefixes `[rank] ` at the start of each line; a
+//! partial line is still written at once and its continuation is not tagged again.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use tokio::{
+    io::{AsyncRead, AsyncReadExt},
+    sync::mpsc,
+};
+
+use crate::proto::{Stream, Up};
+
+/// Largest chunk read from a rank at once: one pipe buffer's worth.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Forwards everything `reader` yields as [`Up::Output`] of `rank`, until EOF.
+///
+/// Returns when the stream ends or the up channel closes.
+pub async fn forward(
+    rank: u32,
+    stream: Stream,
+    mut reader: impl AsyncRead + Unpin,
+    up: mpsc::Sender<Up>,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let data = Bytes::copy_from_slice(&buf[..n]);
+                if up.send(Up::Output { rank, stream, data }).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Adds `[rank] ` at each line start of each (rank, stream).
+#[derive(Debug, Default)]
+pub struct Tagger {
+    mid_line: HashMap<(u32, bool), bool>,
+}
+
+impl Tagger {
+    /// The bytes to write for a chunk of `rank`'s `stream`.
+    pub fn tag(&mut self, rank: u32, stream: Stream, data: &[u8]) -> Vec<u8> {
+        let key = (rank, stream == Stream::Stderr);
+        let mid = self.mid_line.entry(key).or_insert(false);
+        let prefix = format!("[{rank}] ");
+        let mut out = Vec::with_capacity(data.len() + prefix.len());
+        for line in data.split_inclusive(|&b| b == b'\n') {
+            if !*mid {
+                out.extend_from_slice(prefix.as_bytes());
+            }
+            out.extend_from_slice(line);
+            *mid = line.last() != Some(&b'\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(chunks: &[(u32, &str)], expect: &str) {
+        let mut t = Tagger::default();
+        let mut out = Vec::new();
+        for (rank, text) in chunks {
+            out.extend(t.tag(*rank, Stream::Stdout, text.as_bytes()));
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), expect);
+    }
+
+    #[test]
+    fn tags_line_starts_only() {
+        check(&[(0, "a\nb\n")], "[0] a\n[0] b\n");
+        check(&[(0, "par"), (0, "tial\n")], "[0] partial\n");
+        check(&[(0, "x"), (1, "y\n"), (0, "\n")], "[0] x[1] y\n\n");
+        check(&[(3, "")], "");
+    }
+
+    #[tokio::test]
+    async fn forward_sends_chunks_then_stops_at_eof() {
+        let (tx, mut rx) = mpsc::channel(4);
+        forward(2, Stream::Stderr, &b"hello"[..], tx).await;
+        assert_eq!(
+            rx.recv().await,
+            Some(Up::Output {
+                rank: 2,
+                stream: Stream::Stderr,
+                data: Bytes::from_static(b"hello")
+            })
+        );
+        assert_eq!(rx.recv().await, None);
+    }
+}

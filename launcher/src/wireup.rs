@@ -1,0 +1,133 @@
+//! The embedded wire-up (greedy-pmix): how an agent joins the overlay, and the rendezvous.
+//!
+//! The overlay tree is greedy-pmix's own (`greedy(n_hosts, model)` over the job's hosts); it
+//! need not match the launch tree. The only thing an agent must learn is its overlay
+//! parent's address, and the launcher's pipes supply it ([`PipeRendezvous`]): an agent
+//! publishes its listener address up the tree as [`Up::Address`]; greedyrun routes it down as
+//! [`Cmd::Address`](crate::proto::Cmd::Address) to exactly that node's overlay children, which
+//! look it up on their local board. The rest of the address book travels over the overlay.
+
+use std::{net::SocketAddr, time::Duration};
+
+use greedy_pmix::{
+    JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    rendezvous::{Memory, Rendezvous},
+    server::{PmiConfig, PmiServer},
+};
+use greedy_tree::LaunchModel;
+use tokio::sync::mpsc;
+
+use crate::{
+    Error,
+    proto::{Start, Up},
+};
+
+/// Publishes up the launcher's pipes; looks up on the board that [`Cmd::Address`] fills.
+///
+/// [`Cmd::Address`]: crate::proto::Cmd::Address
+#[derive(Debug, Clone)]
+pub struct PipeRendezvous {
+    /// Towards greedyrun.
+    pub up: mpsc::Sender<Up>,
+    /// Addresses routed down to this agent.
+    pub board: Memory,
+}
+
+impl Rendezvous for PipeRendezvous {
+    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
+        self.up
+            .send(Up::Address {
+                node: node_idx as u32,
+                addr: addr.to_string(),
+            })
+            .await
+            .map_err(|_| "the parent pipe is closed".to_string())
+    }
+
+    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
+        self.board.lookup(node_idx).await
+    }
+}
+
+/// The launch model of a Start, as greedy-pmix needs it (it must be the same everywhere).
+pub fn model_of(start: &Start) -> Result<LaunchModel, Error> {
+    let (seq, rem, c) = start.model;
+    LaunchModel::new(seq, rem)
+        .and_then(|m| m.with_concurrency(c.max(1)))
+        .map_err(|e| Error::Plan(format!("launch model: {e}")))
+}
+
+/// The greedy-pmix job description of this agent.
+pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
+    Ok(JobSpec {
+        job_id: start.job_id.clone(),
+        hosts: start.hosts.clone(),
+        node_idx: start.node_idx as usize,
+        model: model_of(start)?,
+        ranks: start.ranks.clone(),
+        secret: JobSecret::from_hex(&start.secret_hex)
+            .ok_or_else(|| Error::Plan("the job secret is malformed".into()))?,
+    })
+}
+
+/// Joins the overlay and starts the PMI server for this node's ranks.
+///
+/// The overlay listens on the address this host's name resolves to (it must be reachable by
+/// the other hosts, so not loopback); every wait is bounded by `join_timeout` (`--timeout`).
+pub async fn start(
+    start: &Start,
+    rendezvous: &PipeRendezvous,
+    join_timeout: Duration,
+) -> Result<(Overlay, PmiServer), Error> {
+    let spec = job_spec(start)?;
+    let host = &start.hosts[start.node_idx as usize];
+    let addrs: Vec<std::net::IpAddr> = tokio::net::lookup_host((host.as_str(), 0))
+        .await
+        .map_err(|source| Error::Io {
+            what: format!("resolve {host} for the overlay listener"),
+            source,
+        })?
+        .map(|a| a.ip())
+        .collect();
+    // Prefer an address other hosts can reach. Only-loopback is fine for a job whose hosts
+    // are all this machine (tests); on a cluster it means the host maps its own name to
+    // 127.0.1.1 (Debian's default), and the join timeout will name the nodes it cut off.
+    let ip = addrs
+        .iter()
+        .find(|ip| !ip.is_loopback())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Error::Plan(format!("{host} resolves to no address")))?;
+    let config = OverlayConfig {
+        bind: SocketAddr::new(ip, 0),
+        join_timeout,
+        ..OverlayConfig::default()
+    };
+    let overlay = Overlay::start(&spec, config, rendezvous).await?;
+    let pmi = PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?;
+    Ok((overlay, pmi))
+}
+
+/// The overlay children of `node` in a job of `n_hosts` under `model`: where greedyrun routes
+/// `node`'s address.
+pub fn overlay_children(n_hosts: usize, model: &LaunchModel, node: usize) -> Vec<usize> {
+    let tree = greedy_tree::greedy(n_hosts, model);
+    tree.children(node).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_children_follow_greedy_pmix_tree() {
+        let model = LaunchModel::new(0.01, 0.1).unwrap();
+        let tree = greedy_tree::greedy(16, &model);
+        for node in 0..16 {
+            for c in overlay_children(16, &model, node) {
+                assert_eq!(tree.parent(c), Some(node));
+            }
+        }
+    }
+}
