@@ -13,7 +13,9 @@ fuzz_target!(|data: &[u8]| {
             reply = reply.field(k, v);
         }
         let bytes = reply.encode();
-        let (again, n) = pmi2::decode(&bytes).expect("own reply decodes").expect("whole");
+        let (again, n) = pmi2::decode(&bytes)
+            .expect("own reply decodes")
+            .expect("whole");
         assert_eq!(n, bytes.len());
         assert_eq!(again.cmd, "x-response");
     }

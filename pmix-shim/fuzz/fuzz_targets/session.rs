@@ -46,7 +46,9 @@ impl Node for FakeNode {
 
 fuzz_target!(|data: &[u8]| {
     // First byte: rank known (fd mode) or not (port mode); second: chunk size.
-    let (Some(&mode), Some(&chunk)) = (data.first(), data.get(1)) else { return };
+    let (Some(&mode), Some(&chunk)) = (data.first(), data.get(1)) else {
+        return;
+    };
     let data = &data[2..];
     let mut node = FakeNode::default();
     let mut session = Session::new((mode & 1 == 0).then_some(0));
