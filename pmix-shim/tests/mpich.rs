@@ -286,3 +286,21 @@ async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() 
     }
     assert!(took < Duration::from_secs(30), "failing took {took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpi_abort_fails_the_job_naming_rank_and_code() {
+    let (results, took) = run_job(cyclic(4, 2), Connect::Fd, &["abort-after-init=6:42"]).await;
+    let output: String = results.iter().map(|r| r.output.as_str()).collect();
+    for r in &results {
+        let abort = r
+            .abort
+            .as_ref()
+            .unwrap_or_else(|| panic!("every node sees the abort; output:\n{output}"));
+        assert_eq!((abort.rank, abort.code), (Some(6), 42), "{abort}");
+        assert!(
+            abort.reason.starts_with("rank 6 called abort (code 42)"),
+            "{abort}"
+        );
+    }
+    assert!(took < Duration::from_secs(30), "aborting took {took:?}");
+}

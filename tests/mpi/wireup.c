@@ -8,7 +8,8 @@
  *
  * With argument "fail-before-init=R:CODE" rank R (taken from PMI_RANK, as it
  * is not yet an MPI rank) exits with CODE before MPI_Init: the launcher must
- * then fail the job fast, naming that rank and code.
+ * then fail the job fast, naming that rank and code. With "abort-after-init=R:CODE"
+ * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init.
  *
  * Shared by the MPICH (pmix-shim), Open MPI and Slurm end-to-end tests.
  */
@@ -37,6 +38,14 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int ok = 1;
+
+    for (int i = 1; i < argc; i++) {
+        int abort_rank, code;
+        if (sscanf(argv[i], "abort-after-init=%d:%d", &abort_rank, &code) == 2 && abort_rank == rank) {
+            fprintf(stderr, "rank %d: calling MPI_Abort(%d) as asked\n", rank, code);
+            MPI_Abort(MPI_COMM_WORLD, code);
+        }
+    }
 
     const char *expect_size = getenv("EXPECT_SIZE");
     if (expect_size && atoi(expect_size) != size) {
