@@ -181,7 +181,14 @@ pub async fn run(cfg: JobConfig) -> Report {
                         *slot = Some(t0.elapsed());
                         n_up += 1;
                         if n_up == n && cfg.verbose {
-                            say(format!("all {n} agents up after {:.3} s", t0.elapsed().as_secs_f64()));
+                            say(format!(
+                                "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s) predicts {:.3} s for this {} tree",
+                                t0.elapsed().as_secs_f64(),
+                                plan.model.seq(),
+                                plan.model.rem(),
+                                plan.launch.launch_time(&plan.model),
+                                plan.topology,
+                            ));
                         }
                     }
                 }
@@ -214,6 +221,9 @@ pub async fn run(cfg: JobConfig) -> Report {
                     verdict = status.rank_ended(end, &what);
                     if status.ended() == plan.n_ranks {
                         finished_at = Some(t0.elapsed());
+                        if cfg.verbose {
+                            say(format!("all {} ranks ended after {:.3} s", plan.n_ranks, t0.elapsed().as_secs_f64()));
+                        }
                     }
                 }
                 Some(Up::Address { node, addr }) => {

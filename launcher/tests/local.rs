@@ -1,0 +1,312 @@
+//! greedyrun and greedyd end to end on this machine, through a fake remote shell.
+//!
+//! The fake `rsh` ignores the host and runs the agent command here, so the whole control plane
+//! (Start frames, tree fan-out, relaying, teardown, guards) runs for real without a cluster.
+//! Host names are distinct loopback addresses, so the PMI overlay also runs for real. The
+//! cluster tests (tests/launcher/e2e.sh) cover real ssh/rsh and network namespaces.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+const GREEDYRUN: &str = env!("CARGO_BIN_EXE_greedyrun");
+
+/// A temp dir with the fake remote shells.
+fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("localsh");
+    std::fs::write(
+        &local,
+        "#!/bin/sh\n# fake remote shell: ignore the host\nshift\nexec sh -c \"exec $*\"\n",
+    )
+    .unwrap();
+    let hang = dir.path().join("hangsh");
+    std::fs::write(
+        &hang,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = b ] && exec sleep 4259\nexec {} \"$@\"\n",
+            local.display()
+        ),
+    )
+    .unwrap();
+    for p in [&local, &hang] {
+        Command::new("chmod").arg("+x").arg(p).status().unwrap();
+    }
+    (dir, local, hang)
+}
+
+fn greedyrun(rsh: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(GREEDYRUN);
+    cmd.arg("--rsh")
+        .arg(rsh)
+        .args(["--progress", "0"])
+        .args(args);
+    cmd
+}
+
+fn run(rsh: &Path, args: &[&str]) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let out = greedyrun(rsh, args).stdin(Stdio::null()).output().unwrap();
+    (out, t0.elapsed())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Processes whose command line contains `marker`, other than greps of it.
+fn alive(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = text(&c).replace('\0', " ");
+            if c.contains(marker) && !c.contains("greedyrun") {
+                found.push(c);
+            }
+        }
+    }
+    found
+}
+
+fn assert_gone(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !alive(marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            alive(marker)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn output_exit_code_and_teardown_of_the_rest() {
+    let (_d, local, _) = shells();
+    let (out, took) = run(
+        &local,
+        &[
+            "-H",
+            "a,b,c:2",
+            "--pmi",
+            "none",
+            "--tag-output",
+            "--",
+            "sh",
+            "-c",
+            "echo out $GREEDY_RANK/$GREEDY_SIZE; [ $GREEDY_RANK = 2 ] && sleep 0.5 && exit 5; exec sleep 4251",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("rank 2 on c exited with code 5; ending the job"),
+        "{stderr}"
+    );
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("[{r}] out {r}/4\n")), "{stdout}");
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert_gone("sleep 4251");
+}
+
+#[test]
+fn stdin_reaches_rank_zero_only() {
+    let (_d, local, _) = shells();
+    let mut child = greedyrun(
+        &local,
+        &[
+            "-H",
+            "a,b",
+            "--pmi",
+            "none",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREEDY_RANK:$(cat)",
+        ],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("0:hello\n") && stdout.contains("1:\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn sigint_terms_every_rank_and_exits_130() {
+    let (_d, local, _) = shells();
+    let mut child = greedyrun(
+        &local,
+        &[
+            "-H",
+            "a:2,b:2",
+            "--pmi",
+            "none",
+            "--tag-output",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo TERM; exit 0' TERM; echo up; sleep 4252 & wait",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..4 {
+        assert!(lines.next().unwrap().unwrap().ends_with("up"));
+    }
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(
+        rest.iter().filter(|l| l.ends_with("TERM")).count(),
+        4,
+        "{rest:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_gone("sleep 4252");
+}
+
+#[test]
+fn killed_agent_is_named_and_its_ranks_are_reaped_by_the_guard() {
+    let (_d, local, _) = shells();
+    let child = greedyrun(
+        &local,
+        &[
+            "-H", "a,b:2", "--pmi", "none", "--grace", "1", "--", "sleep", "4253",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive("sleep 4253").len() < 3 {
+        assert!(Instant::now() < deadline, "ranks did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The agents are greedyrun's children (the fake shell execs them); kill the first one.
+    let children =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+            .unwrap();
+    let agent: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("host a lost"), "{stderr}");
+    assert_gone("sleep 4253");
+}
+
+#[test]
+fn hanging_remote_shell_ends_the_job_within_the_timeout() {
+    let (_d, _, hang) = shells();
+    let (out, took) = run(
+        &hang,
+        &[
+            "-H",
+            "a,b,c",
+            "--pmi",
+            "none",
+            "--timeout",
+            "2",
+            "--",
+            "sleep",
+            "4254",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(matches!(out.status.code(), Some(124 | 125)), "{stderr}");
+    assert!(
+        stderr.contains(" b") || stderr.contains("host b"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert_gone("sleep 4254");
+    assert_gone("sleep 4259");
+}
+
+#[test]
+fn usage_errors_exit_2_before_anything_starts() {
+    let (_d, local, _) = shells();
+    let (out, _) = run(&local, &["-n", "5", "-H", "a,b", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("-n 5 needs 5 slots"));
+}
+
+/// Debian's MPICH (PMI-1 over PMI_PORT) wires up through greedy-pmix across three agents.
+/// UCX uses shared memory: all agents are on this machine (the cluster test crosses hosts).
+#[test]
+fn mpich_wires_up_across_agents() {
+    let (d, local, _) = shells();
+    let exe = d.path().join("wireup");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
+    let built = Command::new("mpicc.mpich")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "mpicc.mpich (scripts/install-deps installs mpich and libmpich-dev)"
+    );
+    let exe = exe.display().to_string();
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            "UCX_TLS=self,sm",
+            "EXPECT_SIZE=4",
+            &exe,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            "UCX_TLS=self,sm",
+            &exe,
+            "fail-before-init=2:7",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+}

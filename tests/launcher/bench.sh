@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Side-by-side launch measurements of greedyrun against MPICH's Hydra and Open MPI's mpirun on
+# the emulated cluster (numbers in docs/benchmarks.md, "greedyrun vs Hydra and Open MPI").
+#
+#   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10
+#
+# Part A (same cluster, same sitting, interleaved runs): launch-to-finish wall time of an MPI
+# hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize), 1 rank per host:
+#   hydra        PyPI mpich 5.0.2 `mpiexec.hydra -launcher ssh` (Debian's 4.0.2 hello hangs in
+#                MPI_Finalize here, research/baseline-launchers.md §4), default ssh
+#   ompi         Open MPI 4.1.4 `mpirun` at its defaults (tree spawn, radix 64), default ssh
+#   gr-flat-kex  greedyrun --topology flat with Debian's default ssh KEX: same hops as Hydra
+#   gr-flat      greedyrun --topology flat, cheap hops (curve25519 first, the default)
+#   gr-greedy    greedyrun defaults: cheap hops + greedy tree (SEQ/REM calibrated below)
+# gr-flat-kex → gr-flat is what cheaper hops buy; gr-flat → gr-greedy is what the tree buys.
+# All MPI programs are the same source, built by each MPI's own mpicc.
+#
+# Part B: the tree alone. 64 hosts over rsh (cheap hops), `--pmi none -- true`, topologies
+# flat, binomial, kary:4, kary:8, greedy; greedyrun -v reports when the last agent said hello
+# and what the SEQ/REM model predicts for that tree, with SEQ/REM from `greedyrun --calibrate`
+# on the same hosts.
+#
+# Runs itself under `unshare --uts` with hostname `login`: Hydra and Open MPI send their own
+# hostname to remote daemons for call-backs, and this machine's name resolves to 127.0.0.1.
+# Waits for another engineer's cluster to go down (never tears it down). ≈ 10 min.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [[ ${GREEDY_BENCH_UTS:-} != 1 ]]; then
+  exec env GREEDY_BENCH_UTS=1 unshare --uts bash -c 'hostname login && exec "$0" "$@"' "$0" "$@"
+fi
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+RUNS=${RUNS:-3}
+SIZES=${SIZES:-16 64}
+DELAY=${DELAY:-10}
+MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
+fail() { echo "bench: FAIL: $*" >&2; exit 1; }
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+cargo build -q --release -p greedy-launcher
+BIN=$CARGO_TARGET_DIR/release
+[[ -x $MPICH5/bin/mpicc ]] || { python3 -m venv "$MPICH5" && "$MPICH5/bin/pip" install -q mpich==5.0.2; }
+
+busy() {
+  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
+    ip netns list | grep -q '^gtc-'
+}
+for _ in $(seq 30); do
+  busy || break
+  echo "bench: another test cluster is up or starting; waiting 20 s"
+  sleep 20
+done
+busy && fail "another test cluster stayed up for 10 minutes"
+trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+
+MAXN=0
+for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
+"$TC" up --nodes "$MAXN" --delay "$DELAY" >/dev/null || fail "testcluster up"
+eval "$("$TC" env)"
+W=$GREEDY_TC_SCRATCH/bench
+mkdir -p "$W"
+cd "$W"
+"$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
+mpicc.openmpi -O1 -o hello_ompi "$ROOT/tests/mpi/wireup.c"
+CSV=$W/results.csv
+echo "part,hosts,config,run,wall_ms,rc,ok,cpu_s,launch_ms,model_ms" >"$CSV"
+
+busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+# measure PART N CONFIG RUN EXPECT CMD... : one timed run, appended to the CSV.
+measure() {
+  local part=$1 n=$2 cfg=$3 run=$4 expect=$5
+  shift 5
+  local t0 j0 rc wall cpu ok launch="" model=""
+  j0=$(busy_jiffies)
+  t0=$(ms)
+  set +e
+  timeout 120 "$@" >"$W/$cfg-$n-$run.out" 2>"$W/$cfg-$n-$run.err" </dev/null
+  rc=$?
+  set -e
+  wall=$(($(ms) - t0))
+  cpu=$(awk -v a="$j0" -v b="$(busy_jiffies)" 'BEGIN {printf "%.2f", (b - a) / 100}')
+  ok=$(grep -c "$expect" "$W/$cfg-$n-$run.out" || true)
+  if grep -q "agents up after" "$W/$cfg-$n-$run.err"; then
+    launch=$(sed -n 's/.*agents up after \([0-9.]*\) s.*/\1/p' "$W/$cfg-$n-$run.err" | awk '{printf "%d", $1 * 1000}')
+    model=$(sed -n 's/.*predicts \([0-9.]*\) s.*/\1/p' "$W/$cfg-$n-$run.err" | awk '{printf "%d", $1 * 1000}')
+  fi
+  echo "$part,$n,$cfg,$run,$wall,$rc,$ok,$cpu,$launch,$model" >>"$CSV"
+  echo "bench: $part n=$n $cfg run $run: ${wall} ms rc=$rc ok=$ok cpu=${cpu}s ${launch:+launch=${launch}ms model=${model}ms}"
+}
+
+# --- calibrate SEQ/REM on these hosts, per remote shell ------------------------------------------
+ALL="n[1-$MAXN]"
+"$BIN/greedyrun" --calibrate --hosts "$ALL" >"$W/cal-ssh.txt"
+"$BIN/greedyrun" --calibrate --hosts "$ALL" --rsh rsh >"$W/cal-rsh.txt"
+cat "$W/cal-ssh.txt" "$W/cal-rsh.txt"
+SSH_SEQ=$(sed -n 's/^GREEDY_SEQ=//p' "$W/cal-ssh.txt")
+SSH_REM=$(sed -n 's/^GREEDY_REM=//p' "$W/cal-ssh.txt")
+RSH_SEQ=$(sed -n 's/^GREEDY_SEQ=//p' "$W/cal-rsh.txt")
+RSH_REM=$(sed -n 's/^GREEDY_REM=//p' "$W/cal-rsh.txt")
+
+# --- Part A --------------------------------------------------------------------------------------
+DEFAULT_KEX="ssh -oKexAlgorithms=sntrup761x25519-sha512@openssh.com,curve25519-sha256"
+for n in $SIZES; do
+  for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
+  for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
+  for run in $(seq "$RUNS"); do
+    measure A "$n" hydra "$run" "of $n: ok" \
+      "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 env EXPECT_SIZE="$n" ./hello_mpich5
+    measure A "$n" ompi "$run" "of $n: ok" \
+      mpirun --allow-run-as-root --hostfile "hosts$n.ompi" -np "$n" --map-by node -x EXPECT_SIZE="$n" ./hello_ompi
+    measure A "$n" gr-flat-kex "$run" "of $n: ok" \
+      "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat --rsh "$DEFAULT_KEX" \
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+    measure A "$n" gr-flat "$run" "of $n: ok" \
+      "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+    measure A "$n" gr-greedy "$run" "of $n: ok" \
+      "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+  done
+done
+
+# --- Part B --------------------------------------------------------------------------------------
+for run in $(seq "$RUNS"); do
+  for topo in flat binomial kary:4 kary:8 greedy; do
+    measure B "$MAXN" "rsh-$topo" "$run" "" \
+      "$BIN/greedyrun" -v --progress 0 --hosts "$ALL" --rsh rsh --pmi none --topology "$topo" \
+      --seq "$RSH_SEQ" --rem "$RSH_REM" -- true
+  done
+done
+
+# --- summary -------------------------------------------------------------------------------------
+python3 - "$CSV" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+def med(xs): return statistics.median(xs) if xs else float("nan")
+groups = {}
+for r in rows:
+    groups.setdefault((r["part"], int(r["hosts"]), r["config"]), []).append(r)
+print("\n| part | hosts | config | wall ms median (min–max) | ok runs | CPU-s | launch ms | model ms | vs greedyrun |")
+print("|---|---|---|---|---|---|---|---|---|")
+for (part, n, cfg), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    walls = [int(r["wall_ms"]) for r in rs]
+    ok = sum(1 for r in rs if r["rc"] == "0" and (part == "B" or int(r["ok"]) == n))
+    cpu = med([float(r["cpu_s"]) for r in rs])
+    launch = [int(r["launch_ms"]) for r in rs if r["launch_ms"]]
+    model = [int(r["model_ms"]) for r in rs if r["model_ms"]]
+    ref = groups.get((part, n, "gr-greedy" if part == "A" else "rsh-greedy"))
+    ratio = med(walls) / med([int(r["wall_ms"]) for r in ref]) if ref else float("nan")
+    print(f"| {part} | {n} | {cfg} | {med(walls):.0f} ({min(walls)}–{max(walls)}) | {ok}/{len(rs)} | {cpu:.2f} | "
+          f"{med(launch) if launch else '':} | {med(model) if model else ''} | {ratio:.2f}× |")
+EOF
+"$TC" down >/dev/null
+trap - EXIT

@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# End-to-end tests of greedyrun/greedyd on the emulated cluster (slurm-conf/testcluster).
+#
+# 8 hosts, then 8 hosts with --delay 20. Each case asserts behaviour, and after every case no
+# process of the job (greedyd, its guard, a rank, a remote shell client) may be left in any
+# host namespace or on the login node. Cases:
+#   stdio     hostname on 8 hosts x 2 ranks over ssh and over rsh; -np/--hostfile habits;
+#             --tag-output; stdin reaches rank 0 only
+#   exit      the first failing rank's code is greedyrun's (exit 3), 128+signal (137), 127
+#   sigint    Ctrl-C (SIGINT) mid-job: exit 130, ranks get SIGTERM (a trap sees it), no orphans
+#   sigterm   SIGTERM, ranks ignoring SIGTERM are SIGKILLed after --grace: exit 143
+#   nosshd    sshd of n5 stopped: exit 125 within --timeout, one line naming n5
+#   hang      a remote shell that hangs (n6): exit 124/125 within --timeout, naming n6
+#   agentkill an agent SIGKILLed mid-job: exit 125 naming the host, its ranks reaped by its guard
+#   mpich     MPI hello + allreduce, 8 hosts x 2 ranks, wire-up across hosts through greedy-pmix
+#             (MPICH build: see MPICH below)
+#   delay     the same launches with --delay 20
+#
+# MPICH: Debian's MPICH 4.0.2 (ch4:ucx) hangs in MPI_Finalize over UCX/TCP between these
+# namespaces most of the time at 8x2 (research/slurm-testcluster.md §7.1), and UCX shared memory
+# cannot cross hosts here (private /dev/shm, IPC namespace and boot_id per host). So the MPI
+# case uses PyPI's `mpich` 5.0.2 wheel (ch4:ucx,ofi; 20/20 reliable across these hosts under
+# Hydra, research/baseline-launchers.md §4), which speaks PMI-1 to greedy-pmix like Debian's:
+# wire-up *and* data cross the veths. It lives in $GREEDY_MPICH5 (default
+# /var/tmp/greedy-mpich5, visible to every host) and is installed with pip on first use
+# (≈ 15 s, 13 MB). GREEDY_E2E_MPICH=debian runs Debian's build instead, with a retry.
+#
+# Needs root. Waits (up to 10 min) for another engineer's cluster to go down, never tears it
+# down. Takes about 2 minutes. Exits non-zero naming the first failed check.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+NODES=8
+MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
+
+fail() { echo "launcher-e2e: FAIL: $*" >&2; exit 1; }
+pass() { echo "launcher-e2e: ok: $*"; }
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+[[ $EUID -eq 0 ]] || fail "must run as root"
+
+# --- build and tools -------------------------------------------------------------------------
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+cargo build -q -p greedy-launcher
+BIN=$CARGO_TARGET_DIR/debug
+[[ $BIN == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+
+if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi && ! -x $MPICH5/bin/mpicc ]]; then
+  echo "launcher-e2e: installing PyPI mpich 5.0.2 into $MPICH5"
+  python3 -m venv "$MPICH5"
+  "$MPICH5/bin/pip" install -q mpich==5.0.2
+fi
+
+# --- cluster ---------------------------------------------------------------------------------
+# Busy: a cluster is up, or another engineer's `up` is still running (status says "down" until
+# up has finished, so look at the state dir and the namespaces too).
+busy() {
+  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
+    ip netns list | grep -q '^gtc-'
+}
+for _ in $(seq 30); do
+  busy || break
+  echo "launcher-e2e: another test cluster is up or starting; waiting 20 s for it to go down"
+  sleep 20
+done
+busy && fail "another test cluster stayed up for 10 minutes; not touching it"
+trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+
+up() {
+  "$TC" up --nodes "$NODES" "$@" >/dev/null || fail "testcluster up --nodes $NODES $*"
+  eval "$("$TC" env)"
+  WORK=$GREEDY_TC_SCRATCH/launcher
+  mkdir -p "$WORK"
+  cd "$WORK"
+  HOSTS="n[1-$NODES]"
+}
+
+# The job's processes: greedyd (agent or guard), ranks (marked by 424x), remote shell clients.
+JOB_RE='greedyd|sleep 424|wireup|ssh .*greedyd|rsh .*greedyd'
+leftovers() {
+  local ns pid out=""
+  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      local cmd
+      cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+      [[ $cmd =~ $JOB_RE ]] && out+="$ns:$pid:$cmd; "
+    done
+  done
+  # The login node: remote shell clients of greedyrun.
+  for pid in $(pgrep -f 'greedyd' || true); do
+    local cmd
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    [[ $cmd == *"$BIN/greedyd"* && $cmd =~ ^(ssh|rsh|/bin/sh|sh) ]] && out+="login:$pid:$cmd; "
+  done
+  echo "$out"
+}
+# Processes in host namespaces whose command line is exactly "$*".
+count_procs() {
+  local ns pid n=0
+  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == "$* " ]] && n=$((n + 1))
+    done
+  done
+  echo "$n"
+}
+# No process of the job may remain (polls up to 10 s: guards wait --grace before SIGKILL).
+no_orphans() {
+  local left
+  for _ in $(seq 50); do
+    left=$(leftovers)
+    [[ -z $left ]] && return 0
+    sleep 0.2
+  done
+  fail "$1: processes left behind: $left"
+}
+
+GR=("$BIN/greedyrun" --timeout 30 --progress 0)
+run() { # run NAME ARGS... : sets RC, OUT, ERR, SECS
+  local name=$1
+  shift
+  local t0
+  t0=$(ms)
+  set +e
+  "${GR[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  SECS=$((($(ms) - t0) / 1000))
+  OUT=$(<"$WORK/$name.out")
+  ERR=$(<"$WORK/$name.err")
+}
+
+cases() {
+  local tag=$1
+
+  # --- stdio: ssh, rsh, habits, tagging, stdin --------------------------------------------
+  run hostname-ssh -np 16 --hosts "$HOSTS" --ppn 2 --pmi none -- hostname
+  ((RC == 0)) || fail "$tag ssh hostname: exit $RC: $ERR"
+  [[ $(sort <<<"$OUT" | uniq -c | awk '$1 == 2' | wc -l) == "$NODES" ]] ||
+    fail "$tag ssh hostname: expected every host twice, got: $OUT"
+  pass "$tag: hostname on $NODES hosts x 2 over ssh"
+
+  printf 'n%s slots=2\n' $(seq "$NODES") >"$WORK/hostfile"
+  run hostname-rsh --hostfile "$WORK/hostfile" --rsh rsh --pmi none --tag-output -- sh -c 'echo $(hostname) $GREEDY_RANK'
+  ((RC == 0)) || fail "$tag rsh hostname: exit $RC: $ERR"
+  for r in 0 7 15; do
+    grep -qx "\[$r\] n$((r / 2 + 1)) $r" <<<"$OUT" || fail "$tag rsh/tag-output: no line for rank $r in: $OUT"
+  done
+  pass "$tag: hostfile with slots over rsh, tagged output"
+
+  set +e
+  OUT=$(printf 'line1\nline2\n' | "${GR[@]}" -H n2,n3 --pmi none -- sh -c 'echo "$GREEDY_RANK:$(cat | tr "\n" " ")"' 2>"$WORK/stdin.err")
+  RC=$?
+  set -e
+  ((RC == 0)) || fail "$tag stdin: exit $RC: $(<"$WORK/stdin.err")"
+  grep -qx "0:line1 line2 " <<<"$OUT" && grep -qx "1:" <<<"$OUT" ||
+    fail "$tag stdin: rank 0 should read stdin, rank 1 nothing: $OUT"
+  pass "$tag: stdin goes to rank 0 only"
+  no_orphans "$tag stdio"
+
+  # --- exit codes ---------------------------------------------------------------------------
+  run exit3 -n 16 --hosts "$HOSTS" --ppn 2 --pmi none -- sh -c '[ $GREEDY_RANK = 5 ] && exit 3; sleep 4240'
+  ((RC == 3)) || fail "$tag exit code: expected 3, got $RC: $ERR"
+  grep -q "rank 5 on n3 exited with code 3" <<<"$ERR" || fail "$tag exit code: message: $ERR"
+  ((SECS < 15)) || fail "$tag exit code: the failing rank took ${SECS}s to end the job"
+  no_orphans "$tag exit 3"
+  run exit137 -n 4 --hosts "$HOSTS" --pmi none -- sh -c '[ $GREEDY_RANK = 2 ] && kill -KILL $$; exit 0'
+  ((RC == 137)) || fail "$tag signal exit: expected 137, got $RC: $ERR"
+  run exit127 -n 2 --hosts "$HOSTS" --pmi none -- /nonexistent/prog
+  ((RC == 127)) || fail "$tag not found: expected 127, got $RC: $ERR"
+  run keepgoing -n 4 --hosts "$HOSTS" --pmi none --keep-going -- sh -c '[ $GREEDY_RANK = 1 ] && exit 4; sleep 1; echo done'
+  ((RC == 4)) && [[ $(grep -c done <<<"$OUT") == 3 ]] || fail "$tag --keep-going: exit $RC, out: $OUT"
+  pass "$tag: exit codes 3, 137, 127, --keep-going"
+  no_orphans "$tag exit codes"
+
+  # --- SIGINT / SIGTERM -----------------------------------------------------------------------
+  local t0 pid
+  "${GR[@]}" -n 16 --hosts "$HOSTS" --ppn 2 --pmi none --grace 5 -- \
+    sh -c 'trap "echo got-TERM-\$GREEDY_RANK; exit 0" TERM; sleep 4241 & wait' >"$WORK/sigint.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    (($(count_procs sleep 4241) >= 16)) && break
+    sleep 0.2
+  done
+  (($(count_procs sleep 4241) >= 16)) || fail "$tag sigint: 16 ranks did not start"
+  t0=$(ms)
+  kill -INT "$pid"
+  set +e
+  wait "$pid"
+  RC=$?
+  set -e
+  ((RC == 130)) || fail "$tag sigint: expected 130, got $RC: $(<"$WORK/sigint.out")"
+  [[ $(grep -c got-TERM "$WORK/sigint.out") == 16 ]] ||
+    fail "$tag sigint: every rank should see SIGTERM (and its output arrive): $(<"$WORK/sigint.out")"
+  no_orphans "$tag sigint"
+  pass "$tag: SIGINT -> SIGTERM to all 16 ranks, exit 130 in $(($(ms) - t0)) ms, no orphans"
+
+  "${GR[@]}" -n 8 --hosts "$HOSTS" --pmi none --grace 2 -- sh -c 'trap "" TERM; sleep 4242' >"$WORK/sigterm.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    (($(count_procs sleep 4242) >= 8)) && break
+    sleep 0.2
+  done
+  t0=$(ms)
+  kill -TERM "$pid"
+  set +e
+  wait "$pid"
+  RC=$?
+  set -e
+  ((RC == 143)) || fail "$tag sigterm: expected 143, got $RC: $(<"$WORK/sigterm.out")"
+  no_orphans "$tag sigterm"
+  pass "$tag: SIGTERM, ranks ignoring TERM killed after --grace 2: exit 143 in $(($(ms) - t0)) ms"
+
+  # --- an agent killed mid-job --------------------------------------------------------------
+  "${GR[@]}" -n 16 --hosts "$HOSTS" --ppn 2 --pmi none -- sleep 4243 >"$WORK/agentkill.out" 2>&1 &
+  pid=$!
+  local victim=""
+  for _ in $(seq 100); do
+    if (($(count_procs sleep 4243) >= 16)); then
+      for p in $(ip netns pids gtc-n4); do
+        [[ $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == "$BIN/greedyd " ]] && victim=$p
+      done
+      [[ -n $victim ]] && break
+    fi
+    sleep 0.2
+  done
+  [[ -n $victim ]] || fail "$tag agentkill: no greedyd found on n4"
+  kill -KILL "$victim"
+  set +e
+  wait "$pid"
+  RC=$?
+  set -e
+  ((RC == 125)) || fail "$tag agentkill: expected 125, got $RC: $(<"$WORK/agentkill.out")"
+  grep -q "host n4.* lost" "$WORK/agentkill.out" || fail "$tag agentkill: message: $(<"$WORK/agentkill.out")"
+  no_orphans "$tag agentkill"
+  pass "$tag: agent on n4 SIGKILLed: exit 125, $(grep -c . "$WORK/agentkill.out") line(s), no orphans"
+
+  # --- MPI hello + allreduce, 8 hosts x 2 ----------------------------------------------------
+  local hello=$WORK/wireup t
+  for t in 1 2 3; do
+    if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
+      "$MPICH5/bin/mpicc" -O1 -o "$hello" "$ROOT/tests/mpi/wireup.c"
+      run mpich -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- env EXPECT_SIZE=16 "$hello"
+    else
+      mpicc.mpich -O1 -o "$hello" "$ROOT/tests/mpi/wireup.c"
+      run mpich -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- timeout 60 env EXPECT_SIZE=16 UCX_TLS=tcp,self "$hello"
+    fi
+    ((RC == 0)) && break
+    [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]] && break # no retries for the reliable build
+    echo "launcher-e2e: Debian MPICH run $t failed ($RC), retrying (research §7.1)"
+  done
+  ((RC == 0)) || fail "$tag mpich: exit $RC: $ERR $OUT"
+  [[ $(grep -c "of 16: ok" <<<"$OUT") == 16 ]] || fail "$tag mpich: expected 16 ok lines: $OUT"
+  pass "$tag: MPI hello+allreduce on $NODES hosts x 2 ranks in ${SECS}s"
+  run mpich-fail -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- "$hello" fail-before-init=9:7
+  ((RC == 7)) || fail "$tag mpich early exit: expected 7, got $RC: $ERR"
+  no_orphans "$tag mpich"
+  pass "$tag: MPI rank 9 exiting before MPI_Init: exit 7 in ${SECS}s"
+
+  # --- host whose sshd is stopped -------------------------------------------------------------
+  local sshd
+  read -r sshd _ <"$GREEDY_TC_STATE/pids/n5.sshd"
+  kill -STOP "$sshd" 2>/dev/null || true
+  kill -TERM "$sshd"
+  kill -CONT "$sshd" 2>/dev/null || true
+  sleep 0.5
+  run nosshd -n 8 --hosts "$HOSTS" --pmi none --timeout 20 -- sleep 4244
+  ((RC == 125 || RC == 124)) || fail "$tag nosshd: expected 125, got $RC: $ERR"
+  grep -q "n5" <<<"$ERR" || fail "$tag nosshd: message does not name n5: $ERR"
+  ((SECS <= 30)) || fail "$tag nosshd: took ${SECS}s with --timeout 20"
+  no_orphans "$tag nosshd"
+  pass "$tag: sshd on n5 stopped: exit $RC in ${SECS}s: $(head -1 <<<"$ERR")"
+
+  # --- a remote shell that hangs ----------------------------------------------------------------
+  cat >"$WORK/hangsh" <<'EOF'
+#!/bin/sh
+# A remote shell that hangs for one host (as ssh to a host that swallows packets would).
+[ "$1" = n6 ] && exec sleep 4245
+exec rsh "$@"
+EOF
+  chmod +x "$WORK/hangsh"
+  run hang -n 8 --hosts "$HOSTS" --pmi none --rsh "$WORK/hangsh" --timeout 5 -- sleep 4246
+  ((RC == 124 || RC == 125)) || fail "$tag hang: expected 124/125, got $RC: $ERR"
+  grep -q "n6" <<<"$ERR" || fail "$tag hang: message does not name n6: $ERR"
+  ((SECS <= 15)) || fail "$tag hang: took ${SECS}s with --timeout 5"
+  JOB_RE="$JOB_RE|sleep 424[56]" no_orphans "$tag hang"
+  pgrep -f 'sleep 4245' >/dev/null && fail "$tag hang: the hung remote shell was not killed"
+  pass "$tag: hanging remote shell to n6: exit $RC in ${SECS}s: $(head -1 <<<"$ERR")"
+}
+
+up
+cases "8 hosts"
+"$TC" down >/dev/null
+up --delay 20
+GR=("$BIN/greedyrun" --timeout 30 --progress 0)
+run delay-hostname -n 16 --hosts "$HOSTS" --ppn 2 --pmi none -- hostname
+((RC == 0)) && [[ $(wc -l <<<"$OUT") == 16 ]] || fail "delay 20: hostname: exit $RC: $ERR"
+pass "delay 20: hostname 8x2 over ssh in ${SECS}s"
+run delay-rsh -n 16 --hosts "$HOSTS" --ppn 2 --rsh rsh --topology binomial -- hostname
+((RC == 0)) && [[ $(wc -l <<<"$OUT") == 16 ]] || fail "delay 20: rsh binomial: exit $RC: $ERR"
+pass "delay 20: hostname 8x2 over rsh, binomial tree, with PMI up, in ${SECS}s"
+if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
+  "$MPICH5/bin/mpicc" -O1 -o "$WORK/wireup" "$ROOT/tests/mpi/wireup.c"
+  run delay-mpich -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- env EXPECT_SIZE=16 "$WORK/wireup"
+  ((RC == 0)) && [[ $(grep -c "of 16: ok" <<<"$OUT") == 16 ]] || fail "delay 20: mpich: exit $RC: $ERR $OUT"
+  pass "delay 20: MPI hello 8x2 in ${SECS}s"
+fi
+no_orphans "delay"
+"$TC" down >/dev/null
+trap - EXIT
+pass "all launcher cases"
