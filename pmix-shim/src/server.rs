@@ -46,6 +46,10 @@ pub struct PmiConfig {
     /// How long to wait, after a rank closes its PMI connection before `finalize`, for the
     /// launcher to report its exit code (so the abort message can name it) before aborting anyway.
     pub early_close_grace: Duration,
+    /// How long the local ranks may take to all enter a fence once the first has. Keep it at
+    /// or below `OverlayConfig::collective_timeout`, so that a stuck rank is named by its own
+    /// node rather than the whole node by another.
+    pub fence_timeout: Duration,
 }
 
 impl Default for PmiConfig {
@@ -53,6 +57,7 @@ impl Default for PmiConfig {
         PmiConfig {
             port_bind: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             early_close_grace: Duration::from_millis(500),
+            fence_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -81,6 +86,8 @@ struct NodeState {
     exited: HashMap<u32, i32>,
     handlers: HashMap<u32, mpsc::Sender<Notice>>,
     fences: u64,
+    /// Fences whose allgather has started (all local ranks were in).
+    fences_started: u64,
 }
 
 /// The session's view of the node while the state lock is held.
@@ -294,6 +301,37 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Names the local ranks that have not entered fence `generation` once `fence_timeout` has
+    /// passed since the first one did. This fires before the overlay's collective timeout
+    /// (staggered above it), so the job's abort names ranks, not just a node.
+    fn watch_local_fence(self: &Arc<Self>, generation: u64) {
+        let shared = self.clone();
+        self.tracker.spawn(
+            async move {
+                tokio::select! {
+                    _ = shared.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(shared.config.fence_timeout) => {}
+                }
+                let missing: Vec<u32> = {
+                    let st = shared.lock();
+                    if st.fences_started != generation {
+                        return;
+                    }
+                    shared.job.local_ranks().iter().copied().filter(|r| !st.in_fence.contains(r)).collect()
+                };
+                let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+                let reason = format!(
+                    "node {} fence #{generation}: ranks {} have not entered it after fence_timeout ({:?})",
+                    shared.job.node_idx,
+                    list.join(","),
+                    shared.config.fence_timeout
+                );
+                shared.abort(missing.first().copied(), 1, reason).await;
+            }
+            .in_current_span(),
+        );
+    }
+
     async fn abort(&self, rank: Option<u32>, code: i32, reason: String) {
         warn!(?rank, code, "aborting job: {reason}");
         self.overlay
@@ -310,11 +348,16 @@ impl Shared {
     fn enter_fence(self: &Arc<Self>, rank: u32) {
         let puts = {
             let mut st = self.lock();
+            let first = st.in_fence.is_empty();
             st.in_fence.insert(rank);
             if st.in_fence.len() < self.job.local_ranks().len() {
+                if first {
+                    self.watch_local_fence(st.fences_started);
+                }
                 return;
             }
             st.in_fence.clear();
+            st.fences_started += 1;
             std::mem::take(&mut st.pending)
         };
         let shared = self.clone();

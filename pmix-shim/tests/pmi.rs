@@ -278,3 +278,42 @@ async fn pmi_port_client_and_a_stray_one() {
     assert!(agents[0].0.aborted().borrow().is_none());
     stop(agents).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_timeout_names_the_local_ranks_that_did_not_enter() {
+    let board = Memory::default();
+    let job = JobSpec {
+        job_id: "pmi-test".into(),
+        hosts: vec!["h0".into()],
+        node_idx: 0,
+        model: Default::default(),
+        ranks: vec![vec![0, 1, 2]],
+        secret: JobSecret::generate(),
+    };
+    let overlay = Overlay::start(&job, OverlayConfig::default(), &board)
+        .await
+        .unwrap();
+    let config = PmiConfig {
+        fence_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let pmi = PmiServer::start(&job, overlay.clone(), config)
+        .await
+        .unwrap();
+    let mut c = client(&pmi, 1);
+    let _idle0 = client(&pmi, 0);
+    let _idle2 = client(&pmi, 2);
+    assert_eq!(
+        ask(&mut c, b"cmd=init pmi_version=1 pmi_subversion=1\n").await,
+        "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0"
+    );
+    c.write_all(b"cmd=barrier_in\n").await.unwrap();
+    let info = wait_abort(&overlay).await;
+    assert_eq!(
+        info.reason,
+        "node 0 fence #0: ranks 0,2 have not entered it after fence_timeout (300ms)"
+    );
+    assert_eq!(info.rank, Some(0));
+    pmi.shutdown().await;
+    overlay.shutdown().await;
+}
