@@ -136,6 +136,12 @@ const REQUEST_CAPACITY: usize = 64;
 ///
 /// Collectives are numbered in the order they reach the overlay: every node must make the same
 /// calls in the same order (as with MPI collectives).
+///
+/// # Cancel safety
+/// The collective methods are not cancel-safe: once called, the collective runs on this node
+/// whether or not the future is polled to the end, and a dropped caller only loses the result.
+/// Racing one against a timer in `select!` therefore desynchronises nothing, but the next call
+/// gets the next sequence number.
 #[derive(Clone, Debug)]
 pub struct Overlay {
     inner: Arc<Inner>,

@@ -26,6 +26,9 @@ pub trait Rendezvous: Send + Sync {
         addr: SocketAddr,
     ) -> impl Future<Output = Result<(), String>> + Send;
     /// The address of node `node_idx`, waiting until it is published.
+    ///
+    /// # Cancel safety
+    /// Must be cancel-safe: the overlay drops it when `join_timeout` passes.
     fn lookup(&self, node_idx: usize) -> impl Future<Output = Result<SocketAddr, String>> + Send;
 }
 
