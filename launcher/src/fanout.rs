@@ -79,6 +79,8 @@ pub struct Fanout {
     edges: Vec<Edge>,
     tracker: TaskTracker,
     kill: CancellationToken,
+    /// Cancelled at shutdown or teardown: children not yet started are never started.
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Fanout {
@@ -124,11 +126,14 @@ impl Fanout {
         let sem = Arc::new(Semaphore::new(cfg.batch.max(1) as usize));
         let launcher_tracker = tracker.clone();
         let launcher_kill = kill.clone();
+        let stop = CancellationToken::new();
+        let launcher_stop = stop.clone();
         tracker.spawn(async move {
             for (start, rx, edge_kill) in pending {
                 let permit = tokio::select! {
                     p = sem.clone().acquire_owned() => p.expect("never closed"),
                     _ = launcher_kill.cancelled() => return,
+                    _ = launcher_stop.cancelled() => return,
                 };
                 let node = start.node_idx;
                 let span = info_span!("edge", job = %start.job_id, node);
@@ -143,6 +148,7 @@ impl Fanout {
             edges,
             tracker,
             kill,
+            stop,
         }
     }
 
@@ -159,6 +165,9 @@ impl Fanout {
     /// Sends `cmd` towards `to` (every node when `None`), through the child(ren) whose subtree
     /// holds it. A lost child is skipped.
     pub async fn route(&self, to: Option<u32>, cmd: Cmd) {
+        if to.is_none() && matches!(cmd, Cmd::Teardown | Cmd::Shutdown) {
+            self.stop.cancel();
+        }
         for e in &self.edges {
             if to.is_none_or(|n| e.hosts.contains(&(n as usize))) {
                 let frame = Down::Route {

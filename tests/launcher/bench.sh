@@ -44,10 +44,19 @@ BIN=$CARGO_TARGET_DIR/release
 
 busy() {
   "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-'
+    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
+}
+# Free only if it stays free for 10 s: another engineer's script may be between two clusters.
+busy_settled() {
+  local _i
+  for _i in 1 2 3 4 5; do
+    busy && return 0
+    sleep 2
+  done
+  return 1
 }
 for _ in $(seq 30); do
-  busy || break
+  busy_settled || break
   echo "bench: another test cluster is up or starting; waiting 20 s"
   sleep 20
 done

@@ -58,10 +58,19 @@ fi
 # up has finished, so look at the state dir and the namespaces too).
 busy() {
   "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-'
+    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
+}
+# Free only if it stays free for 10 s: another engineer's script may be between two clusters.
+busy_settled() {
+  local _i
+  for _i in 1 2 3 4 5; do
+    busy && return 0
+    sleep 2
+  done
+  return 1
 }
 for _ in $(seq 30); do
-  busy || break
+  busy_settled || break
   echo "launcher-e2e: another test cluster is up or starting; waiting 20 s for it to go down"
   sleep 20
 done
@@ -281,8 +290,11 @@ cases() {
 exec rsh "$@"
 EOF
   chmod +x "$WORK/hangsh"
-  run hang -n 8 --hosts "$HOSTS" --pmi none --rsh "$WORK/hangsh" --timeout 5 -- sleep 4246
+  run hang -n 8 --hosts "$HOSTS" --pmi none --rsh "$WORK/hangsh" --timeout 5 --progress 1 -- sleep 4246
   ((RC == 124 || RC == 125)) || fail "$tag hang: expected 124/125, got $RC: $ERR"
+  grep -q "launch: 7/8 hosts up after .* waiting for n6" <<<"$ERR" || fail "$tag hang: no progress line naming n6: $ERR"
+  ERR=$(grep -v "launch: 7/8" <<<"$ERR")
+  [[ $(wc -l <<<"$ERR") == 1 ]] || fail "$tag hang: expected one line besides progress: $ERR"
   grep -q "n6" <<<"$ERR" || fail "$tag hang: message does not name n6: $ERR"
   ((SECS <= 15)) || fail "$tag hang: took ${SECS}s with --timeout 5"
   JOB_RE="$JOB_RE|sleep 424[56]" no_orphans "$tag hang"

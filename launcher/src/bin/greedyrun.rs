@@ -44,7 +44,7 @@ enum Pmi {
 /// tree, local ranks forked by each host's agent (greedyd), stdio/signals/exit codes
 /// forwarded, and nothing left behind on failure.
 #[derive(Debug, Parser)]
-#[command(version, about, after_long_help = EXIT_STATUS)]
+#[command(version, about, after_long_help = EXIT_STATUS, args_override_self = true)]
 struct Args {
     /// Number of ranks (default: every slot of the hosts). `-np` also works.
     #[arg(short = 'n', long = "np", value_name = "NP")]
