@@ -266,6 +266,14 @@ async fn mpich_4_agents_x_4_ranks_cyclic_placement_pmi_port() {
     eprintln!("4x4 cyclic over PMI_PORT took {took:?}");
 }
 
+/// A deeper greedy tree: 16 agents with one rank each (the ring threshold is not reached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_16_agents_x_1_rank_pmi_fd() {
+    let (results, took) = run_job(block(16, 1), Connect::Fd, &[]).await;
+    assert_all_ok(&results, 16);
+    eprintln!("16x1 over PMI_FD took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() {
     let (results, took) = run_job(block(4, 2), Connect::Fd, &["fail-before-init=5:3"]).await;
