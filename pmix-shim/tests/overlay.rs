@@ -1,6 +1,10 @@
 //! The overlay over loopback: join, every collective, ring and tree allgather, strangers refused.
 
-use std::time::Duration;
+use std::{
+    io::Write,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use greedy_pmix::{
@@ -12,6 +16,33 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
+
+/// Everything logged by this test binary, to check the refusal log lines.
+fn log() -> Arc<Mutex<Vec<u8>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        #[derive(Clone)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink(buf.clone());
+        tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .init();
+        buf
+    })
+    .clone()
+}
 
 fn job(n: usize, node_idx: usize, secret: &JobSecret) -> JobSpec {
     JobSpec {
@@ -115,6 +146,7 @@ async fn every_collective_over_loopback() {
 /// Issue 3: a stranger that connects gets nothing and the job is unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
+    let log = log();
     let n = 4;
     let (overlays, board) = start_all(n, config()).await;
     let target = board.lookup(1).await.unwrap();
@@ -204,6 +236,18 @@ async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
     );
     assert!(overlays.iter().all(|o| o.aborted().borrow().is_none()));
     shutdown(overlays).await;
+    // Each refusal left a clear log line, with the stranger's address and the reason.
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    for expect in [
+        "not a greedy overlay frame (starts with [47, 45, 54, 20])",
+        "claims node 2 but fails the job-secret proof",
+        "peer speaks overlay version 9, we speak 1",
+    ] {
+        assert!(
+            text.contains("refused overlay connection") && text.contains(expect),
+            "no log line with {expect:?} in:\n{text}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
