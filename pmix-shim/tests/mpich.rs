@@ -28,7 +28,10 @@ fn compile(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
     let exe = dir.join("wireup");
     // mpicc.mpich, not mpicc: with Open MPI installed too, the mpicc alternative may be Open MPI's.
-    let out = std::process::Command::new("mpicc.mpich")
+    // MPICC picks another MPICH build (e.g. the PyPI mpich 5 wheel's, with
+    // MPIR_CVAR_PMI_VERSION=2 in the environment to make its ranks speak PMI-2).
+    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc.mpich".into());
+    let out = std::process::Command::new(&mpicc)
         .arg("-O1")
         .arg("-o")
         .arg(&exe)
@@ -181,11 +184,19 @@ async fn run_job(
     let board = Memory::default();
     let secret = JobSecret::generate();
     let n = ranks.len();
+    // Unique per job: MPICH 5 names its shared-memory segments after the kvsname, so two
+    // concurrent tests, or a rerun after killed ranks left segments behind, must not share one.
+    static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let job_id = format!(
+        "mpich.{}.{}",
+        std::process::id(),
+        JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let started = Instant::now();
     let agents: Vec<_> = (0..n)
         .map(|node_idx| {
             let job = JobSpec {
-                job_id: "mpich-test".into(),
+                job_id: job_id.clone(),
                 hosts: (0..n).map(|i| format!("node{i}")).collect(),
                 node_idx,
                 model: Default::default(),
