@@ -84,6 +84,21 @@ impl JobSpec {
             job: self.job_id.clone(),
             reason,
         };
+        // The job id is the PMI-1 kvsname and PMI-2 jobid: it travels inside `key=value`
+        // lines (space-separated) and `;`-separated PMI-2 frames, so it must not hold those.
+        if self.job_id.is_empty()
+            || self.job_id.len() > crate::pmi1::KVSNAME_MAX
+            || !self
+                .job_id
+                .chars()
+                .all(|c| c.is_ascii_graphic() && !"=;".contains(c))
+        {
+            return Err(bad(format!(
+                "job id {:?} is not a PMI kvsname (1 to {} printable ASCII characters, no '=' or ';')",
+                self.job_id,
+                crate::pmi1::KVSNAME_MAX
+            )));
+        }
         if self.hosts.is_empty() {
             return Err(bad("no hosts".into()));
         }
@@ -284,6 +299,14 @@ mod tests {
             "job j1: invalid job description: node 0: rank 5 out of range 0..2",
         );
         assert!(spec(vec![vec![0, 2], vec![1]]).validate().is_ok());
+        let mut s = spec(vec![vec![0]]);
+        s.job_id = "a b".into();
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "job a b: invalid job description: job id \"a b\" is not a PMI kvsname (1 to 256 printable ASCII characters, no '=' or ';')"
+        );
+        s.job_id = "1234.0".into();
+        assert!(s.validate().is_ok());
     }
 
     #[test]
