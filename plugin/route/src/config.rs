@@ -19,11 +19,15 @@ use greedy_slurm::conf::{self, Conf};
 use greedy_tree::LaunchModel;
 use std::path::Path;
 
-/// SEQ; provisional until `tests/slurm/route-calibrate.sh` has measured the emulated cluster.
-pub const DEFAULT_SEQ: f64 = 0.002;
+/// SEQ measured on the emulated cluster by `tests/slurm/route-calibrate.sh` (16 hosts,
+/// `--delay 10`, 2 cores; docs/benchmarks.md). Most of it is CPU: the emulated hosts share two
+/// cores, so each extra host a sender reaches costs a slurmstepd start on the same CPUs. A real
+/// site should calibrate its own.
+pub const DEFAULT_SEQ: f64 = 0.011;
 
-/// REM measured with [`DEFAULT_SEQ`].
-pub const DEFAULT_REM: f64 = 0.040;
+/// REM measured with [`DEFAULT_SEQ`]: a forwarding hop (connect, forward, reply) at a 20 ms
+/// host-to-host round trip.
+pub const DEFAULT_REM: f64 = 0.056;
 
 /// What route/greedy reads from greedy.conf.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use route_greedy::split::{greedy_ranges, kary_ranges};
-//! let model = greedy_tree::LaunchModel::new(0.002, 0.040)?;
+//! let model = greedy_tree::LaunchModel::new(0.011, 0.056)?;
 //! // srun reaching 16 hosts: heads n1, n2, n4, … each forwarding to the rest of its range.
 //! let greedy = greedy_ranges(16, &model, 50)?;
 //! assert_eq!(greedy.iter().map(|r| r.len()).sum::<usize>(), 16);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Benchmark for docs/benchmarks.md: `srun -N16 true` wall time under route/greedy vs
+# route/default at TreeWidth 50, 16 and 4 on the emulated cluster with a packet delay.
+# route/greedy runs with its built-in defaults (the calibrated RouteSeq/RouteRem, no
+# greedy.conf). Each (route, TreeWidth) cluster is brought up fresh, ROUNDS times in
+# alternation so that drift of the machine's load hits both routes alike; every timed srun
+# starts on an idle cluster. Prints one markdown table row per TreeWidth: medians, min-max,
+# and the ratio greedy/default.
+#
+# usage: tests/slurm/route-bench.sh [--delay MS] [--reps R] [--rounds K]
+# Needs root; about 2 min with the defaults (delay 10, 8 reps, 2 rounds). Leaves nothing behind.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+delay=10 reps=8 rounds=2
+while (($#)); do
+  case $1 in
+    --delay) delay=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: $0 [--delay MS] [--reps R] [--rounds K]" >&2; exit 2 ;;
+  esac
+done
+fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+for ((i = 0; i < 30; i++)); do
+  "$TC" status >/dev/null 2>&1 || break
+  ((i == 0)) && echo "route-bench: a test cluster is up; waiting up to 10 min" >&2
+  sleep 20
+done
+"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min"
+(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
+work=$(mktemp -d /var/tmp/route-bench.XXXXXX)
+chmod 755 "$work"
+trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
+
+wait_idle() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    [[ $(sinfo -h -o '%T %D') == "idle 16" ]] && return 0
+    sleep 0.05
+  done
+  fail "hosts not idle after 15 s: $(sinfo -h -o '%T %D')"
+}
+time_srun() {
+  wait_idle
+  local t0=$EPOCHREALTIME
+  timeout 120 srun -N16 true 2>>"$work/srun.err" || fail "srun -N16 true: $(tail -3 "$work/srun.err")"
+  echo "$EPOCHREALTIME - $t0" | bc -l
+}
+stats() { # stdin: seconds; prints "median min max" in ms
+  sort -g | awk '{a[NR]=$1*1000} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f %.0f %.0f\n", m, a[1], a[NR]}'
+}
+
+for ((k = 0; k < rounds; k++)); do
+  for tw in 50 16 4; do
+    for route in default greedy; do
+      args=(--nodes 16 --delay "$delay" --slurm --treewidth "$tw")
+      [[ $route == greedy ]] && args+=(--plugindir "$work" --route greedy)
+      "$TC" up "${args[@]}" || "$TC" up "${args[@]}" || fail "up ${args[*]}"
+      eval "$("$TC" env)"
+      time_srun >/dev/null # warm-up
+      for ((r = 0; r < reps; r++)); do time_srun; done >>"$work/$route-$tw"
+      "$TC" down >/dev/null || fail "down"
+    done
+  done
+done
+
+echo "| TreeWidth | route/default median (min–max) ms | route/greedy median (min–max) ms | greedy / default |"
+echo "|---|---|---|---|"
+for tw in 50 16 4; do
+  read -r dm dlo dhi < <(stats <"$work/default-$tw")
+  read -r gm glo ghi < <(stats <"$work/greedy-$tw")
+  echo "| $tw | $dm ($dlo–$dhi) | $gm ($glo–$ghi) | $(echo "scale=2; $gm / $dm" | bc -l) |"
+done
+echo "($((reps * rounds)) runs each, --delay $delay, $(date -u +%FT%TZ))"

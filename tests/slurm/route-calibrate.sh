@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Calibrates route/greedy's model (RouteSeq, RouteRem) on the emulated cluster: times
+# `srun -N N true` under route/default with TreeWidth 50 (every host contacted by srun directly:
+# one SEQ per extra host) and TreeWidth 1 (a chain: one REM per extra host) for N = 2, 4, 8, 16,
+# and fits overhead + T(tree; SEQ, REM) with `greedy-route calibrate` (plugin/route/src/calibrate.rs).
+#
+# usage: tests/slurm/route-calibrate.sh [--delay MS] [--reps R] [--out FILE]
+#   --delay MS  testcluster packet delay (default 10: login<->host RTT 10 ms, host<->host 20 ms)
+#   --reps R    timed runs per (TreeWidth, N); the median is used (default 7)
+#   --out FILE  keep the launches file (TREEWIDTH HOSTS SECONDS lines)
+# Needs root; about 1-2 min. Leaves no cluster behind.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+delay=10 reps=7 out=""
+while (($#)); do
+  case $1 in
+    --delay) delay=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "usage: $0 [--delay MS] [--reps R] [--out FILE]" >&2; exit 2 ;;
+  esac
+done
+fail() { echo "route-calibrate: FAIL: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+for ((i = 0; i < 30; i++)); do
+  "$TC" status >/dev/null 2>&1 || break
+  ((i == 0)) && echo "route-calibrate: a test cluster is up; waiting up to 10 min" >&2
+  sleep 20
+done
+"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min"
+(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
+work=$(mktemp -d /var/tmp/route-calibrate.XXXXXX)
+trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+# Every host idle again: a job started while the last one's nodes are still completing waits
+# in the queue, and that wait is not the launch.
+wait_idle() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    [[ $(sinfo -h -o '%T %D') == "idle 16" ]] && return 0
+    sleep 0.05
+  done
+  fail "hosts not idle after 15 s: $(sinfo -h -o '%T %D')"
+}
+# time_srun N: wall seconds of one `srun -N N true`, started on an idle cluster.
+time_srun() {
+  wait_idle
+  local t0=$EPOCHREALTIME
+  timeout 120 srun -N"$1" true || fail "srun -N$1 true"
+  echo "$EPOCHREALTIME - $t0" | bc -l
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+echo "# srun -N N true under route/default; delay $delay ms; median of $reps; $(date -u +%FT%TZ)" >"$work/launches"
+echo "# TREEWIDTH HOSTS SECONDS" >>"$work/launches"
+for tw in 50 1; do
+  # One retry: a concurrent apt/dpkg run elsewhere on the machine can fail a package check.
+  "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" ||
+    "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" || fail "up --treewidth $tw"
+  eval "$("$TC" env)"
+  time_srun 16 >/dev/null # warm-up: first job pays for slurmctld's and slurmd's caches
+  for n in 2 4 8 16; do
+    m=$(for ((r = 0; r < reps; r++)); do time_srun "$n"; done | median)
+    echo "$tw $n $m" | tee -a "$work/launches"
+  done
+  "$TC" down >/dev/null || fail "down"
+done
+[[ -z $out ]] || cp "$work/launches" "$out"
+"$TARGET/debug/greedy-route" calibrate --launches "$work/launches"
