@@ -3,7 +3,7 @@
 # greedy-tree, brings up 16 hosts with RoutePlugin=route/greedy, runs jobs on 16, 8 and 11
 # nodes, and checks from the plugin's own split log lines (srun's stderr, each slurmd's log)
 # that the forwarding tree Slurm used is `greedy-tree plan` for that sorted host list and
-# model, including TreeWidth capping the fan-out, `scontrol reconfigure` rereading greedy.conf,
+# model, including TreeWidth capping the fan-out, sbcast and slurmctld using the plugin, `scontrol reconfigure` rereading greedy.conf,
 # a malformed greedy.conf falling back to defaults with one line, and route/default still
 # working once the plugin is removed. Needs root; about 1 min on 2 cores (plus the first build).
 # Exits non-zero naming the first failed check; leaves no cluster, no process and no temp dir.
@@ -73,6 +73,23 @@ up --route greedy --greedy-conf "$work/greedy.conf"
 run_checked 16 'n[1-16]' 50 $SEQ $REM
 run_checked 8 'n[1-8]' 50 $SEQ $REM
 run_checked 11 'n[2-5,7,9-14]' 50 $SEQ $REM
+
+# sbcast loads the plugin too (its own fan-out, 8, is passed as the TreeWidth); /tmp is private
+# per host, so every host printing the payload shows the file reached all 16 along our split.
+echo "route-sbcast-payload" >"$work/payload"
+got=$(timeout 60 salloc -N16 bash -c "sbcast '$work/payload' /tmp/route-payload && srun -N16 cat /tmp/route-payload" \
+  2>"$work/sbcast.err" | grep -c route-sbcast-payload) || fail "salloc + sbcast: $(cat "$work/sbcast.err")"
+[[ $got == 16 ]] || fail "sbcast reached $got of 16 hosts"
+grep -q "sbcast: route/greedy: split 16 hosts n1..n16 tree_width 8 greedy" "$work/sbcast.err" ||
+  fail "sbcast did not split with route/greedy: $(cat "$work/sbcast.err")"
+# slurmctld's own RPCs to the nodes (job termination) went through the plugin as well.
+# They are sent after srun returns, so allow them a few seconds.
+for ((i = 0; i < 100; i++)); do
+  grep -q "route/greedy: split" "$LOGDIR/slurmctld.log" && break
+  sleep 0.1
+done
+grep -q "route/greedy: split" "$LOGDIR/slurmctld.log" || fail "slurmctld logged no route/greedy split"
+pass "sbcast to 16 hosts and slurmctld's RPCs use route/greedy"
 
 # 2. scontrol reconfigure rereads greedy.conf in every slurmd (srun reads it at start).
 conf 0.01 0.05 >"$(dirname "$SLURM_CONF")/greedy.conf"
