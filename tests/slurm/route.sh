@@ -3,10 +3,13 @@
 # greedy-tree, brings up 16 hosts with RoutePlugin=route/greedy, runs jobs on 16, 8 and 11
 # nodes, and checks from the plugin's own split log lines (srun's stderr, each slurmd's log)
 # that the forwarding tree Slurm used is `greedy-tree plan` for that sorted host list and
-# model, including TreeWidth capping the fan-out, sbcast and slurmctld using the plugin, `scontrol reconfigure` rereading greedy.conf,
-# a malformed greedy.conf falling back to defaults with one line, and route/default still
-# working once the plugin is removed. Needs root; about 1 min on 2 cores (plus the first build).
-# Exits non-zero naming the first failed check; leaves no cluster, no process and no temp dir.
+# model. Also: TreeWidth capping the fan-out; sbcast and slurmctld using the plugin;
+# `scontrol reconfigure` rereading greedy.conf; a malformed greedy.conf giving defaults and one
+# log line; the fallback split being Slurm's own TreeWidth split (checked against
+# libslurmfull); route/default still working once the plugin is removed. Needs root, gcc and
+# libslurm-dev; about 20 s on 2 cores (plus the first build, and up to 10 min of waiting if
+# another test holds the cluster). Exits non-zero naming the first failed check; leaves no
+# cluster, no process and no temp dir.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -35,6 +38,15 @@ work=$(mktemp -d /var/tmp/route-test.XXXXXX)
 chmod 755 "$work"
 trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
+# 0. The fallback split is route/default's, exactly: compare with Slurm's own function for
+# every host count 1..200 and TreeWidth 1..60 (no cluster needed).
+slurmlib=/usr/lib/x86_64-linux-gnu/slurm-wlm
+gcc -O1 -o "$work/kary_check" "$ROOT/tests/slurm/kary_check.c" -L"$slurmlib" -lslurmfull \
+  -Wl,-rpath,"$slurmlib" || fail "compiling kary_check.c against libslurmfull"
+diff <("$TARGET/debug/greedy-route" kary 200 60) <("$work/kary_check") >"$work/kary.diff" ||
+  fail "fallback split differs from Slurm's TreeWidth split: $(head -5 "$work/kary.diff")"
+pass "fallback split = Slurm's route_split_hostlist_treewidth for 1..200 hosts x TreeWidth 1..60"
+
 plan() { # plan HOSTS [MAX_FANOUT] > json: srun is position 0
   "$TARGET/debug/greedy-tree" plan --hosts "srun,$1" --seq "$2" --rem "$3" \
     ${4:+--max-fanout "$4"} --format json

@@ -8,16 +8,20 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: greedy-route calibrate --launches FILE
        greedy-route model --seq S --rem R --tree-width W HOSTS...
+       greedy-route kary MAX_HOSTS MAX_TREE_WIDTH
   calibrate: FILE has one timed launch per line, `TREEWIDTH HOSTS SECONDS` (route/default at
     TREEWIDTH, srun -N HOSTS, wall seconds); prints the fitted RouteSeq/RouteRem for greedy.conf.
   model: for each HOSTS, the modeled launch time (seconds, sender included) of route/default's
-    TreeWidth tree and of route/greedy's tree, and their ratio.";
+    TreeWidth tree and of route/greedy's tree, and their ratio.
+  kary: the fallback's sub-list sizes, `N W s1 s2 ...` for every N and W up to the maxima
+    (tests/slurm/route.sh compares them with Slurm's own split, tests/slurm/kary_check.c).";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("calibrate") => calibrate_cmd(&args[1..]),
         Some("model") => model_cmd(&args[1..]),
+        Some("kary") => kary_cmd(&args[1..]),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -101,5 +105,26 @@ fn model_cmd(args: &[String]) -> ExitCode {
             greedy / default
         );
     }
+    ExitCode::SUCCESS
+}
+
+fn kary_cmd(args: &[String]) -> ExitCode {
+    let [max_n, max_w] = args else {
+        return usage();
+    };
+    let (Ok(max_n), Ok(max_w)) = (max_n.parse::<usize>(), max_w.parse::<u16>()) else {
+        return usage();
+    };
+    let mut out = String::new();
+    for n in 1..=max_n {
+        for w in 1..=max_w {
+            out.push_str(&format!("{n} {w}"));
+            for r in route_greedy::split::kary_ranges(n, w) {
+                out.push_str(&format!(" {}", r.len()));
+            }
+            out.push('\n');
+        }
+    }
+    print!("{out}");
     ExitCode::SUCCESS
 }
