@@ -35,7 +35,9 @@ done
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-bench.XXXXXX)
 chmod 755 "$work"
-trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+# Only a cluster this script brought up is taken down: another test's must survive our failure.
+ours=0
+trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
 
 wait_idle() {
@@ -62,10 +64,11 @@ for ((k = 0; k < rounds; k++)); do
       args=(--nodes 16 --delay "$delay" --slurm --treewidth "$tw")
       [[ $route == greedy ]] && args+=(--plugindir "$work" --route greedy)
       "$TC" up "${args[@]}" || "$TC" up "${args[@]}" || fail "up ${args[*]}"
+      ours=1
       eval "$("$TC" env)"
       time_srun >/dev/null # warm-up
       for ((r = 0; r < reps; r++)); do time_srun; done >>"$work/$route-$tw"
-      "$TC" down >/dev/null || fail "down"
+      "$TC" down >/dev/null || fail "down"; ours=0
     done
   done
 done

@@ -34,7 +34,9 @@ done
 "$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min"
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-calibrate.XXXXXX)
-trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+# Only a cluster this script brought up is taken down: another test's must survive our failure.
+ours=0
+trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 
 # Every host idle again: a job started while the last one's nodes are still completing waits
 # in the queue, and that wait is not the launch.
@@ -61,13 +63,14 @@ for tw in 50 1; do
   # One retry: a concurrent apt/dpkg run elsewhere on the machine can fail a package check.
   "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" ||
     "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" || fail "up --treewidth $tw"
+  ours=1
   eval "$("$TC" env)"
   time_srun 16 >/dev/null # warm-up: first job pays for slurmctld's and slurmd's caches
   for n in 2 4 8 16; do
     m=$(for ((r = 0; r < reps; r++)); do time_srun "$n"; done | median)
     echo "$tw $n $m" | tee -a "$work/launches"
   done
-  "$TC" down >/dev/null || fail "down"
+  "$TC" down >/dev/null || fail "down"; ours=0
 done
 [[ -z $out ]] || cp "$work/launches" "$out"
 "$TARGET/debug/greedy-route" calibrate --launches "$work/launches"

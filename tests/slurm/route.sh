@@ -36,7 +36,9 @@ done
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route -p greedy-tree) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-test.XXXXXX)
 chmod 755 "$work"
-trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+# Only a cluster this script brought up is taken down: another test's must survive our failure.
+ours=0
+trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
 # 0. The fallback split is route/default's, exactly: compare with Slurm's own function for
 # every host count 1..200 and TreeWidth 1..60 (no cluster needed).
@@ -56,7 +58,16 @@ conf() { # conf SEQ REM > greedy.conf
 }
 
 up() {
-  "$TC" up --nodes 16 --slurm --plugindir "$work" "$@" || fail "up $*"
+  local rc i
+  # Exit 2 = another test brought its cluster up between our phases: wait for it, as above.
+  for ((i = 0; i < 30; i++)); do
+    rc=0
+    "$TC" up --nodes 16 --slurm --plugindir "$work" "$@" || rc=$?
+    ((rc == 2)) || break
+    sleep 20
+  done
+  ((rc == 0)) || fail "up $* (exit $rc)"
+  ours=1
   eval "$("$TC" env)"
   LOGDIR=$(dirname "$(dirname "$SLURM_CONF")")/log
 }
@@ -118,12 +129,12 @@ GREEDY_CONF=$work/bad.conf timeout 60 srun -N16 true 2>"$work/srun.err" || fail 
 [[ $(grep -c 'ignoring the file' "$work/srun.err") == 1 ]] ||
   fail "expected one 'ignoring the file' line from srun: $(cat "$work/srun.err")"
 pass "malformed greedy.conf: defaults, one log line, job ran"
-"$TC" down >/dev/null || fail "down"
+"$TC" down >/dev/null || fail "down"; ours=0
 
 # 4. TreeWidth below the greedy fan-out caps it.
 up --route greedy --treewidth 3 --greedy-conf "$work/greedy.conf"
 run_checked 16 'n[1-16]' 3 $SEQ $REM 3
-"$TC" down >/dev/null || fail "down"
+"$TC" down >/dev/null || fail "down"; ours=0
 
 # 5. Without the plugin (route/default, TreeWidth 4) jobs still run and nothing logs our lines.
 up --treewidth 4
@@ -131,5 +142,5 @@ got=$(timeout 60 srun -N16 hostname 2>"$work/srun.err" | sort -u | wc -l) || fai
 [[ $got == 16 ]] || fail "srun -N16 hostname under route/default reached $got hosts"
 ! grep -q 'route/greedy' "$work/srun.err" "$LOGDIR"/slurmd-*.log || fail "route/greedy logged under route/default"
 pass "route/default (TreeWidth 4) without the plugin: srun -N16 ran"
-"$TC" down >/dev/null || fail "down"
+"$TC" down >/dev/null || fail "down"; ours=0
 pass "all route/greedy checks"
