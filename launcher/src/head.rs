@@ -243,7 +243,13 @@ pub async fn run(cfg: JobConfig) -> Report {
                 Some(Up::Failed { node, code, what }) => {
                     verdict = status.launcher_failed(code, format!("{}: {what}", host(node)));
                 }
-                Some(Up::Note { node, text }) => say(format!("{}: {text}", host(node))),
+                Some(Up::Note { node, text }) => {
+                    // Once the job is ending, remote shells complain about connections that
+                    // the teardown closed ("Connection reset by peer"): noise, unless asked.
+                    if cfg.verbose || (end_deadline.is_none() && !status.tearing_down()) {
+                        say(format!("{}: {text}", host(node)));
+                    }
+                }
                 Some(Up::Bye { .. }) => {}
             },
             Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {

@@ -44,6 +44,10 @@ ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 # --- build and tools -------------------------------------------------------------------------
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q -p greedy-launcher
+# `up --delay` builds the packet delayer (release) unless told where one is; build it here,
+# where the cwd exists, and in our target dir.
+cargo build -q --release -p greedy-netdelay
+export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
 BIN=$CARGO_TARGET_DIR/debug
 [[ $BIN == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
 
@@ -93,14 +97,14 @@ leftovers() {
   for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do
       local cmd
-      cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
       [[ $cmd =~ $JOB_RE ]] && out+="$ns:$pid:$cmd; "
     done
   done
   # The login node: remote shell clients of greedyrun.
   for pid in $(pgrep -f 'greedyd' || true); do
     local cmd
-    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
     [[ $cmd == *"$BIN/greedyd"* && $cmd =~ ^(ssh|rsh|/bin/sh|sh) ]] && out+="login:$pid:$cmd; "
   done
   echo "$out"
@@ -110,7 +114,7 @@ count_procs() {
   local ns pid n=0
   for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do
-      [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == "$* " ]] && n=$((n + 1))
+      [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") == "$* " ]] && n=$((n + 1))
     done
   done
   echo "$n"
@@ -229,7 +233,7 @@ cases() {
   for _ in $(seq 100); do
     if (($(count_procs sleep 4243) >= 16)); then
       for p in $(ip netns pids gtc-n4); do
-        [[ $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) == "$BIN/greedyd " ]] && victim=$p
+        [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == "$BIN/greedyd " ]] && victim=$p
       done
       [[ -n $victim ]] && break
     fi
@@ -304,6 +308,7 @@ EOF
 
 up
 cases "8 hosts"
+cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
 up --delay 20
 GR=("$BIN/greedyrun" --timeout 30 --progress 0)
@@ -320,6 +325,7 @@ if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
   pass "delay 20: MPI hello 8x2 in ${SECS}s"
 fi
 no_orphans "delay"
+cd "$ROOT"
 "$TC" down >/dev/null
 trap - EXIT
 pass "all launcher cases"
