@@ -7,7 +7,7 @@ use clap::Parser;
 /// The per-host agent of greedyrun: reads its job from stdin, starts its part of the launch
 /// tree and its local ranks, and reports on stdout. Started by greedyrun over rsh/ssh.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Internal: run as the guard of an agent's ranks, killing them (SIGTERM, SIGKILL after
     /// SECS) if the agent dies.
