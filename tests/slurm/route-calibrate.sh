@@ -60,7 +60,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 echo "# srun -N N true under route/default; delay $delay ms; median of $reps; $(date -u +%FT%TZ)" >"$work/launches"
 echo "# TREEWIDTH HOSTS SECONDS" >>"$work/launches"
 for tw in 50 1; do
-  # One retry: a concurrent apt/dpkg run elsewhere on the machine can fail a package check.
+  # One retry: a transient failure of `up` should not cost the whole calibration.
   "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" ||
     "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" || fail "up --treewidth $tw"
   ours=1
