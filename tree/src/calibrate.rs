@@ -6,7 +6,9 @@
 //! (and it) waited for their turn. So per-position measurements give an ordinary linear least
 //! squares ([`fit_positions`]). A whole launch's time is the maximum of those (equation 2), so
 //! whole-launch measurements ([`fit_launches`]) are fitted by a one-dimensional search over the
-//! ratio SEQ/REM, with the best REM for each ratio in closed form.
+//! ratio SEQ/REM, with the best REM for each ratio in closed form. Where every measurement also
+//! includes a fixed cost outside the tree (allocation, step set-up, exit), that overhead is
+//! fitted too ([`fit_launches_with_overhead`]).
 
 use crate::{Error, LaunchModel, Tree};
 
@@ -19,6 +21,8 @@ pub struct Fit {
     pub r_squared: f64,
     /// Root mean square of the residuals, seconds.
     pub rms_error: f64,
+    /// Seconds every measurement spent outside the tree (0 unless fitted).
+    pub overhead: f64,
 }
 
 /// A launch that was timed: the tree it followed and the seconds until its last position was up.
@@ -81,8 +85,23 @@ pub fn fit_positions(tree: &Tree, seconds: &[f64], concurrency: u32) -> Result<F
 /// Needs two or more launches whose trees differ in shape, e.g. flat and binomial over the
 /// same hosts, or flat launches of different sizes.
 pub fn fit_launches(launches: &[Launch], concurrency: u32) -> Result<Fit, Error> {
-    if launches.len() < 2 {
-        return Err(calibration("two or more timed launches are needed"));
+    fit_launch_times(launches, concurrency, false)
+}
+
+/// Fits `overhead + launch time` (equation 2) to whole launches: for measurements that include
+/// a fixed cost outside the tree, such as a whole `srun`. Needs three or more launches whose
+/// times do not all grow alike (e.g. flat and chain trees of a few sizes).
+pub fn fit_launches_with_overhead(launches: &[Launch], concurrency: u32) -> Result<Fit, Error> {
+    fit_launch_times(launches, concurrency, true)
+}
+
+fn fit_launch_times(launches: &[Launch], concurrency: u32, overhead: bool) -> Result<Fit, Error> {
+    if launches.len() < 2 + usize::from(overhead) {
+        return Err(calibration(if overhead {
+            "three or more timed launches are needed to fit an overhead"
+        } else {
+            "two or more timed launches are needed"
+        }));
     }
     let measured: Vec<f64> = launches.iter().map(|l| l.seconds).collect();
     check_times(&measured)?;
@@ -111,27 +130,32 @@ pub fn fit_launches(launches: &[Launch], concurrency: u32) -> Result<Fit, Error>
             .map(|e| e.iter().map(|&(w, d)| r * w + d).fold(0.0, f64::max))
             .collect()
     };
-    // For a ratio, the best REM and the squared error left.
-    let best_for = |r: f64| -> (f64, f64) {
+    // For a ratio, the best (overhead, REM) by ordinary least squares, and the squared error.
+    let best_for = |r: f64| -> (f64, f64, f64) {
         let gs = g(r);
-        let (mg, gg) = gs
-            .iter()
-            .zip(&measured)
-            .fold((0.0, 0.0), |(mg, gg), (&g, &m)| (mg + m * g, gg + g * g));
-        let rem = if gg > 0.0 { mg / gg } else { 0.0 };
+        let (base, rem) = if overhead {
+            line_fit(&gs, &measured).unwrap_or((0.0, 0.0))
+        } else {
+            let (mg, gg) = gs
+                .iter()
+                .zip(&measured)
+                .fold((0.0, 0.0), |(mg, gg), (&g, &m)| (mg + m * g, gg + g * g));
+            (0.0, if gg > 0.0 { mg / gg } else { 0.0 })
+        };
         let sse = gs
             .iter()
             .zip(&measured)
-            .map(|(&g, &m)| (m - rem * g).powi(2))
+            .map(|(&g, &m)| (m - base - rem * g).powi(2))
             .sum::<f64>();
-        (rem, sse)
+        // A non-positive REM explains nothing: rank it last.
+        (base, rem, if rem > 0.0 { sse } else { f64::INFINITY })
     };
     // Coarse log grid over the ratio, then golden-section refinement around the best point.
     let grid: Vec<f64> = std::iter::once(0.0)
         .chain((0..=480).map(|i| 10f64.powf(-6.0 + i as f64 / 40.0)))
         .collect();
     let best = (0..grid.len())
-        .min_by(|&a, &b| best_for(grid[a]).1.total_cmp(&best_for(grid[b]).1))
+        .min_by(|&a, &b| best_for(grid[a]).2.total_cmp(&best_for(grid[b]).2))
         .expect("a non-empty grid");
     let (mut lo, mut hi) = (
         grid[best.saturating_sub(1)],
@@ -140,17 +164,38 @@ pub fn fit_launches(launches: &[Launch], concurrency: u32) -> Result<Fit, Error>
     let phi = (5f64.sqrt() - 1.0) / 2.0;
     for _ in 0..100 {
         let (a, b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
-        if best_for(a).1 <= best_for(b).1 {
+        if best_for(a).2 <= best_for(b).2 {
             hi = b;
         } else {
             lo = a;
         }
     }
     let r = (lo + hi) / 2.0;
-    let (rem, _) = best_for(r);
+    let (base, rem, sse) = best_for(r);
+    if !sse.is_finite() {
+        return Err(calibration(
+            "the launch times do not grow with the trees: time launches of different shapes",
+        ));
+    }
     let model = fitted(r * rem, rem, concurrency)?;
-    let predicted: Vec<f64> = g(r).iter().map(|g| g * model.rem()).collect();
-    Ok(quality(model, &measured, &predicted))
+    let predicted: Vec<f64> = g(r).iter().map(|g| base + g * model.rem()).collect();
+    Ok(Fit {
+        overhead: base,
+        ..quality(model, &measured, &predicted)
+    })
+}
+
+/// Ordinary least squares `y ≈ a + b·x`; `None` when x does not vary.
+fn line_fit(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let sxx: f64 = x.iter().map(|x| (x - mx).powi(2)).sum();
+    if sxx <= 1e-12 {
+        return None;
+    }
+    let sxy: f64 = x.iter().zip(y).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let b = sxy / sxx;
+    Some((my - b * mx, b))
 }
 
 fn check_times(seconds: &[f64]) -> Result<(), Error> {
@@ -181,6 +226,7 @@ fn quality(model: LaunchModel, measured: &[f64], predicted: &[f64]) -> Fit {
         model,
         r_squared: if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN },
         rms_error: (sse / n).sqrt(),
+        overhead: 0.0,
     }
 }
 
@@ -227,6 +273,29 @@ mod tests {
         assert!(close(fit.model.seq(), 0.012, 1e-6), "{fit:?}");
         assert!(close(fit.model.rem(), 0.21, 1e-6), "{fit:?}");
         assert!(fit.r_squared > 0.999_999 && fit.rms_error < 1e-6, "{fit:?}");
+    }
+
+    #[test]
+    fn whole_launches_with_a_fixed_overhead_give_back_both() {
+        let launches: Vec<Launch> = [("flat", 2), ("flat", 8), ("flat", 16), ("chain", 4)]
+            .iter()
+            .chain(&[("chain", 8), ("kary:4", 16)])
+            .map(|&(t, n)| {
+                let tree = t.parse::<Topology>().unwrap().build(n, &truth());
+                Launch {
+                    seconds: 0.21 + tree.launch_time(&truth()),
+                    tree,
+                }
+            })
+            .collect();
+        let fit = fit_launches_with_overhead(&launches, 1).unwrap();
+        assert!(close(fit.model.seq(), 0.012, 1e-5), "{fit:?}");
+        assert!(
+            close(fit.model.rem(), 0.21, 1e-4) && close(fit.overhead, 0.21, 1e-4),
+            "{fit:?}"
+        );
+        let two = &launches[..2];
+        assert!(fit_launches_with_overhead(two, 1).is_err());
     }
 
     #[test]

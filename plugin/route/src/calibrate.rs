@@ -13,7 +13,9 @@
 //! line, `TREEWIDTH HOSTS SECONDS`, `#` starts a comment.
 
 use crate::split::kary_ranges;
-use greedy_tree::{LaunchModel, Tree};
+use greedy_tree::Tree;
+pub use greedy_tree::calibrate::Fit;
+use greedy_tree::calibrate::{self, Launch};
 use thiserror::Error;
 
 /// One timed launch.
@@ -25,19 +27,6 @@ pub struct Timed {
     pub hosts: usize,
     /// Wall seconds of the whole srun.
     pub seconds: f64,
-}
-
-/// The fitted model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Fit {
-    /// Seconds a forwarder spends per additional child (SEQ).
-    pub seq: f64,
-    /// Seconds until a contacted host forwards in turn (REM).
-    pub rem: f64,
-    /// Seconds of every srun that do not depend on the tree.
-    pub overhead: f64,
-    /// Root mean square of the residuals, seconds.
-    pub rms_error: f64,
 }
 
 /// Why no model could be fitted.
@@ -53,9 +42,9 @@ pub enum CalibrationError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// Measurements that cannot separate SEQ from REM.
-    #[error("calibration: {0}")]
-    Degenerate(&'static str),
+    /// Measurements from which no model can be fitted.
+    #[error(transparent)]
+    Fit(#[from] greedy_tree::Error),
 }
 
 /// The forwarding tree route/default uses to reach `hosts` hosts at `tree_width`: position 0 is
@@ -105,65 +94,23 @@ pub fn parse(text: &str) -> Result<Vec<Timed>, CalibrationError> {
     Ok(out)
 }
 
-/// Least-squares fit of `overhead + T(tree; SEQ, REM)` to the launches.
+/// Least-squares fit of `overhead + T(tree; SEQ, REM)` to the launches, over the trees
+/// route/default really used (the tree crate does the fitting).
 pub fn fit(timed: &[Timed]) -> Result<Fit, CalibrationError> {
-    let trees: Vec<Tree> = timed
+    let launches: Vec<Launch> = timed
         .iter()
-        .map(|t| slurm_tree(t.hosts, t.tree_width))
+        .map(|t| Launch {
+            tree: slurm_tree(t.hosts, t.tree_width),
+            seconds: t.seconds,
+        })
         .collect();
-    let mut best: Option<(f64, Fit)> = None;
-    // Ratios SEQ/REM from 0 to 10, log-spaced: a finer grid changes the fit by less than the
-    // run-to-run noise of srun on this machine.
-    let ratios = std::iter::once(0.0)
-        .chain((0..=500).map(|i| 10f64.powf(-5.0 + 6.0 * f64::from(i) / 500.0)));
-    for r in ratios {
-        let Ok(unit) = LaunchModel::new(r, 1.0) else {
-            continue;
-        };
-        let g: Vec<f64> = trees.iter().map(|t| t.launch_time(&unit)).collect();
-        let y: Vec<f64> = timed.iter().map(|t| t.seconds).collect();
-        let Some((overhead, rem)) = line_fit(&g, &y) else {
-            continue;
-        };
-        if rem <= 0.0 {
-            continue;
-        }
-        let sse: f64 = g
-            .iter()
-            .zip(&y)
-            .map(|(g, y)| (overhead + rem * g - y).powi(2))
-            .sum();
-        let candidate = Fit {
-            seq: r * rem,
-            rem,
-            overhead,
-            rms_error: (sse / y.len() as f64).sqrt(),
-        };
-        if best.as_ref().is_none_or(|(b, _)| sse < *b) {
-            best = Some((sse, candidate));
-        }
-    }
-    best.map(|(_, f)| f).ok_or(CalibrationError::Degenerate(
-        "need launches of two or more sizes whose time grows with size",
-    ))
-}
-
-/// Ordinary least squares `y ≈ a + b·x`; `None` when x does not vary.
-fn line_fit(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let sxx: f64 = x.iter().map(|x| (x - mx).powi(2)).sum();
-    if sxx <= 1e-12 {
-        return None;
-    }
-    let sxy: f64 = x.iter().zip(y).map(|(x, y)| (x - mx) * (y - my)).sum();
-    let b = sxy / sxx;
-    Some((my - b * mx, b))
+    Ok(calibrate::fit_launches_with_overhead(&launches, 1)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use greedy_tree::LaunchModel;
 
     #[test]
     fn slurm_tree_shapes() {
@@ -189,8 +136,8 @@ mod tests {
             })
             .collect();
         let f = fit(&timed).unwrap();
-        assert!((f.seq - seq).abs() < 2e-4, "{f:?}");
-        assert!((f.rem - rem).abs() < 1e-3, "{f:?}");
+        assert!((f.model.seq() - seq).abs() < 2e-4, "{f:?}");
+        assert!((f.model.rem() - rem).abs() < 1e-3, "{f:?}");
         assert!((f.overhead - overhead).abs() < 2e-3, "{f:?}");
     }
 

@@ -53,9 +53,16 @@ fn calibrate_cmd(args: &[String]) -> ExitCode {
         Ok((n, f)) => {
             println!(
                 "seq {:.6} rem {:.6} overhead {:.6} rms_error {:.6} launches {n}",
-                f.seq, f.rem, f.overhead, f.rms_error
+                f.model.seq(),
+                f.model.rem(),
+                f.overhead,
+                f.rms_error
             );
-            println!("# greedy.conf: RouteSeq={:.6} RouteRem={:.6}", f.seq, f.rem);
+            println!(
+                "# greedy.conf: RouteSeq={:.6} RouteRem={:.6}",
+                f.model.seq(),
+                f.model.rem()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
