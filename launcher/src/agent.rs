@@ -35,6 +35,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// After a rank exits, how long its output pipes may stay open (held by a background child)
 /// before its exit is reported anyway.
 const STDIO_DRAIN: Duration = Duration::from_secs(2);
+/// After Bye, how long an agent waits for its parent to close its stdin (and its own output
+/// to drain) before exiting anyway.
+const STDIN_DRAIN: Duration = Duration::from_secs(3);
 /// Beyond the grace period, how long an agent waits for its subtree to say bye.
 const SUBTREE_LINGER: Duration = Duration::from_secs(5);
 
@@ -89,8 +92,19 @@ pub async fn run() -> Result<i32, Error> {
         let _ = up_w.flush().await;
         let _ = up_w.get_mut().shutdown().await;
     });
-    let code = Agent::new(start, up_tx).run(down).instrument(span).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    let code = Agent::new(start, up_tx)
+        .run(&mut down)
+        .instrument(span)
+        .await;
+    // Bye is queued. Drain stdin until the parent closes it (it does on Bye): leaving unread
+    // bytes in an rsh socket makes our exit a RST that can destroy the Bye in flight.
+    let drain = async { while let Some(Ok(_)) = down.next().await {} };
+    let _ = tokio::time::timeout(STDIN_DRAIN, async {
+        tokio::join!(drain, async {
+            let _ = writer.await;
+        })
+    })
+    .await;
     Ok(code)
 }
 
@@ -128,7 +142,7 @@ impl Agent {
             .await;
     }
 
-    async fn run(self, mut down: FramedRead<tokio::io::Stdin, ChildCodec>) -> i32 {
+    async fn run(self, down: &mut FramedRead<tokio::io::Stdin, ChildCodec>) -> i32 {
         let node = self.node;
         let _ = self.up.send(Up::Hello { node }).await;
         let hello_timeout = Duration::from_secs_f64(self.start.hello_timeout_s.max(0.001));

@@ -328,18 +328,26 @@ async fn run_edge(
         let mut bye = false;
         let mut rx_open = true;
         let mut killed = false;
+        let mut down = Some(down);
         loop {
             tokio::select! {
                 d = rx.recv(), if rx_open => match d {
-                    Some(d) => { let _ = down.send(d).await; }
-                    None => {
-                        rx_open = false;
+                    Some(d) => {
+                        if let Some(w) = down.as_mut() {
+                            let _ = w.send(d).await;
+                        }
                     }
+                    None => rx_open = false,
                 },
                 f = frames.next() => match f {
                     Some(Ok(msg)) => {
                         if matches!(msg, Up::Bye { node: n } if n == node) {
                             bye = true;
+                            // Close the child's stdin once it said bye: it drains its stdin to
+                            // EOF before exiting. An rsh child's stdin *is* the TCP socket, and
+                            // exiting with unread bytes there makes the kernel send RST, which
+                            // can destroy the Bye still on its way to us.
+                            down = None;
                         }
                         if up.send(msg).await.is_err() {
                             // Nobody listens any more: end this subtree.

@@ -2,7 +2,8 @@
 # Side-by-side launch measurements of greedyrun against MPICH's Hydra and Open MPI's mpirun on
 # the emulated cluster (numbers in docs/benchmarks.md, "greedyrun vs Hydra and Open MPI").
 #
-#   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10
+#   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10 PARTS="A B C"
+#   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
 #
 # Part A (same cluster, same sitting, interleaved runs): launch-to-finish wall time of an MPI
 # hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize), 1 rank per host:
@@ -14,6 +15,8 @@
 #   gr-greedy    greedyrun defaults: cheap hops + greedy tree (SEQ/REM calibrated below)
 # gr-flat-kex → gr-flat is what cheaper hops buy; gr-flat → gr-greedy is what the tree buys.
 # All MPI programs are the same source, built by each MPI's own mpicc.
+#
+# Part C: the same side by side for `hostname` (launch only) on the largest size.
 #
 # Part B: the tree alone. 64 hosts over rsh (cheap hops), `--pmi none -- true`, topologies
 # flat, binomial, kary:4, kary:8, greedy; greedyrun -v reports when the last agent said hello
@@ -34,12 +37,15 @@ export GREEDY_TC_QUIET=1
 RUNS=${RUNS:-3}
 SIZES=${SIZES:-16 64}
 DELAY=${DELAY:-10}
+PARTS=${PARTS:-A B C}
 MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q --release -p greedy-launcher
 BIN=$CARGO_TARGET_DIR/release
+cargo build -q --release -p greedy-netdelay
+export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
 [[ -x $MPICH5/bin/mpicc ]] || { python3 -m venv "$MPICH5" && "$MPICH5/bin/pip" install -q mpich==5.0.2; }
 
 busy() {
@@ -83,6 +89,9 @@ measure() {
   local part=$1 n=$2 cfg=$3 run=$4 expect=$5
   shift 5
   local t0 j0 rc wall cpu ok launch="" model=""
+  # Let the previous run's processes (Open MPI's orteds, spinning ranks) finish exiting first:
+  # a run must not pay for its predecessor's teardown.
+  sleep 1
   j0=$(busy_jiffies)
   t0=$(ms)
   set +e
@@ -112,6 +121,7 @@ RSH_REM=$(sed -n 's/^GREEDY_REM=//p' "$W/cal-rsh.txt")
 
 # --- Part A --------------------------------------------------------------------------------------
 DEFAULT_KEX="ssh -oKexAlgorithms=sntrup761x25519-sha512@openssh.com,curve25519-sha256"
+[[ " $PARTS " == *" A "* ]] || SIZES=""
 for n in $SIZES; do
   for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
   for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
@@ -134,12 +144,33 @@ done
 
 # --- Part B --------------------------------------------------------------------------------------
 for run in $(seq "$RUNS"); do
+  [[ " $PARTS " == *" B "* ]] || break
   for topo in flat binomial kary:4 kary:8 greedy; do
     measure B "$MAXN" "rsh-$topo" "$run" "" \
       "$BIN/greedyrun" -v --progress 0 --hosts "$ALL" --rsh rsh --pmi none --topology "$topo" \
       --seq "$RSH_SEQ" --rem "$RSH_REM" -- true
   done
 done
+
+# --- Part C: launch only, `hostname`, the largest size (MPI at 64 ranks on 2 cores fails for
+# every launcher's MPICH, see docs/benchmarks.md) -----------------------------------------------
+if [[ " $PARTS " == *" C "* ]]; then
+  n=$MAXN
+  for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
+  for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
+  for run in $(seq "$RUNS"); do
+    measure C "$n" hydra "$run" "^n" "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 hostname
+    measure C "$n" ompi "$run" "^n" mpirun --allow-run-as-root --hostfile "hosts$n.ompi" -np "$n" --map-by node hostname
+    measure C "$n" gr-flat-kex "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --rsh "$DEFAULT_KEX" --pmi none --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+    measure C "$n" gr-flat "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --pmi none --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+    measure C "$n" gr-greedy "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
+      --pmi none --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+    measure C "$n" gr-greedy-pmi "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+  done
+fi
 
 # --- summary -------------------------------------------------------------------------------------
 python3 - "$CSV" <<'EOF'
@@ -157,10 +188,15 @@ for (part, n, cfg), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0]
     cpu = med([float(r["cpu_s"]) for r in rs])
     launch = [int(r["launch_ms"]) for r in rs if r["launch_ms"]]
     model = [int(r["model_ms"]) for r in rs if r["model_ms"]]
-    ref = groups.get((part, n, "gr-greedy" if part == "A" else "rsh-greedy"))
+    ref = groups.get((part, n, "rsh-greedy" if part == "B" else "gr-greedy"))
     ratio = med(walls) / med([int(r["wall_ms"]) for r in ref]) if ref else float("nan")
     print(f"| {part} | {n} | {cfg} | {med(walls):.0f} ({min(walls)}–{max(walls)}) | {ok}/{len(rs)} | {cpu:.2f} | "
           f"{med(launch) if launch else '':} | {med(model) if model else ''} | {ratio:.2f}× |")
 EOF
+OUT=${BENCH_OUT:-$CARGO_TARGET_DIR/launcher-bench}
+mkdir -p "$OUT"
+cp "$W"/*.csv "$W"/*.err "$W"/cal-*.txt "$OUT"/
+echo "bench: results in $OUT"
+cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
 trap - EXIT
