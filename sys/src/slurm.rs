@@ -1,5 +1,6 @@
 //! Safe wrappers over the libslurmfull exports the plugins use: Slurm's logger, owned
-//! hostlists, and the xmalloc'd hostlist array a route plugin hands back.
+//! hostlists, the xmalloc'd hostlist array a route plugin hands back, and for the MPI plugin
+//! the hook env ([`Env`]), NodeAddr lookup, step kill, and copies of the hook structs.
 //!
 //! Every function here calls into the process that loaded the plugin (srun, slurmd, slurmctld,
 //! sbcast, slurmstepd), so it only works inside such a process; unit tests elsewhere must not
@@ -229,4 +230,181 @@ pub unsafe fn read_c_str(s: *const c_char) -> Option<String> {
     }
     // SAFETY: non-NULL and NUL-terminated per the contract.
     Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+}
+
+/// A job environment Slurm hands a hook (`char ***env`): an xmalloc'd array that only Slurm's
+/// env functions may grow or shrink (libc `realloc`/`free` on it corrupt the heap;
+/// research/slurm-plugin-api.md §3).
+#[derive(Debug)]
+pub struct Env<'a> {
+    env: *mut *mut *mut c_char,
+    _hook: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl<'a> Env<'a> {
+    /// Borrows the hook's `env` argument; `None` for NULL.
+    ///
+    /// # Safety
+    /// `env` must be NULL or the `char ***env` Slurm passed to the running hook: `*env` NULL or
+    /// an xmalloc'd, NULL-terminated array of `NAME=value` strings, used by no other thread
+    /// while the returned value lives.
+    pub unsafe fn from_raw(env: *mut *mut *mut c_char) -> Option<Env<'a>> {
+        (!env.is_null()).then_some(Env {
+            env,
+            _hook: std::marker::PhantomData,
+        })
+    }
+
+    /// The value of `name`, lossily as UTF-8.
+    pub fn get(&self, name: &str) -> Option<String> {
+        let name = CString::new(name).ok()?;
+        // SAFETY: `self.env` is the live hook argument (from_raw contract), so `*self.env` is
+        // NULL or a NULL-terminated array; getenvp handles a NULL array and returns a pointer
+        // into it, which we copy at once.
+        unsafe {
+            let array = *self.env;
+            if array.is_null() {
+                return None;
+            }
+            read_c_str(raw::slurm_getenvp(array, name.as_ptr()))
+        }
+    }
+
+    /// Sets `name=value`, replacing any earlier value; false if Slurm refused (or a NUL byte).
+    pub fn set(&mut self, name: &str, value: &str) -> bool {
+        let (Ok(name), Ok(value)) = (CString::new(name), CString::new(value)) else {
+            return false;
+        };
+        // SAFETY: `self.env` is the live hook argument; env_array_overwrite grows the array
+        // with xrealloc (allocating it when `*env` is NULL) and copies both strings.
+        unsafe { raw::slurm_env_array_overwrite(self.env, name.as_ptr(), value.as_ptr()) == 1 }
+    }
+
+    /// Removes every `name=` entry.
+    pub fn unset(&mut self, name: &str) {
+        let Ok(name) = CString::new(name) else { return };
+        // SAFETY: as in `get`; unsetenvp shifts entries within the array and xfrees the
+        // removed strings, which only this array owned.
+        unsafe {
+            let array = *self.env;
+            if !array.is_null() {
+                raw::slurm_unsetenvp(array, name.as_ptr());
+            }
+        }
+    }
+}
+
+/// The `NodeAddr` slurm.conf gives `node` (its NodeName when no NodeAddr is set); `None` when
+/// the node is unknown. Use this, never DNS on the NodeName, to reach a node's daemon host.
+pub fn conf_get_address(node: &str) -> Option<String> {
+    let name = CString::new(node).ok()?;
+    // SAFETY: `name` is NUL-terminated and only read; the result is NULL or an xmalloc'd
+    // string that we own and free below.
+    let addr = unsafe { raw::slurm_conf_get_address(name.as_ptr()) };
+    // SAFETY: NULL or a NUL-terminated string, live until freed just after.
+    let text = unsafe { read_c_str(addr) };
+    if !addr.is_null() {
+        let mut block = addr.cast::<c_void>();
+        // SAFETY: `addr` came from xmalloc (read_config.c: xstrdup) and is freed once.
+        unsafe { raw::slurm_xfree(&mut block) };
+    }
+    text
+}
+
+/// Asks slurmctld to send `signal` to every task of step `job_id.step_id` on every node;
+/// false when the request failed.
+pub fn kill_job_step(job_id: u32, step_id: u32, signal: u16) -> bool {
+    // SAFETY: plain values; the call only sends an RPC with them.
+    unsafe { raw::slurm_kill_job_step(job_id, step_id, signal) == raw::SLURM_SUCCESS }
+}
+
+/// What `mpi_p_client_prelaunch` needs from srun's step: its id and where its ranks run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepLayout {
+    /// Job id.
+    pub job_id: u32,
+    /// Step id.
+    pub step_id: u32,
+    /// The step's nodes, a hostlist expression, in node-index order once expanded.
+    pub node_list: String,
+    /// `ranks[node]`: the global ranks on each node, as Slurm placed them.
+    pub ranks: Vec<Vec<u32>>,
+}
+
+/// Copies the step layout out of the client info srun passes to `mpi_p_client_prelaunch`;
+/// `None` when a pointer in it is NULL.
+///
+/// # Safety
+/// `info` must be NULL or point to the live `mpi_plugin_client_info_t` of the running hook,
+/// whose `step_layout` (when non-NULL) has `node_cnt` entries in `tasks` and `tids`, and
+/// `tasks[i]` entries in `tids[i]` (slurm_step_layout.c builds it so).
+pub unsafe fn client_step_layout(info: *const raw::mpi_plugin_client_info_t) -> Option<StepLayout> {
+    // SAFETY: NULL or live (contract).
+    let info = unsafe { info.as_ref() }?;
+    // SAFETY: NULL or the live layout (contract).
+    let layout = unsafe { info.step_layout.as_ref() }?;
+    // SAFETY: NULL or a NUL-terminated string owned by the layout.
+    let node_list = unsafe { read_c_str(layout.node_list) }?;
+    if layout.tasks.is_null() || layout.tids.is_null() {
+        return None;
+    }
+    let mut ranks = Vec::with_capacity(layout.node_cnt as usize);
+    for node in 0..layout.node_cnt as usize {
+        // SAFETY: node < node_cnt, the length of `tasks` and `tids` (contract).
+        let (n, tids) = unsafe { (*layout.tasks.add(node), *layout.tids.add(node)) };
+        if tids.is_null() {
+            return None;
+        }
+        // SAFETY: tids[node] holds tasks[node] entries (contract).
+        ranks.push(unsafe { std::slice::from_raw_parts(tids, n as usize) }.to_vec());
+    }
+    Some(StepLayout {
+        job_id: info.step_id.job_id,
+        step_id: info.step_id.step_id,
+        node_list,
+        ranks,
+    })
+}
+
+/// The rank a task hook runs for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// Global rank.
+    pub gtaskid: u32,
+    /// Rank index on this node.
+    pub ltaskid: i32,
+    /// This node's index in the step.
+    pub nodeid: u32,
+    /// Ranks in the step.
+    pub ntasks: u32,
+}
+
+/// Copies the task info `mpi_p_slurmstepd_task` receives; `None` for NULL.
+///
+/// # Safety
+/// `info` must be NULL or point to the live `mpi_plugin_task_info_t` of the running hook.
+pub unsafe fn task_info(info: *const raw::mpi_plugin_task_info_t) -> Option<TaskInfo> {
+    // SAFETY: NULL or live (contract).
+    let info = unsafe { info.as_ref() }?;
+    Some(TaskInfo {
+        gtaskid: info.gtaskid,
+        ltaskid: info.ltaskid,
+        nodeid: info.nodeid,
+        ntasks: info.ntasks,
+    })
+}
+
+/// Lets a descriptor survive `exec` (clears `FD_CLOEXEC`): the task hook runs in the forked
+/// task just before exec, and keeps exactly its own PMI socket this way. `fcntl` is
+/// async-signal-safe, as code after fork in a threaded process must be.
+pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD only read and change the descriptor's flags; an invalid `fd`
+    // yields EBADF, which we report.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

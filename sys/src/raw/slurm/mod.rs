@@ -61,6 +61,8 @@ unsafe extern "C" {
     pub fn slurm_xfree(item: *mut *mut c_void);
     /// NodeAddr of a NodeName from slurm.conf, xmalloc'd; NULL when unknown.
     pub fn slurm_conf_get_address(node_name: *const c_char) -> *mut c_char;
+    /// Asks slurmctld to send `signal` to every task of a step (public `slurm.h`); 0 = sent.
+    pub fn slurm_kill_job_step(job_id: u32, step_id: u32, signal: u16) -> c_int;
 }
 
 // libslurmfull's logger (src/common/log.h, `slurm_`-prefixed aliases), present in every

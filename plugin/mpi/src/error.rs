@@ -1,0 +1,80 @@
+//! The crate's one error type; each variant names the node (and variable or peer) to look at.
+
+use std::time::Duration;
+
+/// Everything that can stop mpi/greedy from serving a step.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A variable the step needs is absent from the hook's environment.
+    #[error("{node}: {var} is not set (was the step started with --mpi=greedy?)")]
+    Missing {
+        /// The node (NodeName, or `srun`).
+        node: String,
+        /// The variable.
+        var: &'static str,
+    },
+    /// A variable holds something we cannot use.
+    #[error("{node}: {var}={value:?}: {reason}")]
+    Malformed {
+        /// The node (NodeName, or `srun`).
+        node: String,
+        /// The variable.
+        var: &'static str,
+        /// Its value (never the secret's).
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A greedy.conf setting is wrong.
+    #[error(transparent)]
+    Conf(#[from] greedy_slurm::ConfError),
+    /// A node's address could not be found or resolved.
+    #[error("{node}: address of {host}: {reason}")]
+    Address {
+        /// The node looking.
+        node: String,
+        /// The host whose address was wanted.
+        host: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The wire-up service (overlay, PMI server) failed.
+    #[error("{node}: {source}")]
+    Shim {
+        /// The node.
+        node: String,
+        /// What greedy-pmix reported.
+        #[source]
+        source: greedy_pmix::Error,
+    },
+    /// A system call failed.
+    #[error("{node}: {what}: {source}")]
+    Io {
+        /// The node (NodeName, or `srun`).
+        node: String,
+        /// What we were doing.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A named wait ran out.
+    #[error("{node}: {what} ran out after {after:?}")]
+    Timeout {
+        /// The node.
+        node: String,
+        /// The timeout's name (its greedy.conf key).
+        what: &'static str,
+        /// Its value.
+        after: Duration,
+    },
+    /// The hook was called in a state it cannot serve (e.g. prefork twice in one stepd).
+    #[error("{node}: {reason}")]
+    State {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,277 @@
+//! The C entry points Slurm's MPI plugin loader looks up (`syms[]` in
+//! src/common/slurm_mpi.c:75-85@slurm-22-05-8-1): thin trampolines from the C ABI into
+//! [`crate::srun`] and [`crate::agent`], through greedy-sys. Each catches panics
+//! ([`greedy_slurm::guard::catch`]) and returns Slurm's error value with a logged reason:
+//! slurmstepd, slurmd, slurmctld and srun all load this library.
+//!
+//! Who calls what (research/slurm-plugin-api.md §1.3): srun `client_prelaunch` and
+//! `client_fini`; slurmstepd (root) `slurmstepd_prefork` once per node before forking tasks;
+//! each forked task (job uid, just before exec) `slurmstepd_task`; everyone `init`/`fini`.
+
+// The exports are found by name (dlsym), not by Rust paths; `pub` keeps that obvious.
+#![allow(unreachable_pub)]
+
+use crate::agent::{Agent, Hooks, TaskTable};
+use crate::config::MpiConfig;
+use crate::plan::{self, StepPlan};
+use crate::srun::Client;
+use greedy_slurm::guard;
+use greedy_sys::raw::slurm::{
+    SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, mpi_plugin_client_info_t, mpi_plugin_task_info_t,
+};
+use greedy_sys::slurm::{self, Env, log};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// `plugin_name`: free text shown in logs.
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 31] = *b"mpi greedy (tree PMI wire-up)\0\0";
+
+/// `plugin_type`: `mpi/NAME`, selected by `--mpi=greedy` or `MpiDefault=greedy`.
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 11] = *b"mpi/greedy\0";
+
+/// `plugin_version`: must equal the loader's SLURM_VERSION_NUMBER exactly (plugin.c).
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = VERSION_NUMBER;
+
+/// `plugin_id`: travels in the launch RPC; unique among MPI plugins ([`crate::PLUGIN_ID`]).
+#[unsafe(no_mangle)]
+pub static plugin_id: u32 = crate::PLUGIN_ID;
+
+/// This stepd's agent, from `prefork` to `fini`.
+static AGENT: Mutex<Option<Agent>> = Mutex::new(None);
+/// What the task hook reads after fork: set once in `prefork`, never locked.
+static TASKS: OnceLock<TaskTable> = OnceLock::new();
+
+/// The token `client_prelaunch` returns (NULL would mean failure).
+struct State(Client);
+
+fn sink(level: tracing::Level, text: &str) {
+    match level {
+        tracing::Level::ERROR | tracing::Level::WARN => log::error(text),
+        tracing::Level::INFO => log::verbose(text),
+        _ => log::debug(text),
+    }
+}
+
+/// Cheap: slurmd and slurmctld load every MPI plugin at start, so nothing happens here.
+#[unsafe(no_mangle)]
+pub extern "C" fn init() -> c_int {
+    SLURM_SUCCESS
+}
+
+/// slurmstepd's teardown (after every task was reaped): stops this node's service.
+#[unsafe(no_mangle)]
+pub extern "C" fn fini() -> c_int {
+    guard::catch("mpi/greedy fini", SLURM_SUCCESS, log::error, || {
+        let agent = AGENT.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(agent) = agent {
+            agent.shutdown();
+        }
+        SLURM_SUCCESS
+    })
+}
+
+/// srun, after the step is created and before the launch RPC: plans the step and puts the
+/// private variables into the launch env.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_client_prelaunch(
+    info: *const mpi_plugin_client_info_t,
+    env: *mut *mut *mut c_char,
+) -> *mut c_void {
+    guard::catch(
+        "mpi/greedy client_prelaunch",
+        std::ptr::null_mut(),
+        log::error,
+        || {
+            logging_on();
+            // SAFETY: `info` is the hook's argument, live for the call (slurm_mpi.c).
+            let Some(layout) = (unsafe { slurm::client_step_layout(info) }) else {
+                log::error("mpi/greedy: srun passed no step layout");
+                return std::ptr::null_mut();
+            };
+            let path = greedy_slurm::conf::path_from_env();
+            let cfg = match MpiConfig::load(&path) {
+                Ok(cfg) => cfg,
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    return std::ptr::null_mut();
+                }
+            };
+            let user = std::env::var(plan::USER_PROTOCOL).ok();
+            let resv = std::env::var_os("SLURM_STEP_RESV_PORTS").is_some();
+            let (client, vars) =
+                match Client::prelaunch(&layout, &cfg, user.as_deref(), resv, crate::PMIX_BUILT) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        log::error(&format!("mpi/greedy: {e}"));
+                        return std::ptr::null_mut();
+                    }
+                };
+            // SAFETY: `env` is the hook's `char ***env` (a fresh xmalloc'd array, step_launch.c),
+            // used only by this thread during the call.
+            let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
+                log::error("mpi/greedy: srun passed no env");
+                return std::ptr::null_mut();
+            };
+            for (k, v) in &vars {
+                if !env.set(k, v) {
+                    log::error(&format!("mpi/greedy: could not set {k} in the launch env"));
+                    return std::ptr::null_mut();
+                }
+            }
+            Box::into_raw(Box::new(State(client))).cast::<c_void>()
+        },
+    )
+}
+
+/// srun, after every task ended: stops the rendezvous listener.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_client_fini(state: *mut c_void) -> c_int {
+    guard::catch("mpi/greedy client_fini", SLURM_ERROR, log::error, || {
+        if !state.is_null() {
+            // SAFETY: a non-NULL state is the Box `client_prelaunch` leaked, handed back once.
+            let state = unsafe { Box::from_raw(state.cast::<State>()) };
+            state.0.fini();
+        }
+        SLURM_SUCCESS
+    })
+}
+
+/// slurmstepd (root), once per node before the tasks are forked: reads the plan from the job
+/// env, removes the private variables from it, and starts this node's service.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_slurmstepd_prefork(
+    _step: *const c_void,
+    env: *mut *mut *mut c_char,
+) -> c_int {
+    guard::catch(
+        "mpi/greedy slurmstepd_prefork",
+        SLURM_ERROR,
+        log::error,
+        || {
+            logging_on();
+            // SAFETY: `env` is `&job->env`, the stepd's job env, used by this thread only while
+            // the hook runs (mgr.c).
+            let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
+                log::error("mpi/greedy: prefork got no env");
+                return SLURM_ERROR;
+            };
+            let plan = StepPlan::from_env(|k| env.get(k));
+            for var in plan::PRIVATE_VARS {
+                env.unset(var);
+            }
+            let plan = match plan {
+                Ok(p) => p,
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    return SLURM_ERROR;
+                }
+            };
+            // One line per node and step at info level: which rendezvous and protocol a step used
+            // is the first question when one fails.
+            log::info(&format!("mpi/greedy: {}", plan.describe()));
+            let hooks = Hooks {
+                node_addr: Box::new(slurm::conf_get_address),
+                kill_step: Arc::new(|job, step| slurm::kill_job_step(job, step, 9)),
+            };
+            let mut slot = AGENT.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_some() || TASKS.get().is_some() {
+                log::error("mpi/greedy: prefork called twice in one slurmstepd");
+                return SLURM_ERROR;
+            }
+            match Agent::start(&plan, &hooks) {
+                Ok((agent, tasks)) => {
+                    *slot = Some(agent);
+                    let _ = TASKS.set(tasks);
+                    SLURM_SUCCESS
+                }
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    SLURM_ERROR
+                }
+            }
+        },
+    )
+}
+
+/// Each forked task (job uid, just before exec): its own PMI variables and socket.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_slurmstepd_task(
+    info: *const mpi_plugin_task_info_t,
+    env: *mut *mut *mut c_char,
+) -> c_int {
+    guard::catch(
+        "mpi/greedy slurmstepd_task",
+        SLURM_ERROR,
+        log::error,
+        || {
+            // SAFETY: the hook's argument, live for the call (task.c).
+            let Some(task) = (unsafe { slurm::task_info(info) }) else {
+                log::error("mpi/greedy: task hook got no task info");
+                return SLURM_ERROR;
+            };
+            let Some(slot) = TASKS.get().and_then(|t| t.ranks.get(&task.gtaskid)) else {
+                log::error(&format!(
+                    "mpi/greedy: rank {} has no PMI socket on this node",
+                    task.gtaskid
+                ));
+                return SLURM_ERROR;
+            };
+            // SAFETY: `env` is `&job->env` in this freshly forked, single-threaded task.
+            let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
+                return SLURM_ERROR;
+            };
+            for (k, v) in &slot.env {
+                if !env.set(k, v) {
+                    return SLURM_ERROR;
+                }
+            }
+            if let Err(e) = slurm::keep_across_exec(slot.fd) {
+                log::error(&format!(
+                    "mpi/greedy: rank {}: PMI socket {}: {e}",
+                    task.gtaskid, slot.fd
+                ));
+                return SLURM_ERROR;
+            }
+            if let Some(tasks) = TASKS.get() {
+                // Losing this only delays noticing a dead rank until the fence timeout.
+                let _ = tasks.forked(task.gtaskid);
+            }
+            SLURM_SUCCESS
+        },
+    )
+}
+
+/// No `mpi.conf` keys: mpi/greedy's settings live in greedy.conf (see [`crate::config`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_conf_options(opts: *mut *mut c_void, cnt: *mut c_int) {
+    if !opts.is_null() && !cnt.is_null() {
+        // SAFETY: both checked non-NULL; they are the caller's out-variables.
+        unsafe {
+            *opts = std::ptr::null_mut();
+            *cnt = 0;
+        }
+    }
+}
+
+/// Nothing to take from mpi.conf (`tbl` is NULL without options).
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_conf_set(_tbl: *mut c_void) {}
+
+/// No mpi.conf table.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_conf_get() -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+/// Nothing for `scontrol show config`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mpi_p_conf_get_printable() -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+fn logging_on() {
+    crate::logging::install(sink);
+}

@@ -1,0 +1,58 @@
+//! mpi_greedy: the Slurm MPI plugin `mpi/greedy` (`srun --mpi=greedy`, `MpiDefault=greedy`),
+//! Slurm 22.05. slurmstepd serves the job's ranks PMI-1/PMI-2 (MPICH, Intel MPI) through
+//! greedy-pmix: node agents joined in a greedy tree overlay, a KVS fence as one allgather.
+//!
+//! Reading order: [`plan`] (sans-I/O: srun's layout → private variables; a stepd's env → what
+//! it serves; which protocol), [`config`] (the `Mpi*` keys of greedy.conf), [`rendezvous`]
+//! (how a stepd learns its overlay parent's address when the step has no reserved ports),
+//! [`srun`] (srun's side), [`agent`] (slurmstepd's side), [`logging`], then `exports.rs`
+//! (the C entry points, thin trampolines into greedy-sys).
+//!
+//! ```
+//! use mpi_greedy::{config::MpiConfig, plan::{self, Protocol, StepLayout, StepPlan}};
+//! // srun: 2 nodes x 2 ranks, no reserved ports, so srun listens on port 4000.
+//! let layout = StepLayout { job_id: 7, step_id: 0, node_list: "n[1-2]".into(),
+//!     ranks: vec![vec![0, 1], vec![2, 3]] };
+//! let env = plan::prelaunch_env(&layout, &"ab".repeat(16), &MpiConfig::default(),
+//!     Protocol::Pmi, Some(4000));
+//! // n2's stepd: the same variables plus what slurmd and slurmstepd set.
+//! let get = |k: &str| match k {
+//!     "SLURM_TOPOLOGY_ADDR" => Some("n2".to_string()),
+//!     "SLURM_SRUN_COMM_HOST" => Some("10.0.0.1".to_string()),
+//!     _ => env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()),
+//! };
+//! let step = StepPlan::from_env(get)?;
+//! assert_eq!((step.node_idx, step.ranks[1].clone()), (1, vec![2, 3]));
+//! # Ok::<(), mpi_greedy::Error>(())
+//! ```
+//!
+//! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments (the stepd's
+//! `stepd_step_rec_t` is never read: research/slurm-plugin-api.md §2.1), no srun-side
+//! forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
+//! heterogeneous steps (refused by their node list), no PMIx yet (the seam is
+//! [`plan::Protocol::Pmix`], refused until greedy-pmix serves PMIx).
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod config;
+mod error;
+// The C entry points reference symbols only Slurm processes define, so test binaries, which
+// are not loaded by Slurm, leave them out.
+#[cfg(not(test))]
+#[allow(unsafe_code)]
+mod exports;
+pub mod logging;
+pub mod plan;
+pub mod rendezvous;
+pub mod srun;
+
+pub use error::Error;
+
+/// `plugin_id`: "GRDY" in ASCII. Slurm's own MPI plugins use 101–108 (slurm_mpi.h) and the
+/// loader reserves 0 and NO_VAL, so this cannot collide with a built-in one.
+pub const PLUGIN_ID: u32 = 0x4752_4459;
+
+/// Whether this build serves PMIx (the [`plan::Protocol::resolve`] rule depends on it).
+pub const PMIX_BUILT: bool = false;

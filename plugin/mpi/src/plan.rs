@@ -1,0 +1,488 @@
+//! The hooks' logic without I/O: srun's step layout and configuration in, the private
+//! variables out ([`prelaunch_env`]); a stepd's environment in, what this node must serve out
+//! ([`StepPlan::from_env`]); a rank's PMI variables ([`task_env`]).
+//!
+//! Flow: srun's `client_prelaunch` puts the `GREEDY_MPI_*` variables into the launch env;
+//! slurmd copies them into every stepd's job env; `prefork` reads them with the variables the
+//! daemons set (`SLURM_TOPOLOGY_ADDR`, `SLURM_SRUN_COMM_HOST`, `SLURM_STEP_RESV_PORTS`;
+//! research/slurm-plugin-api.md §2.2), then removes every `GREEDY_MPI_*` variable so no
+//! task inherits them (the secret above all).
+
+use crate::Error;
+use crate::config::MpiConfig;
+pub use greedy_sys::slurm::StepLayout;
+use greedy_tree::LaunchModel;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// `J.S`: the job and step ids; also the PMI kvsname.
+pub const VAR_JOB: &str = "GREEDY_MPI_JOB";
+/// The step's nodes, a hostlist expression in node-index order.
+pub const VAR_HOSTS: &str = "GREEDY_MPI_HOSTS";
+/// Ranks per node: `;`-separated nodes, each `,`-separated ranks or ranges (`0-1;2-3`).
+pub const VAR_RANKS: &str = "GREEDY_MPI_RANKS";
+/// The per-step secret, lowercase hex.
+pub const VAR_SECRET: &str = "GREEDY_MPI_SECRET";
+/// The overlay tree model: `seq,rem`.
+pub const VAR_MODEL: &str = "GREEDY_MPI_MODEL";
+/// The protocol family served, resolved by srun: `pmi` or `pmix`.
+pub const VAR_PROTOCOL: &str = "GREEDY_MPI_PROTOCOL";
+/// `ports`, or `srun:<port>` (srun's rendezvous listener).
+pub const VAR_RENDEZVOUS: &str = "GREEDY_MPI_RENDEZVOUS";
+/// `join,fence,shutdown` timeouts in seconds.
+pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
+/// Every private variable, removed from the job env in `prefork`.
+pub const PRIVATE_VARS: [&str; 8] = [
+    VAR_JOB,
+    VAR_HOSTS,
+    VAR_RANKS,
+    VAR_SECRET,
+    VAR_MODEL,
+    VAR_PROTOCOL,
+    VAR_RENDEZVOUS,
+    VAR_TIMEOUTS,
+];
+/// The per-step override of `MpiProtocol`, read from srun's environment.
+pub const USER_PROTOCOL: &str = "SLURM_GREEDY_PROTOCOL";
+
+/// The client protocol family of a step. Never both in one task's env: MPICH ≥ 4.1 refuses a
+/// task that has `PMI_*` and `PMIX_*` (research/pmix-pmi.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Resolve per step ([`Protocol::resolve`]).
+    Auto,
+    /// PMI-1 and PMI-2 on one socket (MPICH, Intel MPI, MVAPICH).
+    Pmi,
+    /// PMIx (Open MPI).
+    Pmix,
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Protocol::Auto),
+            "pmi" | "pmi1" | "pmi2" => Ok(Protocol::Pmi),
+            "pmix" => Ok(Protocol::Pmix),
+            _ => Err(format!("{s:?}: expected auto, pmi or pmix")),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Auto => "auto",
+            Protocol::Pmi => "pmi",
+            Protocol::Pmix => "pmix",
+        })
+    }
+}
+
+impl Protocol {
+    /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `MpiProtocol`; `auto`
+    /// means PMIx when this build serves PMIx, else PMI. A `pmix` request to a build without
+    /// PMIx is refused rather than silently served PMI, which would start Open MPI ranks as
+    /// singletons.
+    pub fn resolve(
+        user: Option<&str>,
+        configured: Protocol,
+        pmix_built: bool,
+    ) -> Result<Protocol, String> {
+        let wanted = match user.filter(|s| !s.is_empty()) {
+            Some(s) => s
+                .parse::<Protocol>()
+                .map_err(|e| format!("{USER_PROTOCOL}={e}"))?,
+            None => configured,
+        };
+        match wanted {
+            Protocol::Auto if pmix_built => Ok(Protocol::Pmix),
+            Protocol::Auto | Protocol::Pmi => Ok(Protocol::Pmi),
+            Protocol::Pmix if pmix_built => Ok(Protocol::Pmix),
+            Protocol::Pmix => {
+                Err("PMIx was requested but this mpi_greedy.so serves PMI-1/PMI-2 only".into())
+            }
+        }
+    }
+}
+
+/// How a node finds its overlay parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RendezvousChoice {
+    /// Reserved ports when the step has them, else through srun.
+    Auto,
+    /// Reserved ports only (a step without them fails).
+    Ports,
+    /// Through srun's listener always.
+    Srun,
+}
+
+impl FromStr for RendezvousChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(RendezvousChoice::Auto),
+            "ports" => Ok(RendezvousChoice::Ports),
+            "srun" => Ok(RendezvousChoice::Srun),
+            _ => Err(format!("{s:?}: expected auto, ports or srun")),
+        }
+    }
+}
+
+/// Variables for the launch env, in order.
+pub type LaunchEnv = Vec<(&'static str, String)>;
+
+/// srun's `client_prelaunch` output: the private variables every node gets.
+///
+/// `srun_port` is srun's rendezvous listener, when it opened one (no reserved ports seen in
+/// srun's env, or `MpiRendezvous=srun`).
+pub fn prelaunch_env(
+    layout: &StepLayout,
+    secret_hex: &str,
+    cfg: &MpiConfig,
+    protocol: Protocol,
+    srun_port: Option<u16>,
+) -> LaunchEnv {
+    let StepLayout {
+        job_id,
+        step_id,
+        node_list,
+        ranks,
+    } = layout;
+    let rendezvous = match (cfg.rendezvous, srun_port) {
+        (RendezvousChoice::Ports, _) | (_, None) => "ports".to_string(),
+        (_, Some(port)) => format!("srun:{port}"),
+    };
+    vec![
+        (VAR_JOB, format!("{job_id}.{step_id}")),
+        (VAR_HOSTS, node_list.clone()),
+        (VAR_RANKS, encode_ranks(ranks)),
+        (VAR_SECRET, secret_hex.to_string()),
+        (VAR_MODEL, format!("{},{}", cfg.seq, cfg.rem)),
+        (VAR_PROTOCOL, protocol.to_string()),
+        (VAR_RENDEZVOUS, rendezvous),
+        (
+            VAR_TIMEOUTS,
+            format!(
+                "{},{},{}",
+                cfg.join_timeout.as_secs_f64(),
+                cfg.fence_timeout.as_secs_f64(),
+                cfg.shutdown_timeout.as_secs_f64()
+            ),
+        ),
+    ]
+}
+
+/// Whether srun should open its rendezvous listener: always unless the configuration says
+/// ports only, or reserved ports are visible to srun already (every stepd will see them).
+pub fn srun_needs_listener(cfg: &MpiConfig, resv_ports_in_srun_env: bool) -> bool {
+    match cfg.rendezvous {
+        RendezvousChoice::Ports => false,
+        RendezvousChoice::Srun => true,
+        RendezvousChoice::Auto => !resv_ports_in_srun_env,
+    }
+}
+
+/// Ranks per node in the compact text form of [`VAR_RANKS`]: consecutive ranks become ranges,
+/// so block placement costs a few bytes per node whatever the rank count.
+pub fn encode_ranks(ranks: &[Vec<u32>]) -> String {
+    let mut out = String::new();
+    for (i, node) in ranks.iter().enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        let mut j = 0;
+        let mut first = true;
+        while j < node.len() {
+            let start = node[j];
+            let mut end = start;
+            while j + 1 < node.len() && node[j + 1] == end + 1 {
+                j += 1;
+                end += 1;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            if start == end {
+                out.push_str(&start.to_string());
+            } else {
+                out.push_str(&format!("{start}-{end}"));
+            }
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Parses [`encode_ranks`]'s form.
+pub fn decode_ranks(text: &str) -> Result<Vec<Vec<u32>>, String> {
+    text.split(';')
+        .map(|node| {
+            let mut ranks = Vec::new();
+            for part in node.split(',').filter(|p| !p.is_empty()) {
+                let (a, b) = part.split_once('-').unwrap_or((part, part));
+                let (a, b): (u32, u32) = (
+                    a.parse().map_err(|_| format!("bad rank {a:?}"))?,
+                    b.parse().map_err(|_| format!("bad rank {b:?}"))?,
+                );
+                if b < a || b - a > 1 << 24 {
+                    return Err(format!("bad range {part:?}"));
+                }
+                ranks.extend(a..=b);
+            }
+            Ok(ranks)
+        })
+        .collect()
+}
+
+/// The port a node's overlay listens on when the step has reserved ports: the last one of
+/// `SLURM_STEP_RESV_PORTS` (`20001-20003` or `20001,20005`). Slurm gives the step (max tasks
+/// per node) + 1 ports, the same on every node; MPI libraries that read the list take the
+/// first ones, so the last is the one nobody else uses (research/slurm-plugin-api.md §4).
+pub fn reserved_port(list: &str) -> Option<u16> {
+    let last = list.trim().rsplit(',').next()?;
+    let last = last.rsplit('-').next()?;
+    last.trim().parse().ok().filter(|p| *p != 0)
+}
+
+/// How this node reaches its overlay parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// Every node listens on `NodeAddr:port`; no exchange.
+    Ports {
+        /// The reserved port.
+        port: u16,
+    },
+    /// Nodes publish and look up through srun's listener.
+    Srun {
+        /// srun's address as slurmd saw it.
+        addr: SocketAddr,
+    },
+}
+
+/// What this node's `prefork` must set up, from its job env.
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    /// Job id.
+    pub job_id: u32,
+    /// Step id.
+    pub step_id: u32,
+    /// `job.step`: PMI kvsname and the overlay's job id.
+    pub kvsname: String,
+    /// The step's hosts, node-index order.
+    pub hosts: Vec<String>,
+    /// This node's index.
+    pub node_idx: usize,
+    /// Ranks per node.
+    pub ranks: Vec<Vec<u32>>,
+    /// The secret, hex (never logged: [`StepPlan`]'s `Debug` is derived, so keep it out of logs
+    /// by logging [`StepPlan::describe`] instead).
+    pub secret_hex: String,
+    /// The overlay tree model.
+    pub model: LaunchModel,
+    /// Protocol family.
+    pub protocol: Protocol,
+    /// Rendezvous.
+    pub rendezvous: Rendezvous,
+    /// `MpiJoinTimeout`.
+    pub join_timeout: Duration,
+    /// `MpiFenceTimeout`.
+    pub fence_timeout: Duration,
+    /// `MpiShutdownTimeout`.
+    pub shutdown_timeout: Duration,
+}
+
+impl StepPlan {
+    /// Reads the plan from a stepd's job env (`get` looks a variable up).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<StepPlan, Error> {
+        let topo = get("SLURM_TOPOLOGY_ADDR");
+        // With topology/none this is the NodeName; with topology/tree `sw.sw.NodeName`.
+        let me = topo
+            .as_deref()
+            .map(|t| t.rsplit('.').next().unwrap_or(t).to_string())
+            .unwrap_or_else(|| "?".into());
+        let node = me.clone();
+        let need = |var: &'static str| {
+            get(var).ok_or_else(|| Error::Missing {
+                node: node.clone(),
+                var,
+            })
+        };
+        let bad = |var: &'static str, value: &str, reason: String| Error::Malformed {
+            node: node.clone(),
+            var,
+            value: value.to_string(),
+            reason,
+        };
+        need("SLURM_TOPOLOGY_ADDR")?;
+        let job = need(VAR_JOB)?;
+        let (job_id, step_id) = job
+            .split_once('.')
+            .and_then(|(j, s)| Some((j.parse().ok()?, s.parse().ok()?)))
+            .ok_or_else(|| bad(VAR_JOB, &job, "expected JOB.STEP".into()))?;
+        let hosts_expr = need(VAR_HOSTS)?;
+        let hosts = greedy_tree::hostlist::expand(&hosts_expr)
+            .map_err(|e| bad(VAR_HOSTS, &hosts_expr, e.to_string()))?;
+        let node_idx = hosts.iter().position(|h| *h == me).ok_or_else(|| {
+            bad(
+                VAR_HOSTS,
+                &hosts_expr,
+                format!("this node ({me}) is not in the step"),
+            )
+        })?;
+        let ranks_text = need(VAR_RANKS)?;
+        let ranks = decode_ranks(&ranks_text).map_err(|r| bad(VAR_RANKS, &ranks_text, r))?;
+        if ranks.len() != hosts.len() {
+            return Err(bad(
+                VAR_RANKS,
+                &ranks_text,
+                format!("{} rank lists for {} hosts", ranks.len(), hosts.len()),
+            ));
+        }
+        let secret_hex = need(VAR_SECRET)?;
+        if greedy_pmix::JobSecret::from_hex(&secret_hex).is_none() {
+            return Err(bad(
+                VAR_SECRET,
+                "<redacted>",
+                "not a hex secret of 16 bytes or more".into(),
+            ));
+        }
+        let model_text = need(VAR_MODEL)?;
+        let model = model_text
+            .split_once(',')
+            .and_then(|(s, r)| Some((s.parse().ok()?, r.parse().ok()?)))
+            .ok_or_else(|| "expected SEQ,REM".to_string())
+            .and_then(|(s, r)| LaunchModel::new(s, r).map_err(|e| e.to_string()))
+            .map_err(|r| bad(VAR_MODEL, &model_text, r))?;
+        let proto_text = need(VAR_PROTOCOL)?;
+        let protocol = match proto_text.parse() {
+            Ok(Protocol::Auto) | Err(_) => {
+                return Err(bad(
+                    VAR_PROTOCOL,
+                    &proto_text,
+                    "expected pmi or pmix".into(),
+                ));
+            }
+            Ok(p) => p,
+        };
+        let rdv_text = need(VAR_RENDEZVOUS)?;
+        let resv = get("SLURM_STEP_RESV_PORTS").and_then(|l| reserved_port(&l));
+        let rendezvous = match (resv, rdv_text.strip_prefix("srun:")) {
+            // Reserved ports win whenever the step has them: no exchange at all.
+            (Some(port), _) => Rendezvous::Ports { port },
+            (None, Some(port)) => {
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| bad(VAR_RENDEZVOUS, &rdv_text, "bad port".into()))?;
+                let host = need("SLURM_SRUN_COMM_HOST")?;
+                let ip: IpAddr = host
+                    .parse()
+                    .map_err(|_| bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
+                Rendezvous::Srun {
+                    addr: SocketAddr::new(ip, port),
+                }
+            }
+            (None, None) => {
+                return Err(bad(
+                    VAR_RENDEZVOUS,
+                    &rdv_text,
+                    "MpiRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
+                     (set MpiParams=ports=A-B in slurm.conf or use srun --resv-ports)"
+                        .into(),
+                ));
+            }
+        };
+        let t_text = need(VAR_TIMEOUTS)?;
+        let t: Vec<Duration> = t_text
+            .split(',')
+            .map(|s| {
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .map(Duration::from_secs_f64)
+            })
+            .collect::<Option<_>>()
+            .filter(|v: &Vec<Duration>| v.len() == 3)
+            .ok_or_else(|| {
+                bad(
+                    VAR_TIMEOUTS,
+                    &t_text,
+                    "expected JOIN,FENCE,SHUTDOWN seconds".into(),
+                )
+            })?;
+        Ok(StepPlan {
+            job_id,
+            step_id,
+            kvsname: job,
+            hosts,
+            node_idx,
+            ranks,
+            secret_hex,
+            model,
+            protocol,
+            rendezvous,
+            join_timeout: t[0],
+            fence_timeout: t[1],
+            shutdown_timeout: t[2],
+        })
+    }
+
+    /// This node's NodeName.
+    pub fn node(&self) -> &str {
+        &self.hosts[self.node_idx]
+    }
+
+    /// The overlay parent's index (the same greedy tree greedy-pmix computes), if any.
+    pub fn parent(&self) -> Option<usize> {
+        greedy_tree::greedy(self.hosts.len(), &self.model).parent(self.node_idx)
+    }
+
+    /// The greedy-pmix job description.
+    pub fn job_spec(&self) -> greedy_pmix::JobSpec {
+        greedy_pmix::JobSpec {
+            job_id: self.kvsname.clone(),
+            hosts: self.hosts.clone(),
+            node_idx: self.node_idx,
+            model: self.model,
+            ranks: self.ranks.clone(),
+            secret: greedy_pmix::JobSecret::from_hex(&self.secret_hex)
+                .expect("checked in from_env"),
+        }
+    }
+
+    /// One line for the log, without the secret.
+    pub fn describe(&self) -> String {
+        format!(
+            "step {} node {} ({} of {} nodes, {} local ranks of {}), {}, rendezvous {}",
+            self.kvsname,
+            self.node(),
+            self.node_idx,
+            self.hosts.len(),
+            self.ranks[self.node_idx].len(),
+            self.ranks.iter().map(Vec::len).sum::<usize>(),
+            self.protocol,
+            match &self.rendezvous {
+                Rendezvous::Ports { port } => format!("reserved port {port}"),
+                Rendezvous::Srun { addr } => format!("srun {addr}"),
+            }
+        )
+    }
+}
+
+/// A rank's environment, given what the PMI server offered (`offered`: `PMI_RANK`, `PMI_SIZE`,
+/// `PMI_JOBID`, `MPI_LOCAL*`) and its socket's descriptor number in the task.
+pub fn task_env(offered: &[(String, String)], fd: i32) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = offered
+        .iter()
+        .filter(|(k, _)| k != "PMI_FD")
+        .cloned()
+        .collect();
+    env.push(("PMI_FD".into(), fd.to_string()));
+    env
+}
+
+#[cfg(test)]
+mod tests;

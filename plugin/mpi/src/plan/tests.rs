@@ -1,0 +1,149 @@
+//! Unit tests of the sans-I/O plan: env in, plan out.
+
+use super::*;
+use std::collections::HashMap;
+
+fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
+    let cfg = MpiConfig::default();
+    let ranks = vec![vec![0, 1], vec![2, 3], vec![4]];
+    let layout = StepLayout {
+        job_id: 7,
+        step_id: 2,
+        node_list: "n[1-3]".into(),
+        ranks,
+    };
+    let mut env: HashMap<String, String> =
+        prelaunch_env(&layout, &"ab".repeat(32), &cfg, Protocol::Pmi, Some(4567))
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+    env.insert("SLURM_TOPOLOGY_ADDR".into(), "n2".into());
+    env.insert("SLURM_SRUN_COMM_HOST".into(), "10.0.0.1".into());
+    for (k, v) in extra {
+        env.insert(k.to_string(), v.to_string());
+    }
+    env
+}
+
+fn plan(env: &HashMap<String, String>) -> Result<StepPlan, String> {
+    StepPlan::from_env(|k| env.get(k).cloned()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn ranks_round_trip_compactly() {
+    let check = |ranks: Vec<Vec<u32>>, text: &str| {
+        assert_eq!(encode_ranks(&ranks), text);
+        assert_eq!(decode_ranks(text).unwrap(), ranks);
+    };
+    check(vec![vec![0, 1], vec![2, 3]], "0-1;2-3");
+    check(vec![vec![0, 2, 4], vec![1, 3, 5]], "0,2,4;1,3,5");
+    check(vec![vec![0], vec![1, 2, 3, 7]], "0;1-3,7");
+    assert!(decode_ranks("3-1").is_err());
+    assert!(decode_ranks("x").is_err());
+}
+
+#[test]
+fn reserved_port_is_the_last() {
+    assert_eq!(reserved_port("20001-20003"), Some(20003));
+    assert_eq!(reserved_port("20001,20005"), Some(20005));
+    assert_eq!(reserved_port("12000"), Some(12000));
+    assert_eq!(reserved_port(""), None);
+}
+
+#[test]
+fn stepd_finds_itself_and_srun() {
+    let p = plan(&stepd_env(&[])).unwrap();
+    assert_eq!((p.job_id, p.step_id, p.kvsname.as_str()), (7, 2, "7.2"));
+    assert_eq!(p.node_idx, 1);
+    assert_eq!(p.ranks[1], [2, 3]);
+    assert_eq!(
+        p.rendezvous,
+        Rendezvous::Srun {
+            addr: "10.0.0.1:4567".parse().unwrap()
+        }
+    );
+    assert_eq!(p.join_timeout, Duration::from_secs(60));
+    assert!(
+        !p.describe().contains(&"ab".repeat(8)),
+        "secret in the log line"
+    );
+    assert_eq!(
+        p.describe(),
+        "step 7.2 node n2 (1 of 3 nodes, 2 local ranks of 5), pmi, rendezvous srun 10.0.0.1:4567"
+    );
+}
+
+#[test]
+fn reserved_ports_win_and_topology_tree_names_are_cut() {
+    let p = plan(&stepd_env(&[
+        ("SLURM_STEP_RESV_PORTS", "20001-20003"),
+        ("SLURM_TOPOLOGY_ADDR", "sw0.sw1.n3"),
+    ]))
+    .unwrap();
+    assert_eq!(p.rendezvous, Rendezvous::Ports { port: 20003 });
+    assert_eq!(p.node_idx, 2);
+}
+
+#[test]
+fn faults_name_node_and_variable() {
+    let mut env = stepd_env(&[("SLURM_TOPOLOGY_ADDR", "n9")]);
+    assert_eq!(
+        plan(&env).unwrap_err(),
+        "n9: GREEDY_MPI_HOSTS=\"n[1-3]\": this node (n9) is not in the step"
+    );
+    env = stepd_env(&[]);
+    env.remove(VAR_SECRET);
+    assert_eq!(
+        plan(&env).unwrap_err(),
+        "n2: GREEDY_MPI_SECRET is not set (was the step started with --mpi=greedy?)"
+    );
+    env = stepd_env(&[(VAR_SECRET, "abcd")]);
+    let e = plan(&env).unwrap_err();
+    assert!(e.contains("<redacted>") && !e.contains("abcd"), "{e}");
+    env = stepd_env(&[(VAR_RANKS, "0-1;2-3")]);
+    assert!(plan(&env).unwrap_err().contains("2 rank lists for 3 hosts"));
+    env = stepd_env(&[(VAR_RENDEZVOUS, "ports")]);
+    assert!(plan(&env).unwrap_err().contains("no SLURM_STEP_RESV_PORTS"));
+}
+
+#[test]
+fn protocol_rule() {
+    let r = |user: Option<&str>, cfg, pmix| Protocol::resolve(user, cfg, pmix);
+    assert_eq!(r(None, Protocol::Auto, false), Ok(Protocol::Pmi));
+    assert_eq!(r(None, Protocol::Auto, true), Ok(Protocol::Pmix));
+    assert_eq!(r(Some("pmi2"), Protocol::Pmix, true), Ok(Protocol::Pmi));
+    assert_eq!(r(Some(""), Protocol::Pmi, true), Ok(Protocol::Pmi));
+    assert!(
+        r(Some("pmix"), Protocol::Pmi, false)
+            .unwrap_err()
+            .contains("PMI-1/PMI-2 only")
+    );
+    assert!(
+        r(Some("x"), Protocol::Pmi, false)
+            .unwrap_err()
+            .starts_with("SLURM_GREEDY_PROTOCOL=")
+    );
+}
+
+#[test]
+fn listener_rule_and_task_env() {
+    let mut cfg = MpiConfig::default();
+    assert!(srun_needs_listener(&cfg, false));
+    assert!(!srun_needs_listener(&cfg, true));
+    cfg.rendezvous = RendezvousChoice::Srun;
+    assert!(srun_needs_listener(&cfg, true));
+    let env = task_env(
+        &[
+            ("PMI_RANK".into(), "3".into()),
+            ("PMI_FD".into(), "0".into()),
+        ],
+        17,
+    );
+    assert_eq!(
+        env,
+        [
+            ("PMI_RANK".to_string(), "3".to_string()),
+            ("PMI_FD".to_string(), "17".to_string())
+        ]
+    );
+}
