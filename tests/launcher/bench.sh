@@ -3,6 +3,7 @@
 # the emulated cluster (numbers in docs/benchmarks.md, "greedyrun vs Hydra and Open MPI").
 #
 #   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10 PARTS="A B C"
+#   PARTS="A C" SIZES=16 CSIZE=64 runs the MPI hello on 16 hosts and B/C on 64
 #   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
 #
 # Part A (same cluster, same sitting, interleaved runs): launch-to-finish wall time of an MPI
@@ -69,7 +70,7 @@ done
 busy && fail "another test cluster stayed up for 10 minutes"
 trap '"$TC" down >/dev/null 2>&1 || true' EXIT
 
-MAXN=0
+MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
 "$TC" up --nodes "$MAXN" --delay "$DELAY" >/dev/null || fail "testcluster up"
 eval "$("$TC" env)"
@@ -84,14 +85,25 @@ echo "part,hosts,config,run,wall_ms,rc,ok,cpu_s,launch_ms,model_ms" >"$CSV"
 busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
+# Waits (up to 15 s) until the machine is nearly idle: Open MPI's orteds and a failed run's
+# ranks keep burning CPU for seconds after their launcher exits, and the next run must not pay
+# for its predecessor's teardown (measured: a greedyrun run right after mpirun used 2x the CPU).
+settle() {
+  local a b _i
+  for _i in $(seq 30); do
+    a=$(busy_jiffies)
+    sleep 0.5
+    b=$(busy_jiffies)
+    ((b - a < 20)) && return 0 # < 20 % of the 2 cores busy
+  done
+}
+
 # measure PART N CONFIG RUN EXPECT CMD... : one timed run, appended to the CSV.
 measure() {
   local part=$1 n=$2 cfg=$3 run=$4 expect=$5
   shift 5
   local t0 j0 rc wall cpu ok launch="" model=""
-  # Let the previous run's processes (Open MPI's orteds, spinning ranks) finish exiting first:
-  # a run must not pay for its predecessor's teardown.
-  sleep 1
+  settle
   j0=$(busy_jiffies)
   t0=$(ms)
   set +e

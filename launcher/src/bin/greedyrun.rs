@@ -74,13 +74,14 @@ struct Args {
     rsh: String,
 
     /// SEQ of the launch model, seconds: the extra delay each further child of one parent
-    /// costs. Measure it with --calibrate.
-    #[arg(long, env = "GREEDY_SEQ", default_value_t = 0.03, value_name = "S")]
+    /// costs. Measure it with --calibrate (the default was measured over ssh on the emulated
+    /// cluster with 10 ms delay, docs/benchmarks.md).
+    #[arg(long, env = "GREEDY_SEQ", default_value_t = 0.013, value_name = "S")]
     seq: f64,
 
     /// REM of the launch model, seconds: from starting a remote shell until the child agent
     /// can launch. Measure it with --calibrate.
-    #[arg(long, env = "GREEDY_REM", default_value_t = 0.15, value_name = "R")]
+    #[arg(long, env = "GREEDY_REM", default_value_t = 0.28, value_name = "R")]
     rem: f64,
 
     /// Launch tree shape: greedy, flat, chain, binomial or kary:K.
