@@ -100,6 +100,26 @@ pub enum Error {
     /// The job was aborted (by a rank, a failed rank, or another node).
     #[error("job aborted by {0}")]
     Aborted(AbortInfo),
+    /// A PMIx server call failed.
+    #[error("node {node}: {what}: {status}")]
+    Pmix {
+        /// This node.
+        node: usize,
+        /// The call (and the rank, when there is one).
+        what: String,
+        /// PMIx's status name and code.
+        status: String,
+    },
+    /// Another node could not answer a point-to-point request.
+    #[error("node {node}: request to node {peer_node} refused: {reason}")]
+    Refused {
+        /// This node.
+        node: usize,
+        /// The node asked.
+        peer_node: usize,
+        /// Its reason.
+        reason: String,
+    },
     /// The overlay was shut down while the operation was pending.
     #[error("node {node}: overlay shut down")]
     Shutdown {

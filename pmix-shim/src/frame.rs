@@ -14,7 +14,7 @@ use crate::AbortInfo;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"GRDY";
 /// The overlay format version; bump on any change to [`Message`].
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
 /// Largest body accepted before a peer has proved the job secret: the handshake frames are
@@ -101,6 +101,21 @@ pub enum Message {
     },
     /// Job-wide abort, flooded along the tree.
     Abort(AbortInfo),
+    /// A point-to-point request to the receiving node (e.g. a PMIx direct modex), sent over
+    /// the tree link or a direct link; answered by exactly one [`Message::Response`].
+    Request {
+        /// Chosen by the requester, unique among its outstanding requests.
+        id: u64,
+        /// The request, opaque to the overlay.
+        body: Bytes,
+    },
+    /// The answer to the sender's [`Message::Request`] `id`.
+    Response {
+        /// The request's id.
+        id: u64,
+        /// The answer, or why the receiving node could not give one.
+        body: Result<Bytes, String>,
+    },
     /// The sender is shutting down cleanly; its connection closing is not a failure.
     Bye,
 }
@@ -235,15 +250,15 @@ mod tests {
             "error: not a greedy overlay frame (starts with [47, 45, 54, 20])",
         );
         check(
-            b"GRDY\x00\x02\x00\x00\x00\x00",
-            "error: peer speaks overlay version 2, we speak 1",
+            b"GRDY\x00\x03\x00\x00\x00\x00",
+            "error: peer speaks overlay version 3, we speak 2",
         );
         check(
-            b"GRDY\x00\x01\xff\xff\xff\xff",
+            b"GRDY\x00\x02\xff\xff\xff\xff",
             "error: frame of 4294967295 bytes exceeds the limit of 1024",
         );
         check(
-            b"GRDY\x00\x01\x00\x00\x00\x01\xee",
+            b"GRDY\x00\x02\x00\x00\x00\x01\xee",
             "error: undecodable frame body: Hit the end of buffer, expected more data",
         );
         let mut two = encode(Message::Bye);

@@ -10,7 +10,10 @@
 //! 2. offers **collectives** over it ([`collectives`]): barrier, broadcast, gather, allgather
 //!    (tree for small payloads, ring over direct links for large ones) and job-wide abort;
 //! 3. serves **PMI-1 and PMI-2** to the local ranks ([`server::PmiServer`]) over an inherited
-//!    socketpair (`PMI_FD`) or a loopback port (`PMI_PORT`). A KVS fence is one allgather.
+//!    socketpair (`PMI_FD`) or a loopback port (`PMI_PORT`). A KVS fence is one allgather;
+//! 4. or serves **PMIx** ([`pmix::PmixServer`], libpmix through greedy-sys): a PMIx fence is
+//!    one allgather, a direct modex one point-to-point [`overlay::Overlay::request`]. A job
+//!    uses one family or the other, never both for one rank.
 //!
 //! Wire formats and protocol logic are sans-I/O engines tested without sockets:
 //! [`frame`] (overlay frames), [`auth`], [`collectives::Engine`], [`pmi1`], [`pmi2`],
@@ -27,8 +30,8 @@
 //! ```
 //!
 //! **Non-goals**: starting processes (the launcher or slurmstepd forks the ranks and reports
-//! their exits here), ssh, Slurm, PMIx (a later module, through greedy-sys), PMI spawn and
-//! name publishing.
+//! their exits here), ssh, Slurm, PMI/PMIx spawn, name publishing and PMIx connect, and
+//! unsafe code (libpmix is reached through greedy-sys's safe wrappers).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -40,6 +43,7 @@ mod job;
 pub mod overlay;
 pub mod pmi1;
 pub mod pmi2;
+pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;

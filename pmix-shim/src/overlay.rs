@@ -70,6 +70,10 @@ pub struct OverlayConfig {
     pub max_connections: usize,
     /// On shutdown, how long to keep draining a link until the peer says bye too.
     pub shutdown_linger: Duration,
+    /// A point-to-point [`Overlay::request`] (e.g. a PMIx direct modex) waits this long for
+    /// its answer. The answering node may itself wait for a rank that is still starting, so
+    /// this is as generous as a collective.
+    pub request_timeout: Duration,
 }
 
 impl Default for OverlayConfig {
@@ -84,6 +88,7 @@ impl Default for OverlayConfig {
             max_frame: 1 << 30,
             max_connections: 1024,
             shutdown_linger: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -98,6 +103,59 @@ enum Request {
     },
     Abort(AbortInfo),
     AddressBook(Vec<SocketAddr>),
+    /// A point-to-point request to node `to`; the answer comes back on `reply`.
+    Ask {
+        to: usize,
+        body: Bytes,
+        reply: oneshot::Sender<Result<Bytes, String>>,
+    },
+    /// The answer to node `to`'s request `id`.
+    Answer {
+        to: usize,
+        id: u64,
+        body: Result<Bytes, String>,
+    },
+}
+
+/// A point-to-point request another node (or this one) sent with [`Overlay::request`].
+///
+/// Answer it with [`Incoming::respond`]; dropping it answers with an error, so the asking
+/// node never waits for a request nobody will serve.
+#[derive(Debug)]
+pub struct Incoming {
+    /// The asking node.
+    pub from: usize,
+    /// The request.
+    pub body: Bytes,
+    id: u64,
+    answers: Option<mpsc::Sender<Request>>,
+}
+
+impl Incoming {
+    /// Sends the answer (or the reason there is none) back to the asking node.
+    pub async fn respond(mut self, body: Result<Bytes, String>) {
+        if let Some(tx) = self.answers.take() {
+            let _ = tx
+                .send(Request::Answer {
+                    to: self.from,
+                    id: self.id,
+                    body,
+                })
+                .await;
+        }
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if let Some(tx) = self.answers.take() {
+            let _ = tx.try_send(Request::Answer {
+                to: self.from,
+                id: self.id,
+                body: Err("the node dropped the request unanswered".to_string()),
+            });
+        }
+    }
 }
 
 /// What links tell the engine.
@@ -131,6 +189,10 @@ const EVENT_CAPACITY: usize = 256;
 const LINK_CAPACITY: usize = 4096;
 /// Capacity of the request channel from handles: collectives are issued one at a time per caller.
 const REQUEST_CAPACITY: usize = 64;
+/// Capacity of the queue of point-to-point requests waiting for this node's server (see
+/// [`Overlay::incoming`]): a PMIx direct modex is at most one per remote rank and key miss, and
+/// a request arriving at a full queue is answered with an error rather than stalling the engine.
+const INCOMING_CAPACITY: usize = 1024;
 
 /// A running overlay; cheap to clone, every clone drives the same agent.
 ///
@@ -153,6 +215,8 @@ struct Inner {
     local_addr: SocketAddr,
     requests: mpsc::Sender<Request>,
     aborted: watch::Receiver<Option<AbortInfo>>,
+    incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
+    request_timeout: Duration,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -211,6 +275,7 @@ impl Overlay {
         let (events_tx, events_rx) = mpsc::channel(EVENT_CAPACITY);
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
         let (aborted_tx, aborted_rx) = watch::channel(None);
+        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_CAPACITY);
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let shared = Shared {
@@ -229,8 +294,15 @@ impl Overlay {
             config.collective_timeout,
         );
         tracker.spawn(
-            run_engine(shared.clone(), engine, requests_rx, events_rx, aborted_tx)
-                .instrument(span.clone()),
+            run_engine(
+                shared.clone(),
+                engine,
+                (requests_tx.clone(), requests_rx),
+                events_rx,
+                aborted_tx,
+                incoming_tx,
+            )
+            .instrument(span.clone()),
         );
         tracker.spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
         let overlay = Overlay {
@@ -239,6 +311,8 @@ impl Overlay {
                 local_addr,
                 requests: requests_tx,
                 aborted: aborted_rx,
+                incoming: std::sync::Mutex::new(Some(incoming_rx)),
+                request_timeout: config.request_timeout,
                 shutdown,
                 tracker,
             }),
@@ -369,6 +443,47 @@ impl Overlay {
         }
     }
 
+    /// Asks node `to` (any node, this one included) and waits for its answer, at most
+    /// `request_timeout`. Unlike collectives, requests are not numbered: nodes need not agree
+    /// on them, and several may be outstanding at once.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a dropped caller only loses the answer, which is discarded when it comes.
+    pub async fn request(&self, to: usize, body: Bytes) -> Result<Bytes, Error> {
+        let node = self.inner.node_idx;
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .requests
+            .send(Request::Ask { to, body, reply })
+            .await
+            .map_err(|_| Error::Shutdown { node })?;
+        match tokio::time::timeout(self.inner.request_timeout, rx).await {
+            Err(_) => Err(Error::Timeout {
+                node,
+                what: "request_timeout",
+                after: self.inner.request_timeout,
+            }),
+            Ok(Err(_)) => Err(Error::Shutdown { node }),
+            Ok(Ok(Ok(b))) => Ok(b),
+            Ok(Ok(Err(reason))) => Err(Error::Refused {
+                node,
+                peer_node: to,
+                reason,
+            }),
+        }
+    }
+
+    /// The requests other nodes send this one with [`Overlay::request`]; `None` after the
+    /// first call (one server per node). Until it is taken, requests wait in a bounded queue;
+    /// beyond it they are refused.
+    pub fn incoming(&self) -> Option<mpsc::Receiver<Incoming>> {
+        self.inner
+            .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
     /// Aborts the job on every node: pending and later collectives fail with [`Error::Aborted`].
     pub async fn abort(&self, info: AbortInfo) {
         let _ = self.inner.requests.send(Request::Abort(info)).await;
@@ -390,13 +505,41 @@ impl Overlay {
 async fn run_engine(
     shared: Shared,
     mut engine: Engine,
-    mut requests: mpsc::Receiver<Request>,
+    (answers_tx, mut requests): (mpsc::Sender<Request>, mpsc::Receiver<Request>),
     mut events: mpsc::Receiver<Event>,
     aborted_tx: watch::Sender<Option<AbortInfo>>,
+    incoming_tx: mpsc::Sender<Incoming>,
 ) {
     let me = shared.job.node_idx;
     let mut links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>> = HashMap::new();
     let mut waiting: HashMap<u64, oneshot::Sender<Result<Outcome, Error>>> = HashMap::new();
+    // Point-to-point requests this node sent, by id, awaiting their answer.
+    let mut asked: HashMap<u64, oneshot::Sender<Result<Bytes, String>>> = HashMap::new();
+    let mut next_ask: u64 = 0;
+    // A request for this node: queue it for the local server, or refuse it when the queue is full.
+    let deliver = |from: usize, id: u64, body: Bytes, out: &mut Vec<Output>| {
+        let incoming = Incoming {
+            from,
+            body,
+            id,
+            answers: Some(answers_tx.clone()),
+        };
+        if let Err(e) = incoming_tx.try_send(incoming) {
+            let mut refused = e.into_inner();
+            refused.answers = None;
+            let body = Err(format!(
+                "node {me}: no server for requests, or its queue is full"
+            ));
+            if from == me {
+                let _ = answers_tx.try_send(Request::Answer { to: me, id, body });
+            } else {
+                out.push(Output::Send {
+                    to: from,
+                    msg: Message::Response { id, body },
+                });
+            }
+        }
+    };
     let mut book: Vec<SocketAddr> = Vec::new();
     // Messages for nodes we are still connecting to directly.
     let mut parked: HashMap<usize, Vec<Message>> = HashMap::new();
@@ -415,8 +558,37 @@ async fn run_engine(
                 }
                 Request::Abort(info) => engine.abort(info, &mut out),
                 Request::AddressBook(b) => book = b,
+                Request::Ask { to, body, reply } => {
+                    let id = next_ask;
+                    next_ask += 1;
+                    if to >= shared.job.n_nodes() {
+                        let _ = reply.send(Err(format!("no node {to} in this job")));
+                    } else if to == me {
+                        asked.insert(id, reply);
+                        deliver(me, id, body, &mut out);
+                    } else {
+                        asked.insert(id, reply);
+                        out.push(Output::Send { to, msg: Message::Request { id, body } });
+                    }
+                }
+                Request::Answer { to, id, body } => {
+                    if to == me {
+                        if let Some(reply) = asked.remove(&id) {
+                            let _ = reply.send(body);
+                        }
+                    } else {
+                        out.push(Output::Send { to, msg: Message::Response { id, body } });
+                    }
+                }
             },
             Some(event) = events.recv() => match event {
+                Event::Frame { from, msg: Message::Request { id, body } } => deliver(from, id, body, &mut out),
+                Event::Frame { from: _, msg: Message::Response { id, body } } => {
+                    // A request whose asker gave up (timeout) finds no one here: drop it.
+                    if let Some(reply) = asked.remove(&id) {
+                        let _ = reply.send(body);
+                    }
+                }
                 Event::Frame { from, msg } => engine.on_message(from, msg, &mut out),
                 Event::Linked { node, id, tx } => {
                     for msg in parked.remove(&node).unwrap_or_default() {
@@ -736,6 +908,8 @@ fn kind(msg: &Message) -> &'static str {
         Message::Down { .. } => "down",
         Message::Ring { .. } => "ring",
         Message::Abort(_) => "abort",
+        Message::Request { .. } => "request",
+        Message::Response { .. } => "response",
         Message::Bye => "bye",
     }
 }
@@ -798,7 +972,9 @@ async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: W
                     msg @ (Message::Up { .. }
                     | Message::Down { .. }
                     | Message::Ring { .. }
-                    | Message::Abort(_)),
+                    | Message::Abort(_)
+                    | Message::Request { .. }
+                    | Message::Response { .. }),
                 )) => {
                     // The engine may be gone (shutting down): keep draining.
                     let _ = shared.events.send(Event::Frame { from: peer, msg }).await;

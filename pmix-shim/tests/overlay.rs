@@ -241,7 +241,7 @@ async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
     for expect in [
         "not a greedy overlay frame (starts with [47, 45, 54, 20])",
         "claims node 2 but fails the job-secret proof",
-        "peer speaks overlay version 9, we speak 1",
+        "peer speaks overlay version 9, we speak 2",
     ] {
         assert!(
             text.contains("refused overlay connection") && text.contains(expect),
@@ -306,5 +306,43 @@ async fn abort_from_one_node_reaches_all() {
             .clone();
         assert_eq!(got, Some(info.clone()));
     }
+    shutdown(overlays).await;
+}
+
+/// Point-to-point requests (the PMIx direct modex path): any node asks any other, including
+/// itself and nodes it has no tree link to (a direct link is opened); answers come back to the
+/// asker only; a request to a node outside the job is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_any_node_and_come_back() {
+    let n = 6;
+    let (overlays, _board) = start_all(n, config()).await;
+    // Every node but the last serves: it answers with its index and the request.
+    for o in overlays.iter().take(n - 1) {
+        let mut incoming = o.incoming().expect("first taker");
+        assert!(o.incoming().is_none(), "one server per node");
+        let me = o.node_idx();
+        tokio::spawn(async move {
+            while let Some(req) = incoming.recv().await {
+                let mut body = format!("node {me} answers node {}: ", req.from).into_bytes();
+                body.extend_from_slice(&req.body);
+                req.respond(Ok(Bytes::from(body))).await;
+            }
+        });
+    }
+    for from in [0, 3, 5] {
+        for to in 0..n - 1 {
+            let got = overlays[from]
+                .request(to, Bytes::from_static(b"ping"))
+                .await
+                .unwrap();
+            assert_eq!(
+                got,
+                format!("node {to} answers node {from}: ping").as_bytes()
+            );
+        }
+    }
+    let err = overlays[1].request(n + 3, Bytes::new()).await.unwrap_err();
+    assert!(err.to_string().contains("no node 9 in this job"), "{err}");
+    assert!(overlays.iter().all(|o| o.aborted().borrow().is_none()));
     shutdown(overlays).await;
 }

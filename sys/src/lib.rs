@@ -7,6 +7,10 @@
 //!   [`raw::slurm::VERSION_NUMBER`] is that release's exact `SLURM_VERSION_NUMBER`, which the
 //!   plugin loader demands. The build refuses a release whose ABI is not declared.
 //!
+//! - [`pmix`] (feature `pmix`): safe wrappers over the PMIx server API: owned info arrays,
+//!   the server (init once per process, finalize on drop), module callbacks that catch panics
+//!   and forward to a Rust [`pmix::server::Handler`], completions that call PMIx back exactly
+//!   once and keep returned buffers alive until PMIx releases them.
 //! - [`slurm`] (feature `slurm`): safe wrappers over those exports: Slurm's logger, owned
 //!   hostlists, the xmalloc'd hostlist array a route plugin returns.
 //!
@@ -17,6 +21,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "pmix")]
+pub mod pmix;
 pub mod raw;
 #[cfg(feature = "slurm")]
 pub mod slurm;

@@ -6,7 +6,7 @@
  * only if every check passed; prints one line per rank so a failing test
  * shows which rank went wrong.
  *
- * With argument "fail-before-init=R:CODE" rank R (taken from PMI_RANK, as it
+ * With argument "fail-before-init=R:CODE" rank R (taken from PMI_RANK, PMI_ID or PMIX_RANK, as it
  * is not yet an MPI rank) exits with CODE before MPI_Init: the launcher must
  * then fail the job fast, naming that rank and code. With "abort-after-init=R:CODE"
  * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init.
@@ -26,6 +26,8 @@ int main(int argc, char **argv)
             const char *env_rank = getenv("PMI_RANK");
             if (!env_rank)
                 env_rank = getenv("PMI_ID");
+            if (!env_rank)
+                env_rank = getenv("PMIX_RANK");
             if (env_rank && atoi(env_rank) == fail_rank) {
                 fprintf(stderr, "rank %d: exiting with %d before MPI_Init as asked\n", fail_rank, code);
                 return code;
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
     const char *env_rank = getenv("PMI_RANK");
     if (!env_rank)
         env_rank = getenv("PMI_ID");
+    if (!env_rank)
+        env_rank = getenv("PMIX_RANK");
     if (env_rank && atoi(env_rank) != rank) {
         fprintf(stderr, "rank %d: PMI rank %s differs\n", rank, env_rank);
         ok = 0;

@@ -1,0 +1,791 @@
+//! The PMIx server for the ranks of one node (Open MPI, MPICH-on-PMIx): job info, fences and direct modex over the overlay.
+//!
+//! Flow: [`PmixServer::start`] initialises the process's one PMIx server (greedy-sys;
+//! libpmix runs its own progress thread), registers the job's namespace with the job-level
+//! keys Open MPI 4.1/5.0 and MPICH require (research/pmix-pmi.md §1, "Job-level keys"), and
+//! starts three tasks: the fence loop, the direct-modex server and the abort watcher. For each
+//! local rank the embedder calls [`PmixServer::env_for`] (register the client, then
+//! `setup_fork`) and starts the rank with that environment, which holds `PMIX_*` variables
+//! only, never `PMI_*` (MPICH ≥ 4.1 refuses both at once).
+//!
+//! PMIx calls up on its own thread, which must never block: every callback hands its work to
+//! tokio (a bounded channel for fences, a spawned task for direct modex and abort) and returns;
+//! the work completes PMIx's callback from a tokio thread when done (research §1 Threading).
+//!
+//! - **Fence** (`fence_nb`: all local participants are in): one overlay allgather of
+//!   `(participants, collect, this node's blob)`; every node checks that all nodes ran the same
+//!   fence, then hands PMIx the concatenation of the blobs (PMIx unpacks them in any order).
+//!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
+//!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
+//!   numbers match across nodes. A fence whose participants leave out whole nodes cannot be an
+//!   overlay collective and is answered `PMIX_ERR_NOT_SUPPORTED`.
+//! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
+//!   answers with `PMIx_server_dmodex_request`'s blob.
+//! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its
+//!   code and message; a rank that exits before `PMIx_Finalize` (reported by the embedder
+//!   through [`PmixServer::rank_exited`]) does too. The embedder watches
+//!   [`Overlay::aborted`] and kills its ranks, as with the PMI server.
+//!
+//! PMIx allows one server per process: one agent per process (tests run agents as separate
+//! processes, `examples/pmix-agent.rs`).
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use greedy_sys::pmix::{
+    Proc, RANK_WILDCARD, Status,
+    info::{InfoArray, Value, key},
+    server::{Handler, ModexDone, OpDone, Server, ServerConfig},
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::{AbortInfo, Error, JobSpec, overlay::Overlay};
+
+/// Settings of the PMIx server.
+#[derive(Debug, Clone)]
+pub struct PmixConfig {
+    /// This agent's own directory for PMIx rendezvous files and the job's session directories
+    /// (`PMIX_SERVER_TMPDIR`, `PMIX_TMPDIR`, `PMIX_NSDIR`); created if missing. Must differ
+    /// between agents on one machine: Open MPI names its shared-memory files after the node's
+    /// local ranks there.
+    pub tmpdir: PathBuf,
+    /// How long PMIx may take to confirm a namespace or client registration.
+    pub register_timeout: Duration,
+    /// How long [`PmixServer::shutdown`] waits for `PMIx_server_finalize`.
+    pub finalize_timeout: Duration,
+}
+
+impl PmixConfig {
+    /// Defaults with `tmpdir` as the agent's directory.
+    pub fn new(tmpdir: PathBuf) -> Self {
+        PmixConfig {
+            tmpdir,
+            register_timeout: Duration::from_secs(30),
+            finalize_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Variables that make Open MPI 4.1 accept a PMIx direct launch (an empty value is replaced by
+/// the job id).
+///
+/// Open MPI 4.1 decides how it was started in its schizo framework before it looks at PMIx:
+/// only Slurm (`SLURM_NODELIST` + `SLURM_STEP_ID`), Flux (`FLUX_JOB_ID`), JSM, or an `orted`
+/// (`OMPI_MCA_orte_local_daemon_uri`) count as a launcher; otherwise schizo/orte declares the
+/// process an unmanaged singleton and forces `ess=singleton`, overriding `OMPI_MCA_ess`
+/// (orte/mca/schizo/{orte,flux,slurm}/*.c@v4.1.4; measured: every rank ran as "rank 0 of 1").
+/// We present as Flux: schizo/flux declares a direct launch (`ess=pmi`, no self-binding) and
+/// touches nothing else; a fake Slurm step would make Slurm-aware code in the ranks act, and
+/// a fake orted URI would make them dial it. Open MPI's pmix/flux component (a client of
+/// Flux's own PMI library) loses to ext3x, which PMIX_NAMESPACE selects at priority 100
+/// (measured). Open MPI 5 (no schizo in the ranks) and MPICH ignore the variable. Forcing
+/// `OMPI_MCA_pmix=ext3x` instead is not an option: Open MPI 5 refuses the unknown component.
+const OPEN_MPI_4_DIRECT_LAUNCH: &[(&str, &str)] = &[("FLUX_JOB_ID", "")];
+
+/// Capacity of the queue from PMIx's thread to the fence loop. A job's ranks block in one
+/// fence at a time, so one or two are ever queued; a full queue means a runaway client and
+/// the fence is refused (`PMIX_ERR_OUT_OF_RESOURCE`) rather than blocking PMIx's thread.
+const FENCE_QUEUE: usize = 64;
+
+/// A fence PMIx handed up, waiting for the overlay.
+struct FenceReq {
+    procs: Vec<Proc>,
+    collect: bool,
+    data: Vec<u8>,
+    done: ModexDone,
+}
+
+/// What each node contributes to a fence's allgather.
+#[derive(Serialize, Deserialize)]
+struct FenceBlob {
+    /// The participants (sorted by PMIx), to check every node ran the same fence.
+    procs: Vec<(String, u32)>,
+    collect: bool,
+    data: Bytes,
+}
+
+/// A direct-modex request sent to the node owning the rank.
+#[derive(Serialize, Deserialize)]
+struct DmodexReq {
+    nspace: String,
+    rank: u32,
+}
+
+/// Per-node facts the callbacks update.
+#[derive(Debug, Default)]
+struct State {
+    finalized: HashSet<u32>,
+    /// Ranks that called `PMIx_Abort`: their abort is under way, their exit adds nothing.
+    aborting: HashSet<u32>,
+    exited: HashMap<u32, i32>,
+    registered: HashSet<u32>,
+    fences: u64,
+}
+
+/// What PMIx's callbacks reach (no `Server` inside: the server owns the handler).
+struct Bridge {
+    job: Arc<JobSpec>,
+    overlay: Overlay,
+    runtime: tokio::runtime::Handle,
+    state: Arc<Mutex<State>>,
+    fences: mpsc::Sender<FenceReq>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // The state is a few sets; a panic elsewhere cannot leave it worse than stopping would.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Bridge {
+    fn abort_job(&self, rank: Option<u32>, code: i32, reason: String) {
+        let overlay = self.overlay.clone();
+        let origin_node = self.job.node_idx;
+        warn!(?rank, code, "aborting job: {reason}");
+        self.tracker.spawn_on(
+            async move {
+                overlay
+                    .abort(AbortInfo {
+                        origin_node,
+                        rank,
+                        code,
+                        reason,
+                    })
+                    .await
+            },
+            &self.runtime,
+        );
+    }
+}
+
+impl Handler for Bridge {
+    fn client_connected(&self, proc_: Proc) {
+        debug!(rank = proc_.rank, "PMIx client connected");
+    }
+
+    fn client_finalized(&self, proc_: Proc, done: OpDone) {
+        if proc_.nspace == self.job.job_id {
+            lock(&self.state).finalized.insert(proc_.rank);
+        }
+        done.complete(Status::SUCCESS);
+    }
+
+    fn abort(
+        &self,
+        proc_: Proc,
+        status: i32,
+        msg: String,
+        targets: Option<Vec<Proc>>,
+        done: OpDone,
+    ) {
+        // A subset abort (targets) still aborts the whole job: ranks of an MPI job cannot
+        // outlive the ones they talk to, and Slurm's plugin does the same (kills the step).
+        let scope = match &targets {
+            Some(t) if !t.is_empty() => format!(" (asked for {} processes)", t.len()),
+            _ => String::new(),
+        };
+        let reason = format!(
+            "node {} rank {} called PMIx_Abort (code {status}){scope}: {msg:?}",
+            self.job.node_idx, proc_.rank
+        );
+        lock(&self.state).aborting.insert(proc_.rank);
+        self.abort_job(Some(proc_.rank), status, reason);
+        done.complete(Status::SUCCESS);
+    }
+
+    fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
+        let req = FenceReq {
+            procs,
+            collect,
+            data,
+            done,
+        };
+        if let Err(e) = self.fences.try_send(req) {
+            let req = match e {
+                mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => r,
+            };
+            warn!("fence refused: fence queue full or server stopping");
+            req.done.complete(Status::OUT_OF_RESOURCE, Vec::new());
+        }
+    }
+
+    fn direct_modex(&self, proc_: Proc, done: ModexDone) {
+        let node = (proc_.nspace == self.job.job_id)
+            .then(|| self.job.node_of_rank(proc_.rank))
+            .flatten();
+        let Some(node) = node else {
+            done.complete(Status::NOT_FOUND, Vec::new());
+            return;
+        };
+        let overlay = self.overlay.clone();
+        let shutdown = self.shutdown.clone();
+        let rank = proc_.rank;
+        let body = postcard::to_stdvec(&DmodexReq {
+            nspace: proc_.nspace,
+            rank,
+        })
+        .map(Bytes::from);
+        self.tracker.spawn_on(
+            async move {
+                let body = match body {
+                    Ok(b) => b,
+                    Err(_) => return done.complete(Status::ERROR, Vec::new()),
+                };
+                let answer = tokio::select! {
+                    // Dropping `done` answers PMIx with an error.
+                    _ = shutdown.cancelled() => return,
+                    a = overlay.request(node, body) => a,
+                };
+                match answer {
+                    Ok(blob) => done.complete(Status::SUCCESS, blob.to_vec()),
+                    Err(e) => {
+                        warn!(rank, peer = node, "direct modex failed: {e}");
+                        let status = match e {
+                            Error::Timeout { .. } => Status::TIMEOUT,
+                            _ => Status::ERROR,
+                        };
+                        done.complete(status, Vec::new());
+                    }
+                }
+            }
+            .instrument(info_span!("dmodex", rank, peer = node)),
+            &self.runtime,
+        );
+    }
+
+    fn callback_panicked(&self, callback: &'static str, message: String) {
+        self.abort_job(
+            None,
+            1,
+            format!(
+                "node {}: PMIx callback {callback} panicked: {message}",
+                self.job.node_idx
+            ),
+        );
+    }
+}
+
+/// A running PMIx server for one node's ranks; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PmixServer {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    job: Arc<JobSpec>,
+    config: PmixConfig,
+    overlay: Overlay,
+    server: Mutex<Option<Arc<Server>>>,
+    state: Arc<Mutex<State>>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl PmixServer {
+    /// Starts this process's PMIx server for `job`'s local ranks, with fences and direct
+    /// modex over `overlay`. Fails if a PMIx server already ran in this process.
+    pub async fn start(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: PmixConfig,
+    ) -> Result<PmixServer, Error> {
+        job.validate()?;
+        let me = job.node_idx;
+        let job = Arc::new(job.clone());
+        let span = info_span!("pmix", job = %job.job_id, node = me);
+        let failed = |what: &str, status: Status| Error::Pmix {
+            node: me,
+            what: what.to_string(),
+            status: status.to_string(),
+        };
+        if job.job_id.len() > greedy_sys::pmix::MAX_NSLEN {
+            return Err(Error::InvalidJob {
+                job: job.job_id.clone(),
+                reason: format!(
+                    "a PMIx namespace holds at most {} bytes",
+                    greedy_sys::pmix::MAX_NSLEN
+                ),
+            });
+        }
+        let nsdir = config.tmpdir.join(format!("ns-{}", job.job_id));
+        std::fs::create_dir_all(&nsdir).map_err(|source| Error::Io {
+            node: me,
+            what: "creating the PMIx directories",
+            source,
+        })?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let tracker = TaskTracker::new();
+        let shutdown = CancellationToken::new();
+        let (fence_tx, fence_rx) = mpsc::channel(FENCE_QUEUE);
+        let bridge = Arc::new(Bridge {
+            job: job.clone(),
+            overlay: overlay.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            state: state.clone(),
+            fences: fence_tx,
+            shutdown: shutdown.clone(),
+            tracker: tracker.clone(),
+        });
+        let server = Server::init(
+            bridge,
+            &ServerConfig {
+                tmpdir: config.tmpdir.clone(),
+                hostname: job.hosts[me].clone(),
+                nodeid: me as u32,
+                server_nspace: format!("greedy-{}", job.job_id),
+                server_rank: me as u32,
+            },
+        )
+        .map_err(|s| failed("PMIx_server_init", s))?;
+        let server = Arc::new(server);
+        let shared = Arc::new(Shared {
+            job: job.clone(),
+            config: config.clone(),
+            overlay: overlay.clone(),
+            server: Mutex::new(Some(server.clone())),
+            state,
+            shutdown,
+            tracker,
+        });
+        let pmix = PmixServer { inner: shared };
+        let registered = async {
+            let info = job_info(&job, &server, &config.tmpdir, &nsdir)
+                .map_err(|s| failed("building the job info", s))?;
+            let (tx, rx) = oneshot::channel();
+            server
+                .register_nspace(
+                    &job.job_id,
+                    job.local_ranks().len() as u32,
+                    info,
+                    move |s| {
+                        let _ = tx.send(s);
+                    },
+                )
+                .map_err(|s| failed("PMIx_server_register_nspace", s))?;
+            match tokio::time::timeout(config.register_timeout, rx).await {
+                Err(_) => Err(Error::Timeout {
+                    node: me,
+                    what: "register_timeout",
+                    after: config.register_timeout,
+                }),
+                Ok(Err(_)) => Err(failed("PMIx_server_register_nspace", Status::ERROR)),
+                Ok(Ok(s)) if !s.is_success() => Err(failed("PMIx_server_register_nspace", s)),
+                Ok(Ok(_)) => Ok(()),
+            }
+        };
+        if let Err(e) = registered.await {
+            pmix.shutdown().await;
+            return Err(e);
+        }
+        drop(server);
+        let inner = &pmix.inner;
+        inner
+            .tracker
+            .spawn(fence_loop(inner.clone(), fence_rx).instrument(span.clone()));
+        if let Some(incoming) = overlay.incoming() {
+            inner
+                .tracker
+                .spawn(dmodex_server(inner.clone(), incoming).instrument(span.clone()));
+        }
+        drop(span);
+        Ok(pmix)
+    }
+
+    /// Registers local `rank` with PMIx and returns the environment to start it with
+    /// (`PMIX_NAMESPACE`, `PMIX_RANK`, the server URI, …, and the variables Open MPI 4.1 needs
+    /// to accept a direct launch, [`OPEN_MPI_4_DIRECT_LAUNCH`]): add it to the rank's
+    /// environment, and give the rank no `PMI_*` variables.
+    pub async fn env_for(&self, rank: u32) -> Result<Vec<(String, String)>, Error> {
+        let shared = &self.inner;
+        let me = shared.job.node_idx;
+        let failed = |what: &str, status: Status| Error::Pmix {
+            node: me,
+            what: format!("rank {rank}: {what}"),
+            status: status.to_string(),
+        };
+        if !shared.job.local_ranks().contains(&rank) || !lock(&shared.state).registered.insert(rank)
+        {
+            return Err(Error::InvalidJob {
+                job: shared.job.job_id.clone(),
+                reason: format!("rank {rank} is not a free local rank of node {me}"),
+            });
+        }
+        let server = shared
+            .server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(Error::Shutdown { node: me })?;
+        let proc_ = Proc {
+            nspace: shared.job.job_id.clone(),
+            rank,
+        };
+        let (tx, rx) = oneshot::channel();
+        server
+            .register_client(&proc_, move |s| {
+                let _ = tx.send(s);
+            })
+            .map_err(|s| failed("PMIx_server_register_client", s))?;
+        match tokio::time::timeout(shared.config.register_timeout, rx).await {
+            Err(_) => {
+                return Err(Error::Timeout {
+                    node: me,
+                    what: "register_timeout",
+                    after: shared.config.register_timeout,
+                });
+            }
+            Ok(Err(_)) => return Err(failed("PMIx_server_register_client", Status::ERROR)),
+            Ok(Ok(s)) if !s.is_success() => {
+                return Err(failed("PMIx_server_register_client", s));
+            }
+            Ok(Ok(_)) => {}
+        }
+        let mut env = server
+            .setup_fork(&proc_)
+            .map_err(|s| failed("PMIx_server_setup_fork", s))?;
+        env.extend(OPEN_MPI_4_DIRECT_LAUNCH.iter().map(|(k, v)| {
+            let v = if v.is_empty() {
+                shared.job.job_id.as_str()
+            } else {
+                v
+            };
+            (k.to_string(), v.to_string())
+        }));
+        Ok(env)
+    }
+
+    /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
+    /// An exit before `PMIx_Finalize` aborts the job, naming the rank and the code, unless
+    /// the rank called `PMIx_Abort` (whose message, already on its way, names it better).
+    pub async fn rank_exited(&self, rank: u32, code: i32) {
+        let before_finalize = {
+            let mut st = lock(&self.inner.state);
+            st.exited.insert(rank, code);
+            !st.finalized.contains(&rank) && !st.aborting.contains(&rank)
+        };
+        if before_finalize {
+            let reason = format!(
+                "node {} rank {rank} exited with code {code} before PMIx_Finalize",
+                self.inner.job.node_idx
+            );
+            warn!(rank, code, "aborting job: {reason}");
+            self.inner
+                .overlay
+                .abort(AbortInfo {
+                    origin_node: self.inner.job.node_idx,
+                    rank: Some(rank),
+                    code,
+                    reason,
+                })
+                .await;
+        }
+    }
+
+    /// Number of fences completed on this node.
+    pub fn fences(&self) -> u64 {
+        lock(&self.inner.state).fences
+    }
+
+    /// Stops the tasks, then finalizes the PMIx server (which disconnects remaining clients).
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+        let server = self
+            .inner
+            .server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(server) = server else { return };
+        let limit = self.inner.config.finalize_timeout;
+        // Deregistering the namespace first makes PMIx drop the job's clients and data
+        // before it finalizes, instead of racing a client that dies while connecting.
+        let (tx, rx) = oneshot::channel();
+        server.deregister_nspace(&self.inner.job.job_id, move |s| {
+            let _ = tx.send(s);
+        });
+        let _ = tokio::time::timeout(limit, rx).await;
+        // PMIx_server_finalize blocks while PMIx's thread winds down, and can hang in
+        // pmix_rte_finalize after clients were killed mid-connect (measured, 1 run in ~8 of
+        // the crash test). Run it on a thread of its own, detached, and wait at most
+        // finalize_timeout: a runtime blocking thread would keep the runtime (and the process)
+        // from exiting.
+        let (done_tx, done_rx) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("pmix-finalize".into())
+            .spawn(move || {
+                drop(server);
+                let _ = done_tx.send(());
+            });
+        if spawned.is_ok() && tokio::time::timeout(limit, done_rx).await.is_err() {
+            warn!(
+                "PMIx_server_finalize still running after finalize_timeout ({limit:?}); left behind"
+            );
+        }
+    }
+}
+
+/// The namespace's job-level info (research/pmix-pmi.md §1): sizes, maps, local peers, and
+/// per-rank data for the local ranks only; PMIx derives remote ranks' hosts and node ids from
+/// the node and proc maps.
+fn job_info(
+    job: &JobSpec,
+    server: &Server,
+    tmpdir: &std::path::Path,
+    nsdir: &std::path::Path,
+) -> Result<InfoArray, Status> {
+    let me = job.node_idx;
+    let n_ranks = job.n_ranks();
+    let local = job.local_ranks();
+    let node_map = server.generate_regex(&job.hosts.join(","))?;
+    let ppn: Vec<String> = job
+        .ranks
+        .iter()
+        .map(|r| r.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+        .collect();
+    let proc_map = server.generate_ppn(&ppn.join(";"))?;
+    let host = job.hosts[me].clone();
+    let mut entries: Vec<(&'static std::ffi::CStr, Value)> = vec![
+        (key::SPAWNED, Value::Bool(false)),
+        (key::TMPDIR, Value::Str(tmpdir.to_string_lossy().into())),
+        (key::NSDIR, Value::Str(nsdir.to_string_lossy().into())),
+        (key::TDIR_RMCLEAN, Value::Bool(true)),
+        (key::JOBID, Value::Str(job.job_id.clone())),
+        (key::NODEID, Value::U32(me as u32)),
+        (key::HOSTNAME, Value::Str(host.clone())),
+        (key::UNIV_SIZE, Value::U32(n_ranks)),
+        (key::JOB_SIZE, Value::U32(n_ranks)),
+        (key::JOB_NUM_APPS, Value::U32(1)),
+        (key::APP_SIZE, Value::U32(n_ranks)),
+        (key::MAX_PROCS, Value::U32(n_ranks)),
+        (key::NUM_NODES, Value::U32(job.n_nodes() as u32)),
+        (key::LOCAL_SIZE, Value::U32(local.len() as u32)),
+        (key::NODE_SIZE, Value::U32(local.len() as u32)),
+        (key::NODE_MAP, Value::Str(node_map)),
+        (key::PROC_MAP, Value::Str(proc_map)),
+        (key::ANL_MAP, Value::Str(job.process_mapping())),
+        (
+            key::LOCAL_PEERS,
+            Value::Str(
+                local
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        ),
+        (
+            key::LOCALLDR,
+            Value::Rank(local.iter().copied().min().unwrap_or(0)),
+        ),
+    ];
+    for (local_rank, &rank) in local.iter().enumerate() {
+        entries.push((
+            key::PROC_DATA,
+            Value::Infos(vec![
+                (key::RANK, Value::Rank(rank)),
+                (key::APPNUM, Value::U32(0)),
+                (key::APPLDR, Value::Rank(0)),
+                (key::GLOBAL_RANK, Value::Rank(rank)),
+                (key::APP_RANK, Value::Rank(rank)),
+                (key::LOCAL_RANK, Value::U16(local_rank as u16)),
+                (key::NODE_RANK, Value::U16(local_rank as u16)),
+                (key::HOSTNAME, Value::Str(host.clone())),
+                (key::NODEID, Value::U32(me as u32)),
+            ]),
+        ));
+    }
+    InfoArray::new(&entries)
+}
+
+/// Carries fences to the overlay one at a time, in the order PMIx reported them.
+async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
+    let job = &shared.job;
+    let me = job.node_idx;
+    loop {
+        let req = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = fences.recv() => match r { Some(r) => r, None => return },
+        };
+        let FenceReq {
+            procs,
+            collect,
+            data,
+            done,
+        } = req;
+        // The overlay's collectives involve every node: a fence must too.
+        let whole = procs
+            .iter()
+            .any(|p| p.nspace == job.job_id && p.rank == RANK_WILDCARD);
+        let covered = whole || {
+            let nodes: HashSet<usize> = procs
+                .iter()
+                .filter(|p| p.nspace == job.job_id)
+                .filter_map(|p| job.node_of_rank(p.rank))
+                .collect();
+            nodes.len() == job.n_nodes() && procs.iter().all(|p| p.nspace == job.job_id)
+        };
+        if !covered {
+            warn!(
+                ?procs,
+                "fence over a subset of the nodes (or another namespace): not supported"
+            );
+            done.complete(Status::NOT_SUPPORTED, Vec::new());
+            continue;
+        }
+        let mine = FenceBlob {
+            procs: procs.iter().map(|p| (p.nspace.clone(), p.rank)).collect(),
+            collect,
+            data: if collect {
+                Bytes::from(data)
+            } else {
+                Bytes::new()
+            },
+        };
+        let blob = match postcard::to_stdvec(&mine) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                warn!("cannot encode fence blob: {e}");
+                done.complete(Status::ERROR, Vec::new());
+                continue;
+            }
+        };
+        let started = std::time::Instant::now();
+        let gathered = tokio::select! {
+            // Dropping `done` answers PMIx with an error; the server is finalized after this.
+            _ = shared.shutdown.cancelled() => return,
+            g = shared.overlay.allgather(blob) => g,
+        };
+        let blobs = match gathered {
+            Ok(b) => b,
+            Err(e) => {
+                // Timeouts and aborts have already aborted the job.
+                warn!("fence failed: {e}");
+                let status = match e {
+                    Error::CollectiveTimeout { .. } => Status::TIMEOUT,
+                    _ => Status::ERROR,
+                };
+                done.complete(status, Vec::new());
+                continue;
+            }
+        };
+        let mut all = Vec::with_capacity(blobs.iter().map(Bytes::len).sum());
+        let mut mismatch = None;
+        for (node, b) in blobs.iter().enumerate() {
+            match postcard::from_bytes::<FenceBlob>(b) {
+                Ok(f) if f.procs == mine.procs && f.collect == mine.collect => {
+                    all.extend_from_slice(&f.data)
+                }
+                Ok(f) => {
+                    mismatch = Some(format!(
+                        "node {me} fence: node {node} ran a different fence (participants {:?}, collect {}) than this node ({:?}, collect {}); PMIx fences must be issued in the same order on every node",
+                        f.procs, f.collect, mine.procs, mine.collect
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    mismatch = Some(format!(
+                        "node {me} fence: undecodable blob from node {node}: {e}"
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = mismatch {
+            warn!("aborting job: {reason}");
+            done.complete(Status::ERROR, Vec::new());
+            shared
+                .overlay
+                .abort(AbortInfo {
+                    origin_node: me,
+                    rank: None,
+                    code: 1,
+                    reason,
+                })
+                .await;
+            continue;
+        }
+        lock(&shared.state).fences += 1;
+        debug!(
+            collect,
+            bytes = all.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "fence complete"
+        );
+        done.complete(Status::SUCCESS, all);
+    }
+}
+
+/// Answers other nodes' direct-modex requests for this node's ranks.
+async fn dmodex_server(
+    shared: Arc<Shared>,
+    mut incoming: mpsc::Receiver<crate::overlay::Incoming>,
+) {
+    loop {
+        let req = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = incoming.recv() => match r { Some(r) => r, None => return },
+        };
+        let server = shared
+            .server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let job = shared.job.clone();
+        let shutdown = shared.shutdown.clone();
+        shared.tracker.spawn(
+            async move {
+                let asked = match postcard::from_bytes::<DmodexReq>(&req.body) {
+                    Ok(a) => a,
+                    Err(e) => return req.respond(Err(format!("bad dmodex request: {e}"))).await,
+                };
+                if asked.nspace != job.job_id || !job.local_ranks().contains(&asked.rank) {
+                    let reason = format!(
+                        "node {}: rank {} of {:?} is not here",
+                        job.node_idx, asked.rank, asked.nspace
+                    );
+                    return req.respond(Err(reason)).await;
+                }
+                let Some(server) = server else {
+                    return req.respond(Err("PMIx server stopped".into())).await;
+                };
+                let (tx, rx) = oneshot::channel();
+                let proc_ = Proc {
+                    nspace: asked.nspace,
+                    rank: asked.rank,
+                };
+                if let Err(s) = server.dmodex_request(&proc_, move |r| {
+                    let _ = tx.send(r);
+                }) {
+                    return req
+                        .respond(Err(format!("PMIx_server_dmodex_request: {s}")))
+                        .await;
+                }
+                drop(server);
+                // PMIx answers once the rank has committed its data; the asking node's
+                // request_timeout bounds the wait.
+                let answer = tokio::select! {
+                    _ = shutdown.cancelled() => Err("node shutting down".into()),
+                    r = rx => match r {
+                    Ok(Ok(blob)) => Ok(Bytes::from(blob)),
+                    Ok(Err(s)) => Err(format!("PMIx_server_dmodex_request: {s}")),
+                    Err(_) => Err("PMIx dropped the dmodex request".into()),
+                    },
+                };
+                req.respond(answer).await;
+            }
+            .in_current_span(),
+        );
+    }
+}

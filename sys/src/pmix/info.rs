@@ -1,0 +1,277 @@
+//! Owned `pmix_info_t` arrays built from Rust values, and the `PMIX_*` keys as C strings.
+
+use std::ffi::{CStr, CString, c_void};
+
+use super::{Status, check};
+use crate::raw::pmix as raw;
+
+/// The `PMIX_*` attribute keys the shim uses, as `&CStr` (pmix_common.h defines them as strings).
+pub mod key {
+    use crate::raw::pmix as raw;
+    use std::ffi::CStr;
+
+    macro_rules! keys {
+        ($($(#[$doc:meta])* $name:ident = $raw:ident;)*) => {$(
+            $(#[$doc])*
+            pub const $name: &CStr = match CStr::from_bytes_with_nul(raw::$raw) {
+                Ok(k) => k,
+                Err(_) => panic!("PMIx keys are NUL-terminated literals"),
+            };
+        )*};
+    }
+
+    keys! {
+        /// `pmix.spawned` (bool).
+        SPAWNED = PMIX_SPAWNED;
+        /// `pmix.tmpdir` (string).
+        TMPDIR = PMIX_TMPDIR;
+        /// `pmix.nsdir` (string).
+        NSDIR = PMIX_NSDIR;
+        /// `pmix.procdir` (string).
+        PROCDIR = PMIX_PROCDIR;
+        /// `pmix.tdir.rmclean` (bool).
+        TDIR_RMCLEAN = PMIX_TDIR_RMCLEAN;
+        /// `pmix.jobid` (string).
+        JOBID = PMIX_JOBID;
+        /// `pmix.nodeid` (u32).
+        NODEID = PMIX_NODEID;
+        /// `pmix.univ.size` (u32).
+        UNIV_SIZE = PMIX_UNIV_SIZE;
+        /// `pmix.job.size` (u32).
+        JOB_SIZE = PMIX_JOB_SIZE;
+        /// `pmix.job.napps` (u32).
+        JOB_NUM_APPS = PMIX_JOB_NUM_APPS;
+        /// `pmix.app.size` (u32).
+        APP_SIZE = PMIX_APP_SIZE;
+        /// `pmix.local.size` (u32).
+        LOCAL_SIZE = PMIX_LOCAL_SIZE;
+        /// `pmix.node.size` (u32).
+        NODE_SIZE = PMIX_NODE_SIZE;
+        /// `pmix.max.size` (u32).
+        MAX_PROCS = PMIX_MAX_PROCS;
+        /// `pmix.num.nodes` (u32).
+        NUM_NODES = PMIX_NUM_NODES;
+        /// `pmix.nmap` (string, `PMIx_generate_regex`).
+        NODE_MAP = PMIX_NODE_MAP;
+        /// `pmix.pmap` (string, `PMIx_generate_ppn`).
+        PROC_MAP = PMIX_PROC_MAP;
+        /// `pmix.anlmap` (string, the PMI `(vector,...)` mapping).
+        ANL_MAP = PMIX_ANL_MAP;
+        /// `pmix.lpeers` (string, comma-separated local ranks).
+        LOCAL_PEERS = PMIX_LOCAL_PEERS;
+        /// `pmix.lldr` (rank).
+        LOCALLDR = PMIX_LOCALLDR;
+        /// `pmix.pdata` (data array of info, one per rank).
+        PROC_DATA = PMIX_PROC_DATA;
+        /// `pmix.rank` (rank).
+        RANK = PMIX_RANK;
+        /// `pmix.appnum` (u32).
+        APPNUM = PMIX_APPNUM;
+        /// `pmix.aldr` (rank).
+        APPLDR = PMIX_APPLDR;
+        /// `pmix.grank` (rank).
+        GLOBAL_RANK = PMIX_GLOBAL_RANK;
+        /// `pmix.apprank` (rank).
+        APP_RANK = PMIX_APP_RANK;
+        /// `pmix.lrank` (u16).
+        LOCAL_RANK = PMIX_LOCAL_RANK;
+        /// `pmix.nrank` (u16).
+        NODE_RANK = PMIX_NODE_RANK;
+        /// `pmix.hname` (string).
+        HOSTNAME = PMIX_HOSTNAME;
+        /// `pmix.srvr.tmpdir` (string).
+        SERVER_TMPDIR = PMIX_SERVER_TMPDIR;
+        /// `pmix.sys.tmpdir` (string).
+        SYSTEM_TMPDIR = PMIX_SYSTEM_TMPDIR;
+        /// `pmix.srv.nspace` (string).
+        SERVER_NSPACE = PMIX_SERVER_NSPACE;
+        /// `pmix.srv.rank` (rank).
+        SERVER_RANK = PMIX_SERVER_RANK;
+        /// `pmix.collect` (bool).
+        COLLECT_DATA = PMIX_COLLECT_DATA;
+    }
+}
+
+/// A value of one `pmix_info_t`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `PMIX_BOOL`.
+    Bool(bool),
+    /// `PMIX_STRING` (no interior NUL).
+    Str(String),
+    /// `PMIX_UINT32`.
+    U32(u32),
+    /// `PMIX_UINT16`.
+    U16(u16),
+    /// `PMIX_PROC_RANK`.
+    Rank(u32),
+    /// `PMIX_DATA_ARRAY` of `PMIX_INFO` (PMIx deep-copies it).
+    Infos(Vec<(&'static CStr, Value)>),
+}
+
+/// An owned array of `pmix_info_t`: every value is loaded by `PMIx_Info_load` (which copies
+/// strings and arrays into PMIx-allocated memory) and destructed on drop.
+///
+/// The array does not move while it lives (a boxed slice), so a pointer handed to PMIx stays
+/// valid for as long as the `InfoArray` does.
+pub struct InfoArray(Box<[raw::pmix_info_t]>);
+
+// SAFETY: the array exclusively owns its elements and what they point to (copies made by
+// PMIx_Info_load); nothing else refers to them, so moving it to another thread is sound.
+unsafe impl Send for InfoArray {}
+// SAFETY: through `&InfoArray` only the length can be read; every access to the entries
+// (handing a pointer to PMIx) needs `&mut`, so shared references cannot race.
+unsafe impl Sync for InfoArray {}
+
+impl std::fmt::Debug for InfoArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InfoArray({} entries)", self.0.len())
+    }
+}
+
+impl InfoArray {
+    /// Builds the array; fails on a string with an interior NUL or a PMIx load error.
+    pub fn new(entries: &[(&CStr, Value)]) -> Result<InfoArray, Status> {
+        // On failure, the entries loaded so far are destructed by Drop (a zeroed
+        // pmix_value_t has type PMIX_UNDEF, whose destruct is a no-op).
+        let mut built = InfoArray(
+            (0..entries.len())
+                .map(|_| raw::pmix_info_t::default())
+                .collect(),
+        );
+        for (slot, (k, v)) in built.0.iter_mut().zip(entries) {
+            load(slot, k, v)?;
+        }
+        Ok(built)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Pointer to the first entry, for PMIx calls that take `pmix_info_t info[]`; valid while
+    /// `self` lives and is not mutated through other means.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut raw::pmix_info_t {
+        if self.0.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.0.as_mut_ptr()
+        }
+    }
+}
+
+impl Drop for InfoArray {
+    fn drop(&mut self) {
+        for info in self.0.iter_mut() {
+            // SAFETY: each value was zeroed (PMIX_UNDEF, nothing to free) or loaded by
+            // PMIx_Info_load, which allocated what it points to; destruct frees exactly that,
+            // once, since the array is dropped once.
+            unsafe { raw::PMIx_Value_destruct(&mut info.value) };
+        }
+    }
+}
+
+/// Loads one entry with `PMIx_Info_load`, which copies the key and the value.
+fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> {
+    let load_ptr = |slot: &mut raw::pmix_info_t, data: *const c_void, ty: u32| {
+        // SAFETY: `slot` is a valid zeroed or previously unloaded pmix_info_t; `k` is
+        // NUL-terminated; `data` points to a live value of the C type that `ty` names (see each
+        // caller), which PMIx copies (strdup for strings, memcpy for numbers, a deep copy for
+        // data arrays: bfrops_base_value_load) before returning.
+        check(unsafe { raw::PMIx_Info_load(slot, k.as_ptr(), data, ty as raw::pmix_data_type_t) })
+    };
+    match v {
+        Value::Bool(b) => load_ptr(slot, (b as *const bool).cast(), raw::PMIX_BOOL),
+        Value::U32(n) | Value::Rank(n) => {
+            let ty = if matches!(v, Value::Rank(_)) {
+                raw::PMIX_PROC_RANK
+            } else {
+                raw::PMIX_UINT32
+            };
+            load_ptr(slot, (n as *const u32).cast(), ty)
+        }
+        Value::U16(n) => load_ptr(slot, (n as *const u16).cast(), raw::PMIX_UINT16),
+        Value::Str(s) => {
+            let c = CString::new(s.as_str()).map_err(|_| Status::BAD_PARAM)?;
+            // For PMIX_STRING, PMIx takes the char* itself as `data` and strdups it.
+            load_ptr(slot, c.as_ptr().cast(), raw::PMIX_STRING)
+        }
+        Value::Infos(entries) => {
+            let entries: Vec<(&CStr, Value)> =
+                entries.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let mut inner = InfoArray::new(&entries)?;
+            let darray = raw::pmix_data_array_t {
+                type_: raw::PMIX_INFO as raw::pmix_data_type_t,
+                size: inner.len(),
+                array: inner.as_mut_ptr().cast(),
+            };
+            // PMIx deep-copies the array, so `inner` can be dropped afterwards.
+            load_ptr(
+                slot,
+                (&darray as *const raw::pmix_data_array_t).cast(),
+                raw::PMIX_DATA_ARRAY,
+            )
+        }
+    }
+}
+
+/// Reads a bool entry `k` from an info array PMIx passed in; `None` if absent or not a bool.
+///
+/// # Safety
+/// `info` must be NULL (with `ninfo` 0) or point to `ninfo` valid `pmix_info_t`.
+pub(crate) unsafe fn find_bool(
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    k: &CStr,
+) -> Option<bool> {
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and `ninfo` valid entries by the caller's contract.
+    let infos = unsafe { std::slice::from_raw_parts(info, ninfo) };
+    let entry = infos.iter().find(|i| {
+        // SAFETY: PMIx keys are NUL-terminated within their fixed-size buffer.
+        let key = unsafe { CStr::from_ptr(i.key.as_ptr()) };
+        key == k
+    })?;
+    if entry.value.type_ != raw::PMIX_BOOL as raw::pmix_data_type_t {
+        return None;
+    }
+    // SAFETY: the union's `flag` member is the active one when the type says PMIX_BOOL.
+    Some(unsafe { entry.value.data.flag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_and_read_back() {
+        let mut a = InfoArray::new(&[
+            (key::JOB_SIZE, Value::U32(16)),
+            (key::COLLECT_DATA, Value::Bool(true)),
+            (key::HOSTNAME, Value::Str("n1".into())),
+            (
+                key::PROC_DATA,
+                Value::Infos(vec![
+                    (key::RANK, Value::Rank(3)),
+                    (key::LOCAL_RANK, Value::U16(1)),
+                ]),
+            ),
+        ])
+        .unwrap();
+        assert_eq!(a.len(), 4);
+        let p = a.as_mut_ptr();
+        // SAFETY: `a` holds 4 valid entries and outlives the call.
+        assert_eq!(unsafe { find_bool(p, 4, key::COLLECT_DATA) }, Some(true));
+        // SAFETY: as above.
+        assert_eq!(unsafe { find_bool(p, 4, key::JOB_SIZE) }, None);
+        assert!(InfoArray::new(&[(key::HOSTNAME, Value::Str("a\0b".into()))]).is_err());
+    }
+}

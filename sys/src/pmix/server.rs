@@ -1,0 +1,648 @@
+//! The PMIx server: init once per process, the module callbacks (forwarded to a [`Handler`]), and the host-side calls.
+//!
+//! PMIx runs its own progress thread and calls the module's `extern "C"` callbacks there
+//! (research/pmix-pmi.md §1, Threading). The trampolines here copy every argument (PMIx owns
+//! them only for the call), catch panics (reported once through
+//! [`Handler::callback_panicked`]), and hand the handler a completion object:
+//! - [`OpDone`] calls a `pmix_op_cbfunc_t` exactly once: with the status given to
+//!   [`OpDone::complete`], or with `PMIX_ERROR` if dropped uncompleted;
+//! - [`ModexDone`] calls a `pmix_modex_cbfunc_t` exactly once, handing PMIx a buffer that stays
+//!   alive until PMIx calls the release function (PMIx does not copy it).
+//!
+//! Both may be completed from any thread, at any later time: PMIx thread-shifts these
+//! callbacks onto its own thread (`modex_cbfunc`, `op_cbfunc` in pmix_server.c@v4.2.2). The
+//! trampolines therefore always return `PMIX_SUCCESS`: the outcome, even a refusal, travels
+//! through the callback.
+//!
+//! Host-side calls that take a callback ([`Server::register_nspace`],
+//! [`Server::register_client`], [`Server::dmodex_request`], …) return at once; the closure runs
+//! later on PMIx's thread and must not block. Their arguments (the info array) are kept alive
+//! until then. Calls without callback block and must never be made from a callback.
+//!
+//! Module entries left NULL (publish, lookup, spawn, connect, job control, …) are answered
+//! `PMIX_ERR_NOT_SUPPORTED` by the library itself.
+
+use std::any::Any;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use super::info::{InfoArray, Value, find_bool, key};
+use super::{Proc, Status, check, take_c_string};
+use crate::raw::pmix as raw;
+
+/// What the server's owner does when PMIx calls up. Every method runs on PMIx's progress
+/// thread and must return quickly: hand the work elsewhere and complete later.
+pub trait Handler: Send + Sync + 'static {
+    /// A registered client connected (a notification: PMIx 4.2 passes no callback).
+    fn client_connected(&self, proc_: Proc) {
+        let _ = proc_;
+    }
+    /// A client called `PMIx_Finalize`; it stays blocked until `done` completes.
+    fn client_finalized(&self, proc_: Proc, done: OpDone);
+    /// A client called `PMIx_Abort(status, msg, targets)`; `targets` `None` means the whole
+    /// namespace.
+    fn abort(
+        &self,
+        proc_: Proc,
+        status: i32,
+        msg: String,
+        targets: Option<Vec<Proc>>,
+        done: OpDone,
+    );
+    /// Every local participant of a fence has entered it. `data` is this node's blob;
+    /// `done` must receive the concatenation of every participating node's blob.
+    fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone);
+    /// A local client wants the data of a remote process: fetch its blob from its node
+    /// (which calls [`Server::dmodex_request`]) and complete `done` with it.
+    fn direct_modex(&self, proc_: Proc, done: ModexDone);
+    /// A callback (this handler's method or a host-call closure) panicked; `message` is the
+    /// panic's text. Called once per panic, on PMIx's thread.
+    fn callback_panicked(&self, callback: &'static str, message: String);
+}
+
+/// Completes a PMIx operation that reports only a status (`pmix_op_cbfunc_t`).
+pub struct OpDone {
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+}
+
+// SAFETY: PMIx thread-shifts its op callbacks onto its progress thread (the cbdata is its own
+// caddy object, touched only there), so calling them from any thread is allowed (research
+// §1 Threading); nothing else refers to `cbdata` on our side.
+unsafe impl Send for OpDone {}
+
+impl std::fmt::Debug for OpDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpDone")
+    }
+}
+
+impl OpDone {
+    /// Reports `status` to PMIx.
+    pub fn complete(mut self, status: Status) {
+        self.fire(status);
+    }
+
+    fn fire(&mut self, status: Status) {
+        if let Some(f) = self.cbfunc.take() {
+            // SAFETY: `f` and `cbdata` came together from PMIx for this one operation and are
+            // used once (the Option is taken).
+            unsafe { f(status.0, self.cbdata) };
+        }
+    }
+}
+
+impl Drop for OpDone {
+    fn drop(&mut self) {
+        self.fire(Status::ERROR);
+    }
+}
+
+/// Completes a fence or a direct modex (`pmix_modex_cbfunc_t`) with data.
+pub struct ModexDone {
+    cbfunc: raw::pmix_modex_cbfunc_t,
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for OpDone: PMIx thread-shifts modex callbacks (`modex_cbfunc`,
+// pmix_server.c@v4.2.2), so any thread may complete them.
+unsafe impl Send for ModexDone {}
+
+impl std::fmt::Debug for ModexDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModexDone")
+    }
+}
+
+impl ModexDone {
+    /// Hands `data` to PMIx with `status`; the buffer lives until PMIx releases it.
+    pub fn complete(mut self, status: Status, data: Vec<u8>) {
+        self.fire(status, data);
+    }
+
+    fn fire(&mut self, status: Status, data: Vec<u8>) {
+        let Some(f) = self.cbfunc.take() else { return };
+        if data.is_empty() {
+            // SAFETY: `f`/`cbdata` are PMIx's pair for this operation, used once; no data, so
+            // no release function.
+            unsafe {
+                f(
+                    status.0,
+                    std::ptr::null(),
+                    0,
+                    self.cbdata,
+                    None,
+                    std::ptr::null_mut(),
+                )
+            };
+            return;
+        }
+        let boxed = Box::new(data);
+        let (ptr, len) = (boxed.as_ptr(), boxed.len());
+        let keep = Box::into_raw(boxed);
+        // SAFETY: `ptr[..len]` stays valid until `release_vec(keep)` runs, which PMIx calls
+        // once after processing (it does not copy the data: research §1 fence_nb contract).
+        unsafe {
+            f(
+                status.0,
+                ptr.cast(),
+                len,
+                self.cbdata,
+                Some(release_vec),
+                keep.cast(),
+            )
+        };
+    }
+}
+
+impl Drop for ModexDone {
+    fn drop(&mut self) {
+        self.fire(Status::ERROR, Vec::new());
+    }
+}
+
+/// Frees a buffer handed to PMIx by [`ModexDone::complete`].
+///
+/// # Safety
+/// `cbdata` must be the `Box<Vec<u8>>` pointer made there, released once.
+unsafe extern "C" fn release_vec(cbdata: *mut c_void) {
+    // SAFETY: by the contract above, a Box<Vec<u8>> leaked by `fire`, freed exactly once.
+    drop(unsafe { Box::from_raw(cbdata.cast::<Vec<u8>>()) });
+}
+
+/// The handler the trampolines forward to; set by [`Server::init`], cleared on drop.
+static HANDLER: RwLock<Option<Arc<dyn Handler>>> = RwLock::new(None);
+/// PMIx supports one server per process, initialised once.
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+fn handler() -> Option<Arc<dyn Handler>> {
+    HANDLER.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+fn panic_text(p: Box<dyn Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-string payload".into())
+}
+
+/// Runs `f` with the handler, catching a panic and reporting it once. Without a handler (the
+/// server is finalizing) `f` is dropped, and with it any completion: PMIx gets an error.
+fn forward(callback: &'static str, f: impl FnOnce(&dyn Handler)) {
+    let Some(h) = handler() else { return };
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&*h))) {
+        report_panic(&*h, callback, p);
+    }
+}
+
+fn report_panic(h: &dyn Handler, callback: &'static str, p: Box<dyn Any + Send>) {
+    let text = panic_text(p);
+    // A panicking report must not unwind into C either.
+    let _ = catch_unwind(AssertUnwindSafe(|| h.callback_panicked(callback, text)));
+}
+
+/// Copies `n` process names from a PMIx array.
+///
+/// # Safety
+/// `procs` must be NULL or point to `n` valid `pmix_proc_t`.
+unsafe fn procs_from_raw(procs: *const raw::pmix_proc_t, n: usize) -> Vec<Proc> {
+    if procs.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: non-NULL with `n` valid entries by the contract.
+    unsafe { std::slice::from_raw_parts(procs, n) }
+        .iter()
+        .map(Proc::from_raw)
+        .collect()
+}
+
+/// `client_connected`: a notification in PMIx 4.2 (cbfunc NULL).
+unsafe extern "C" fn on_client_connected(
+    proc_: *const raw::pmix_proc_t,
+    _server_object: *mut c_void,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc for the duration of the call.
+    let p = unsafe { procs_from_raw(proc_, 1) };
+    forward("client_connected", |h| {
+        if let Some(p) = p.into_iter().next() {
+            h.client_connected(p);
+        }
+    });
+    done.complete(Status::SUCCESS);
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_client_finalized(
+    proc_: *const raw::pmix_proc_t,
+    _server_object: *mut c_void,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc for the duration of the call.
+    let p = unsafe { procs_from_raw(proc_, 1) };
+    forward("client_finalized", move |h| match p.into_iter().next() {
+        Some(p) => h.client_finalized(p, done),
+        None => done.complete(Status::BAD_PARAM),
+    });
+    Status::SUCCESS.0
+}
+
+#[allow(clippy::too_many_arguments)] // the C signature
+unsafe extern "C" fn on_abort(
+    proc_: *const raw::pmix_proc_t,
+    _server_object: *mut c_void,
+    status: c_int,
+    msg: *const c_char,
+    procs: *mut raw::pmix_proc_t,
+    nprocs: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc for the duration of the call.
+    let p = unsafe { procs_from_raw(proc_, 1) };
+    let msg = if msg.is_null() {
+        String::new()
+    } else {
+        // SAFETY: non-NULL message strings from PMIx are NUL-terminated and live for the call.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // SAFETY: `procs` is NULL or holds `nprocs` entries, valid for the call.
+    let targets = (!procs.is_null()).then(|| unsafe { procs_from_raw(procs, nprocs) });
+    forward("abort", move |h| match p.into_iter().next() {
+        Some(p) => h.abort(p, status, msg, targets, done),
+        None => done.complete(Status::BAD_PARAM),
+    });
+    Status::SUCCESS.0
+}
+
+#[allow(clippy::too_many_arguments)] // the C signature
+unsafe extern "C" fn on_fence(
+    procs: *const raw::pmix_proc_t,
+    nprocs: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    data: *mut c_char,
+    ndata: usize,
+    cbfunc: raw::pmix_modex_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = ModexDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes `nprocs` procs, valid for the call.
+    let procs = unsafe { procs_from_raw(procs, nprocs) };
+    // SAFETY: `info` holds `ninfo` entries, valid for the call.
+    let collect = unsafe { find_bool(info, ninfo, key::COLLECT_DATA) }.unwrap_or(false);
+    let data = if data.is_null() || ndata == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: `data[..ndata]` is PMIx's buffer, valid for the call; copied here because
+        // PMIx frees it when we return.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec()
+    };
+    forward("fence_nb", move |h| h.fence(procs, collect, data, done));
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_direct_modex(
+    proc_: *const raw::pmix_proc_t,
+    _info: *const raw::pmix_info_t,
+    _ninfo: usize,
+    cbfunc: raw::pmix_modex_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = ModexDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc for the duration of the call.
+    let p = unsafe { procs_from_raw(proc_, 1) };
+    forward("direct_modex", move |h| match p.into_iter().next() {
+        Some(p) => h.direct_modex(p, done),
+        None => done.complete(Status::BAD_PARAM, Vec::new()),
+    });
+    Status::SUCCESS.0
+}
+
+/// What a host-side call keeps alive until its callback runs.
+struct OpCtx {
+    what: &'static str,
+    _keep: Option<InfoArray>,
+    done: Box<dyn FnOnce(Status) + Send>,
+}
+
+/// Runs the closure of a host-side call that reported only a status.
+///
+/// # Safety
+/// `cbdata` must be a `Box<OpCtx>` leaked by [`Server::op_call`], used once.
+unsafe extern "C" fn op_done(status: raw::pmix_status_t, cbdata: *mut c_void) {
+    // SAFETY: by the contract above.
+    let ctx = unsafe { Box::from_raw(cbdata.cast::<OpCtx>()) };
+    let OpCtx { what, _keep, done } = *ctx;
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| done(Status(status))))
+        && let Some(h) = handler()
+    {
+        report_panic(&*h, what, p);
+    }
+}
+
+type DmodexCallback = Box<dyn FnOnce(Result<Vec<u8>, Status>) + Send>;
+
+/// Runs the closure of [`Server::dmodex_request`] with a copy of the data.
+///
+/// # Safety
+/// `cbdata` must be a `Box<DmodexCallback>` leaked by `dmodex_request`, used once; `data` is
+/// NULL or `sz` bytes valid for the call.
+unsafe extern "C" fn dmodex_done(
+    status: raw::pmix_status_t,
+    data: *mut c_char,
+    sz: usize,
+    cbdata: *mut c_void,
+) {
+    // SAFETY: by the contract above.
+    let done = unsafe { Box::from_raw(cbdata.cast::<DmodexCallback>()) };
+    let result = match check(status) {
+        Err(e) => Err(e),
+        Ok(()) if data.is_null() || sz == 0 => Ok(Vec::new()),
+        // SAFETY: `data[..sz]` is valid for the call (PMIx frees it afterwards): copy it.
+        Ok(()) => Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), sz) }.to_vec()),
+    };
+    if let Err(p) = catch_unwind(AssertUnwindSafe(move || done(result)))
+        && let Some(h) = handler()
+    {
+        report_panic(&*h, "dmodex_request", p);
+    }
+}
+
+/// Identity and directories of the server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `PMIX_SERVER_TMPDIR` and `PMIX_SYSTEM_TMPDIR`: where PMIx puts its rendezvous files;
+    /// one per server, so several servers on one machine do not meet.
+    pub tmpdir: PathBuf,
+    /// `PMIX_HOSTNAME`: the name this node has in the job's node map.
+    pub hostname: String,
+    /// `PMIX_NODEID`: this node's index in the job.
+    pub nodeid: u32,
+    /// `PMIX_SERVER_NSPACE`: the server's own namespace (its clients see it in their URI).
+    pub server_nspace: String,
+    /// `PMIX_SERVER_RANK`: the server's rank in that namespace.
+    pub server_rank: u32,
+}
+
+/// The process's PMIx server: initialised by [`Server::init`], finalized on drop.
+#[derive(Debug)]
+pub struct Server {
+    _init_info: InfoArray,
+}
+
+impl Server {
+    /// Initialises the PMIx server (once per process) with `handler` behind its callbacks.
+    pub fn init(handler: Arc<dyn Handler>, config: &ServerConfig) -> Result<Server, Status> {
+        if INITIALIZED.swap(true, Ordering::SeqCst) {
+            // PMIx keeps process-wide state: a second server (even after finalize) is refused.
+            return Err(Status::NOT_SUPPORTED);
+        }
+        let tmp = config.tmpdir.to_string_lossy().into_owned();
+        let mut init_info = InfoArray::new(&[
+            (key::SERVER_TMPDIR, Value::Str(tmp.clone())),
+            (key::SYSTEM_TMPDIR, Value::Str(tmp)),
+            (key::HOSTNAME, Value::Str(config.hostname.clone())),
+            (key::NODEID, Value::U32(config.nodeid)),
+            (key::SERVER_NSPACE, Value::Str(config.server_nspace.clone())),
+            (key::SERVER_RANK, Value::Rank(config.server_rank)),
+        ])?;
+        *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+        let module = raw::pmix_server_module_t {
+            client_connected: Some(on_client_connected),
+            client_finalized: Some(on_client_finalized),
+            abort: Some(on_abort),
+            fence_nb: Some(on_fence),
+            direct_modex: Some(on_direct_modex),
+            ..Default::default()
+        };
+        // PMIx copies the module table (`pmix_host_server = *module`); leak one anyway, so the
+        // pointer stays valid whatever the library version does with it.
+        let module: &'static mut raw::pmix_server_module_t = Box::leak(Box::new(module));
+        let n = init_info.len();
+        // SAFETY: `module` lives forever; `init_info` holds `n` valid entries and lives in the
+        // returned Server; the callbacks are `extern "C"` functions that never unwind.
+        let rc = unsafe { raw::PMIx_server_init(module, init_info.as_mut_ptr(), n) };
+        if let Err(e) = check(rc) {
+            *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
+            return Err(e);
+        }
+        Ok(Server {
+            _init_info: init_info,
+        })
+    }
+
+    /// Leaks `ctx` as cbdata for `call`, reclaiming it when the call does not call back.
+    fn op_call(
+        ctx: OpCtx,
+        call: impl FnOnce(raw::pmix_op_cbfunc_t, *mut c_void) -> raw::pmix_status_t,
+    ) -> Result<(), Status> {
+        let ptr = Box::into_raw(Box::new(ctx));
+        let rc = call(Some(op_done), ptr.cast());
+        if rc == raw::PMIX_SUCCESS as i32 {
+            return Ok(()); // op_done will run
+        }
+        // SAFETY: PMIx did not take the callback (it returned at once), so `ptr` is still ours.
+        let ctx = unsafe { Box::from_raw(ptr) };
+        if rc == raw::PMIX_OPERATION_SUCCEEDED {
+            (ctx.done)(Status::SUCCESS);
+            Ok(())
+        } else {
+            Err(Status(rc))
+        }
+    }
+
+    /// Registers namespace `nspace` with `nlocalprocs` local processes and its job info;
+    /// `done` runs on PMIx's thread once registered. `info` is kept alive until then (PMIx
+    /// does not copy it).
+    pub fn register_nspace(
+        &self,
+        nspace: &str,
+        nlocalprocs: u32,
+        mut info: InfoArray,
+        done: impl FnOnce(Status) + Send + 'static,
+    ) -> Result<(), Status> {
+        let ns = CString::new(nspace).map_err(|_| Status::BAD_PARAM)?;
+        let (ptr, n) = (info.as_mut_ptr(), info.len());
+        let ctx = OpCtx {
+            what: "register_nspace",
+            _keep: Some(info),
+            done: Box::new(done),
+        };
+        Self::op_call(ctx, |cb, cbdata| {
+            // SAFETY: `ns` is NUL-terminated and lives for the call (PMIx copies it); `ptr`
+            // points to `n` entries owned by `ctx`, which lives until `op_done` runs (moving
+            // the InfoArray does not move its boxed entries).
+            unsafe {
+                raw::PMIx_server_register_nspace(
+                    ns.as_ptr(),
+                    nlocalprocs as c_int,
+                    ptr,
+                    n,
+                    cb,
+                    cbdata,
+                )
+            }
+        })
+    }
+
+    /// Deregisters a namespace; `done` runs on PMIx's thread.
+    pub fn deregister_nspace(&self, nspace: &str, done: impl FnOnce(Status) + Send + 'static) {
+        let Ok(ns) = CString::new(nspace) else {
+            done(Status::BAD_PARAM);
+            return;
+        };
+        let ctx = OpCtx {
+            what: "deregister_nspace",
+            _keep: None,
+            done: Box::new(done),
+        };
+        let ptr = Box::into_raw(Box::new(ctx));
+        // SAFETY: `ns` lives for the call; PMIx always calls `op_done` once with `ptr`
+        // (pmix_server.c@v4.2.2: at once when not initialised, else after the thread shift).
+        unsafe { raw::PMIx_server_deregister_nspace(ns.as_ptr(), Some(op_done), ptr.cast()) };
+    }
+
+    /// Registers a local client (before it is started) with this process's uid and gid;
+    /// `done` runs on PMIx's thread.
+    pub fn register_client(
+        &self,
+        proc_: &Proc,
+        done: impl FnOnce(Status) + Send + 'static,
+    ) -> Result<(), Status> {
+        let p = proc_.to_raw().ok_or(Status::BAD_PARAM)?;
+        // SAFETY: getuid/getgid cannot fail and have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let ctx = OpCtx {
+            what: "register_client",
+            _keep: None,
+            done: Box::new(done),
+        };
+        Self::op_call(ctx, |cb, cbdata| {
+            // SAFETY: `p` lives for the call (PMIx copies the name); no server object.
+            unsafe {
+                raw::PMIx_server_register_client(&p, uid, gid, std::ptr::null_mut(), cb, cbdata)
+            }
+        })
+    }
+
+    /// Deregisters a local client; `done` runs on PMIx's thread.
+    pub fn deregister_client(&self, proc_: &Proc, done: impl FnOnce(Status) + Send + 'static) {
+        let Some(p) = proc_.to_raw() else {
+            done(Status::BAD_PARAM);
+            return;
+        };
+        let ctx = OpCtx {
+            what: "deregister_client",
+            _keep: None,
+            done: Box::new(done),
+        };
+        let ptr = Box::into_raw(Box::new(ctx));
+        // SAFETY: `p` lives for the call; PMIx always calls `op_done` once with `ptr`.
+        unsafe { raw::PMIx_server_deregister_client(&p, Some(op_done), ptr.cast()) };
+    }
+
+    /// The environment variables a registered client needs (`PMIx_server_setup_fork`), as
+    /// `(name, value)` pairs to add to its environment. Synchronous; never call it from a
+    /// PMIx callback.
+    pub fn setup_fork(&self, proc_: &Proc) -> Result<Vec<(String, String)>, Status> {
+        let p = proc_.to_raw().ok_or(Status::BAD_PARAM)?;
+        let mut env: *mut *mut c_char = std::ptr::null_mut();
+        // SAFETY: `p` lives for the call; `env` starts as an empty (NULL) argv that PMIx
+        // extends with malloc'd strings (pmix_setenv), which we free below.
+        let rc = unsafe { raw::PMIx_server_setup_fork(&p, &mut env) };
+        let mut out = Vec::new();
+        if !env.is_null() {
+            let mut i = 0;
+            loop {
+                // SAFETY: `env` is a NULL-terminated array PMIx built; `i` never passes the NULL.
+                let s = unsafe { *env.add(i) };
+                if s.is_null() {
+                    break;
+                }
+                // SAFETY: each entry is a malloc'd NUL-terminated "NAME=value" we now own.
+                if let Some(kv) = unsafe { take_c_string(s) }
+                    && let Some((k, v)) = kv.split_once('=')
+                {
+                    out.push((k.to_string(), v.to_string()));
+                }
+                i += 1;
+            }
+            // SAFETY: the array itself was malloc'd by PMIx's argv helpers and is ours.
+            unsafe { libc::free(env.cast()) };
+        }
+        check(rc)?;
+        Ok(out)
+    }
+
+    /// Asks PMIx for the modex data of local process `proc_` (for a remote node's direct
+    /// modex); `done` runs on PMIx's thread once the process has committed its data.
+    pub fn dmodex_request(
+        &self,
+        proc_: &Proc,
+        done: impl FnOnce(Result<Vec<u8>, Status>) + Send + 'static,
+    ) -> Result<(), Status> {
+        let p = proc_.to_raw().ok_or(Status::BAD_PARAM)?;
+        let cb: DmodexCallback = Box::new(done);
+        let ptr = Box::into_raw(Box::new(cb));
+        // SAFETY: `p` lives for the call; `ptr` is reclaimed exactly once, by dmodex_done or
+        // below when PMIx refuses at once (it then does not call back).
+        let rc = unsafe { raw::PMIx_server_dmodex_request(&p, Some(dmodex_done), ptr.cast()) };
+        if rc != raw::PMIX_SUCCESS as i32 {
+            // SAFETY: PMIx refused, so it will not call dmodex_done: `ptr` is still ours.
+            drop(unsafe { Box::from_raw(ptr) });
+            return Err(Status(rc));
+        }
+        Ok(())
+    }
+
+    /// `PMIx_generate_regex` over a comma-separated host list: the `PMIX_NODE_MAP` value.
+    pub fn generate_regex(&self, hosts: &str) -> Result<String, Status> {
+        Self::generate(hosts, raw::PMIx_generate_regex)
+    }
+
+    /// `PMIx_generate_ppn` over `r,r;r,r` (ranks per node, nodes in node-map order): the
+    /// `PMIX_PROC_MAP` value.
+    pub fn generate_ppn(&self, ranks: &str) -> Result<String, Status> {
+        Self::generate(ranks, raw::PMIx_generate_ppn)
+    }
+
+    fn generate(
+        input: &str,
+        f: unsafe extern "C" fn(*const c_char, *mut *mut c_char) -> raw::pmix_status_t,
+    ) -> Result<String, Status> {
+        let c = CString::new(input).map_err(|_| Status::BAD_PARAM)?;
+        let mut out: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `c` is NUL-terminated and lives for the call; on success PMIx stores a
+        // malloc'd string in `out` that we own.
+        check(unsafe { f(c.as_ptr(), &mut out) })?;
+        // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
+        let text = unsafe { take_c_string(out) }.ok_or(Status::ERROR)?;
+        // Inputs over pcompress_base_limit (4 KiB) come back zlib-compressed as "blob:",
+        // binary after a NUL: not a string. Refuse rather than register a truncated map.
+        if text.starts_with("blob:") {
+            return Err(Status::NOT_SUPPORTED);
+        }
+        Ok(text)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: the server was initialised by `init`; finalize is called once (Server is not
+        // Clone) and from the owner's thread, not from a PMIx callback.
+        let rc = unsafe { raw::PMIx_server_finalize() };
+        let _ = rc;
+        *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
