@@ -2,10 +2,11 @@
 //!
 //! Lifecycle (one step per slurmstepd process):
 //! 1. `prefork` (root, before any task is forked) calls [`Agent::start`]: resolve this node's
-//!    NodeAddr, start a tokio runtime on its own threads, join the overlay (bounded by
-//!    `MpiJoinTimeout`), start the PMI server, make one socketpair per local rank and a notify
-//!    pipe. It returns only when the node can serve its ranks, so a failure is an error
-//!    returned to Slurm (the step fails to launch), never an abort.
+//!    NodeAddr, start a tokio runtime on its own threads, make one socketpair per local rank
+//!    and a notify pipe, and return; a failure so far is an error returned to Slurm (the step
+//!    fails to launch), never an abort. In the background the node joins the overlay (bounded
+//!    by `MpiJoinTimeout`), starts the PMI server and splices each rank's socket to it; a
+//!    failure there is logged and ends the step through slurmctld.
 //! 2. each forked task runs the task hook, which reads the immutable [`TaskTable`] (no lock:
 //!    the fork may have happened while a runtime thread held one), keeps its own socket across
 //!    exec and writes its rank into the notify pipe; the agent then closes slurmstepd's copy of
@@ -76,8 +77,7 @@ impl TaskTable {
 /// The running service of one node.
 pub struct Agent {
     runtime: Option<Runtime>,
-    overlay: Overlay,
-    pmi: PmiServer,
+    joined: Joined,
     node: String,
     shutdown_timeout: Duration,
 }
@@ -111,9 +111,23 @@ fn resolve(node: &str, host: &str, hooks: &Hooks) -> Result<IpAddr, Error> {
         .ok_or_else(|| fail(format!("NodeAddr {addr} resolves to nothing")))
 }
 
+/// How long a shutting-down overlay link waits for its peer's goodbye.
+const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
+
+/// The service once joined: what shutdown must stop.
+type Joined = Arc<std::sync::Mutex<Option<(Overlay, PmiServer)>>>;
+
 impl Agent {
-    /// Starts this node's service for `plan`; returns once the overlay is joined and the
-    /// ranks' sockets exist.
+    /// Starts this node's service for `plan` and returns at once with the ranks' sockets:
+    /// joining the overlay and starting the PMI server go on in the background while
+    /// slurmstepd forks the tasks and they load their MPI library. A rank's first PMI
+    /// messages wait in its socket until then. Local faults (NodeAddr, runtime, sockets) are
+    /// errors returned here; a join that fails later (timeout, refused peer) is logged and
+    /// ends the step through `Hooks::kill_step`.
+    ///
+    /// Joining first and forking after, as a blocking prefork would, made every rank wait for
+    /// the slowest node's slurmstepd to start before its exec: about 100 ms at 8 nodes here
+    /// (docs/benchmarks.md).
     pub fn start(plan: &StepPlan, hooks: &Hooks) -> Result<(Agent, TaskTable), Error> {
         let node = plan.node().to_string();
         let io = |what, source| Error::Io {
@@ -121,70 +135,46 @@ impl Agent {
             what,
             source,
         };
-        let shim = |source| Error::Shim {
-            node: node.clone(),
-            source,
-        };
         let my_ip = resolve(&node, &node, hooks)?;
-        let spec = plan.job_spec();
-        let secret = hex_bytes(&plan.secret_hex);
+        let parent_ip = match (&plan.rendezvous, plan.parent()) {
+            (Choice::Ports { .. }, Some(parent)) => {
+                Some((parent, resolve(&node, &plan.hosts[parent], hooks)?))
+            }
+            _ => None,
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("greedy-mpi")
             .enable_all()
             .build()
             .map_err(|e| io("start the runtime", e))?;
-        let mut config = OverlayConfig {
-            join_timeout: plan.join_timeout,
-            collective_timeout: plan.fence_timeout + Duration::from_secs(30),
-            ..OverlayConfig::default()
-        };
         let span = info_span!("mpi", job = %plan.kvsname, node = %node);
-        let started = match &plan.rendezvous {
-            Choice::Ports { port } => {
-                config.bind = SocketAddr::new(my_ip, *port);
-                let mut known = HashMap::new();
-                if let Some(parent) = plan.parent() {
-                    let ip = resolve(&node, &plan.hosts[parent], hooks)?;
-                    known.insert(parent, SocketAddr::new(ip, *port));
-                }
-                let rdv = Fixed(known);
-                runtime.block_on(
-                    async { Overlay::start(&spec, config, &rdv).await }.instrument(span.clone()),
-                )
-            }
-            Choice::Srun { addr } => {
-                config.bind = SocketAddr::new(my_ip, 0);
-                let rdv = SrunRendezvous::new(*addr, &plan.kvsname, &secret);
-                runtime.block_on(
-                    async { Overlay::start(&spec, config, &rdv).await }.instrument(span.clone()),
-                )
-            }
-        };
-        let overlay = started.map_err(shim)?;
-        let pmi_config = PmiConfig {
-            // Socketpairs only: a loopback port would let any local user claim a rank.
-            port_bind: None,
-            fence_timeout: plan.fence_timeout,
-            ..PmiConfig::default()
-        };
-        let pmi = runtime
-            .block_on(PmiServer::start(&spec, overlay.clone(), pmi_config))
-            .map_err(shim)?;
+        let joined: Joined = Arc::default();
         let agent = Agent {
             runtime: Some(runtime),
-            overlay,
-            pmi,
+            joined: joined.clone(),
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
-        let _enter = agent.runtime.as_ref().expect("set above").enter();
         let mut ranks = HashMap::new();
         let mut held: HashMap<u32, OwnedFd> = HashMap::new();
-        for &rank in &plan.ranks[plan.node_idx] {
-            let (theirs, offered) = agent.pmi.socketpair_for(rank, -1).map_err(shim)?;
+        let mut ours = Vec::new();
+        let local = &plan.ranks[plan.node_idx];
+        let n_ranks: usize = plan.ranks.iter().map(Vec::len).sum();
+        for (local_id, &rank) in local.iter().enumerate() {
+            let (mine, theirs) =
+                std::os::unix::net::UnixStream::pair().map_err(|e| io("rank socketpair", e))?;
+            mine.set_nonblocking(true)
+                .map_err(|e| io("rank socketpair", e))?;
             let fd = theirs.as_raw_fd();
+            let offered = vec![
+                ("PMI_RANK".to_string(), rank.to_string()),
+                ("PMI_SIZE".to_string(), n_ranks.to_string()),
+                ("PMI_JOBID".to_string(), plan.kvsname.clone()),
+                ("MPI_LOCALNRANKS".to_string(), local.len().to_string()),
+                ("MPI_LOCALRANKID".to_string(), local_id.to_string()),
+            ];
             ranks.insert(
                 rank,
                 RankSlot {
@@ -193,36 +183,24 @@ impl Agent {
                 },
             );
             held.insert(rank, OwnedFd::from(theirs));
+            ours.push((rank, mine));
         }
         let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
         close_when_forked(reader, held, &node);
-        agent.watch_abort(plan, hooks.kill_step.clone(), span);
-        drop(_enter);
+        let service = Service {
+            plan: plan.clone(),
+            my_ip,
+            parent_ip,
+            ours,
+            joined,
+            kill_step: hooks.kill_step.clone(),
+        };
+        agent
+            .runtime
+            .as_ref()
+            .expect("set above")
+            .spawn(service.run().instrument(span));
         Ok((agent, TaskTable { ranks, notify }))
-    }
-
-    fn watch_abort(&self, plan: &StepPlan, kill_step: Arc<KillStepFn>, span: tracing::Span) {
-        let mut aborted = self.overlay.aborted();
-        let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
-        let hosts = plan.hosts.clone();
-        self.runtime.as_ref().expect("running").spawn(
-            async move {
-                let info = match aborted.wait_for(Option::is_some).await {
-                    Ok(seen) => seen.clone(),
-                    Err(_) => return,
-                };
-                let Some(info) = info else { return };
-                let origin = hosts.get(info.origin_node).map_or("?", String::as_str);
-                error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
-                if info.origin_node == me {
-                    let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
-                    if !matches!(done, Ok(true)) {
-                        error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
-                    }
-                }
-            }
-            .instrument(span),
-        );
     }
 
     /// Stops the PMI server and the overlay, then the runtime; all within
@@ -231,21 +209,135 @@ impl Agent {
         let Some(rt) = self.runtime.take() else {
             return;
         };
-        let (pmi, overlay) = (self.pmi.clone(), self.overlay.clone());
+        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner()).take();
         let deadline = self.shutdown_timeout;
-        let stopped = rt.block_on(async move {
-            tokio::time::timeout(deadline, async {
-                pmi.shutdown().await;
-                overlay.shutdown().await;
-            })
-            .await
-        });
-        if stopped.is_err() {
-            error!(node = %self.node, "mpi/greedy: service did not stop within MpiShutdownTimeout ({deadline:?})");
-        } else {
-            info!(node = %self.node, fences = self.pmi.fences(), "mpi/greedy: service stopped");
+        if let Some((overlay, pmi)) = joined {
+            let fences = pmi.fences();
+            let stopped = rt.block_on(async move {
+                tokio::time::timeout(deadline, async {
+                    pmi.shutdown().await;
+                    overlay.shutdown().await;
+                })
+                .await
+            });
+            if stopped.is_err() {
+                error!(node = %self.node, "mpi/greedy: service did not stop within MpiShutdownTimeout ({deadline:?})");
+            } else {
+                info!(node = %self.node, fences, "mpi/greedy: service stopped");
+            }
         }
-        rt.shutdown_timeout(Duration::from_millis(200));
+        rt.shutdown_timeout(Duration::from_millis(50));
+    }
+}
+
+/// The background part of a node's service.
+struct Service {
+    plan: StepPlan,
+    my_ip: IpAddr,
+    parent_ip: Option<(usize, IpAddr)>,
+    ours: Vec<(u32, std::os::unix::net::UnixStream)>,
+    joined: Joined,
+    kill_step: Arc<KillStepFn>,
+}
+
+impl Service {
+    async fn run(self) {
+        let (job, step) = (self.plan.job_id, self.plan.step_id);
+        let kill = self.kill_step.clone();
+        if let Err(e) = self.serve().await {
+            error!("mpi/greedy: step {job}.{step}: {e}; ending the step");
+            if !matches!(
+                tokio::task::spawn_blocking(move || kill(job, step)).await,
+                Ok(true)
+            ) {
+                error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
+            }
+        }
+    }
+
+    async fn serve(self) -> Result<(), Error> {
+        let plan = &self.plan;
+        let node = plan.node().to_string();
+        let shim = |source| Error::Shim {
+            node: node.clone(),
+            source,
+        };
+        let spec = plan.job_spec();
+        let mut config = OverlayConfig {
+            join_timeout: plan.join_timeout,
+            collective_timeout: plan.fence_timeout + Duration::from_secs(30),
+            // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd
+            // polls for the stepd's exit once a second before it frees the nodes, so a long
+            // linger costs the next job a whole second.
+            shutdown_linger: SHUTDOWN_LINGER,
+            ..OverlayConfig::default()
+        };
+        let overlay = match &plan.rendezvous {
+            Choice::Ports { port } => {
+                config.bind = SocketAddr::new(self.my_ip, *port);
+                let known = self
+                    .parent_ip
+                    .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
+                    .into_iter()
+                    .collect();
+                Overlay::start(&spec, config, &Fixed(known)).await
+            }
+            Choice::Srun { addr } => {
+                config.bind = SocketAddr::new(self.my_ip, 0);
+                let rdv = SrunRendezvous::new(*addr, &plan.kvsname, &hex_bytes(&plan.secret_hex));
+                Overlay::start(&spec, config, &rdv).await
+            }
+        }
+        .map_err(shim)?;
+        let pmi_config = PmiConfig {
+            // Socketpairs only: a loopback port would let any local user claim a rank.
+            port_bind: None,
+            fence_timeout: plan.fence_timeout,
+            ..PmiConfig::default()
+        };
+        let pmi = PmiServer::start(&spec, overlay.clone(), pmi_config)
+            .await
+            .map_err(shim)?;
+        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((overlay.clone(), pmi.clone()));
+        tokio::spawn(watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span());
+        // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
+        // ways, so a rank that dies still closes its PMI connection, and an abort still
+        // closes the rank's socket.
+        for (rank, mine) in self.ours {
+            let (server_end, _) = pmi.socketpair_for(rank, -1).map_err(shim)?;
+            let io = |source| Error::Io {
+                node: node.clone(),
+                what: "PMI splice",
+                source,
+            };
+            server_end.set_nonblocking(true).map_err(io)?;
+            let mut server_end = tokio::net::UnixStream::from_std(server_end).map_err(io)?;
+            let mut mine = tokio::net::UnixStream::from_std(mine).map_err(io)?;
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut mine, &mut server_end).await;
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Logs an abort of the job and, on the node where it started, asks slurmctld to kill the step.
+async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn>) {
+    let mut aborted = overlay.aborted();
+    let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
+    let info = match aborted.wait_for(Option::is_some).await {
+        Ok(seen) => seen.clone(),
+        Err(_) => return,
+    };
+    let Some(info) = info else { return };
+    let origin = plan.hosts.get(info.origin_node).map_or("?", String::as_str);
+    error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
+    if info.origin_node == me {
+        let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
+        if !matches!(done, Ok(true)) {
+            error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 //! | `MpiRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
 //! | `MpiJoinTimeout` | seconds every node has to join the overlay (slow stepd starts included) | 60 |
 //! | `MpiFenceTimeout` | seconds the ranks of a node have to all enter a PMI fence | 300 |
-//! | `MpiShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 5 |
+//! | `MpiShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 0.5 |
 //!
 //! The override of `MpiProtocol` for one step is `SLURM_GREEDY_PROTOCOL` in srun's environment.
 //! A malformed line or bad value makes srun refuse the step with one error line naming it
@@ -59,7 +59,7 @@ impl Default for MpiConfig {
             rem: DEFAULT_REM,
             join_timeout: Duration::from_secs(60),
             fence_timeout: Duration::from_secs(300),
-            shutdown_timeout: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_millis(500),
         }
     }
 }

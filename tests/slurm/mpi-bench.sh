@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Benchmark for docs/benchmarks.md: srun --mpi=greedy vs --mpi=pmi2 (MPICH, PyPI mpich 5.0.2,
+# PMI-1 client) on the emulated Slurm 22.05 cluster. For each (delay, nodes) it runs REPS
+# steps of tests/slurm/init_time.c per plugin, alternating the plugins so that drift of the
+# machine's load hits both alike, and measures from srun's start
+#   init: until the last rank is past MPI_Init (ranks print CLOCK_REALTIME; one machine clock)
+#   exit: until srun exits
+# Each timed srun starts on an idle cluster. Prints one markdown row per (delay, nodes, metric): medians, min-max, ratio greedy/pmi2.
+# Open MPI vs --mpi=pmix needs mpi/greedy to serve PMIx; this build serves PMI-1/PMI-2 only.
+#
+# usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
+# Needs root; about 3 min with the defaults. Leaves nothing behind.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
+reps=7 delays="0 10" nodes_list="8 16" ppn=2
+while (($#)); do
+  case $1 in
+    --reps) reps=$2; shift 2 ;;
+    --delays) delays=$2; shift 2 ;;
+    --nodes) nodes_list=$2; shift 2 ;;
+    --ppn) ppn=$2; shift 2 ;;
+    *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
+  esac
+done
+fail() { echo "mpi-bench: FAIL: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+cargo build -q --release -p greedy-slurm-mpi -p greedy-netdelay || fail "cargo build"
+export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
+PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
+mkdir -p "$PLUGDIR" "$CARGO_TARGET_DIR/mpi-test"
+cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
+mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
+if [[ ! -x $MPICH5/bin/mpicc ]]; then
+  python3 -m venv "$MPICH5"
+  "$MPICH5/bin/pip" install -q mpich==5.0.2
+fi
+PROG=$CARGO_TARGET_DIR/mpi-test/init_time
+"$MPICH5/bin/mpicc" -O1 -o "$PROG" "$ROOT/tests/slurm/init_time.c"
+
+busy() {
+  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
+    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
+}
+wait_free() {
+  local i
+  for i in $(seq 30); do
+    busy || { sleep 2; busy || return 0; }
+    ((i == 1)) && echo "mpi-bench: a test cluster is up; waiting up to 10 min" >&2
+    sleep 20
+  done
+  fail "another test cluster stayed up for 10 minutes"
+}
+ours=0
+trap 'cd "$ROOT"; ((ours)) && "$TC" down >/dev/null 2>&1; true' EXIT
+
+# Every timed srun starts on an idle cluster: the previous step's nodes may still be
+# completing (slurmd polls for the stepd's exit once a second), which is not this step's cost.
+wait_idle() {
+  local i st
+  for i in $(seq 100); do
+    st=$(sinfo -h -o '%T' | sort -u | tr '\n' ' ')
+    [[ $st == "idle " ]] && return 0
+    sleep 0.1
+  done
+  fail "nodes did not return to idle: $st"
+}
+
+# stats FILE: "median min max" of one number per line
+stats() { sort -n "$1" | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f %.0f %.0f", m, v[1], v[NR] }'; }
+
+echo "| delay | nodes x ranks | metric | greedy ms (median, min-max) | pmi2 ms (median, min-max) | greedy/pmi2 |"
+echo "|---|---|---|---|---|---|"
+maxn=0
+for n in $nodes_list; do ((n > maxn)) && maxn=$n; done
+for delay in $delays; do
+  wait_free
+  ours=1
+  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" >/dev/null || fail "up --delay $delay"
+  eval "$("$TC" env)"
+  work=$GREEDY_TC_SCRATCH/mpi-bench
+  mkdir -p "$work"
+  cd "$work"
+  for n in $nodes_list; do
+    np=$((n * ppn))
+    for plugin in greedy pmi2; do : >"$work/$plugin.init"; : >"$work/$plugin.exit"; done
+    # One unmeasured step per plugin: the first step after up pays for page-cache misses.
+    for plugin in greedy pmi2; do
+      timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >/dev/null 2>&1 || true
+    done
+    for ((r = 0; r < reps; r++)); do
+      for plugin in greedy pmi2; do
+        wait_idle
+        t0=$(ms)
+        t0s=${EPOCHREALTIME}
+        timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >"$work/out" 2>"$work/err" ||
+          fail "$plugin -N$n rep $r: $(tail -3 "$work/err")"
+        t1=$(ms)
+        [[ $(grep -c '^init ' "$work/out") == "$np" ]] || fail "$plugin -N$n: not $np ranks: $(head -3 "$work/out")"
+        awk -v t0="$t0s" '$1 == "init" && $4 > m { m = $4 } END { printf "%.0f\n", (m - t0) * 1000 }' "$work/out" >>"$work/$plugin.init"
+        echo $((t1 - t0)) >>"$work/$plugin.exit"
+      done
+    done
+    for metric in init exit; do
+      read -r gm gl gh <<<"$(stats "$work/greedy.$metric")"
+      read -r pm pl ph <<<"$(stats "$work/pmi2.$metric")"
+      ratio=$(awk -v a="$gm" -v b="$pm" 'BEGIN { printf "%.2f", a / b }')
+      label=$([[ $metric == init ]] && echo "all ranks past MPI_Init" || echo "srun exit")
+      echo "| ${delay} ms | ${n} x ${np} | $label | $gm ($gl-$gh) | $pm ($pl-$ph) | $ratio |"
+    done
+  done
+  cd "$ROOT"
+  "$TC" down >/dev/null
+  ours=0
+done
