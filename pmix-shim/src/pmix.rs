@@ -119,9 +119,33 @@ struct DmodexReq {
     rank: u32,
 }
 
+/// One completed fence as this node saw it (for benchmarks and diagnostics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceRecord {
+    /// The client's `PMIX_COLLECT_DATA`.
+    pub collect: bool,
+    /// This node's blob (the local ranks' committed data, PMIx-packed).
+    pub local_bytes: usize,
+    /// The concatenation handed back to PMIx (every node's blob).
+    pub total_bytes: usize,
+    /// From the upcall (all local ranks in) to the result (every node's blob here).
+    pub elapsed: Duration,
+}
+
+/// Direct-modex requests this node served and made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DmodexCounts {
+    /// Requests for a remote rank's data sent to its node.
+    pub asked: u64,
+    /// Requests from other nodes answered for a local rank.
+    pub answered: u64,
+}
+
 /// Per-node facts the callbacks update.
 #[derive(Debug, Default)]
 struct State {
+    fence_log: Vec<FenceRecord>,
+    dmodex: DmodexCounts,
     finalized: HashSet<u32>,
     /// Ranks that called `PMIx_Abort`: their abort is under way, their exit adds nothing.
     aborting: HashSet<u32>,
@@ -229,6 +253,7 @@ impl Handler for Bridge {
         let overlay = self.overlay.clone();
         let shutdown = self.shutdown.clone();
         let rank = proc_.rank;
+        lock(&self.state).dmodex.asked += 1;
         let body = postcard::to_stdvec(&DmodexReq {
             nspace: proc_.nspace,
             rank,
@@ -496,6 +521,16 @@ impl PmixServer {
         lock(&self.inner.state).fences
     }
 
+    /// Every fence completed on this node, in order.
+    pub fn fence_log(&self) -> Vec<FenceRecord> {
+        lock(&self.inner.state).fence_log.clone()
+    }
+
+    /// Direct-modex traffic of this node so far.
+    pub fn dmodex_counts(&self) -> DmodexCounts {
+        lock(&self.inner.state).dmodex
+    }
+
     /// Stops the tasks, then finalizes the PMIx server (which disconnects remaining clients).
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
@@ -716,7 +751,16 @@ async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
                 .await;
             continue;
         }
-        lock(&shared.state).fences += 1;
+        {
+            let mut st = lock(&shared.state);
+            st.fences += 1;
+            st.fence_log.push(FenceRecord {
+                collect,
+                local_bytes: mine.data.len(),
+                total_bytes: all.len(),
+                elapsed: started.elapsed(),
+            });
+        }
         debug!(
             collect,
             bytes = all.len(),
@@ -744,6 +788,7 @@ async fn dmodex_server(
             .clone();
         let job = shared.job.clone();
         let shutdown = shared.shutdown.clone();
+        let state = shared.state.clone();
         shared.tracker.spawn(
             async move {
                 let asked = match postcard::from_bytes::<DmodexReq>(&req.body) {
@@ -783,6 +828,9 @@ async fn dmodex_server(
                     Err(_) => Err("PMIx dropped the dmodex request".into()),
                     },
                 };
+                if answer.is_ok() {
+                    lock(&state).dmodex.answered += 1;
+                }
                 req.respond(answer).await;
             }
             .in_current_span(),

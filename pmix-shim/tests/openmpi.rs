@@ -144,6 +144,10 @@ struct AgentResult {
     codes: Vec<(u32, i32)>,
     abort: Option<(Option<u32>, i32, String)>,
     fences: u64,
+    /// (collect, local bytes, total bytes, microseconds) per fence.
+    fence_log: Vec<(bool, usize, usize, u64)>,
+    /// (asked, answered) direct-modex requests.
+    dmodex: (u64, u64),
     output: String,
 }
 
@@ -158,6 +162,10 @@ impl AgentResult {
             s += &format!("abort {rank} {code} {}\n", reason.replace('\n', " "));
         }
         s += &format!("fences {}\n", self.fences);
+        for (c, l, t, us) in &self.fence_log {
+            s += &format!("fence {c} {l} {t} {us}\n");
+        }
+        s += &format!("dmodex {} {}\n", self.dmodex.0, self.dmodex.1);
         s += "output\n";
         s += &self.output;
         s
@@ -168,12 +176,13 @@ impl AgentResult {
         let mut lines = s.split_inclusive('\n');
         for line in lines.by_ref() {
             let line = line.trim_end();
-            let words: Vec<&str> = line.splitn(4, ' ').collect();
+            let words: Vec<&str> = line.splitn(5, ' ').collect();
             match words[0] {
                 "code" => r
                     .codes
                     .push((words[1].parse().unwrap(), words[2].parse().unwrap())),
                 "abort" => {
+                    let words: Vec<&str> = line.splitn(4, ' ').collect();
                     r.abort = Some((
                         words[1].parse().ok(),
                         words[2].parse().unwrap(),
@@ -181,6 +190,13 @@ impl AgentResult {
                     ))
                 }
                 "fences" => r.fences = words[1].parse().unwrap(),
+                "fence" => r.fence_log.push((
+                    words[1].parse().unwrap(),
+                    words[2].parse().unwrap(),
+                    words[3].parse().unwrap(),
+                    words[4].parse().unwrap(),
+                )),
+                "dmodex" => r.dmodex = (words[1].parse().unwrap(), words[2].parse().unwrap()),
                 "output" => break,
                 _ => {}
             }
@@ -348,6 +364,20 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         .clone()
         .map(|a: AbortInfo| (a.rank, a.code, a.reason));
     result.fences = pmix.fences();
+    result.fence_log = pmix
+        .fence_log()
+        .iter()
+        .map(|f| {
+            (
+                f.collect,
+                f.local_bytes,
+                f.total_bytes,
+                f.elapsed.as_micros() as u64,
+            )
+        })
+        .collect();
+    let d = pmix.dmodex_counts();
+    result.dmodex = (d.asked, d.answered);
     if debug {
         eprintln!("agent {me}: shutting down");
     }
@@ -491,6 +521,18 @@ fn all_output(results: &[AgentResult]) -> String {
 }
 
 fn assert_all_ok(results: &[AgentResult], n_ranks: usize) {
+    assert_ranks_ok(results, n_ranks);
+    // Open MPI 4.1: the modex fence and a barrier fence in MPI_Init, one in MPI_Finalize;
+    // all reach the host because every fence spans several agents.
+    assert!(
+        results.iter().all(|r| r.fences >= 3),
+        "fences: {:?}",
+        results.iter().map(|r| r.fences).collect::<Vec<_>>()
+    );
+}
+
+/// Every rank reported ok and exited 0, and nothing aborted.
+fn assert_ranks_ok(results: &[AgentResult], n_ranks: usize) {
     let output = all_output(results);
     for r in results {
         assert_eq!(r.abort, None, "no abort expected; output:\n{output}");
@@ -504,13 +546,6 @@ fn assert_all_ok(results: &[AgentResult], n_ranks: usize) {
             "rank {rank} did not report ok; output:\n{output}"
         );
     }
-    // Open MPI 4.1: the modex fence and a barrier fence in MPI_Init, one in MPI_Finalize;
-    // all reach the host because every fence spans several agents.
-    assert!(
-        results.iter().all(|r| r.fences >= 3),
-        "fences: {:?}",
-        results.iter().map(|r| r.fences).collect::<Vec<_>>()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -593,4 +628,86 @@ async fn openmpi5_client_with_openpmix_5_wires_up_against_the_4_2_server() {
     let (results, took) = run_job_with(&openmpi5(), block(4, 4), &[]).await;
     assert_all_ok(&results, 16);
     eprintln!("Open MPI 5 4x4 block took {took:?}");
+}
+
+/// With Open MPI's asynchronous modex the fence collects nothing and every rank fetches its
+/// peers' endpoints on demand: the direct-modex path, node to node over the overlay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_async_modex_fetches_remote_endpoints_by_direct_modex() {
+    let mut flavour = Flavour::debian_4_1();
+    flavour
+        .rank_env
+        .push(("OMPI_MCA_pmix_base_async_modex".into(), "1".into()));
+    flavour
+        .rank_env
+        .push(("OMPI_MCA_pmix_base_collect_data".into(), "0".into()));
+    let (results, took) = run_job_with(&flavour, block(4, 2), &[]).await;
+    assert_ranks_ok(&results, 8);
+    // No modex fence: the barrier in MPI_Init and the one in MPI_Finalize.
+    assert!(results.iter().all(|r| r.fences >= 2));
+    let asked: u64 = results.iter().map(|r| r.dmodex.0).sum();
+    let answered: u64 = results.iter().map(|r| r.dmodex.1).sum();
+    assert!(
+        asked > 0,
+        "no direct modex: {:?}",
+        results.iter().map(|r| r.dmodex).collect::<Vec<_>>()
+    );
+    assert_eq!(asked, answered, "every request answered");
+    assert!(
+        results
+            .iter()
+            .flat_map(|r| &r.fence_log)
+            .all(|f| !f.0 && f.2 == 0),
+        "no fence carried data: {:?}",
+        results.iter().map(|r| &r.fence_log).collect::<Vec<_>>()
+    );
+    eprintln!("async modex 4x2: {asked} direct-modex requests, took {took:?}");
+}
+
+/// The numbers in docs/benchmarks.md ("PMIx fences for Open MPI"): per layout, the modex
+/// fence's bytes per rank, and each fence's latency on its critical path: the shortest time
+/// over the nodes from "all local ranks are in" to "every node's blob is here", i.e. the time
+/// on the node whose ranks arrived last (the other nodes also wait for those ranks). Five jobs
+/// per layout; medians and maxima over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_fence_volume_and_latency() {
+    let median = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    for (nodes, per_node) in [(2, 8), (4, 4), (8, 2)] {
+        let n_ranks = nodes * per_node;
+        let (mut modex_us, mut barrier_us, mut wait_us) = (Vec::new(), Vec::new(), Vec::new());
+        let mut per_rank = Vec::new();
+        for _ in 0..5 {
+            let (results, _) = run_job(block(nodes, per_node), &[]).await;
+            assert_all_ok(&results, n_ranks as usize);
+            let n_fences = results.iter().map(|r| r.fence_log.len()).min().unwrap();
+            for i in 0..n_fences {
+                let f: Vec<_> = results.iter().map(|r| r.fence_log[i]).collect();
+                let critical = f.iter().map(|f| f.3).min().unwrap();
+                wait_us.push(f.iter().map(|f| f.3).max().unwrap());
+                if f[0].0 {
+                    modex_us.push(critical);
+                    per_rank.push(f[0].2 as u64 / u64::from(n_ranks));
+                } else {
+                    barrier_us.push(critical);
+                }
+            }
+        }
+        let per_rank = median(&mut per_rank);
+        assert!((20..4096).contains(&per_rank), "{per_rank} bytes per rank");
+        eprintln!(
+            "BENCH openmpi {nodes} agents x {per_node} ranks: modex fence {per_rank} B/rank \
+             ({} B to every node); modex fence {} us (max {}), barrier fences {} us (max {}); \
+             slowest node waited {} us (max {})",
+            per_rank * u64::from(n_ranks),
+            median(&mut modex_us),
+            modex_us.last().unwrap(),
+            median(&mut barrier_us),
+            barrier_us.last().unwrap(),
+            median(&mut wait_us),
+            wait_us.last().unwrap(),
+        );
+    }
 }
