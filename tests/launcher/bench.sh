@@ -62,17 +62,33 @@ busy_settled() {
   done
   return 1
 }
-for _ in $(seq 30); do
-  busy_settled || break
-  echo "bench: another test cluster is up or starting; waiting 20 s"
-  sleep 20
-done
-busy && fail "another test cluster stayed up for 10 minutes"
-trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+# Brings our cluster up once it is free; waits (up to 10 min) while another engineer's cluster
+# is up or starting, and goes back to waiting if one came up between our check and our `up`
+# (`up` exits 2 on a running cluster and leaves it alone).
+cluster_up() {
+  local _i rc
+  for _i in $(seq 30); do
+    if ! busy_settled; then
+      set +e
+      "$TC" up "$@" >/dev/null
+      rc=$?
+      set -e
+      if ((rc == 0)); then
+        # Ours now: whatever happens, take it down (set only now, never for a cluster of others).
+        trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+        return 0
+      fi
+      ((rc == 2)) || fail "testcluster up $*: exit $rc"
+    fi
+    echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
+    sleep 20
+  done
+  fail "another test cluster stayed up for 10 minutes; not touching it"
+}
 
 MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
-"$TC" up --nodes "$MAXN" --delay "$DELAY" >/dev/null || fail "testcluster up"
+cluster_up --nodes "$MAXN" --delay "$DELAY"
 eval "$("$TC" env)"
 W=$GREEDY_TC_SCRATCH/bench
 mkdir -p "$W"

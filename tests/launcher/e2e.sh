@@ -73,16 +73,32 @@ busy_settled() {
   done
   return 1
 }
-for _ in $(seq 30); do
-  busy_settled || break
-  echo "launcher-e2e: another test cluster is up or starting; waiting 20 s for it to go down"
-  sleep 20
-done
-busy && fail "another test cluster stayed up for 10 minutes; not touching it"
-trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+# Brings our cluster up once it is free; waits (up to 10 min) while another engineer's cluster
+# is up or starting, and goes back to waiting if one came up between our check and our `up`
+# (`up` exits 2 on a running cluster and leaves it alone).
+cluster_up() {
+  local _i rc
+  for _i in $(seq 30); do
+    if ! busy_settled; then
+      set +e
+      "$TC" up "$@" >/dev/null
+      rc=$?
+      set -e
+      if ((rc == 0)); then
+        # Ours now: whatever happens, take it down (set only now, never for a cluster of others).
+        trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+        return 0
+      fi
+      ((rc == 2)) || fail "testcluster up $*: exit $rc"
+    fi
+    echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
+    sleep 20
+  done
+  fail "another test cluster stayed up for 10 minutes; not touching it"
+}
 
 up() {
-  "$TC" up --nodes "$NODES" "$@" >/dev/null || fail "testcluster up --nodes $NODES $*"
+  cluster_up --nodes "$NODES" "$@"
   eval "$("$TC" env)"
   WORK=$GREEDY_TC_SCRATCH/launcher
   mkdir -p "$WORK"
@@ -310,6 +326,7 @@ up
 cases "8 hosts"
 cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
+trap - EXIT
 up --delay 20
 GR=("$BIN/greedyrun" --timeout 30 --progress 0)
 run delay-hostname -n 16 --hosts "$HOSTS" --ppn 2 --pmi none -- hostname
