@@ -83,11 +83,12 @@ pub async fn run(cfg: JobConfig) -> Report {
     let t0 = Instant::now();
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
     let secret = greedy_pmix::JobSecret::generate();
-    let job_id = format!(
-        "greedy{}.{}",
-        std::process::id(),
-        t0.elapsed().subsec_nanos() % 1000
-    );
+    // Unique enough for tracing and the PMI kvsname: greedyrun's pid and start time.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() % 1_000_000)
+        .unwrap_or(0);
+    let job_id = format!("greedy{}.{started}", std::process::id());
     let start = Start {
         version: PROTOCOL_VERSION,
         job_id,
