@@ -10,9 +10,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use futures_util::{SinkExt, StreamExt};
-use greedy_pmix::{
-    overlay::Overlay, rendezvous::Memory, rendezvous::Rendezvous, server::PmiServer,
-};
+use greedy_pmix::{overlay::Overlay, rendezvous::Memory, rendezvous::Rendezvous};
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;
 use tokio::{io::AsyncWriteExt, sync::mpsc};
@@ -208,7 +206,8 @@ impl Agent {
 
         // Wire-up runs beside the main loop: it needs routed Address frames to complete.
         let board = Memory::default();
-        let (wired_tx, mut wired_rx) = mpsc::channel::<Result<(Overlay, PmiServer), Error>>(1);
+        let (wired_tx, mut wired_rx) =
+            mpsc::channel::<Result<(Overlay, wireup::Service), Error>>(1);
         let mut wireup_pending = self.start.pmi != PmiMode::None;
         if wireup_pending {
             let rdv = wireup::PipeRendezvous {
@@ -224,7 +223,7 @@ impl Agent {
                 .in_current_span(),
             );
         }
-        let mut services: Option<(Overlay, PmiServer)> = None;
+        let mut services: Option<(Overlay, wireup::Service)> = None;
         let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
             None;
 
@@ -356,7 +355,7 @@ impl Agent {
     /// Forks this host's ranks; returns how many were started.
     async fn spawn_ranks(
         &self,
-        pmi: Option<&PmiServer>,
+        pmi: Option<&wireup::Service>,
         ranks: &mut HashMap<u32, Rank>,
         guard: &mut Option<GuardHandle>,
         stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
@@ -377,9 +376,9 @@ impl Agent {
                 ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
             ]);
             if let Some(pmi) = pmi {
-                match pmi.port_env(rank) {
-                    Some(pe) => env.extend(pe),
-                    None => warn!(rank, "PMI server has no port"),
+                match pmi.env_for(rank).await {
+                    Ok(pe) => env.extend(pe),
+                    Err(e) => warn!(rank, "no wire-up for this rank: {e}"),
                 }
             }
             let wants_stdin = self.start.stdin_rank == Some(rank);
@@ -389,7 +388,8 @@ impl Agent {
                 cwd: &self.start.cwd,
                 stdin: wants_stdin,
             };
-            let strict = self.start.pmi == PmiMode::Strict;
+            // PMIx ranks (Open MPI) always finalize; only PMI's auto mode forgives a plain exit.
+            let strict = matches!(self.start.pmi, PmiMode::Strict | PmiMode::Pmix);
             match spawn::spawn(&spec) {
                 Ok(mut child) => {
                     let pgid = child.id().unwrap_or(0);

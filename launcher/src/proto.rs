@@ -20,7 +20,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -36,6 +36,8 @@ pub enum PmiMode {
     Auto,
     /// Serve PMI and require every rank to finalize: an exit before it aborts the job.
     Strict,
+    /// Serve PMIx only (Open MPI): every rank must `PMIx_Finalize`; ranks get no `PMI_*`.
+    Pmix,
 }
 
 /// Everything an agent needs to run its part of the job. Sent once, as the first frame.

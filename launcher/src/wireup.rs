@@ -12,6 +12,7 @@ use std::{net::SocketAddr, time::Duration};
 use greedy_pmix::{
     JobSecret, JobSpec,
     overlay::{Overlay, OverlayConfig},
+    pmix::{PmixConfig, PmixServer},
     rendezvous::{Memory, Rendezvous},
     server::{PmiConfig, PmiServer},
 };
@@ -20,8 +21,49 @@ use tokio::sync::mpsc;
 
 use crate::{
     Error,
-    proto::{Start, Up},
+    proto::{PmiMode, Start, Up},
 };
+
+/// The wire-up service of this host's ranks: one family per job, never both (MPICH ≥ 4.1
+/// refuses a rank that has `PMI_*` and `PMIX_*` variables).
+#[derive(Debug, Clone)]
+pub enum Service {
+    /// PMI-1/PMI-2 over a loopback port.
+    Pmi(PmiServer),
+    /// PMIx (Open MPI); the directory is this agent's PMIx scratch space, removed at shutdown.
+    Pmix(PmixServer, std::path::PathBuf),
+}
+
+impl Service {
+    /// The variables a rank needs to reach the service (registers it with PMIx).
+    pub async fn env_for(&self, rank: u32) -> Result<Vec<(String, String)>, Error> {
+        match self {
+            Service::Pmi(pmi) => pmi
+                .port_env(rank)
+                .ok_or_else(|| Error::Plan("the PMI server has no port".into())),
+            Service::Pmix(pmix, _) => Ok(pmix.env_for(rank).await?),
+        }
+    }
+
+    /// A local rank ended with `code`; an end before finalize aborts the job.
+    pub async fn rank_exited(&self, rank: u32, code: i32) {
+        match self {
+            Service::Pmi(pmi) => pmi.rank_exited(rank, code).await,
+            Service::Pmix(pmix, _) => pmix.rank_exited(rank, code).await,
+        }
+    }
+
+    /// Stops the service.
+    pub async fn shutdown(&self) {
+        match self {
+            Service::Pmi(pmi) => pmi.shutdown().await,
+            Service::Pmix(pmix, dir) => {
+                pmix.shutdown().await;
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
 
 /// Publishes up the launcher's pipes; looks up on the board that [`Cmd::Address`] fills.
 ///
@@ -71,7 +113,8 @@ pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
     })
 }
 
-/// Joins the overlay and starts the PMI server for this node's ranks.
+/// Joins the overlay and starts the PMI (or, for [`PmiMode::Pmix`], PMIx) server for this
+/// node's ranks.
 ///
 /// The overlay listens on the address this host's name resolves to (it must be reachable by
 /// the other hosts, so not loopback); every wait is bounded by `join_timeout` (`--timeout`).
@@ -79,7 +122,7 @@ pub async fn start(
     start: &Start,
     rendezvous: &PipeRendezvous,
     join_timeout: Duration,
-) -> Result<(Overlay, PmiServer), Error> {
+) -> Result<(Overlay, Service), Error> {
     let spec = job_spec(start)?;
     let host = &start.hosts[start.node_idx as usize];
     let addrs: Vec<std::net::IpAddr> = tokio::net::lookup_host((host.as_str(), 0))
@@ -105,8 +148,37 @@ pub async fn start(
         ..OverlayConfig::default()
     };
     let overlay = Overlay::start(&spec, config, rendezvous).await?;
-    let pmi = PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?;
-    Ok((overlay, pmi))
+    let service = if start.pmi == PmiMode::Pmix {
+        // PMIx's rendezvous files and the job's session directories, private to this agent
+        // (several agents of one job may share a machine).
+        let safe: String = start
+            .job_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!(
+            "greedy-pmix.{safe}.{}.{}",
+            start.node_idx,
+            std::process::id()
+        ));
+        match PmixServer::start(&spec, overlay.clone(), PmixConfig::new(dir.clone())).await {
+            Ok(pmix) => Service::Pmix(pmix, dir),
+            Err(e) => {
+                overlay.shutdown().await;
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        }
+    } else {
+        Service::Pmi(PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?)
+    };
+    Ok((overlay, service))
 }
 
 /// The overlay children of `node` in a job of `n_hosts` under `model`: where greedyrun routes

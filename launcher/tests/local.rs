@@ -310,3 +310,50 @@ fn mpich_wires_up_across_agents() {
     );
     assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
 }
+
+/// Debian's Open MPI 4.1 wires up through greedy-pmix's PMIx server (`--pmi pmix`) across three
+/// agents, each its own greedyd process with its own PMIx server; `MPI_Abort` ends the job with
+/// the rank's code. TCP between all ranks (no shared memory: the agents share this machine, and
+/// Open MPI would name every node's segments alike).
+#[test]
+fn openmpi_wires_up_across_agents_over_pmix() {
+    let (d, local, _) = shells();
+    let exe = d.path().join("wireup");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
+    let built = Command::new("mpicc.openmpi")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "mpicc.openmpi (scripts/install-deps installs openmpi-bin and libopenmpi-dev)"
+    );
+    let exe = exe.display().to_string();
+    let job = |extra: &[&str]| {
+        let mut args = vec![
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--pmi",
+            "pmix",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            "OMPI_MCA_pml=ob1",
+            "OMPI_MCA_btl=self,tcp",
+            "OMPI_MCA_btl_tcp_if_include=lo",
+            "EXPECT_SIZE=4",
+            &exe,
+        ];
+        args.extend_from_slice(extra);
+        run(&local, &args)
+    };
+    let (out, _) = job(&[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
+    let (out, _) = job(&["abort-after-init=2:9"]);
+    assert_eq!(out.status.code(), Some(9), "{}", text(&out.stderr));
+}

@@ -34,7 +34,7 @@ enum Pmi {
     Pmi1,
     /// PMI-2; every rank must finalize before exiting.
     Pmi2,
-    /// PMIx (Open MPI): not served by greedy-pmix yet; refused.
+    /// PMIx (Open MPI 4.1/5); every rank must PMIx_Finalize before exiting.
     Pmix,
     /// No wire-up service at all (cheapest for non-MPI programs).
     None,
@@ -185,9 +185,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         Pmi::Auto => PmiMode::Auto,
         Pmi::Pmi1 | Pmi::Pmi2 => PmiMode::Strict,
         Pmi::None => PmiMode::None,
-        Pmi::Pmix => bail!(
-            "--pmi pmix is not available yet (greedy-pmix serves PMI-1/PMI-2); use --pmi auto with MPICH, or Open MPI's own mpirun"
-        ),
+        Pmi::Pmix => PmiMode::Pmix,
     };
     if args.batch >= MAX_STARTUPS {
         eprintln!(
@@ -359,8 +357,8 @@ mod tests {
         );
         let e = parse(&["greedyrun", "-n", "2", "--", "x"]).unwrap_err();
         assert!(e.to_string().contains("no hosts"));
-        let e = parse(&["greedyrun", "-H", "a", "--pmi", "pmix", "--", "x"]).unwrap_err();
-        assert!(e.to_string().contains("pmix"));
+        let (cfg, _) = parse(&["greedyrun", "-H", "a", "--pmi", "pmix", "--", "x"]).unwrap();
+        assert_eq!(cfg.plan.pmi, PmiMode::Pmix);
         let e = parse(&["greedyrun", "-H", "a", "--stdin", "3", "--", "x"]).unwrap_err();
         assert!(e.to_string().contains("only 1 ranks"));
     }
