@@ -628,9 +628,11 @@ impl Server {
         check(unsafe { f(c.as_ptr(), &mut out) })?;
         // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
         let text = unsafe { take_c_string(out) }.ok_or(Status::ERROR)?;
-        // Inputs over pcompress_base_limit (4 KiB) come back zlib-compressed as "blob:",
-        // binary after a NUL: not a string. Refuse rather than register a truncated map.
-        if text.starts_with("blob:") {
+        // The text forms are "pmix[...]" (preg/native) and "raw:..." (preg/raw). Large inputs
+        // (over pcompress_base_limit, 4 KiB) come back zlib-compressed from preg/compress,
+        // binary after a NUL: not a string. Refuse anything else rather than register a
+        // truncated map.
+        if !(text.starts_with("pmix") || text.starts_with("raw:")) {
             return Err(Status::NOT_SUPPORTED);
         }
         Ok(text)

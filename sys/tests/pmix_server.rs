@@ -1,0 +1,121 @@
+//! The PMIx server wrappers against the installed libpmix: init, namespace and client registration, setup_fork, maps, finalize.
+//!
+//! One test function: PMIx allows one server per process, and this file is its own process.
+#![cfg(feature = "pmix")]
+
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use greedy_sys::pmix::{
+    Proc, Status,
+    info::{InfoArray, Value, key},
+    server::{Handler, ModexDone, OpDone, Server, ServerConfig},
+};
+
+/// A handler no client ever reaches in this test.
+struct Idle;
+
+impl Handler for Idle {
+    fn client_finalized(&self, _: Proc, done: OpDone) {
+        done.complete(Status::SUCCESS);
+    }
+    fn abort(&self, _: Proc, _: i32, _: String, _: Option<Vec<Proc>>, done: OpDone) {
+        done.complete(Status::SUCCESS);
+    }
+    fn fence(&self, _: Vec<Proc>, _: bool, _: Vec<u8>, done: ModexDone) {
+        done.complete(Status::NOT_SUPPORTED, Vec::new());
+    }
+    fn direct_modex(&self, _: Proc, done: ModexDone) {
+        done.complete(Status::NOT_FOUND, Vec::new());
+    }
+    fn callback_panicked(&self, callback: &'static str, message: String) {
+        panic!("{callback} panicked: {message}");
+    }
+}
+
+/// Waits for a callback's status; a callback that never comes fails the test, not hangs it.
+fn wait(rx: &mpsc::Receiver<Status>, what: &str) -> Status {
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: no callback within 20 s"))
+}
+
+#[test]
+fn server_lifecycle_against_libpmix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        tmpdir: dir.path().to_path_buf(),
+        hostname: "n0".into(),
+        nodeid: 0,
+        server_nspace: "greedy-test".into(),
+        server_rank: 0,
+    };
+    let server = Server::init(Arc::new(Idle), &config).expect("PMIx_server_init");
+    // A second server in the same process is refused, not undefined behaviour.
+    assert_eq!(
+        Server::init(Arc::new(Idle), &config).unwrap_err(),
+        Status::NOT_SUPPORTED
+    );
+
+    let node_map = server.generate_regex("n0,n1,n2").unwrap();
+    let proc_map = server.generate_ppn("0,1;2;3").unwrap();
+    assert_eq!(node_map, "pmix[n[1:0-2]]");
+    assert_eq!(proc_map, "raw:0,1;2;3");
+
+    let info = InfoArray::new(&[
+        (key::JOB_SIZE, Value::U32(4)),
+        (key::UNIV_SIZE, Value::U32(4)),
+        (key::MAX_PROCS, Value::U32(4)),
+        (key::LOCAL_SIZE, Value::U32(2)),
+        (key::NODE_MAP, Value::Str(node_map)),
+        (key::PROC_MAP, Value::Str(proc_map)),
+        (key::LOCAL_PEERS, Value::Str("0,1".into())),
+        (
+            key::PROC_DATA,
+            Value::Infos(vec![
+                (key::RANK, Value::Rank(0)),
+                (key::LOCAL_RANK, Value::U16(0)),
+                (key::NODE_RANK, Value::U16(0)),
+            ]),
+        ),
+    ])
+    .unwrap();
+    let (tx, rx) = mpsc::channel();
+    server
+        .register_nspace("job.1", 2, info, move |s| tx.send(s).unwrap())
+        .unwrap();
+    assert_eq!(wait(&rx, "register_nspace"), Status::SUCCESS);
+
+    let rank0 = Proc {
+        nspace: "job.1".into(),
+        rank: 0,
+    };
+    let (tx, rx) = mpsc::channel();
+    server
+        .register_client(&rank0, move |s| tx.send(s).unwrap())
+        .unwrap();
+    assert_eq!(wait(&rx, "register_client"), Status::SUCCESS);
+    let env = server.setup_fork(&rank0).unwrap();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("PMIX_NAMESPACE"), Some("job.1"), "{env:?}");
+    assert_eq!(get("PMIX_RANK"), Some("0"), "{env:?}");
+    assert!(
+        get("PMIX_SERVER_URI41").is_some_and(|u| u.starts_with("greedy-test.0;tcp4://127.0.0.1:")),
+        "{env:?}"
+    );
+    assert_eq!(get("PMIX_HOSTNAME"), Some("n0"), "{env:?}");
+
+    // A name PMIx cannot hold is refused before any C call.
+    let long = Proc {
+        nspace: "x".repeat(300),
+        rank: 0,
+    };
+    assert_eq!(server.setup_fork(&long).unwrap_err(), Status::BAD_PARAM);
+
+    let (tx, rx) = mpsc::channel();
+    server.deregister_client(&rank0, move |s| tx.send(s).unwrap());
+    assert_eq!(wait(&rx, "deregister_client"), Status::SUCCESS);
+    let (tx, rx) = mpsc::channel();
+    server.deregister_nspace("job.1", move |s| tx.send(s).unwrap());
+    assert_eq!(wait(&rx, "deregister_nspace"), Status::SUCCESS);
+    drop(server); // PMIx_server_finalize
+}
