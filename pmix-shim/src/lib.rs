@@ -43,6 +43,7 @@ mod job;
 pub mod overlay;
 pub mod pmi1;
 pub mod pmi2;
+#[cfg(feature = "pmix")]
 pub mod pmix;
 pub mod rendezvous;
 pub mod server;
