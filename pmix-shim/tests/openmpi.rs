@@ -631,6 +631,26 @@ async fn openmpi5_client_with_openpmix_5_wires_up_against_the_4_2_server() {
     eprintln!("Open MPI 5 4x4 block took {took:?}");
 }
 
+/// A rank that dies after MPI_Init (the others block in MPI_Allreduce on it) ends the job
+/// with its code, named on every node, and no rank is left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_rank_crashing_after_mpi_init_fails_the_job_naming_rank_and_code() {
+    let (results, took) = run_job(cyclic(4, 2), &["exit-after-init=3:13"]).await;
+    let output = all_output(&results);
+    for r in &results {
+        let (rank, code, reason) = r
+            .abort
+            .clone()
+            .unwrap_or_else(|| panic!("every node sees the abort; output:\n{output}"));
+        assert_eq!((rank, code), (Some(3), 13), "{reason}");
+        assert!(
+            reason.contains("rank 3 exited with code 13 before PMIx_Finalize"),
+            "{reason}"
+        );
+    }
+    assert!(took < Duration::from_secs(60), "failing took {took:?}");
+}
+
 /// With Open MPI's asynchronous modex the fence collects nothing and every rank fetches its
 /// peers' endpoints on demand: the direct-modex path, node to node over the overlay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,8 @@
  * With argument "fail-before-init=R:CODE" rank R (taken from PMI_RANK, PMI_ID or PMIX_RANK, as it
  * is not yet an MPI rank) exits with CODE before MPI_Init: the launcher must
  * then fail the job fast, naming that rank and code. With "abort-after-init=R:CODE"
- * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init.
+ * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init; with "exit-after-init=R:CODE"
+ * it crashes instead (_exit(CODE) without MPI_Finalize) while the others wait in MPI_Allreduce.
  *
  * Shared by the MPICH (pmix-shim), Open MPI and Slurm end-to-end tests.
  */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -46,6 +48,10 @@ int main(int argc, char **argv)
         if (sscanf(argv[i], "abort-after-init=%d:%d", &abort_rank, &code) == 2 && abort_rank == rank) {
             fprintf(stderr, "rank %d: calling MPI_Abort(%d) as asked\n", rank, code);
             MPI_Abort(MPI_COMM_WORLD, code);
+        }
+        if (sscanf(argv[i], "exit-after-init=%d:%d", &abort_rank, &code) == 2 && abort_rank == rank) {
+            fprintf(stderr, "rank %d: exiting with %d after MPI_Init, without MPI_Finalize, as asked\n", rank, code);
+            _exit(code);
         }
     }
 
