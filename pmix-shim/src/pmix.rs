@@ -61,6 +61,10 @@ pub struct PmixConfig {
     pub register_timeout: Duration,
     /// How long [`PmixServer::shutdown`] waits for `PMIx_server_finalize`.
     pub finalize_timeout: Duration,
+    /// How long an exit before `PMIx_Finalize` waits before it aborts the job, so that a
+    /// cause already on its way wins: when one rank calls `MPI_Abort` and exits, its peers
+    /// often die of SIGPIPE on the broken TCP links before the abort reaches their nodes.
+    pub exit_grace: Duration,
 }
 
 impl PmixConfig {
@@ -70,6 +74,7 @@ impl PmixConfig {
             tmpdir,
             register_timeout: Duration::from_secs(30),
             finalize_timeout: Duration::from_secs(10),
+            exit_grace: Duration::from_millis(500),
         }
     }
 }
@@ -491,7 +496,8 @@ impl PmixServer {
 
     /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
     /// An exit before `PMIx_Finalize` aborts the job, naming the rank and the code, unless
-    /// the rank called `PMIx_Abort` (whose message, already on its way, names it better).
+    /// the rank called `PMIx_Abort` (whose message, already on its way, names it better) or
+    /// the job is aborted within `exit_grace` for another reason.
     pub async fn rank_exited(&self, rank: u32, code: i32) {
         let before_finalize = {
             let mut st = lock(&self.inner.state);
@@ -499,6 +505,12 @@ impl PmixServer {
             !st.finalized.contains(&rank) && !st.aborting.contains(&rank)
         };
         if before_finalize {
+            let mut aborted = self.inner.overlay.aborted();
+            tokio::select! {
+                _ = aborted.wait_for(Option::is_some) => return,
+                _ = self.inner.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.inner.config.exit_grace) => {}
+            }
             let reason = format!(
                 "node {} rank {rank} exited with code {code} before PMIx_Finalize",
                 self.inner.job.node_idx
