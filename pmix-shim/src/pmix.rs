@@ -656,6 +656,22 @@ fn job_info(
     InfoArray::new(&entries)
 }
 
+/// Whether a fence's participants involve every node of the job (and only this job), as an
+/// overlay collective must: the whole namespace (wildcard rank), or ranks on every node.
+fn spans_every_node(job: &JobSpec, procs: &[Proc]) -> bool {
+    if procs.iter().any(|p| p.nspace != job.job_id) {
+        return false;
+    }
+    if procs.iter().any(|p| p.rank == RANK_WILDCARD) {
+        return true;
+    }
+    let nodes: HashSet<usize> = procs
+        .iter()
+        .filter_map(|p| job.node_of_rank(p.rank))
+        .collect();
+    nodes.len() == job.n_nodes()
+}
+
 /// Carries fences to the overlay one at a time, in the order PMIx reported them.
 async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
     let job = &shared.job;
@@ -671,19 +687,7 @@ async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
             data,
             done,
         } = req;
-        // The overlay's collectives involve every node: a fence must too.
-        let whole = procs
-            .iter()
-            .any(|p| p.nspace == job.job_id && p.rank == RANK_WILDCARD);
-        let covered = whole || {
-            let nodes: HashSet<usize> = procs
-                .iter()
-                .filter(|p| p.nspace == job.job_id)
-                .filter_map(|p| job.node_of_rank(p.rank))
-                .collect();
-            nodes.len() == job.n_nodes() && procs.iter().all(|p| p.nspace == job.job_id)
-        };
-        if !covered {
+        if !spans_every_node(job, &procs) {
             warn!(
                 ?procs,
                 "fence over a subset of the nodes (or another namespace): not supported"
@@ -847,5 +851,44 @@ async fn dmodex_server(
             }
             .in_current_span(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JobSecret;
+
+    fn check(procs: &[(&str, u32)], expect: bool) {
+        let job = JobSpec {
+            job_id: "j".into(),
+            hosts: vec!["n0".into(), "n1".into(), "n2".into()],
+            node_idx: 0,
+            model: Default::default(),
+            ranks: vec![vec![0, 1], vec![2], vec![3, 4]],
+            secret: JobSecret::generate(),
+        };
+        let procs: Vec<Proc> = procs
+            .iter()
+            .map(|&(nspace, rank)| Proc {
+                nspace: nspace.into(),
+                rank,
+            })
+            .collect();
+        assert_eq!(spans_every_node(&job, &procs), expect, "{procs:?}");
+    }
+
+    #[test]
+    fn fences_must_span_every_node() {
+        check(&[("j", RANK_WILDCARD)], true);
+        check(&[("j", 0), ("j", 2), ("j", 3)], true);
+        check(&[("j", 0), ("j", 1), ("j", 2), ("j", 3), ("j", 4)], true);
+        // Node 2 (ranks 3, 4) left out: not an overlay collective.
+        check(&[("j", 0), ("j", 2)], false);
+        check(&[("j", 1)], false);
+        // Another namespace (PMIx_Connect groups): not supported.
+        check(&[("j", RANK_WILDCARD), ("other", RANK_WILDCARD)], false);
+        check(&[("other", 0)], false);
+        check(&[], false);
     }
 }
