@@ -26,7 +26,7 @@
 
 use std::{
     collections::BTreeMap,
-    ops::Range,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -96,58 +96,6 @@ pub enum Output {
     Aborted(AbortInfo),
 }
 
-/// The tree shape as this engine needs it, copied out of [`Tree`].
-#[derive(Debug, Clone)]
-pub struct Topology {
-    parent: Vec<Option<usize>>,
-    children: Vec<Vec<usize>>,
-    ranges: Vec<Range<usize>>,
-}
-
-impl Topology {
-    /// Copies parent, children and subtree ranges out of a plan.
-    pub fn from_tree(tree: &Tree) -> Self {
-        let n = tree.len();
-        Topology {
-            parent: (0..n).map(|i| tree.parent(i)).collect(),
-            children: (0..n).map(|i| tree.children(i).collect()).collect(),
-            ranges: (0..n).map(|i| tree.subtree_range(i)).collect(),
-        }
-    }
-
-    /// Number of nodes.
-    pub fn len(&self) -> usize {
-        self.parent.len()
-    }
-
-    /// True for an empty tree.
-    pub fn is_empty(&self) -> bool {
-        self.parent.is_empty()
-    }
-
-    /// The parent of a node; `None` for the root.
-    pub fn parent(&self, node_idx: usize) -> Option<usize> {
-        self.parent[node_idx]
-    }
-
-    /// The children of a node, in launch order.
-    pub fn children(&self, node_idx: usize) -> &[usize] {
-        &self.children[node_idx]
-    }
-
-    /// The contiguous node range of a node's subtree.
-    pub fn subtree_range(&self, node_idx: usize) -> Range<usize> {
-        self.ranges[node_idx].clone()
-    }
-
-    /// Tree neighbours: parent then children.
-    pub fn neighbours(&self, node_idx: usize) -> impl Iterator<Item = usize> + '_ {
-        self.parent[node_idx]
-            .into_iter()
-            .chain(self.children[node_idx].iter().copied())
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
     /// Set when this node called the collective.
@@ -173,7 +121,8 @@ struct State {
 #[derive(Debug)]
 pub struct Engine {
     node_idx: usize,
-    topo: Topology,
+    /// The plan every node computed from the job description.
+    topo: Arc<Tree>,
     ring_threshold: u64,
     timeout: Duration,
     next_seq: u64,
@@ -189,17 +138,10 @@ pub struct Engine {
 impl Engine {
     /// An engine for `job.node_idx` on `topo`; allgathers whose total exceeds
     /// `ring_threshold` bytes use the ring; every collective must finish within `timeout`.
-    pub fn new(job: JobSpec, topo: Topology, ring_threshold: u64, timeout: Duration) -> Self {
-        let depth_of = |mut n: usize| {
-            let mut d = 0;
-            while let Some(p) = topo.parent(n) {
-                n = p;
-                d += 1;
-            }
-            d
-        };
-        let depth = depth_of(job.node_idx);
-        let max_depth = (0..topo.len()).map(depth_of).max().unwrap_or(0);
+    pub fn new(job: JobSpec, topo: Arc<Tree>, ring_threshold: u64, timeout: Duration) -> Self {
+        let depths = topo.depths();
+        let depth = depths[job.node_idx] as usize;
+        let max_depth = depths.into_iter().max().unwrap_or(0) as usize;
         Engine {
             node_idx: job.node_idx,
             topo,
@@ -309,9 +251,12 @@ impl Engine {
             return;
         }
         self.aborted = Some(info.clone());
+        let me = self.node_idx;
         for to in self
             .topo
-            .neighbours(self.node_idx)
+            .parent(me)
+            .into_iter()
+            .chain(self.topo.children(me))
             .filter(|&n| Some(n) != from)
             .collect::<Vec<_>>()
         {
@@ -408,9 +353,8 @@ impl Engine {
             let mut missing: Vec<usize> = self
                 .topo
                 .children(me)
-                .iter()
                 .filter(|c| !state.from_children.contains_key(c))
-                .flat_map(|&c| self.topo.subtree_range(c))
+                .flat_map(|c| self.topo.subtree_range(c))
                 .collect();
             if missing.is_empty() && self.topo.parent(me).is_none() {
                 missing.push(me);
@@ -433,10 +377,10 @@ impl Engine {
 
         // Upward phase.
         if op != Op::Broadcast && !state.sent_up {
-            let children = self.topo.children(me);
-            if children
-                .iter()
-                .any(|c| !state.from_children.contains_key(c))
+            if self
+                .topo
+                .children(me)
+                .any(|c| !state.from_children.contains_key(&c))
             {
                 return;
             }
@@ -506,7 +450,7 @@ impl Engine {
             let Some(down) = state.down.take() else {
                 return;
             };
-            for &child in self.topo.children(me) {
+            for child in self.topo.children(me) {
                 out.push(Output::Send {
                     to: child,
                     msg: Message::Down {

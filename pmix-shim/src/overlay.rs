@@ -25,6 +25,7 @@ use std::{
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use greedy_tree::Tree;
 use tokio::{
     net::{
         TcpListener, TcpStream,
@@ -41,7 +42,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     AbortInfo, Error, JobSpec, auth,
-    collectives::{Engine, Op, Outcome, Output, Topology},
+    collectives::{Engine, Op, Outcome, Output},
     frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
     rendezvous::Rendezvous,
 };
@@ -225,7 +226,7 @@ struct Inner {
 #[derive(Clone)]
 struct Shared {
     job: Arc<JobSpec>,
-    topo: Arc<Topology>,
+    topo: Arc<Tree>,
     config: OverlayConfig,
     events: mpsc::Sender<Event>,
     shutdown: CancellationToken,
@@ -244,7 +245,7 @@ impl Overlay {
         let me = job.node_idx;
         let span = info_span!("overlay", job = %job.job_id, node = me);
         let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
-        let topo = Arc::new(Topology::from_tree(&tree));
+        let topo = Arc::new(tree);
         let listener = TcpListener::bind(config.bind)
             .await
             .map_err(|source| Error::Bind {
@@ -289,7 +290,7 @@ impl Overlay {
         };
         let engine = Engine::new(
             job.clone(),
-            (*topo).clone(),
+            topo.clone(),
             config.ring_threshold,
             config.collective_timeout,
         );

@@ -29,7 +29,7 @@ struct Cluster {
 impl Cluster {
     fn new(n: usize, threshold: u64) -> Self {
         let tree = greedy_tree::greedy(n, &LaunchModel::default());
-        let topo = Topology::from_tree(&tree);
+        let topo = std::sync::Arc::new(tree);
         Cluster {
             engines: (0..n)
                 .map(|i| Engine::new(job(n, i), topo.clone(), threshold, Duration::from_secs(5)))
