@@ -15,9 +15,13 @@
 //!    one allgather, a direct modex one point-to-point [`overlay::Overlay::request`]. A job
 //!    uses one family or the other, never both for one rank.
 //!
+//! 5. or serves **Charm++ netlrts** ([`charm::server::CharmServer`]): what `charmrun` does for
+//!    the charm4py wheel — `NETSTART` per rank, the node table over one allgather, print,
+//!    barrier, ending and abort.
+//!
 //! Wire formats and protocol logic are sans-I/O engines tested without sockets:
 //! [`frame`] (overlay frames), [`auth`], [`collectives::Engine`], [`pmi1`], [`pmi2`],
-//! [`session::Session`].
+//! [`session::Session`], [`charm`].
 //!
 //! ```no_run
 //! # async fn demo(job: greedy_pmix::JobSpec) -> Result<(), greedy_pmix::Error> {
@@ -36,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod charm;
 pub mod collectives;
 mod error;
 pub mod frame;

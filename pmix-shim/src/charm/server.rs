@@ -1,0 +1,581 @@
+//! The netlrts service of one node agent: a TCP listener for its ranks, the node table over one allgather, runtime requests.
+//!
+//! Flow: [`CharmServer::start`] binds `config.bind` (the agent's cluster address: clients on
+//! this host connect to it, and the peer address of each connection is the IP the other hosts
+//! must use) → the launcher gives each rank [`CharmServer::env_for`] → each connection's
+//! `initnode` is checked against the local ranks → once all local ranks are in, one overlay
+//! allgather carries this node's [`Report`]s, every node builds the same table and sends it →
+//! `barrier`/`barrier0` are an overlay barrier once all local ranks entered → `ending`: once
+//! every local rank sent it, an overlay barrier (so no socket closes while a peer may still
+//! need acks on the UDP data path), then every connection is closed, which is what makes a
+//! client exit (with status 1; [`CharmServer::exit_code`] gives the launcher the real one).
+//!
+//! Failures abort the job through the overlay, naming the rank and its host: a rank that
+//! exits before `ending` (before `initnode` too: charm4py sends its early errors to
+//! /dev/null), a malformed stream, `abort`, or local ranks not connected within
+//! `connect_timeout`. Output (`print`, `printerr`) goes to the launcher as [`Output`] on a
+//! bounded channel, so a flood slows the client rather than growing memory.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::{Semaphore, mpsc},
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::{Action, ENTRY_LEN, Report, Session, decode, node_table, nodetab_frame};
+use crate::{AbortInfo, Error, JobSpec, overlay::Overlay};
+
+/// Settings of the netlrts service.
+#[derive(Debug, Clone)]
+pub struct CharmConfig {
+    /// Where to listen: an address of this host that its ranks reach and whose peer addresses
+    /// other hosts can send to (not loopback on a cluster).
+    pub bind: SocketAddr,
+    /// How long, from start, the local ranks have to connect and send `initnode`. A client
+    /// retries its connect for 30 minutes and hides its errors; this names it much sooner.
+    pub connect_timeout: Duration,
+    /// After a rank's connection drops before `ending`, how long to wait for the launcher to
+    /// report its exit code, so the abort names the code.
+    pub early_close_grace: Duration,
+}
+
+impl CharmConfig {
+    /// Defaults on `bind`.
+    pub fn new(bind: SocketAddr) -> CharmConfig {
+        CharmConfig {
+            bind,
+            connect_timeout: Duration::from_secs(120),
+            early_close_grace: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Rank output that arrived over the protocol, for the launcher's stdio path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Whose.
+    pub rank: u32,
+    /// Standard error rather than output.
+    pub stderr: bool,
+    /// The bytes.
+    pub data: Bytes,
+}
+
+/// Capacity of the output channel: a few hundred prints in flight before the clients (10 ms
+/// flush period each) are slowed by the launcher's pipe.
+pub const OUTPUT_CAPACITY: usize = 256;
+
+/// Capacity of each handler's queue: table, a barrier release, close; never more than a few.
+const NOTICE_CAPACITY: usize = 8;
+
+#[derive(Debug, Clone)]
+enum Notice {
+    Send(Vec<u8>),
+    Close,
+}
+
+#[derive(Debug, Default)]
+struct NodeState {
+    reports: Vec<Report>,
+    handlers: HashMap<u32, mpsc::Sender<Notice>>,
+    in_barrier: HashSet<u32>,
+    in_barrier0: HashSet<u32>,
+    endings: HashMap<u32, i32>,
+    exited: HashMap<u32, i32>,
+    table_sent: bool,
+}
+
+/// A running netlrts service for one node's ranks; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CharmServer {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    job: Arc<JobSpec>,
+    overlay: Overlay,
+    config: CharmConfig,
+    addr: SocketAddr,
+    output: mpsc::Sender<Output>,
+    state: Mutex<NodeState>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl CharmServer {
+    /// Starts serving `job`'s local ranks; output goes to `output`.
+    pub async fn start(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: CharmConfig,
+        output: mpsc::Sender<Output>,
+    ) -> Result<CharmServer, Error> {
+        job.validate()?;
+        let me = job.node_idx;
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| Error::Bind {
+                node: me,
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            node: me,
+            what: "netlrts listener address",
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            job: Arc::new(job.clone()),
+            overlay,
+            config,
+            addr,
+            output,
+            state: Mutex::new(NodeState::default()),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        });
+        let span = info_span!("charm", job = %job.job_id, node = me);
+        shared
+            .tracker
+            .spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
+        shared.tracker.spawn(watch(shared.clone()).instrument(span));
+        Ok(CharmServer { inner: shared })
+    }
+
+    /// The listener's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The variables `rank` needs: `NETSTART` (the rank as node number, this listener) and the
+    /// job's `NETMAGIC`. No `PMI_*`: the wheel's libcharm reads none.
+    pub fn env_for(&self, rank: u32) -> Vec<(String, String)> {
+        let a = self.inner.addr;
+        vec![
+            (
+                "NETSTART".into(),
+                format!(
+                    "{rank} {} {} {} 0",
+                    a.ip(),
+                    a.port(),
+                    std::process::id() & 0x7fff
+                ),
+            ),
+            (
+                "NETMAGIC".into(),
+                super::netmagic(&self.inner.job.job_id).to_string(),
+            ),
+        ]
+    }
+
+    /// The launcher reports that a local rank exited with `code`; before `ending` that aborts
+    /// the job, naming the rank and its host.
+    pub async fn rank_exited(&self, rank: u32, code: i32) {
+        let (ended, connected) = {
+            let mut st = self.inner.lock();
+            st.exited.insert(rank, code);
+            (
+                st.endings.contains_key(&rank),
+                st.reports.iter().any(|r| r.rank == rank),
+            )
+        };
+        if !ended {
+            let when = if connected {
+                "before Charm++ ending"
+            } else {
+                "before connecting to its netlrts service (charm4py discards its own errors until then: run it without greedyrun to see them)"
+            };
+            let reason = format!(
+                "rank {rank} on {} exited with code {code} {when}",
+                self.inner.host()
+            );
+            self.inner.abort(Some(rank), code.max(1), reason).await;
+        }
+    }
+
+    /// The code the rank reported in `ending`: the job's real exit status for that rank (the
+    /// client itself exits 1 when the launcher closes its socket).
+    pub fn exit_code(&self, rank: u32) -> Option<i32> {
+        self.inner.lock().endings.get(&rank).copied()
+    }
+
+    /// Stops the listener and every handler (clients see their socket close and exit).
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, NodeState> {
+        // A panic while holding the lock leaves at worst a stale count; stopping the job is
+        // worse, so take the data anyway.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn host(&self) -> &str {
+        &self.job.hosts[self.job.node_idx]
+    }
+
+    async fn abort(&self, rank: Option<u32>, code: i32, reason: String) {
+        warn!(?rank, code, "aborting job: {reason}");
+        self.overlay
+            .abort(AbortInfo {
+                origin_node: self.job.node_idx,
+                rank,
+                code,
+                reason,
+            })
+            .await;
+    }
+
+    fn all_local(&self, set_len: usize) -> bool {
+        set_len == self.job.local_ranks().len()
+    }
+
+    fn handlers(&self) -> Vec<(u32, mpsc::Sender<Notice>)> {
+        self.lock()
+            .handlers
+            .iter()
+            .map(|(r, h)| (*r, h.clone()))
+            .collect()
+    }
+
+    /// Runs an overlay collective in the background, then sends each local handler what
+    /// `after` gives for its rank.
+    fn after_collective<F>(self: &Arc<Self>, what: &'static str, blob: Option<Bytes>, after: F)
+    where
+        F: FnOnce(&Arc<Shared>, Vec<Bytes>) -> Result<Vec<(u32, Notice)>, String> + Send + 'static,
+    {
+        let shared = self.clone();
+        self.tracker.spawn(
+            async move {
+                let res = match blob {
+                    Some(b) => shared.overlay.allgather(b).await,
+                    None => shared.overlay.barrier().await.map(|()| Vec::new()),
+                };
+                let blobs = match res {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // Timeouts and aborts have already aborted the job; the watcher closes the clients.
+                        warn!("{what} failed: {e}");
+                        return;
+                    }
+                };
+                let notices = match after(&shared, blobs) {
+                    Ok(n) => n,
+                    Err(reason) => {
+                        shared.abort(None, 1, format!("{what}: {reason}")).await;
+                        return;
+                    }
+                };
+                let handlers: HashMap<u32, mpsc::Sender<Notice>> =
+                    shared.handlers().into_iter().collect();
+                for (rank, notice) in notices {
+                    if let Some(h) = handlers.get(&rank) {
+                        let _ = h.send(notice).await;
+                    }
+                }
+                debug!("{what} complete");
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// A rank's `initnode` was accepted; the last local one starts the table allgather.
+    fn reported(self: &Arc<Self>, report: Report) {
+        let mine = {
+            let mut st = self.lock();
+            st.reports.push(report);
+            if !self.all_local(st.reports.len()) {
+                return;
+            }
+            st.table_sent = true;
+            st.reports.clone()
+        };
+        let blob = match postcard::to_stdvec(&mine) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                warn!("cannot encode the node's reports: {e}");
+                return;
+            }
+        };
+        self.after_collective("node table", Some(blob), |shared, blobs| {
+            let per_node = blobs
+                .iter()
+                .enumerate()
+                .map(|(node, b)| {
+                    postcard::from_bytes::<Vec<Report>>(b)
+                        .map_err(|e| format!("undecodable reports from node {node}: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let table: Vec<[u8; ENTRY_LEN]> = node_table(&per_node)?;
+            Ok(shared
+                .job
+                .local_ranks()
+                .iter()
+                .map(|&r| (r, Notice::Send(nodetab_frame(&table, r))))
+                .collect())
+        });
+    }
+
+    /// A rank entered `barrier` (or `barrier0`); the last local one runs an overlay barrier.
+    fn barrier(self: &Arc<Self>, rank: u32, zero: bool) {
+        {
+            let mut st = self.lock();
+            let set = if zero {
+                &mut st.in_barrier0
+            } else {
+                &mut st.in_barrier
+            };
+            set.insert(rank);
+            if !self.all_local(set.len()) {
+                return;
+            }
+            set.clear();
+        }
+        let what = if zero { "barrier0" } else { "barrier" };
+        self.after_collective(what, None, move |shared, _| {
+            let frame = super::barrier_frame(zero);
+            Ok(shared
+                .job
+                .local_ranks()
+                .iter()
+                // barrier0 releases node 0 only (charmrun replies to it alone).
+                .filter(|&&r| !zero || r == 0)
+                .map(|&r| (r, Notice::Send(frame.clone())))
+                .collect())
+        });
+    }
+
+    /// A rank sent `ending`; once all local ranks have, and every node agrees, close them all.
+    fn ending(self: &Arc<Self>, rank: u32, code: i32) {
+        {
+            let mut st = self.lock();
+            st.endings.insert(rank, code);
+            if !self.all_local(st.endings.len()) {
+                return;
+            }
+        }
+        self.after_collective("ending", None, |shared, _| {
+            Ok(shared
+                .job
+                .local_ranks()
+                .iter()
+                .map(|&r| (r, Notice::Close))
+                .collect())
+        });
+    }
+}
+
+/// Aborts the job when the local ranks are not all connected in time; stops the clients when
+/// the job is aborted elsewhere.
+async fn watch(shared: Arc<Shared>) {
+    let mut aborted = shared.overlay.aborted();
+    let deadline = tokio::time::sleep(shared.config.connect_timeout);
+    tokio::pin!(deadline);
+    let mut armed = true;
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            msg = async {
+                aborted.wait_for(Option::is_some).await.ok().map(|info| {
+                    format!("job aborted by {}", info.as_ref().expect("waited for Some"))
+                })
+            } => {
+                if let Some(msg) = msg {
+                    for (_, h) in shared.handlers() {
+                        let _ = h.send(Notice::Send(super::die_frame(&msg))).await;
+                        let _ = h.send(Notice::Close).await;
+                    }
+                }
+                return;
+            }
+            _ = &mut deadline, if armed => {
+                armed = false;
+                let missing: Vec<u32> = {
+                    let st = shared.lock();
+                    if st.table_sent { continue; }
+                    shared.job.local_ranks().iter().copied()
+                        .filter(|r| !st.reports.iter().any(|x| x.rank == *r)).collect()
+                };
+                let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+                let reason = format!(
+                    "ranks {} on {} did not connect to the netlrts service within connect_timeout ({:?})",
+                    list.join(","), shared.host(), shared.config.connect_timeout
+                );
+                shared.abort(missing.first().copied(), 1, reason).await;
+            }
+        }
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    // One connection per local rank; a few extra for strays, which are dropped at initnode.
+    let limit = Arc::new(Semaphore::new(shared.job.local_ranks().len() + 8));
+    loop {
+        let permit = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let accepted = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let s = shared.clone();
+                shared.tracker.spawn(
+                    async move {
+                        debug!(%peer, "netlrts client");
+                        serve(s, stream, peer).await;
+                        drop(permit);
+                    }
+                    .instrument(info_span!("conn", %peer, rank = tracing::field::Empty)),
+                );
+            }
+            Err(e) => {
+                warn!("netlrts accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The IP other hosts should send this client's datagrams to: the connection's source address
+/// (the client bound its UDP port to INADDR_ANY), unless it is not IPv4 — then its own report.
+fn ip_of(peer: SocketAddr, reported: [u8; 4]) -> [u8; 4] {
+    match peer.ip() {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(reported, |v| v.octets()),
+    }
+}
+
+/// Serves one client connection until it is closed by either side or the server stops.
+async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
+    let mut session = Session::new();
+    let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut closed_early = false;
+    'conn: loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            Some(notice) = notices.recv() => match notice {
+                Notice::Send(bytes) => {
+                    if stream.write_all(&bytes).await.is_err() {
+                        closed_early = !session.ended();
+                        break;
+                    }
+                }
+                Notice::Close => break,
+            },
+            read = stream.read_buf(&mut buf) => {
+                match read {
+                    Ok(0) | Err(_) => { closed_early = !session.ended(); break; }
+                    Ok(_) => {}
+                }
+                loop {
+                    let frame = match decode(&mut buf) {
+                        Ok(Some(f)) => f,
+                        Ok(None) => break,
+                        Err(e) => { fail(&shared, &session, e.to_string()).await; break 'conn; }
+                    };
+                    let actions = match session.handle(&frame) {
+                        Ok(a) => a,
+                        Err(e) => { fail(&shared, &session, e.to_string()).await; break 'conn; }
+                    };
+                    for action in actions {
+                        let rank = session.rank();
+                        match action {
+                            Action::Init(init) => {
+                                let ok = u32::try_from(init.node_no).ok().filter(|r| {
+                                    shared.job.local_ranks().contains(r) && {
+                                        let mut st = shared.lock();
+                                        !st.handlers.contains_key(r) && st.handlers.insert(*r, tx.clone()).is_none()
+                                    }
+                                });
+                                let Some(r) = ok else {
+                                    // A stray or a duplicate: drop it without touching the job;
+                                    // a rank that never shows up is named by connect_timeout.
+                                    warn!("dropping netlrts client: {}", super::WireError::UnknownNode(init.node_no));
+                                    break 'conn;
+                                };
+                                session.accept(r);
+                                tracing::Span::current().record("rank", r);
+                                shared.reported(Report { rank: r, dataport: init.dataport, mach_id: init.mach_id, ip: ip_of(peer, init.ip) });
+                            }
+                            Action::Output { stderr, text } => {
+                                if let Some(r) = rank {
+                                    let _ = shared.output.send(Output { rank: r, stderr, data: text }).await;
+                                }
+                            }
+                            Action::Send(bytes) => {
+                                if stream.write_all(&bytes).await.is_err() {
+                                    closed_early = !session.ended();
+                                    break 'conn;
+                                }
+                            }
+                            Action::Scanf(fmt) => {
+                                // Stdin goes to the stdin rank's own fd 0 under greedy; serving
+                                // it here too would split one stream two ways.
+                                fail(&shared, &session, format!("scanf({fmt:?}) over netlrts is not supported by greedy")).await;
+                                break 'conn;
+                            }
+                            Action::Barrier | Action::Barrier0 => {
+                                if let Some(r) = rank { shared.barrier(r, action == Action::Barrier0); }
+                            }
+                            Action::Ending(code) => {
+                                if let Some(r) = rank { shared.ending(r, code); }
+                            }
+                            Action::Abort(msg) => {
+                                let r = rank;
+                                let who = r.map_or_else(|| "an unidentified netlrts client".to_string(), |r| format!("rank {r}"));
+                                let msg = msg.trim_end();
+                                shared.abort(r, 1, format!("{who} on {} called CmiAbort: {msg}", shared.host())).await;
+                                break 'conn;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let _ = stream.shutdown().await;
+    if closed_early && let Some(r) = session.rank() {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(shared.config.early_close_grace) => {}
+        }
+        let exited = shared.lock().exited.contains_key(&r);
+        if !exited {
+            let reason = format!(
+                "rank {r} on {} closed its netlrts connection before ending",
+                shared.host()
+            );
+            shared.abort(Some(r), 1, reason).await;
+        }
+    }
+}
+
+async fn fail(shared: &Arc<Shared>, session: &Session, what: String) {
+    match session.rank() {
+        Some(r) => {
+            let reason = format!("rank {r} on {}: netlrts: {what}", shared.host());
+            shared.abort(Some(r), 1, reason).await;
+        }
+        None => warn!("dropping unidentified netlrts client: {what}"),
+    }
+}
