@@ -26,8 +26,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Non-goals:** no scheduler integration (that is the Slurm plugin), no PMIx server yet
-//! (greedy-pmix serves PMI-1/PMI-2), no `unsafe` (no `pre_exec`: process groups come from
+//! **Non-goals:** no scheduler integration (that is the Slurm plugin), no wire-up protocol of
+//! its own (greedy-pmix serves PMI-1/PMI-2 and PMIx), no `unsafe` (no `pre_exec`: process groups come from
 //! `CommandExt::process_group`, orphan cleanup from a guard process), no retries of a job.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
