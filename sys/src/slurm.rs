@@ -408,3 +408,36 @@ pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Waits until task `pid` (a child of this slurmstepd) has ended and returns how: its exit
+/// code, or 128 + the signal that killed it. The task is **not** reaped (`WNOWAIT`):
+/// slurmstepd's own wait loop must still collect it for srun. Blocks the calling thread.
+///
+/// Fails with `ECHILD` when slurmstepd reaped the task first; the caller then knows only
+/// that it ended.
+pub fn wait_task_exit(pid: u32) -> std::io::Result<i32> {
+    let pid = libc::id_t::from(pid);
+    // SAFETY: an all-zero siginfo_t is a valid value for waitid to overwrite.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `info` is a live, writable siginfo_t; P_PID with WEXITED|WNOWAIT only
+        // reads the child's state and leaves it waitable for slurmstepd.
+        let rc =
+            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if rc == 0 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    // SAFETY: waitid succeeded for a child that exited, so si_status is the exit status or
+    // the signal number (si_code says which).
+    let status = unsafe { info.si_status() };
+    Ok(if info.si_code == libc::CLD_EXITED {
+        status
+    } else {
+        128 + status
+    })
+}

@@ -9,8 +9,9 @@
 //!    failure there is logged and ends the step through slurmctld.
 //! 2. each forked task runs the task hook, which reads the immutable [`TaskTable`] (no lock:
 //!    the fork may have happened while a runtime thread held one), keeps its own socket across
-//!    exec and writes its rank into the notify pipe; the agent then closes slurmstepd's copy of
-//!    that rank's socket, so a rank that dies is seen as EOF.
+//!    exec and writes its rank and pid into the notify pipe; the agent then closes
+//!    slurmstepd's copy of that rank's socket, so a rank that dies is seen as EOF, and waits
+//!    (without reaping) for the task's end to tell the PMI/PMIx server its exit code.
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed PMI message, a rank that
 //!    closes its socket before finalize, a timeout) reaches every node over the overlay; the
 //!    node where it started asks slurmctld to kill the step (`Hooks::kill_step`), which ends
@@ -20,9 +21,10 @@
 //!    ([`Agent::shutdown`], bounded by `MpiShutdownTimeout`).
 
 use crate::Error;
-use crate::plan::{self, Rendezvous as Choice, StepPlan};
+use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
 use crate::rendezvous::SrunRendezvous;
 use greedy_pmix::overlay::{Overlay, OverlayConfig};
+use greedy_pmix::pmix::{PmixConfig, PmixServer};
 use greedy_pmix::rendezvous::Fixed;
 use greedy_pmix::server::{PmiConfig, PmiServer};
 use std::collections::HashMap;
@@ -46,13 +48,16 @@ pub struct Hooks {
     pub node_addr: Box<NodeAddrFn>,
     /// Kills every task of step (job, step); false if slurmctld refused.
     pub kill_step: Arc<KillStepFn>,
+    /// Waits for a task's end without reaping it.
+    pub wait_exit: WaitExitFn,
 }
 
 /// One local rank's socket and environment, read by the task hook after fork.
 #[derive(Debug, Clone)]
 pub struct RankSlot {
-    /// The task's end of the socketpair (its number in slurmstepd, inherited by the fork).
-    pub fd: RawFd,
+    /// PMI: the task's end of the socketpair (its number in slurmstepd, inherited by the
+    /// fork). PMIx ranks connect to libpmix's own socket instead.
+    pub fd: Option<RawFd>,
     /// The variables to put into the task's env.
     pub env: Vec<(String, String)>,
 }
@@ -66,11 +71,14 @@ pub struct TaskTable {
 }
 
 impl TaskTable {
-    /// Tells the agent that `rank`'s task has been forked (it holds its socket now), so
-    /// slurmstepd can close its own copy. One `write(2)` of 4 bytes: atomic on a pipe, and
-    /// async-signal-safe.
-    pub fn forked(&self, rank: u32) -> std::io::Result<()> {
-        (&self.notify).write_all(&rank.to_le_bytes())
+    /// Tells the agent that `rank`'s task has been forked as `pid` (it holds its socket now),
+    /// so slurmstepd can close its own copy and watch the task's exit. One `write(2)` of 8
+    /// bytes: atomic on a pipe, and async-signal-safe.
+    pub fn forked(&self, rank: u32, pid: u32) -> std::io::Result<()> {
+        let mut record = [0u8; 8];
+        record[..4].copy_from_slice(&rank.to_le_bytes());
+        record[4..].copy_from_slice(&pid.to_le_bytes());
+        (&self.notify).write_all(&record)
     }
 }
 
@@ -78,6 +86,9 @@ impl TaskTable {
 pub struct Agent {
     runtime: Option<Runtime>,
     joined: Joined,
+    wait_exit: WaitExitFn,
+    /// PMIx's directory for this step, removed at shutdown.
+    pmix_dir: Option<std::path::PathBuf>,
     node: String,
     shutdown_timeout: Duration,
 }
@@ -114,8 +125,36 @@ fn resolve(node: &str, host: &str, hooks: &Hooks) -> Result<IpAddr, Error> {
 /// How long a shutting-down overlay link waits for its peer's goodbye.
 const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 
+/// The client server of a joined node.
+#[derive(Clone)]
+enum Client {
+    Pmi(PmiServer),
+    Pmix(PmixServer),
+}
+
+impl Client {
+    fn fences(&self) -> u64 {
+        match self {
+            Client::Pmi(s) => s.fences(),
+            Client::Pmix(s) => s.fences(),
+        }
+    }
+    async fn shutdown(&self) {
+        match self {
+            Client::Pmi(s) => s.shutdown().await,
+            Client::Pmix(s) => s.shutdown().await,
+        }
+    }
+    async fn rank_exited(&self, rank: u32, code: i32) {
+        match self {
+            Client::Pmi(s) => s.rank_exited(rank, code).await,
+            Client::Pmix(s) => s.rank_exited(rank, code).await,
+        }
+    }
+}
+
 /// The service once joined: what shutdown must stop.
-type Joined = Arc<std::sync::Mutex<Option<(Overlay, PmiServer)>>>;
+type Joined = Arc<std::sync::Mutex<Option<(Overlay, Client)>>>;
 
 impl Agent {
     /// Starts this node's service for `plan` and returns at once with the ranks' sockets:
@@ -153,10 +192,15 @@ impl Agent {
         let agent = Agent {
             runtime: Some(runtime),
             joined: joined.clone(),
+            wait_exit: hooks.wait_exit,
+            pmix_dir: None,
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
+        if plan.protocol == Protocol::Pmix {
+            return agent.start_pmix(plan, my_ip, parent_ip, hooks, span);
+        }
         let mut ranks = HashMap::new();
         let mut held: HashMap<u32, OwnedFd> = HashMap::new();
         let mut ours = Vec::new();
@@ -178,7 +222,7 @@ impl Agent {
             ranks.insert(
                 rank,
                 RankSlot {
-                    fd,
+                    fd: Some(fd),
                     env: plan::task_env(&offered, fd),
                 },
             );
@@ -186,7 +230,7 @@ impl Agent {
             ours.push((rank, mine));
         }
         let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
-        close_when_forked(reader, held, &node);
+        agent.watch_tasks(reader, held, local.len());
         let service = Service {
             plan: plan.clone(),
             my_ip,
@@ -201,6 +245,55 @@ impl Agent {
             .expect("set above")
             .spawn(service.run().instrument(span));
         Ok((agent, TaskTable { ranks, notify }))
+    }
+
+    /// PMIx: libpmix must register each client before its task exists (the task hook only
+    /// copies the variables `setup_fork` returned), so this node joins the overlay and starts
+    /// its PMIx server before prefork returns.
+    fn start_pmix(
+        mut self,
+        plan: &StepPlan,
+        my_ip: IpAddr,
+        parent_ip: Option<(usize, IpAddr)>,
+        hooks: &Hooks,
+        span: tracing::Span,
+    ) -> Result<(Agent, TaskTable), Error> {
+        let node = plan.node().to_string();
+        let shim = |source| Error::Shim {
+            node: node.clone(),
+            source,
+        };
+        let rt = self.runtime.as_ref().expect("set in start");
+        let overlay = rt
+            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .map_err(shim)?;
+        // One directory per step and node: Open MPI names its shared-memory files after the
+        // node's local ranks there (greedy-pmix's PmixConfig).
+        let tmpdir = std::env::temp_dir().join(format!("greedy-pmix.{}", plan.kvsname));
+        self.pmix_dir = Some(tmpdir.clone());
+        let rt = self.runtime.as_ref().expect("set in start");
+        let pmix = rt
+            .block_on(PmixServer::start(
+                &plan.job_spec(),
+                overlay.clone(),
+                PmixConfig::new(tmpdir),
+            ))
+            .map_err(shim)?;
+        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((overlay.clone(), Client::Pmix(pmix.clone())));
+        rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
+        let mut ranks = HashMap::new();
+        for &rank in &plan.ranks[plan.node_idx] {
+            let env = rt.block_on(pmix.env_for(rank)).map_err(shim)?;
+            ranks.insert(rank, RankSlot { fd: None, env });
+        }
+        let (reader, notify) = std::io::pipe().map_err(|e| Error::Io {
+            node: node.clone(),
+            what: "notify pipe",
+            source: e,
+        })?;
+        self.watch_tasks(reader, HashMap::new(), plan.ranks[plan.node_idx].len());
+        Ok((self, TaskTable { ranks, notify }))
     }
 
     /// Stops the PMI server and the overlay, then the runtime; all within
@@ -227,6 +320,9 @@ impl Agent {
             }
         }
         rt.shutdown_timeout(Duration::from_millis(50));
+        if let Some(dir) = self.pmix_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -263,32 +359,7 @@ impl Service {
             source,
         };
         let spec = plan.job_spec();
-        let mut config = OverlayConfig {
-            join_timeout: plan.join_timeout,
-            collective_timeout: plan.fence_timeout + Duration::from_secs(30),
-            // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd
-            // polls for the stepd's exit once a second before it frees the nodes, so a long
-            // linger costs the next job a whole second.
-            shutdown_linger: SHUTDOWN_LINGER,
-            ..OverlayConfig::default()
-        };
-        let overlay = match &plan.rendezvous {
-            Choice::Ports { port } => {
-                config.bind = SocketAddr::new(self.my_ip, *port);
-                let known = self
-                    .parent_ip
-                    .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
-                    .into_iter()
-                    .collect();
-                Overlay::start(&spec, config, &Fixed(known)).await
-            }
-            Choice::Srun { addr } => {
-                config.bind = SocketAddr::new(self.my_ip, 0);
-                let rdv = SrunRendezvous::new(*addr, &plan.kvsname, &hex_bytes(&plan.secret_hex));
-                Overlay::start(&spec, config, &rdv).await
-            }
-        }
-        .map_err(shim)?;
+        let overlay = join(plan, self.my_ip, self.parent_ip).await.map_err(shim)?;
         let pmi_config = PmiConfig {
             // Socketpairs only: a loopback port would let any local user claim a rank.
             port_bind: None,
@@ -299,7 +370,7 @@ impl Service {
             .await
             .map_err(shim)?;
         *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((overlay.clone(), pmi.clone()));
+            Some((overlay.clone(), Client::Pmi(pmi.clone())));
         tokio::spawn(watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span());
         // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
         // ways, so a rank that dies still closes its PMI connection, and an abort still
@@ -319,6 +390,40 @@ impl Service {
             });
         }
         Ok(())
+    }
+}
+
+/// Joins the overlay of `plan` as this node (`my_ip`), finding the parent by reserved port
+/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun.
+async fn join(
+    plan: &StepPlan,
+    my_ip: IpAddr,
+    parent_ip: Option<(usize, IpAddr)>,
+) -> Result<Overlay, greedy_pmix::Error> {
+    let spec = plan.job_spec();
+    let mut config = OverlayConfig {
+        join_timeout: plan.join_timeout,
+        collective_timeout: plan.fence_timeout + Duration::from_secs(30),
+        // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd
+        // polls for the stepd's exit once a second before it frees the nodes, so a long
+        // linger costs the next job a whole second.
+        shutdown_linger: SHUTDOWN_LINGER,
+        ..OverlayConfig::default()
+    };
+    match &plan.rendezvous {
+        Choice::Ports { port } => {
+            config.bind = SocketAddr::new(my_ip, *port);
+            let known = parent_ip
+                .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
+                .into_iter()
+                .collect();
+            Overlay::start(&spec, config, &Fixed(known)).await
+        }
+        Choice::Srun { addr } => {
+            config.bind = SocketAddr::new(my_ip, 0);
+            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, &hex_bytes(&plan.secret_hex));
+            Overlay::start(&spec, config, &rdv).await
+        }
     }
 }
 
@@ -349,21 +454,58 @@ impl Drop for Agent {
     }
 }
 
-/// A thread that closes slurmstepd's copy of each rank's socket once the task hook reports the
-/// rank forked. Not a runtime task: it blocks in `read(2)` and must outlive nothing.
-fn close_when_forked(mut reader: std::io::PipeReader, mut held: HashMap<u32, OwnedFd>, node: &str) {
-    let node = node.to_string();
-    let spawned = std::thread::Builder::new()
-        .name("greedy-mpi-fork".into())
-        .spawn(move || {
-            let mut record = [0u8; 4];
-            while !held.is_empty() && reader.read_exact(&mut record).is_ok() {
-                drop(held.remove(&u32::from_le_bytes(record)));
-            }
-        });
-    if let Err(e) = spawned {
-        // Without it a dead rank is only noticed by the fence timeout; not worth failing for.
-        error!(node = %node, "mpi/greedy: no fork watcher thread: {e}");
+/// How a waiter thread reports a task's end: a blocking wait that does not reap (injected so
+/// this module links without Slurm; `greedy_sys::slurm::wait_task_exit` in the plugin).
+pub type WaitExitFn = fn(u32) -> std::io::Result<i32>;
+
+impl Agent {
+    /// A thread reads the task hook's (rank, pid) records: it closes slurmstepd's copy of that
+    /// rank's PMI socket (`held`), and starts a waiter thread per task that tells the client
+    /// server how the task ended (PMIx has no socket whose EOF would say so). Not runtime
+    /// tasks: they block in `read(2)` and `waitid(2)`. The reader stops after `n_local`
+    /// records, never earlier, so no task hook ever writes into a pipe without a reader.
+    fn watch_tasks(
+        &self,
+        mut reader: std::io::PipeReader,
+        mut held: HashMap<u32, OwnedFd>,
+        n_local: usize,
+    ) {
+        let joined = self.joined.clone();
+        let handle = self.runtime.as_ref().expect("running").handle().clone();
+        let wait = self.wait_exit;
+        let node = self.node.clone();
+        let spawned = std::thread::Builder::new()
+            .name("greedy-mpi-fork".into())
+            .spawn(move || {
+                let mut record = [0u8; 8];
+                for _ in 0..n_local {
+                    if reader.read_exact(&mut record).is_err() {
+                        return;
+                    }
+                    let rank = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
+                    let pid = u32::from_le_bytes(record[4..].try_into().expect("4 bytes"));
+                    drop(held.remove(&rank));
+                    let (joined, handle) = (joined.clone(), handle.clone());
+                    let _ = std::thread::Builder::new()
+                        .name("greedy-mpi-exit".into())
+                        .spawn(move || {
+                            // ECHILD: slurmstepd reaped it first; it ended, code unknown.
+                            let code = wait(pid).unwrap_or(1);
+                            let client = joined
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .as_ref()
+                                .map(|(_, c)| c.clone());
+                            if let Some(client) = client {
+                                handle.spawn(async move { client.rank_exited(rank, code).await });
+                            }
+                        });
+                }
+            });
+        if let Err(e) = spawned {
+            // Without it a dead rank is only noticed by the fence timeout; not worth failing for.
+            error!(node = %node, "mpi/greedy: no task watcher thread: {e}");
+        }
     }
 }
 

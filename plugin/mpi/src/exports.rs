@@ -101,14 +101,22 @@ pub extern "C" fn mpi_p_client_prelaunch(
             };
             let user = std::env::var(plan::USER_PROTOCOL).ok();
             let resv = std::env::var_os("SLURM_STEP_RESV_PORTS").is_some();
-            let (client, vars) =
-                match Client::prelaunch(&layout, &cfg, user.as_deref(), resv, crate::PMIX_BUILT) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        log::error(&format!("mpi/greedy: {e}"));
-                        return std::ptr::null_mut();
-                    }
-                };
+            let argv: Vec<String> = std::env::args().skip(1).collect();
+            let detected = plan::detect_protocol(&argv, crate::srun::read_program);
+            let (client, vars) = match Client::prelaunch(
+                &layout,
+                &cfg,
+                user.as_deref(),
+                detected,
+                resv,
+                crate::PMIX_BUILT,
+            ) {
+                Ok(x) => x,
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    return std::ptr::null_mut();
+                }
+            };
             // SAFETY: `env` is the hook's `char ***env` (a fresh xmalloc'd array, step_launch.c),
             // used only by this thread during the call.
             let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
@@ -175,6 +183,7 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
             let hooks = Hooks {
                 node_addr: Box::new(slurm::conf_get_address),
                 kill_step: Arc::new(|job, step| slurm::kill_job_step(job, step, 9)),
+                wait_exit: slurm::wait_task_exit,
             };
             let mut slot = AGENT.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_some() || TASKS.get().is_some() {
@@ -228,16 +237,19 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                     return SLURM_ERROR;
                 }
             }
-            if let Err(e) = slurm::keep_across_exec(slot.fd) {
+            // PMIx ranks have no socket of ours: libpmix's variables are all they need.
+            if let Some(fd) = slot.fd
+                && let Err(e) = slurm::keep_across_exec(fd)
+            {
                 log::error(&format!(
-                    "mpi/greedy: rank {}: PMI socket {}: {e}",
-                    task.gtaskid, slot.fd
+                    "mpi/greedy: rank {}: PMI socket {fd}: {e}",
+                    task.gtaskid
                 ));
                 return SLURM_ERROR;
             }
             if let Some(tasks) = TASKS.get() {
                 // Losing this only delays noticing a dead rank until the fence timeout.
-                let _ = tasks.forked(task.gtaskid);
+                let _ = tasks.forked(task.gtaskid, std::process::id());
             }
             SLURM_SUCCESS
         },

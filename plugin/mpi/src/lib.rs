@@ -1,6 +1,7 @@
 //! mpi_greedy: the Slurm MPI plugin `mpi/greedy` (`srun --mpi=greedy`, `MpiDefault=greedy`),
-//! Slurm 22.05. slurmstepd serves the job's ranks PMI-1/PMI-2 (MPICH, Intel MPI) through
-//! greedy-pmix: node agents joined in a greedy tree overlay, a KVS fence as one allgather.
+//! Slurm 22.05. slurmstepd serves the job's ranks PMIx (Open MPI) or PMI-1/PMI-2 (MPICH,
+//! Intel MPI), one family per step ([`plan::Protocol::resolve`]), through greedy-pmix: node
+//! agents joined in a greedy tree overlay, a fence as one allgather.
 //!
 //! Reading order: [`plan`] (sans-I/O: srun's layout → private variables; a stepd's env → what
 //! it serves; which protocol), [`config`] (the `Mpi*` keys of greedy.conf), [`rendezvous`]
@@ -29,8 +30,8 @@
 //! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments (the stepd's
 //! `stepd_step_rec_t` is never read: research/slurm-plugin-api.md §2.1), no srun-side
 //! forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
-//! heterogeneous steps (refused by their node list), no PMIx yet (the seam is
-//! [`plan::Protocol::Pmix`], refused until greedy-pmix serves PMIx).
+//! heterogeneous steps, no mpi.conf keys (settings are greedy.conf's, read by srun), no
+//! non-root PMIx jobs yet (libpmix's directory is not handed to the job's uid).
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -55,4 +56,4 @@ pub use error::Error;
 pub const PLUGIN_ID: u32 = 0x4752_4459;
 
 /// Whether this build serves PMIx (the [`plan::Protocol::resolve`] rule depends on it).
-pub const PMIX_BUILT: bool = false;
+pub const PMIX_BUILT: bool = true;

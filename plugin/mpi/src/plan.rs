@@ -82,13 +82,14 @@ impl fmt::Display for Protocol {
 }
 
 impl Protocol {
-    /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `MpiProtocol`; `auto`
-    /// means PMIx when this build serves PMIx, else PMI. A `pmix` request to a build without
-    /// PMIx is refused rather than silently served PMI, which would start Open MPI ranks as
-    /// singletons.
+    /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `MpiProtocol`;
+    /// `auto` means what [`detect_protocol`] found in srun's command line (`detected`), else
+    /// PMI. A `pmix` request to a build without PMIx is refused rather than silently served
+    /// PMI, which would start Open MPI ranks as singletons.
     pub fn resolve(
         user: Option<&str>,
         configured: Protocol,
+        detected: Option<Protocol>,
         pmix_built: bool,
     ) -> Result<Protocol, String> {
         let wanted = match user.filter(|s| !s.is_empty()) {
@@ -97,15 +98,63 @@ impl Protocol {
                 .map_err(|e| format!("{USER_PROTOCOL}={e}"))?,
             None => configured,
         };
+        let wanted = match wanted {
+            Protocol::Auto => match detected {
+                Some(Protocol::Pmix) if pmix_built => Protocol::Pmix,
+                _ => Protocol::Pmi,
+            },
+            p => p,
+        };
         match wanted {
-            Protocol::Auto if pmix_built => Ok(Protocol::Pmix),
-            Protocol::Auto | Protocol::Pmi => Ok(Protocol::Pmi),
-            Protocol::Pmix if pmix_built => Ok(Protocol::Pmix),
-            Protocol::Pmix => {
+            Protocol::Pmix if !pmix_built => {
                 Err("PMIx was requested but this mpi_greedy.so serves PMI-1/PMI-2 only".into())
             }
+            p => Ok(p),
         }
     }
+}
+
+/// How many bytes of a candidate program [`detect_protocol`] reads: an ELF's dynamic string
+/// table (where the NEEDED library names live) sits in its first pages.
+pub const DETECT_READ_MAX: usize = 1 << 20;
+
+/// The `auto` rule's evidence: the first ELF file named on srun's command line (`argv`
+/// without srun itself; `read` returns up to [`DETECT_READ_MAX`] bytes of an argument that is
+/// a path, or of a name found in `PATH`, or `None`) that names an MPI library decides:
+/// Open MPI (`libmpi.so.40`, `libopen-rte`, `libopen-pal`) or libpmix → PMIx; MPICH's ABI
+/// (`libmpi.so.12`, `libmpich`), Intel MPI (`libmpifort`/`libmpi.so.12`) → PMI. Wrapper
+/// scripts and static binaries decide nothing (`None`), and the default applies.
+pub fn detect_protocol(
+    argv: &[String],
+    read: impl Fn(&str) -> Option<Vec<u8>>,
+) -> Option<Protocol> {
+    fn has(hay: &[u8], needle: &[u8]) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle)
+    }
+    for arg in argv {
+        let Some(bytes) = read(arg) else { continue };
+        if !bytes.starts_with(b"\x7fELF") {
+            continue;
+        }
+        if [
+            &b"libmpi.so.40"[..],
+            b"libopen-rte",
+            b"libopen-pal",
+            b"libpmix.so",
+        ]
+        .iter()
+        .any(|n| has(&bytes, n))
+        {
+            return Some(Protocol::Pmix);
+        }
+        if [&b"libmpi.so.12"[..], b"libmpich"]
+            .iter()
+            .any(|n| has(&bytes, n))
+        {
+            return Some(Protocol::Pmi);
+        }
+    }
+    None
 }
 
 /// How a node finds its overlay parent.

@@ -108,21 +108,57 @@ fn faults_name_node_and_variable() {
 
 #[test]
 fn protocol_rule() {
-    let r = |user: Option<&str>, cfg, pmix| Protocol::resolve(user, cfg, pmix);
-    assert_eq!(r(None, Protocol::Auto, false), Ok(Protocol::Pmi));
-    assert_eq!(r(None, Protocol::Auto, true), Ok(Protocol::Pmix));
-    assert_eq!(r(Some("pmi2"), Protocol::Pmix, true), Ok(Protocol::Pmi));
-    assert_eq!(r(Some(""), Protocol::Pmi, true), Ok(Protocol::Pmi));
+    let r = |user: Option<&str>, cfg, detected, pmix| Protocol::resolve(user, cfg, detected, pmix);
+    assert_eq!(r(None, Protocol::Auto, None, true), Ok(Protocol::Pmi));
+    assert_eq!(
+        r(None, Protocol::Auto, Some(Protocol::Pmix), true),
+        Ok(Protocol::Pmix)
+    );
+    assert_eq!(
+        r(None, Protocol::Auto, Some(Protocol::Pmix), false),
+        Ok(Protocol::Pmi)
+    );
+    assert_eq!(
+        r(None, Protocol::Pmix, Some(Protocol::Pmi), true),
+        Ok(Protocol::Pmix)
+    );
+    assert_eq!(
+        r(Some("pmi2"), Protocol::Pmix, None, true),
+        Ok(Protocol::Pmi)
+    );
+    assert_eq!(r(Some(""), Protocol::Pmi, None, true), Ok(Protocol::Pmi));
     assert!(
-        r(Some("pmix"), Protocol::Pmi, false)
+        r(Some("pmix"), Protocol::Pmi, None, false)
             .unwrap_err()
             .contains("PMI-1/PMI-2 only")
     );
     assert!(
-        r(Some("x"), Protocol::Pmi, false)
+        r(Some("x"), Protocol::Pmi, None, false)
             .unwrap_err()
             .starts_with("SLURM_GREEDY_PROTOCOL=")
     );
+}
+
+#[test]
+fn detection_reads_the_first_mpi_elf() {
+    let files = |name: &str| -> Option<Vec<u8>> {
+        match name {
+            "/usr/bin/env" => Some(b"\x7fELF...libc.so.6".to_vec()),
+            "./ompi_app" => Some(b"\x7fELF...libmpi.so.40\0libopen-pal.so.40".to_vec()),
+            "./mpich_app" => Some(b"\x7fELF...libmpi.so.12\0".to_vec()),
+            "./script" => Some(b"#!/bin/sh\nlibmpi.so.40".to_vec()),
+            _ => None,
+        }
+    };
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let d = |a: &[&str]| detect_protocol(&argv(a), files);
+    assert_eq!(
+        d(&["-N8", "/usr/bin/env", "X=1", "./ompi_app"]),
+        Some(Protocol::Pmix)
+    );
+    assert_eq!(d(&["./mpich_app", "./ompi_app"]), Some(Protocol::Pmi));
+    assert_eq!(d(&["./script", "hostname"]), None);
+    assert_eq!(d(&[]), None);
 }
 
 #[test]
