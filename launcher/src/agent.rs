@@ -389,7 +389,10 @@ impl Agent {
                 stdin: wants_stdin,
             };
             // PMIx ranks (Open MPI) always finalize; only PMI's auto mode forgives a plain exit.
-            let strict = matches!(self.start.pmi, PmiMode::Strict | PmiMode::Pmix);
+            let strict = matches!(
+                self.start.pmi,
+                PmiMode::Strict | PmiMode::Pmix | PmiMode::Charm
+            );
             match spawn::spawn(&spec) {
                 Ok(mut child) => {
                     let pgid = child.id().unwrap_or(0);
@@ -434,12 +437,13 @@ impl Agent {
                                 let _ = err.await;
                             })
                             .await;
-                            if let Some(pmi) = pmi {
+                            if let Some(pmi) = &pmi {
                                 // Auto mode: a plain program that exits 0 without PMI is fine.
                                 if strict || end.failed() {
                                     pmi.rank_exited(rank, end.code()).await;
                                 }
                             }
+                            let end = pmi.as_ref().map_or(end, |pmi| pmi.end_of(rank, end));
                             let _ = up.send(Up::Exit { rank, end }).await;
                             let _ = exit_tx.send(rank).await;
                         }

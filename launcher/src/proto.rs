@@ -38,6 +38,9 @@ pub enum PmiMode {
     Strict,
     /// Serve PMIx only (Open MPI): every rank must `PMIx_Finalize`; ranks get no `PMI_*`.
     Pmix,
+    /// Serve Charm++'s netlrts launcher protocol (what charmrun does; greedy-pmix `charm`):
+    /// every rank must send `ending`, whose code becomes the rank's exit code.
+    Charm,
 }
 
 /// Everything an agent needs to run its part of the job. Sent once, as the first frame.

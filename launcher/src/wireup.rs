@@ -11,6 +11,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use greedy_pmix::{
     JobSecret, JobSpec,
+    charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY},
     overlay::{Overlay, OverlayConfig},
     pmix::{PmixConfig, PmixServer},
     rendezvous::{Memory, Rendezvous},
@@ -21,7 +22,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     Error,
-    proto::{PmiMode, Start, Up},
+    proto::{PmiMode, RankEnd, Start, Stream, Up},
 };
 
 /// The wire-up service of this host's ranks: one family per job, never both (MPICH ≥ 4.1
@@ -32,6 +33,8 @@ pub enum Service {
     Pmi(PmiServer),
     /// PMIx (Open MPI); the directory is this agent's PMIx scratch space, removed at shutdown.
     Pmix(PmixServer, std::path::PathBuf),
+    /// Charm++ netlrts on this host's cluster address.
+    Charm(CharmServer),
 }
 
 impl Service {
@@ -42,6 +45,7 @@ impl Service {
                 .port_env(rank)
                 .ok_or_else(|| Error::Plan("the PMI server has no port".into())),
             Service::Pmix(pmix, _) => Ok(pmix.env_for(rank).await?),
+            Service::Charm(charm) => Ok(charm.env_for(rank)),
         }
     }
 
@@ -50,6 +54,16 @@ impl Service {
         match self {
             Service::Pmi(pmi) => pmi.rank_exited(rank, code).await,
             Service::Pmix(pmix, _) => pmix.rank_exited(rank, code).await,
+            Service::Charm(charm) => charm.rank_exited(rank, code).await,
+        }
+    }
+
+    /// How a rank's end is reported: a Charm++ client exits 1 when its socket is closed
+    /// after `ending`, so its real code is the one it sent (research/charm-protocol.md §2).
+    pub fn end_of(&self, rank: u32, end: RankEnd) -> RankEnd {
+        match self {
+            Service::Charm(charm) => charm.exit_code(rank).map_or(end, RankEnd::Exited),
+            _ => end,
         }
     }
 
@@ -61,6 +75,7 @@ impl Service {
                 pmix.shutdown().await;
                 let _ = std::fs::remove_dir_all(dir);
             }
+            Service::Charm(charm) => charm.shutdown().await,
         }
     }
 }
@@ -172,6 +187,38 @@ pub async fn start(
             Err(e) => {
                 overlay.shutdown().await;
                 let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        }
+    } else if start.pmi == PmiMode::Charm {
+        // Clients connect to this host's cluster address, so the peer address of each
+        // connection is one the other hosts can send datagrams to. Their prints take the
+        // ranks' stdout/stderr path up the tree.
+        let (out_tx, mut out_rx) =
+            mpsc::channel::<greedy_pmix::charm::server::Output>(OUTPUT_CAPACITY);
+        let up = rendezvous.up.clone();
+        tokio::spawn(async move {
+            while let Some(o) = out_rx.recv().await {
+                let stream = if o.stderr {
+                    Stream::Stderr
+                } else {
+                    Stream::Stdout
+                };
+                let msg = Up::Output {
+                    rank: o.rank,
+                    stream,
+                    data: o.data,
+                };
+                if up.send(msg).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let config = CharmConfig::new(SocketAddr::new(ip, 0));
+        match CharmServer::start(&spec, overlay.clone(), config, out_tx).await {
+            Ok(charm) => Service::Charm(charm),
+            Err(e) => {
+                overlay.shutdown().await;
                 return Err(e.into());
             }
         }

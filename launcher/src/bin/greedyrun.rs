@@ -38,6 +38,9 @@ enum Pmi {
     Pmix,
     /// No wire-up service at all (cheapest for non-MPI programs).
     None,
+    /// Charm++ netlrts (the charm4py wheel): each host's agent does charmrun's job. Give the
+    /// process count with -n/--ppn; `+pN`/`++n N` matching it are dropped, others refused.
+    Charm,
 }
 
 /// Start NP ranks of PROG on many hosts: one remote shell per host along the greedy launch
@@ -186,6 +189,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         Pmi::Pmi1 | Pmi::Pmi2 => PmiMode::Strict,
         Pmi::None => PmiMode::None,
         Pmi::Pmix => PmiMode::Pmix,
+        Pmi::Charm => PmiMode::Charm,
     };
     if args.batch >= MAX_STARTUPS {
         eprintln!(
@@ -199,7 +203,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
     } else {
         args.argv
     };
-    let plan = Plan::new(Request {
+    let mut plan = Plan::new(Request {
         n_ranks: args.n_ranks,
         hosts,
         ppn: args.ppn,
@@ -212,6 +216,12 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         pmi,
         argv,
     })?;
+    if pmi == PmiMode::Charm {
+        // A non-SMP Charm++ client given +p2 exits before connecting, silently (its stdio is
+        // already /dev/null): refuse here, with the reason, rather than time out later.
+        plan.argv = greedy_pmix::charm::launcher_args(&plan.argv, plan.n_ranks)
+            .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
+    }
     let stdin_rank = match args.stdin.as_str() {
         "none" => None,
         r => {
@@ -361,5 +371,30 @@ mod tests {
         assert_eq!(cfg.plan.pmi, PmiMode::Pmix);
         let e = parse(&["greedyrun", "-H", "a", "--stdin", "3", "--", "x"]).unwrap_err();
         assert!(e.to_string().contains("only 1 ranks"));
+    }
+
+    #[test]
+    fn charm_drops_matching_plus_p_and_refuses_others() {
+        let charm = |p: &str| {
+            let v = [
+                "greedyrun",
+                "-H",
+                "a:2",
+                "--pmi",
+                "charm",
+                "--",
+                "py",
+                "t.py",
+                p,
+            ];
+            job_config(
+                Args::try_parse_from(mpirun_habits(v.iter().map(|s| s.to_string()))).unwrap(),
+            )
+        };
+        let (cfg, _) = charm("+p2").unwrap();
+        assert_eq!(cfg.plan.pmi, PmiMode::Charm);
+        assert_eq!(cfg.plan.argv, ["py", "t.py"]);
+        let e = charm("+p4").unwrap_err();
+        assert!(e.to_string().contains("greedy starts 2 processes"), "{e}");
     }
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Charm++ (charm4py 1.1 wheel, netlrts) under `greedyrun --pmi charm` on the emulated cluster.
+#
+# Cases, 4 hosts x 2 processes (8 PEs):
+#   ok          chares on every PE, a broadcast, a sum and a gather; output checked, rc 0
+#   exit3       charm.exit(3) -> greedyrun exits 3 (clients themselves exit 1 after `ending`)
+#   abort       charm.abort(...) -> non-zero, the message and the rank named
+#   fail-start  rank 5 exits 5 before charm.start() -> job ends 5, its host (n3) named
+#   +p9         refused before anything starts (a non-SMP client would die silently)
+# and no process left behind after each case. charm4py 1.1 from PyPI is installed into
+# /var/tmp/greedy-charm4py (visible to every host) on first use. Needs root; ~1-2 min.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+CHARM=${GREEDY_CHARM4PY:-/var/tmp/greedy-charm4py}
+NODES=4
+
+fail() { echo "charm-e2e: FAIL: $*" >&2; exit 1; }
+pass() { echo "charm-e2e: ok: $*"; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $CARGO_TARGET_DIR == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+cargo build -q --release -p greedy-launcher
+BIN=$CARGO_TARGET_DIR/release
+
+if ! "$CHARM/bin/python" -c 'import charm4py' 2>/dev/null; then
+  echo "charm-e2e: installing PyPI charm4py 1.1 into $CHARM"
+  python3 -m venv "$CHARM"
+  "$CHARM/bin/pip" install -q charm4py==1.1
+fi
+
+# --- cluster (waits while another engineer's is up; takes only ours down) -------------------
+busy() {
+  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
+    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
+}
+ours=0
+for _i in $(seq 30); do
+  if ! busy; then
+    set +e
+    "$TC" up --nodes "$NODES" "$@" >/dev/null
+    rc=$?
+    set -e
+    if ((rc == 0)); then
+      ours=1
+      trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+      break
+    fi
+    ((rc == 2)) || fail "testcluster up: exit $rc"
+  fi
+  echo "charm-e2e: another test cluster is up; waiting 20 s"
+  sleep 20
+done
+((ours)) || fail "another test cluster stayed up for 10 minutes"
+eval "$("$TC" env)"
+WORK=$GREEDY_TC_SCRATCH/charm
+mkdir -p "$WORK"
+cd "$WORK"
+cp "$ROOT/tests/charm/prog.py" "$WORK/prog.py"
+
+leftovers() {
+  local ns pid out=""
+  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      local cmd
+      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
+      [[ $cmd =~ greedyd|prog\.py ]] && out+="$ns:$pid:$cmd; "
+    done
+  done
+  echo "$out"
+}
+no_orphans() {
+  local left
+  for _ in $(seq 50); do
+    left=$(leftovers)
+    [[ -z $left ]] && return 0
+    sleep 0.2
+  done
+  fail "$1: processes left behind: $left"
+}
+
+GR=("$BIN/greedyrun" --timeout 60 --progress 0 --pmi charm --hosts "n[1-$NODES]" --ppn 2 -n 8)
+run() { # run NAME ARGS... : sets RC, OUT, ERR
+  local name=$1
+  shift
+  set +e
+  timeout 120 "${GR[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  OUT=$(<"$WORK/$name.out")
+  ERR=$(<"$WORK/$name.err")
+}
+PY=("$CHARM/bin/python" "$WORK/prog.py")
+
+run ok -- "${PY[@]}" ok
+((RC == 0)) || fail "ok: exit $RC: $ERR $OUT"
+grep -q "charm-e2e: pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "ok: output: $OUT $ERR"
+no_orphans ok
+pass "8 PEs on 4 hosts: broadcast, sum and gather checked"
+
+run exit3 -- "${PY[@]}" exit3
+((RC == 3)) || fail "exit3: expected 3, got $RC: $ERR"
+no_orphans exit3
+pass "charm.exit(3) -> 3"
+
+run abort -- "${PY[@]}" abort
+((RC != 0)) || fail "abort: exit 0"
+grep -q "deliberate abort" <<<"$ERR" || fail "abort: message missing: $ERR"
+no_orphans abort
+pass "charm.abort -> $RC, message shown"
+
+run fail-start -- "${PY[@]}" fail-start=5
+((RC == 5)) || fail "fail-start: expected 5, got $RC: $ERR"
+grep -q "rank 5 on n3" <<<"$ERR" || fail "fail-start: host not named: $ERR"
+no_orphans fail-start
+pass "a process failing before connecting ends the job (5), host named"
+
+run plus-p -- "${PY[@]}" +p9
+((RC == 2)) || fail "+p9: expected 2, got $RC: $ERR"
+grep -q "greedy starts 8 processes" <<<"$ERR" || fail "+p9: $ERR"
+pass "+p9 refused up front"
+
+run plus-p8 -- "${PY[@]}" ok +p8
+((RC == 0)) && grep -q "pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "+p8: exit $RC: $ERR $OUT"
+no_orphans plus-p8
+pass "+p8 (= -n) accepted and dropped"
+echo "charm-e2e: all passed"
