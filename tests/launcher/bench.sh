@@ -3,6 +3,7 @@
 # the emulated cluster (numbers in docs/benchmarks.md, "greedyrun vs Hydra and Open MPI").
 #
 #   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10 PARTS="A B C"
+#   PARTS=D SIZES= CSIZE=64: what --batch costs (flat with 8 vs 64 shells in flight, and Hydra)
 #   PARTS="A C" SIZES=16 CSIZE=64 runs the MPI hello on 16 hosts and B/C on 64
 #   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
 #
@@ -197,6 +198,23 @@ if [[ " $PARTS " == *" C "* ]]; then
     measure C "$n" gr-greedy "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
       --pmi none --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
     measure C "$n" gr-greedy-pmi "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+  done
+fi
+
+# --- Part D: what --batch costs, `hostname`, the largest size ------------------------------------
+if [[ " $PARTS " == *" D "* ]]; then
+  n=$MAXN
+  for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
+  for run in $(seq "$RUNS"); do
+    measure D "$n" hydra "$run" "^n" "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 hostname
+    measure D "$n" gr-flat-kex-b8 "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --rsh "$DEFAULT_KEX" --pmi none -- hostname
+    measure D "$n" gr-flat-kex-b64 "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --rsh "$DEFAULT_KEX" --pmi none --batch 64 -- hostname
+    measure D "$n" gr-flat-b64 "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
+      --pmi none --batch 64 -- hostname
+    measure D "$n" gr-greedy "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --pmi none \
       --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
   done
 fi
