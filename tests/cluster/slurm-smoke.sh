@@ -13,9 +13,8 @@ fail() { echo "slurm-smoke: FAIL: $*" >&2; exit 1; }
 pass() { echo "slurm-smoke: ok: $*"; }
 
 [[ $EUID -eq 0 ]] || fail "must run as root"
-if "$TC" status >/dev/null 2>&1; then
-  fail "a test cluster is already up; not touching it: run '$TC down' first"
-fi
+# shellcheck source=wait-free.sh
+. "$(dirname "${BASH_SOURCE[0]}")/wait-free.sh"
 # Open MPI is needed only by this test (the cluster script installs Slurm and munge itself).
 if ! command -v mpicc.openmpi >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \

@@ -17,9 +17,8 @@ fail() { echo "smoke: FAIL: $*" >&2; exit 1; }
 pass() { echo "smoke: ok: $*"; }
 
 [[ $EUID -eq 0 ]] || fail "must run as root"
-if "$TC" status >/dev/null 2>&1; then
-  fail "a test cluster is already up ($STATE); not touching it: run '$TC down' first"
-fi
+# shellcheck source=wait-free.sh
+. "$(dirname "${BASH_SOURCE[0]}")/wait-free.sh"
 
 # System paths that up creates when missing must be gone again after down.
 had_paths=$(ls -d /run/sshd /run/inetd.pid 2>/dev/null || true)

@@ -26,12 +26,8 @@ pass() { echo "route: ok: $*"; }
 
 [[ $EUID -eq 0 ]] || fail "must run as root"
 # The cluster is shared with other tests on this machine: wait for it rather than tear it down.
-for ((i = 0; i < 30; i++)); do
-  "$TC" status >/dev/null 2>&1 || break
-  ((i == 0)) && echo "route: a test cluster is up; waiting up to 10 min for it to go down"
-  sleep 20
-done
-"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min; not touching it"
+# shellcheck source=../cluster/wait-free.sh
+. "$ROOT/tests/cluster/wait-free.sh"
 
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route -p greedy-tree) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-test.XXXXXX)
