@@ -84,8 +84,10 @@ pub struct Plan {
     pub argv: Vec<String>,
 }
 
-/// sshd's default `MaxStartups` is 10 unauthenticated connections: a parent must stay below
-/// it, or sshd drops connections (research/baseline-launchers.md §4, anchors §3.12).
+/// sshd's default `MaxStartups`: 10 unauthenticated connections to *one* sshd, past which it
+/// drops new ones (research/baseline-launchers.md §4, anchors §3.12). A launch opens one
+/// connection per host, so only a shared sshd (a bastion) sees several; refused shells are
+/// retried (`--retries`).
 pub const MAX_STARTUPS: u32 = 10;
 
 impl Plan {
