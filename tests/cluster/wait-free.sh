@@ -6,4 +6,8 @@ for ((i = 0; i < 30; i++)); do
   ((i == 0)) && echo "$(basename "$0"): a test cluster is up; waiting up to 10 min for it to go down"
   sleep 20
 done
-"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min; not touching it"
+# An `if`, not `status && fail`: a sourced file's last status is the `.` command's, and under
+# `set -e` a free cluster's non-zero status would end the caller.
+if "$TC" status >/dev/null 2>&1; then
+  fail "a test cluster is still up after 10 min; not touching it"
+fi
