@@ -10,7 +10,8 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi"]
+#                                  [--mpis "mpich ompi"] [--greedy-conf FILE]
+# --greedy-conf FILE: greedy.conf for the cluster (e.g. MpiRem for a high-latency network).
 # Needs root; about 8 min with the defaults. Leaves nothing behind.
 set -euo pipefail
 
@@ -19,7 +20,7 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
-reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi"
+reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=()
 while (($#)); do
   case $1 in
     --reps) reps=$2; shift 2 ;;
@@ -27,6 +28,7 @@ while (($#)); do
     --nodes) nodes_list=$2; shift 2 ;;
     --ppn) ppn=$2; shift 2 ;;
     --mpis) mpis=$2; shift 2 ;;
+    --greedy-conf) gconf=(--greedy-conf "$(realpath "$2")"); shift 2 ;;
     *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +87,7 @@ for n in $nodes_list; do ((n > maxn)) && maxn=$n; done
 for delay in $delays; do
   wait_free
   ours=1
-  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" >/dev/null || fail "up --delay $delay"
+  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" "${gconf[@]}" >/dev/null || fail "up --delay $delay"
   eval "$("$TC" env)"
   work=$GREEDY_TC_SCRATCH/mpi-bench
   mkdir -p "$work"
