@@ -25,7 +25,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q --release -p greedy-launcher
 BIN=$CARGO_TARGET_DIR/release
 
-if ! "$CHARM/bin/python" -c 'import charm4py' 2>/dev/null; then
+if ! "$CHARM/bin/python" -c 'import charm4py' >/dev/null 2>&1; then
   echo "charm-e2e: installing PyPI charm4py 1.1 into $CHARM"
   python3 -m venv "$CHARM"
   "$CHARM/bin/pip" install -q charm4py==1.1

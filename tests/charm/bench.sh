@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# charm4py start-to-finish, greedyrun --pmi charm vs the wheel's charmrun (ssh), on the emulated cluster.
+#
+#   tests/charm/bench.sh            # RUNS=5 NODES=16 DELAY=10
+#
+# Program: tests/charm/prog.py (a Group on every PE, a broadcast, a sum and a gather, checked),
+# one process per host (+p16). Each run is timed wall-clock from the login node; launchers
+# alternate run by run so that load drifts hit all three alike. charmrun gets CHARMRUN_IP=login
+# (the VM's own name resolves to 127.0.0.1, which inside a host is that host). Prints one
+# "name median min max" line per launcher and the ratios. Needs root; ~2-3 min.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+CHARM=${GREEDY_CHARM4PY:-/var/tmp/greedy-charm4py}
+RUNS=${RUNS:-5}
+NODES=${NODES:-16}
+DELAY=${DELAY:-10}
+
+fail() { echo "charm-bench: FAIL: $*" >&2; exit 1; }
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+cargo build -q --release -p greedy-launcher -p greedy-netdelay
+export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
+BIN=$CARGO_TARGET_DIR/release
+if ! "$CHARM/bin/python" -c 'import charm4py' >/dev/null 2>&1; then
+  python3 -m venv "$CHARM"
+  "$CHARM/bin/pip" install -q charm4py==1.1
+fi
+
+busy() {
+  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
+    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
+}
+ours=0
+for _i in $(seq 30); do
+  if ! busy; then
+    set +e
+    "$TC" up --nodes "$NODES" --delay "$DELAY" >/dev/null
+    rc=$?
+    set -e
+    if ((rc == 0)); then
+      ours=1
+      trap '"$TC" down >/dev/null 2>&1 || true' EXIT
+      break
+    fi
+    ((rc == 2)) || fail "testcluster up: exit $rc"
+  fi
+  echo "charm-bench: another test cluster is up; waiting 20 s"
+  sleep 20
+done
+((ours)) || fail "another test cluster stayed up for 10 minutes"
+eval "$("$TC" env)"
+# Every sshd must answer before the first timed run (a fresh cluster's may still be starting).
+for i in $(seq "$NODES"); do
+  for _t in $(seq 50); do
+    ssh -oBatchMode=yes -oConnectTimeout=5 "n$i" true 2>/dev/null && break
+    sleep 0.2
+  done
+done
+WORK=$GREEDY_TC_SCRATCH/charm-bench
+mkdir -p "$WORK"
+cd "$WORK"
+cp "$ROOT/tests/charm/prog.py" prog.py
+{
+  echo "group main"
+  for i in $(seq "$NODES"); do echo "host n$i"; done
+} >nodelist
+EXPECT="pes=$NODES sum=$((7 * NODES * (NODES + 1) / 2)) hosts=$NODES ok"
+
+GREEDY=("$BIN/greedyrun" --timeout 60 --progress 0 --pmi charm --hosts "n[1-$NODES]" -n "$NODES" -- "$CHARM/bin/python" "$WORK/prog.py")
+CHARMRUN=(env CHARMRUN_IP=10.123.1.1 "$CHARM/bin/python" -m charmrun.start +p"$NODES" ++nodelist nodelist ++remote-shell ssh)
+cmd() {
+  case $1 in
+    greedy) CMD=("${GREEDY[@]}") ;;
+    charmrun) CMD=("${CHARMRUN[@]}" "$WORK/prog.py") ;;
+    charmrun_batch) CMD=("${CHARMRUN[@]}" ++batch 4 "$WORK/prog.py") ;;
+  esac
+}
+
+declare -A T
+for r in $(seq "$RUNS"); do
+  for name in greedy charmrun charmrun_batch; do
+    cmd "$name"
+    t0=$(ms)
+    out=$(timeout 120 "${CMD[@]}" 2>&1 </dev/null) || fail "$name run $r: exit $?: $out"
+    t=$(($(ms) - t0))
+    grep -q "$EXPECT" <<<"$out" || fail "$name run $r: output: $out"
+    T[$name]+="$t "
+    echo "charm-bench: $name run $r: $t ms"
+    sleep 2
+  done
+done
+med() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {printf "%d %d %d", a[int((NR+1)/2)], a[1], a[NR]}'; }
+for name in greedy charmrun charmrun_batch; do
+  echo "charm-bench: $name median/min/max ms: $(med "${T[$name]}")"
+done
+g=$(med "${T[greedy]}" | cut -d' ' -f1)
+for name in charmrun charmrun_batch; do
+  c=$(med "${T[$name]}" | cut -d' ' -f1)
+  echo "charm-bench: $name / greedy = $(awk -v c="$c" -v g="$g" 'BEGIN {printf "%.2f", c / g}')"
+done
