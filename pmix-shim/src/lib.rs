@@ -45,6 +45,7 @@ pub mod collectives;
 mod error;
 pub mod frame;
 mod job;
+mod listener;
 pub mod overlay;
 pub mod pmi1;
 pub mod pmi2;

@@ -31,7 +31,7 @@ use tokio::{
         TcpListener, TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
-    sync::{Semaphore, mpsc, oneshot, watch},
+    sync::{mpsc, oneshot, watch},
 };
 use tokio_util::{
     codec::{FramedRead, FramedWrite},
@@ -44,6 +44,7 @@ use crate::{
     AbortInfo, Error, JobSpec, auth,
     collectives::{Engine, Op, Outcome, Output},
     frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
+    listener,
     rendezvous::Rendezvous,
 };
 
@@ -682,36 +683,25 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 }
 
 async fn accept_loop(shared: Shared, listener: TcpListener) {
-    let limit = Arc::new(Semaphore::new(shared.config.max_connections));
-    loop {
-        let permit = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let accepted = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, addr)) => {
-                let shared2 = shared.clone();
-                shared.tracker.spawn(
-                    async move {
-                        if let Err(reason) = serve_link(&shared2, stream, addr).await {
-                            warn!(%addr, "refused overlay connection: {reason}");
-                        }
-                        drop(permit);
-                    }
-                    .in_current_span(),
-                );
+    let max = shared.config.max_connections;
+    let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
+    listener::accept_loop(
+        listener,
+        max,
+        shutdown,
+        tracker,
+        "overlay",
+        |stream, addr| {
+            let shared = shared.clone();
+            async move {
+                if let Err(reason) = serve_link(&shared, stream, addr).await {
+                    warn!(%addr, "refused overlay connection: {reason}");
+                }
             }
-            Err(e) => {
-                // Out of fds and similar: back off instead of spinning.
-                warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+            .in_current_span()
+        },
+    )
+    .await
 }
 
 type Reader = FramedRead<OwnedReadHalf, FrameCodec>;

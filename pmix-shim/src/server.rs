@@ -27,13 +27,13 @@ use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::TcpListener,
-    sync::{Semaphore, mpsc},
+    sync::mpsc,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
-    AbortInfo, Error, JobSpec,
+    AbortInfo, Error, JobSpec, listener,
     overlay::Overlay,
     session::{Action, Node, Session},
 };
@@ -433,35 +433,25 @@ async fn abort_watch(shared: Arc<Shared>) {
 
 async fn port_loop(shared: Arc<Shared>, listener: TcpListener) {
     // A node's ranks connect once each; a few extra for retries and strays.
-    let limit = Arc::new(Semaphore::new(shared.job.local_ranks().len() + 8));
-    loop {
-        let permit = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let accepted = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                let s = shared.clone();
-                shared.tracker.spawn(
-                    async move {
-                        debug!(%peer, "PMI_PORT client");
-                        serve_rank(s, stream, None).await;
-                        drop(permit);
-                    }
-                    .instrument(info_span!("conn", rank = tracing::field::Empty)),
-                );
+    let max = shared.job.local_ranks().len() + 8;
+    let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
+    listener::accept_loop(
+        listener,
+        max,
+        shutdown,
+        tracker,
+        "PMI_PORT",
+        |stream, peer| {
+            let _ = stream.set_nodelay(true);
+            let s = shared.clone();
+            async move {
+                debug!(%peer, "PMI_PORT client");
+                serve_rank(s, stream, None).await;
             }
-            Err(e) => {
-                warn!("PMI port accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+            .instrument(info_span!("conn", rank = tracing::field::Empty))
+        },
+    )
+    .await
 }
 
 /// Serves one rank's connection until it finalizes and closes, fails, or the server stops.

@@ -27,13 +27,13 @@ use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    sync::{Semaphore, mpsc},
+    sync::mpsc,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Action, ENTRY_LEN, Report, Session, decode, node_table, nodetab_frame};
-use crate::{AbortInfo, Error, JobSpec, overlay::Overlay};
+use crate::{AbortInfo, Error, JobSpec, listener, overlay::Overlay};
 
 /// Settings of the netlrts service.
 #[derive(Debug, Clone)]
@@ -424,35 +424,25 @@ async fn watch(shared: Arc<Shared>) {
 
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     // One connection per local rank; a few extra for strays, which are dropped at initnode.
-    let limit = Arc::new(Semaphore::new(shared.job.local_ranks().len() + 8));
-    loop {
-        let permit = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            p = limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let accepted = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                let s = shared.clone();
-                shared.tracker.spawn(
-                    async move {
-                        debug!(%peer, "netlrts client");
-                        serve(s, stream, peer).await;
-                        drop(permit);
-                    }
-                    .instrument(info_span!("conn", %peer, rank = tracing::field::Empty)),
-                );
+    let max = shared.job.local_ranks().len() + 8;
+    let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
+    listener::accept_loop(
+        listener,
+        max,
+        shutdown,
+        tracker,
+        "netlrts",
+        |stream, peer| {
+            let _ = stream.set_nodelay(true);
+            let s = shared.clone();
+            async move {
+                debug!(%peer, "netlrts client");
+                serve(s, stream, peer).await;
             }
-            Err(e) => {
-                warn!("netlrts accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+            .instrument(info_span!("conn", %peer, rank = tracing::field::Empty))
+        },
+    )
+    .await
 }
 
 /// The IP other hosts should send this client's datagrams to: the connection's source address
