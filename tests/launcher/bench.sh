@@ -50,42 +50,8 @@ cargo build -q --release -p greedy-netdelay
 export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
 [[ -x $MPICH5/bin/mpicc ]] || { python3 -m venv "$MPICH5" && "$MPICH5/bin/pip" install -q mpich==5.0.2; }
 
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
-# Free only if it stays free for 10 s: another engineer's script may be between two clusters.
-busy_settled() {
-  local _i
-  for _i in 1 2 3 4 5; do
-    busy && return 0
-    sleep 2
-  done
-  return 1
-}
-# Brings our cluster up once it is free; waits (up to 10 min) while another engineer's cluster
-# is up or starting, and goes back to waiting if one came up between our check and our `up`
-# (`up` exits 2 on a running cluster and leaves it alone).
-cluster_up() {
-  local _i rc
-  for _i in $(seq 30); do
-    if ! busy_settled; then
-      set +e
-      "$TC" up "$@" >/dev/null
-      rc=$?
-      set -e
-      if ((rc == 0)); then
-        # Ours now: whatever happens, take it down (set only now, never for a cluster of others).
-        trap '"$TC" down >/dev/null 2>&1 || true' EXIT
-        return 0
-      fi
-      ((rc == 2)) || fail "testcluster up $*: exit $rc"
-    fi
-    echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
-    sleep 20
-  done
-  fail "another test cluster stayed up for 10 minutes; not touching it"
-}
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
 
 MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done

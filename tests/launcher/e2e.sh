@@ -60,44 +60,8 @@ if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi && ! -x $MPICH5/bin/mpicc ]]; then
 fi
 
 # --- cluster ---------------------------------------------------------------------------------
-# Busy: a cluster is up, or another engineer's `up` is still running (status says "down" until
-# up has finished, so look at the state dir and the namespaces too).
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
-# Free only if it stays free for 10 s: another engineer's script may be between two clusters.
-busy_settled() {
-  local _i
-  for _i in 1 2 3 4 5; do
-    busy && return 0
-    sleep 2
-  done
-  return 1
-}
-# Brings our cluster up once it is free; waits (up to 10 min) while another engineer's cluster
-# is up or starting, and goes back to waiting if one came up between our check and our `up`
-# (`up` exits 2 on a running cluster and leaves it alone).
-cluster_up() {
-  local _i rc
-  for _i in $(seq 30); do
-    if ! busy_settled; then
-      set +e
-      "$TC" up "$@" >/dev/null
-      rc=$?
-      set -e
-      if ((rc == 0)); then
-        # Ours now: whatever happens, take it down (set only now, never for a cluster of others).
-        trap '"$TC" down >/dev/null 2>&1 || true' EXIT
-        return 0
-      fi
-      ((rc == 2)) || fail "testcluster up $*: exit $rc"
-    fi
-    echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
-    sleep 20
-  done
-  fail "another test cluster stayed up for 10 minutes; not touching it"
-}
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
 
 up() {
   cluster_up --nodes "$NODES" "$@"

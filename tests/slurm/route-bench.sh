@@ -26,12 +26,8 @@ while (($#)); do
 done
 fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
-for ((i = 0; i < 30; i++)); do
-  "$TC" status >/dev/null 2>&1 || break
-  ((i == 0)) && echo "route-bench: a test cluster is up; waiting up to 10 min" >&2
-  sleep 20
-done
-"$TC" status >/dev/null 2>&1 && fail "a test cluster is still up after 10 min"
+# shellcheck source=../cluster/wait-free.sh
+. "$ROOT/tests/cluster/wait-free.sh"
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-bench.XXXXXX)
 chmod 755 "$work"
