@@ -62,6 +62,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// This line refused for `reason`.
+    pub fn error(&self, path: &Path, reason: &str) -> ConfError {
+        ConfError::Line {
+            path: path.to_owned(),
+            line: self.line,
+            text: self.text.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
     /// True when the key is `name`, ignoring ASCII case (as slurm.conf does).
     pub fn is(&self, name: &str) -> bool {
         self.key.eq_ignore_ascii_case(name)
@@ -75,6 +85,21 @@ pub struct Conf {
     pub entries: Vec<Entry>,
     /// `(line number, line)` of each non-blank line that is not `Key=Value`.
     pub malformed: Vec<(usize, String)>,
+}
+
+impl Conf {
+    /// The first line that is not `Key=Value`, as the error a plugin reports for the file.
+    pub fn check_well_formed(&self, path: &Path) -> Result<(), ConfError> {
+        match self.malformed.first() {
+            Some((line, text)) => Err(ConfError::Line {
+                path: path.to_owned(),
+                line: *line,
+                text: text.clone(),
+                reason: "expected Key=Value".into(),
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Parses `greedy.conf` text; never fails, malformed lines are collected for the caller to

@@ -76,22 +76,10 @@ impl MpiConfig {
     /// The configuration from a parsed greedy.conf, or its first fault. Keys without the
     /// `Mpi` prefix belong to other plugins and are skipped.
     pub fn from_conf(conf: &Conf, path: &Path) -> Result<MpiConfig, ConfError> {
-        if let Some((line, text)) = conf.malformed.first() {
-            return Err(ConfError::Line {
-                path: path.to_owned(),
-                line: *line,
-                text: text.clone(),
-                reason: "expected Key=Value".into(),
-            });
-        }
+        conf.check_well_formed(path)?;
         let mut cfg = MpiConfig::default();
         for e in &conf.entries {
-            let bad = |reason: &str| ConfError::Line {
-                path: path.to_owned(),
-                line: e.line,
-                text: e.text.clone(),
-                reason: reason.to_string(),
-            };
+            let bad = |reason: &str| e.error(path, reason);
             let seconds = || -> Result<f64, ConfError> {
                 e.value
                     .parse::<f64>()

@@ -61,22 +61,10 @@ impl RouteConfig {
 
     /// The configuration from a parsed greedy.conf, or the first fault in it.
     pub fn from_conf(conf: &Conf, path: &Path) -> Result<RouteConfig, ConfError> {
-        if let Some((line, text)) = conf.malformed.first() {
-            return Err(ConfError::Line {
-                path: path.to_owned(),
-                line: *line,
-                text: text.clone(),
-                reason: "expected Key=Value".into(),
-            });
-        }
+        conf.check_well_formed(path)?;
         let mut cfg = RouteConfig::default();
         for e in &conf.entries {
-            let bad = |reason: &str| ConfError::Line {
-                path: path.to_owned(),
-                line: e.line,
-                text: e.text.clone(),
-                reason: reason.to_string(),
-            };
+            let bad = |reason: &str| e.error(path, reason);
             let seconds = || {
                 e.value
                     .parse::<f64>()
