@@ -1,0 +1,170 @@
+//! The launch as discrete events: each parent starts its children wave by wave (SEQ apart,
+//! `concurrency` per wave), each child is up REM after its launch started, then launches its
+//! own. Without noise and shared CPU this is equation 1 of the seed, event by event.
+
+use crate::queue::EventQueue;
+use crate::{Error, Noise};
+use greedy_tree::{LaunchModel, Tree};
+use rand::Rng;
+
+/// CPU shared by every host (the emulated cluster: all namespaces on a few cores).
+///
+/// `work` seconds of each launch's REM are CPU work that must run on one of `cores` cores;
+/// the rest of REM is latency (network, waiting). Launches whose work overlaps queue for a
+/// core, first come first served. With enough cores the launch is the model's again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedCpu {
+    /// Cores every host shares.
+    pub cores: u32,
+    /// CPU seconds of one launch (part of REM, so at most REM).
+    pub work: f64,
+}
+
+impl SharedCpu {
+    /// Checks `cores ≥ 1` and `0 ≤ work`.
+    pub fn new(cores: u32, work: f64) -> Result<SharedCpu, Error> {
+        if cores == 0 {
+            return Err(Error::param("cores", cores, "must be at least 1"));
+        }
+        if !(0.0..=1e6).contains(&work) {
+            return Err(Error::param("cpu-work", work, "must be in [0, 1e6] seconds"));
+        }
+        Ok(SharedCpu { cores, work })
+    }
+}
+
+const WAVE: u8 = 0;
+const UP: u8 = 1;
+const CPU: u8 = 2;
+
+/// Simulates one launch over `tree`; returns the time each position is up (the root at 0).
+///
+/// Memory: the tree, one `f64` and one `u32` per position, and at most one pending event per
+/// position, so 10^6 positions take a few tens of MB.
+pub fn simulate_launch(
+    tree: &Tree,
+    model: &LaunchModel,
+    noise: &Noise,
+    cpu: Option<&SharedCpu>,
+    rng: &mut impl Rng,
+) -> Vec<f64> {
+    let n = tree.len();
+    let mut up = vec![0.0; n];
+    if n == 0 {
+        return up;
+    }
+    let sizes = tree.subtree_sizes();
+    // The next child each parent will launch (positions are preorder, so children of v are
+    // v + 1, then each next one past its elder sibling's subtree).
+    let mut next: Vec<u32> = (0..n as u32).map(|v| v + 1).collect();
+    // With shared CPU: the work each launched child still has to run, and when each core frees.
+    let mut work = if cpu.is_some() { vec![0.0; n] } else { Vec::new() };
+    let mut cores: Vec<f64> = vec![0.0; cpu.map_or(0, |c| c.cores as usize)];
+    let quiet = noise.is_none();
+    let mut queue = EventQueue::with_capacity(1024);
+    queue.push(0.0, 0, WAVE);
+    while let Some((t, v, kind)) = queue.pop() {
+        match kind {
+            WAVE => {
+                // Start the next wave of v's children.
+                let end = v + sizes[v] as usize;
+                for _ in 0..model.concurrency() {
+                    let c = next[v] as usize;
+                    if c >= end {
+                        break;
+                    }
+                    next[v] = (c + sizes[c] as usize) as u32;
+                    let rem = if quiet {
+                        model.rem()
+                    } else {
+                        model.rem() * noise.rem_factor(rng)
+                    };
+                    match cpu {
+                        None => queue.push(t + rem, c, UP),
+                        Some(cpu) => {
+                            let share = (cpu.work / model.rem()).min(1.0);
+                            work[c] = rem * share;
+                            queue.push(t + rem * (1.0 - share), c, CPU);
+                        }
+                    }
+                }
+                if (next[v] as usize) < end {
+                    let seq = if quiet {
+                        model.seq()
+                    } else {
+                        model.seq() * noise.seq_factor(rng)
+                    };
+                    queue.push(t + seq, v, WAVE);
+                }
+            }
+            CPU => {
+                // The launch's latency is over; its CPU work runs on the first free core.
+                let (core, free) = cores
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .expect("at least one core");
+                let done = t.max(free) + work[v];
+                cores[core] = done;
+                queue.push(done, v, UP);
+            }
+            _ => {
+                up[v] = t;
+                if sizes[v] > 1 {
+                    queue.push(t, v, WAVE);
+                }
+            }
+        }
+    }
+    up
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use greedy_tree::Topology;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn run(tree: &Tree, model: &LaunchModel, cpu: Option<&SharedCpu>) -> Vec<f64> {
+        simulate_launch(tree, model, &Noise::NONE, cpu, &mut StdRng::seed_from_u64(1))
+    }
+
+    #[test]
+    fn by_hand_with_concurrency() {
+        // Flat tree of 5, SEQ 1, REM 10, two launches in flight: waves at 0 and 1.
+        let m = LaunchModel::new(1.0, 10.0)
+            .unwrap()
+            .with_concurrency(2)
+            .unwrap();
+        let t = Topology::Flat.build(5, &m);
+        assert_eq!(run(&t, &m, None), [0.0, 10.0, 10.0, 11.0, 11.0]);
+    }
+
+    #[test]
+    fn shared_cpu_serialises_the_work() {
+        // Flat tree of 5, SEQ 0, REM 1 of which 0.5 s CPU on one core: the four children's
+        // latencies overlap, their CPU halves queue: up at 1, 1.5, 2, 2.5.
+        let m = LaunchModel::new(0.0, 1.0).unwrap();
+        let t = Topology::Flat.build(5, &m);
+        let one = SharedCpu::new(1, 0.5).unwrap();
+        assert_eq!(run(&t, &m, Some(&one)), [0.0, 1.0, 1.5, 2.0, 2.5]);
+        // As many cores as launches: the model's times again.
+        let four = SharedCpu::new(4, 0.5).unwrap();
+        assert_eq!(run(&t, &m, Some(&four)), [0.0, 1.0, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn noise_is_reproducible_and_only_slows() {
+        let m = LaunchModel::new(0.01, 0.2).unwrap();
+        let t = Topology::Greedy.build(500, &m);
+        let noise = Noise::new(crate::Jitter::Uniform(0.0), 0.05, 5.0).unwrap();
+        let a = simulate_launch(&t, &m, &noise, None, &mut StdRng::seed_from_u64(3));
+        let b = simulate_launch(&t, &m, &noise, None, &mut StdRng::seed_from_u64(3));
+        assert_eq!(a, b);
+        let quiet = t.launch_times(&m);
+        assert!(a.iter().zip(&quiet).all(|(x, q)| x + 1e-9 >= *q));
+        assert!(a.iter().fold(0.0, |m: f64, &x| m.max(x)) > t.launch_time(&m) + 0.5);
+    }
+}
