@@ -33,6 +33,16 @@ impl SharedCpu {
     }
 }
 
+/// What a launch competes for beyond the model: shared CPU, and a cap on launches in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Limits {
+    /// CPU shared by every host, if any.
+    pub cpu: Option<SharedCpu>,
+    /// Most launches a parent keeps in flight until their children are up (greedyrun's
+    /// `--batch`); none by default, as in the model.
+    pub batch: Option<u32>,
+}
+
 const WAVE: u8 = 0;
 const UP: u8 = 1;
 const CPU: u8 = 2;
@@ -45,9 +55,10 @@ pub fn simulate_launch(
     tree: &Tree,
     model: &LaunchModel,
     noise: &Noise,
-    cpu: Option<&SharedCpu>,
+    limits: &Limits,
     rng: &mut impl Rng,
 ) -> Vec<f64> {
+    let cpu = limits.cpu.as_ref();
     let n = tree.len();
     let mut up = vec![0.0; n];
     if n == 0 {
@@ -61,6 +72,12 @@ pub fn simulate_launch(
     let mut work = if cpu.is_some() { vec![0.0; n] } else { Vec::new() };
     let mut cores: Vec<f64> = vec![0.0; cpu.map_or(0, |c| c.cores as usize)];
     let quiet = noise.is_none();
+    // With a batch cap: launches in flight per parent, and parents waiting for a free slot.
+    let batch = limits.batch.unwrap_or(u32::MAX);
+    let (mut in_flight, mut blocked) = match limits.batch {
+        Some(_) => (vec![0u32; n], vec![false; n]),
+        None => (Vec::new(), Vec::new()),
+    };
     let mut queue = EventQueue::with_capacity(1024);
     queue.push(0.0, 0, WAVE);
     while let Some((t, v, kind)) = queue.pop() {
@@ -68,12 +85,23 @@ pub fn simulate_launch(
             WAVE => {
                 // Start the next wave of v's children.
                 let end = v + sizes[v] as usize;
-                for _ in 0..model.concurrency() {
+                let slots = match limits.batch {
+                    Some(_) => model.concurrency().min(batch - in_flight[v]),
+                    None => model.concurrency(),
+                };
+                if slots == 0 {
+                    blocked[v] = true;
+                    continue;
+                }
+                for _ in 0..slots {
                     let c = next[v] as usize;
                     if c >= end {
                         break;
                     }
                     next[v] = (c + sizes[c] as usize) as u32;
+                    if limits.batch.is_some() {
+                        in_flight[v] += 1;
+                    }
                     let rem = if quiet {
                         model.rem()
                     } else {
@@ -111,6 +139,13 @@ pub fn simulate_launch(
             }
             _ => {
                 up[v] = t;
+                if limits.batch.is_some() {
+                    let p = tree.parent(v).expect("only children come up");
+                    in_flight[p] -= 1;
+                    if std::mem::take(&mut blocked[p]) {
+                        queue.push(t, p, WAVE);
+                    }
+                }
                 if sizes[v] > 1 {
                     queue.push(t, v, WAVE);
                 }
@@ -128,7 +163,25 @@ mod tests {
     use rand::rngs::StdRng;
 
     fn run(tree: &Tree, model: &LaunchModel, cpu: Option<&SharedCpu>) -> Vec<f64> {
-        simulate_launch(tree, model, &Noise::NONE, cpu, &mut StdRng::seed_from_u64(1))
+        let limits = Limits {
+            cpu: cpu.copied(),
+            batch: None,
+        };
+        simulate_launch(tree, model, &Noise::NONE, &limits, &mut StdRng::seed_from_u64(1))
+    }
+
+    #[test]
+    fn batch_caps_launches_in_flight() {
+        // Flat tree of 6, SEQ 1, REM 10, at most 2 in flight: 1 and 2 start at 0 and 1, the
+        // third waits for the first to be up (10), the fourth for the second (11), …
+        let m = LaunchModel::new(1.0, 10.0).unwrap();
+        let t = Topology::Flat.build(6, &m);
+        let limits = Limits {
+            cpu: None,
+            batch: Some(2),
+        };
+        let up = simulate_launch(&t, &m, &Noise::NONE, &limits, &mut StdRng::seed_from_u64(1));
+        assert_eq!(up, [0.0, 10.0, 11.0, 20.0, 21.0, 30.0]);
     }
 
     #[test]
@@ -160,8 +213,9 @@ mod tests {
         let m = LaunchModel::new(0.01, 0.2).unwrap();
         let t = Topology::Greedy.build(500, &m);
         let noise = Noise::new(crate::Jitter::Uniform(0.0), 0.05, 5.0).unwrap();
-        let a = simulate_launch(&t, &m, &noise, None, &mut StdRng::seed_from_u64(3));
-        let b = simulate_launch(&t, &m, &noise, None, &mut StdRng::seed_from_u64(3));
+        let none = Limits::default();
+        let a = simulate_launch(&t, &m, &noise, &none, &mut StdRng::seed_from_u64(3));
+        let b = simulate_launch(&t, &m, &noise, &none, &mut StdRng::seed_from_u64(3));
         assert_eq!(a, b);
         let quiet = t.launch_times(&m);
         assert!(a.iter().zip(&quiet).all(|(x, q)| x + 1e-9 >= *q));

@@ -36,7 +36,7 @@ pub mod validate;
 pub mod wireup;
 
 pub use error::Error;
-pub use launch::{SharedCpu, simulate_launch};
+pub use launch::{Limits, SharedCpu, simulate_launch};
 pub use noise::{Jitter, Noise};
 pub use scenario::{Run, Scenario, Shape, Spread, Summary};
 pub use wireup::{Allgather, Net};

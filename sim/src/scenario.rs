@@ -1,7 +1,7 @@
 //! One simulated configuration (shape, model, noise, sizes, wire-up), run R times with seeded
 //! noise, summarised as median and p5–p95.
 
-use crate::launch::{SharedCpu, simulate_launch};
+use crate::launch::{Limits, simulate_launch};
 use crate::wireup::{Allgather, Net, allgather};
 use crate::{Error, Noise};
 use greedy_tree::{LaunchModel, Topology, Tree};
@@ -92,8 +92,8 @@ pub struct Scenario {
     pub model: LaunchModel,
     /// Launch noise.
     pub noise: Noise,
-    /// CPU shared by all hosts, if any.
-    pub cpu: Option<SharedCpu>,
+    /// Shared CPU and launches in flight.
+    pub limits: Limits,
     /// Seconds from a node's agent being up to its ranks entering the allgather.
     pub rank_start: f64,
     /// The allgather algorithm, or none to simulate the launch alone.
@@ -168,7 +168,7 @@ impl Scenario {
             shape,
             model,
             noise: Noise::NONE,
-            cpu: None,
+            limits: Limits::default(),
             rank_start: 0.0,
             allgather: None,
             net: Net {
@@ -201,7 +201,7 @@ impl Scenario {
         let mut out = Vec::with_capacity(runs);
         for r in 0..runs {
             let mut rng = StdRng::seed_from_u64(seed.wrapping_add(r as u64));
-            let mut up = simulate_launch(&tree, &self.model, &self.noise, self.cpu.as_ref(), &mut rng);
+            let mut up = simulate_launch(&tree, &self.model, &self.noise, &self.limits, &mut rng);
             let launched = up.iter().copied().fold(0.0, f64::max);
             let wired = match self.allgather {
                 None => launched,

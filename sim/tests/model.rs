@@ -1,7 +1,7 @@
 //! Without noise the simulated launch is the seed's equation 1 for every position and every
 //! topology, and the whole launch equation 2 (greedy-tree's evaluation), for any n and model.
 
-use greedy_sim::{Noise, Scenario, Shape, simulate_launch};
+use greedy_sim::{Limits, Noise, Scenario, Shape, simulate_launch};
 use greedy_tree::{LaunchModel, Topology};
 use proptest::prelude::*;
 use rand::SeedableRng;
@@ -35,7 +35,7 @@ proptest! {
         let tree = shape.build(n, &model).unwrap();
         let capped = match shape.cap { Some(k) => model.with_max_fanout(k).unwrap(), None => model };
         let eq1 = tree.launch_times(&capped);
-        let sim = simulate_launch(&tree, &model, &Noise::NONE, None, &mut StdRng::seed_from_u64(0));
+        let sim = simulate_launch(&tree, &model, &Noise::NONE, &Limits::default(), &mut StdRng::seed_from_u64(0));
         for (v, (s, e)) in sim.iter().zip(&eq1).enumerate() {
             prop_assert!((s - e).abs() <= 1e-9 * e.max(1.0), "position {v}: {s} vs {e}");
         }
