@@ -30,6 +30,7 @@ mod error;
 pub mod launch;
 mod noise;
 mod queue;
+mod plot;
 pub mod report;
 mod scenario;
 pub mod validate;
