@@ -27,7 +27,11 @@ impl SharedCpu {
             return Err(Error::param("cores", cores, "must be at least 1"));
         }
         if !(0.0..=1e6).contains(&work) {
-            return Err(Error::param("cpu-work", work, "must be in [0, 1e6] seconds"));
+            return Err(Error::param(
+                "cpu-work",
+                work,
+                "must be in [0, 1e6] seconds",
+            ));
         }
         Ok(SharedCpu { cores, work })
     }
@@ -69,7 +73,11 @@ pub fn simulate_launch(
     // v + 1, then each next one past its elder sibling's subtree).
     let mut next: Vec<u32> = (0..n as u32).map(|v| v + 1).collect();
     // With shared CPU: the work each launched child still has to run, and when each core frees.
-    let mut work = if cpu.is_some() { vec![0.0; n] } else { Vec::new() };
+    let mut work = if cpu.is_some() {
+        vec![0.0; n]
+    } else {
+        Vec::new()
+    };
     let mut cores: Vec<f64> = vec![0.0; cpu.map_or(0, |c| c.cores as usize)];
     let quiet = noise.is_none();
     // With a batch cap: launches in flight per parent, and parents waiting for a free slot.
@@ -167,7 +175,13 @@ mod tests {
             cpu: cpu.copied(),
             batch: None,
         };
-        simulate_launch(tree, model, &Noise::NONE, &limits, &mut StdRng::seed_from_u64(1))
+        simulate_launch(
+            tree,
+            model,
+            &Noise::NONE,
+            &limits,
+            &mut StdRng::seed_from_u64(1),
+        )
     }
 
     #[test]

@@ -29,8 +29,8 @@
 mod error;
 pub mod launch;
 mod noise;
-mod queue;
 mod plot;
+mod queue;
 pub mod report;
 mod scenario;
 pub mod validate;

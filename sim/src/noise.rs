@@ -85,7 +85,11 @@ impl Noise {
     /// Checks the straggler parameters.
     pub fn new(jitter: Jitter, straggler_p: f64, straggler_factor: f64) -> Result<Noise, Error> {
         if !(0.0..=1.0).contains(&straggler_p) {
-            return Err(Error::param("straggler-p", straggler_p, "must be in [0, 1]"));
+            return Err(Error::param(
+                "straggler-p",
+                straggler_p,
+                "must be in [0, 1]",
+            ));
         }
         if !(1.0..=1e6).contains(&straggler_factor) {
             return Err(Error::param(

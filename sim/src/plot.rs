@@ -62,10 +62,15 @@ pub(crate) fn log_log(
     for (i, line) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(line.points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                line.points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(|e| err(e.to_string()))?
             .label(line.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
         chart
             .draw_series(
                 line.points

@@ -39,7 +39,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            runs: 5,
+            runs: 7,
             seed: 1,
             nodes: vec![1_000, 10_000, 100_000, 1_000_000],
             shapes: [
@@ -135,7 +135,10 @@ fn validation_section(md: &mut String, groups: &[Group], plots: &Path) -> Result
         md,
         "| shell | delay ms | eq. 2: SEQ ms | REM ms | overhead ms | R² | sim: SEQ ms | REM ms | CPU ms/launch (cores) | overhead ms | R² | eq. 2 error mean / max | sim error mean / max |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        md,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for g in groups {
         let (e, s) = g.errors();
         let _ = writeln!(
@@ -255,7 +258,11 @@ fn scale_section(
         s.net.beta * 1e9,
         s.net.gamma * 1e6,
     );
-    let header: String = s.nodes.iter().map(|&n| format!(" {} |", nodes_label(n))).collect();
+    let header: String = s
+        .nodes
+        .iter()
+        .map(|&n| format!(" {} |", nodes_label(n)))
+        .collect();
     let rule: String = s.nodes.iter().map(|_| "---:|").collect();
     let mut launch_rows = String::new();
     let mut wired_rows = String::new();
@@ -284,9 +291,16 @@ fn scale_section(
                 net: s.net,
             };
             let sum = scenario.run(s.runs, s.seed)?;
+            let quiet = Scenario {
+                noise: Noise::NONE,
+                allgather: None,
+                ..scenario
+            }
+            .run(1, 0)?;
             let _ = write!(
                 launch_row,
-                " {} d{} f{} |",
+                " {} / {} d{} f{} |",
+                secs(quiet.launched.median),
                 spread(&sum.launched),
                 sum.depth,
                 sum.max_fanout
@@ -305,7 +319,7 @@ fn scale_section(
     }
     let _ = writeln!(
         md,
-        "Launch, seconds (d = depth, f = largest fan-out):\n\n| shape |{header}\n|---|{rule}\n{launch_rows}"
+        "Launch, seconds: noise-free (the model) / with noise, median (p5–p95); d = depth, f = largest fan-out:\n\n| shape |{header}\n|---|{rule}\n{launch_rows}"
     );
     let _ = writeln!(
         md,
@@ -360,7 +374,9 @@ fn allgather_section(
             points: Vec::new(),
         })
         .collect();
-    for &n in &[1_000usize, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000] {
+    for &n in &[
+        1_000usize, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000,
+    ] {
         let overlay = Topology::Greedy.build(n, model);
         let ready = vec![0.0; n];
         for (line, &a) in lines.iter_mut().zip(&algs) {

@@ -185,7 +185,11 @@ impl Scenario {
     /// builds it), whatever tree the launch used.
     pub fn run(&self, runs: usize, seed: u64) -> Result<Summary, Error> {
         if self.nodes == 0 || self.nodes > (u32::MAX - 1) as usize {
-            return Err(Error::param("nodes", self.nodes, "must be in [1, 2^32 - 2]"));
+            return Err(Error::param(
+                "nodes",
+                self.nodes,
+                "must be in [1, 2^32 - 2]",
+            ));
         }
         if runs == 0 {
             return Err(Error::param("runs", runs, "must be at least 1"));
@@ -259,7 +263,9 @@ mod tests {
     #[test]
     fn capped_greedy_respects_the_cap_and_costs_time() {
         let m = LaunchModel::new(0.001, 0.1).unwrap();
-        let free = Scenario::launch(10_000, "greedy".parse().unwrap(), m).run(1, 0).unwrap();
+        let free = Scenario::launch(10_000, "greedy".parse().unwrap(), m)
+            .run(1, 0)
+            .unwrap();
         let capped = Scenario::launch(10_000, "greedy-cap:4".parse().unwrap(), m)
             .run(1, 0)
             .unwrap();

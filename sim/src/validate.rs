@@ -7,8 +7,7 @@
 //!   [`calibrate::fit_launches_with_overhead`]), the seed's Figure 4 method;
 //! - **simulation**: the discrete-event launch with the emulated cluster's limits, every host
 //!   sharing `cores` cores (a launch's CPU share of REM queues for them) and greedyrun's
-//!   `--batch` cap on launches in flight, fitted by a compass search over (SEQ, REM, overhead,
-//!   CPU share) from the equation-2 fit. This is where the model breaks on one machine:
+//!   `--batch` cap on launches in flight, fitted over (SEQ, REM, CPU share, overhead ≥ 0). This is where the model breaks on one machine:
 //!   64 hosts' launches cannot run in parallel on 2 cores.
 
 use crate::launch::{Limits, SharedCpu, simulate_launch};
@@ -64,7 +63,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Measurement>, Error> {
         }
         let f: Vec<&str> = raw.split(',').map(str::trim).collect();
         let [shell, topology, hosts, delay, rep, seconds] = f[..] else {
-            return Err(bad(line, raw, format!("expected 6 fields, got {}", f.len())));
+            return Err(bad(
+                line,
+                raw,
+                format!("expected 6 fields, got {}", f.len()),
+            ));
         };
         let number = |name: &str, v: &str| -> Result<f64, Error> {
             v.parse::<f64>()
@@ -247,7 +250,7 @@ fn fit_group(
         )
     })?;
     let measured: Vec<f64> = rows.iter().map(|m| m.seconds).collect();
-    let sim = fit_simulation(&trees, &measured, &eq2, setup);
+    let sim = fit_simulation(&trees, &measured, setup);
     let checks = rows
         .iter()
         .zip(&trees)
@@ -272,12 +275,21 @@ fn simulate(tree: &Tree, model: &LaunchModel, cpu: &SharedCpu, batch: Option<u32
         cpu: Some(*cpu),
         batch,
     };
-    let up = simulate_launch(tree, model, &Noise::NONE, &limits, &mut StdRng::seed_from_u64(0));
+    let up = simulate_launch(
+        tree,
+        model,
+        &Noise::NONE,
+        &limits,
+        &mut StdRng::seed_from_u64(0),
+    );
     up.into_iter().fold(0.0, f64::max)
 }
 
-/// Compass search over (SEQ, REM, overhead, CPU share of REM), least squares.
-fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &calibrate::Fit, setup: &Setup) -> SimFit {
+/// Least squares over (SEQ, REM, CPU share of REM): a coarse grid, then a compass search from
+/// its three best points. The overhead is solved in closed form for each point (the mean
+/// residual, at least 0): the max-plus launch time is not smooth, so a local search alone
+/// stops at the first kink.
+fn fit_simulation(trees: &[Tree], measured: &[f64], setup: &Setup) -> SimFit {
     // Distinct trees are few (shapes × sizes); repetitions share a simulation.
     let mut distinct: Vec<(&Tree, Vec<f64>)> = Vec::new();
     for (tree, &m) in trees.iter().zip(measured) {
@@ -286,37 +298,55 @@ fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &calibrate::Fit, setup:
             None => distinct.push((tree, vec![m])),
         }
     }
-    let params = |x: &[f64; 4]| -> Option<(LaunchModel, f64, SharedCpu)> {
+    let params = |x: &[f64; 3]| -> Option<(LaunchModel, SharedCpu)> {
         let model = LaunchModel::new(x[0], x[1]).ok()?;
-        let cpu = SharedCpu::new(setup.cores, x[1] * x[3]).ok()?;
-        (x[2] >= 0.0 && (0.0..=1.0).contains(&x[3])).then_some((model, x[2], cpu))
+        let cpu = SharedCpu::new(setup.cores, x[1] * x[2]).ok()?;
+        (0.0..=1.0).contains(&x[2]).then_some((model, cpu))
     };
-    let sse = |x: &[f64; 4]| -> f64 {
-        let Some((model, overhead, cpu)) = params(x) else {
-            return f64::INFINITY;
+    // (squared error, overhead) of a point.
+    let sse = |x: &[f64; 3]| -> (f64, f64) {
+        let Some((model, cpu)) = params(x) else {
+            return (f64::INFINITY, 0.0);
         };
-        distinct
+        let times: Vec<f64> = distinct
             .iter()
-            .map(|(tree, ms)| {
-                let t = overhead + simulate(tree, &model, &cpu, setup.batch);
-                ms.iter().map(|m| (m - t).powi(2)).sum::<f64>()
-            })
-            .sum()
+            .map(|(tree, _)| simulate(tree, &model, &cpu, setup.batch))
+            .collect();
+        let residual: f64 = distinct
+            .iter()
+            .zip(&times)
+            .map(|((_, ms), t)| ms.iter().map(|m| m - t).sum::<f64>())
+            .sum();
+        let overhead = residual / measured.len() as f64;
+        let sse = distinct
+            .iter()
+            .zip(&times)
+            .map(|((_, ms), t)| ms.iter().map(|m| (m - t - overhead).powi(2)).sum::<f64>())
+            .sum();
+        (sse, overhead)
     };
-    let start_rem = eq2.model.rem().max(1e-3);
-    let mut best = ([eq2.model.seq(), start_rem, eq2.overhead.max(0.0), 0.0], f64::INFINITY);
-    for share in [0.0, 0.3, 0.7] {
-        let mut x = [best.0[0], start_rem, eq2.overhead.max(0.0), share];
-        x[0] = eq2.model.seq();
-        let mut f = sse(&x);
-        let mut step = [x[0].max(1e-3) * 0.5, x[1] * 0.5, 0.05, 0.1];
-        for _ in 0..600 {
+    let top = measured.iter().copied().fold(0.0, f64::max).max(1e-3);
+    let mut grid: Vec<([f64; 3], f64)> = Vec::new();
+    for seq in [0.0, 0.002, 0.005, 0.01, 0.02, 0.05] {
+        for i in 0..15 {
+            let rem = top * 10f64.powf(-2.0 + 2.0 * f64::from(i) / 14.0);
+            for share in 0..=10 {
+                let x = [seq * top, rem, f64::from(share) / 10.0];
+                grid.push((x, sse(&x).0));
+            }
+        }
+    }
+    grid.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut best = grid[0];
+    for &(mut x, mut f) in grid.iter().take(3) {
+        let mut step = [top * 0.01, x[1] * 0.25, 0.05];
+        for _ in 0..400 {
             let mut improved = false;
-            for i in 0..4 {
+            for i in 0..3 {
                 for dir in [1.0, -1.0] {
                     let mut y = x;
                     y[i] += dir * step[i];
-                    let fy = sse(&y);
+                    let fy = sse(&y).0;
                     if fy < f {
                         (x, f, improved) = (y, fy, true);
                     }
@@ -333,7 +363,8 @@ fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &calibrate::Fit, setup:
             best = (x, f);
         }
     }
-    let (model, overhead, cpu) = params(&best.0).expect("the search stays feasible");
+    let (model, cpu) = params(&best.0).expect("the search stays feasible");
+    let overhead = sse(&best.0).1;
     let mean = measured.iter().sum::<f64>() / measured.len() as f64;
     let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
     SimFit {
@@ -355,9 +386,16 @@ mod tests {
     #[test]
     fn parse_names_line_and_reason() {
         let p = Path::new("launch.csv");
-        let ok = parse(p, &file("rsh,kary:4,16,10,1,0.25\n\nssh,greedy,8,0,2,1.5\n")).unwrap();
+        let ok = parse(
+            p,
+            &file("rsh,kary:4,16,10,1,0.25\n\nssh,greedy,8,0,2,1.5\n"),
+        )
+        .unwrap();
         assert_eq!(ok.len(), 2);
-        assert_eq!((ok[1].shell.as_str(), ok[1].hosts, ok[1].line), ("ssh", 8, 4));
+        assert_eq!(
+            (ok[1].shell.as_str(), ok[1].hosts, ok[1].line),
+            ("ssh", 8, 4)
+        );
         for (text, line, why) in [
             ("x,y\n".to_string(), 1, "header"),
             (file("rsh,tree,16,10,1,0.2\n"), 2, "topology"),

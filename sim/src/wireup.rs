@@ -85,7 +85,13 @@ impl FromStr for Allgather {
 
 /// When the allgather is complete at every node, given when each node is ready to start it
 /// (`ready[i]`), `bytes` per node, and for [`Allgather::Tree`] the overlay tree.
-pub fn allgather(algorithm: Allgather, overlay: &Tree, ready: &[f64], bytes: f64, net: &Net) -> f64 {
+pub fn allgather(
+    algorithm: Allgather,
+    overlay: &Tree,
+    ready: &[f64],
+    bytes: f64,
+    net: &Net,
+) -> f64 {
     match algorithm {
         Allgather::Tree => tree(overlay, ready, bytes, net),
         Allgather::Ring => ring(ready, bytes, net),
@@ -136,7 +142,10 @@ pub fn tree(overlay: &Tree, ready: &[f64], bytes: f64, net: &Net) -> f64 {
     };
     while let Some((t, v, kind)) = queue.pop() {
         let (to, s) = match kind {
-            UP_MSG => (overlay.parent(v).expect("the root sends nothing up"), sizes[v] as f64 * bytes),
+            UP_MSG => (
+                overlay.parent(v).expect("the root sends nothing up"),
+                sizes[v] as f64 * bytes,
+            ),
             _ => (v, full),
         };
         // The receiver takes messages one at a time on its port, and only once it is up.
@@ -236,7 +245,8 @@ mod tests {
             assert!(close(flat, want), "flat {p}: {flat} vs {want}");
             // Chain: message k up carries k blobs; every hop down carries all P.
             let chain = self::tree(&build(Topology::Chain, p), &vec![0.0; p], s, &net);
-            let want = (pf - 1.0) * (a + g) + s * b * (pf - 1.0) * pf / 2.0
+            let want = (pf - 1.0) * (a + g)
+                + s * b * (pf - 1.0) * pf / 2.0
                 + (pf - 1.0) * (a + pf * s * b + g);
             assert!(close(chain, want), "chain {p}: {chain} vs {want}");
         }
@@ -282,7 +292,10 @@ mod tests {
             let got = ring(&ready, 4096.0, &net);
             assert!(close(got, exact), "{p}: {got} vs {exact}");
             let zero = ring(&vec![0.0; p], 4096.0, &net);
-            assert!(close(zero, (p as f64 - 1.0) * (3e-5 + 4096.0 * 2e-9 + 4e-6)));
+            assert!(close(
+                zero,
+                (p as f64 - 1.0) * (3e-5 + 4096.0 * 2e-9 + 4e-6)
+            ));
         }
     }
 

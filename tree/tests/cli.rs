@@ -178,3 +178,41 @@ fn max_fanout_caps_the_greedy_tree() {
     let out = run(&["plan", "--nodes", "10", "--max-fanout", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn plan_svg_draws_every_host_and_summarises_large_trees() {
+    let text = stdout(&[
+        "plan",
+        "--hosts",
+        "n[1-12],a&b",
+        "--seq",
+        "0.01",
+        "--rem",
+        "0.1",
+        "--format",
+        "svg",
+    ]);
+    let doc = roxmltree::Document::parse(&text).expect("the SVG is well-formed XML");
+    let nodes: Vec<_> = doc
+        .descendants()
+        .filter(|e| e.attribute("class") == Some("node"))
+        .collect();
+    assert_eq!(nodes.len(), 13);
+    assert!(text.contains("a&amp;b"), "host names are escaped");
+    // One timeline bar per launched host (REM) and one SEQ block per launch.
+    let count = |class: &str| {
+        doc.descendants()
+            .filter(|e| e.attribute("class") == Some(class))
+            .count()
+    };
+    assert_eq!((count("rem"), count("seq")), (12, 12));
+    let big = stdout(&["plan", "--nodes", "5000", "--format", "svg"]);
+    let doc = roxmltree::Document::parse(&big).unwrap();
+    assert_eq!(
+        doc.descendants()
+            .filter(|e| e.attribute("class") == Some("node"))
+            .count(),
+        0
+    );
+    assert!(big.contains("Hosts per depth"));
+}

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use greedy_sim::validate::{self, Setup};
-use greedy_sim::{Allgather, Jitter, Limits, Net, Noise, Scenario, SharedCpu, Shape, report};
+use greedy_sim::{Allgather, Jitter, Limits, Net, Noise, Scenario, Shape, SharedCpu, report};
 use greedy_tree::LaunchModel;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -134,7 +134,7 @@ struct ReportArgs {
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Monte Carlo runs per configuration.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 7)]
     runs: usize,
     /// Largest node count of the scale table (1k, 10k, … up to it).
     #[arg(long, default_value_t = 1_000_000)]
@@ -154,7 +154,10 @@ fn main() -> ExitCode {
         Err(e) => {
             let text = e.render().to_string();
             let line = text.lines().next().unwrap_or("bad arguments");
-            eprintln!("greedy-sim: {}", line.strip_prefix("error: ").unwrap_or(line));
+            eprintln!(
+                "greedy-sim: {}",
+                line.strip_prefix("error: ").unwrap_or(line)
+            );
             return ExitCode::from(2);
         }
     };
@@ -163,7 +166,8 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("greedy-sim: {e:#}");
             let bad_input = e.chain().any(|c| {
-                c.is::<greedy_sim::Error>() && !matches!(c.downcast_ref(), Some(greedy_sim::Error::Plot { .. }))
+                c.is::<greedy_sim::Error>()
+                    && !matches!(c.downcast_ref(), Some(greedy_sim::Error::Plot { .. }))
             });
             ExitCode::from(if bad_input { 2 } else { 1 })
         }
@@ -203,10 +207,22 @@ fn run(cli: Cli) -> Result<()> {
                 writeln!(
                     out,
                     "# {} delay {} ms: eq2 seq {:.4} rem {:.4} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%; sim seq {:.4} rem {:.4} cpu {:.4}x{} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%",
-                    g.shell, g.delay_ms, g.eq2.model.seq(), g.eq2.model.rem(), g.eq2.overhead,
-                    g.eq2.r_squared, e.mean * 100.0, e.max * 100.0, g.sim.model.seq(),
-                    g.sim.model.rem(), g.sim.cpu.work, g.sim.cpu.cores, g.sim.overhead,
-                    g.sim.r_squared, s.mean * 100.0, s.max * 100.0
+                    g.shell,
+                    g.delay_ms,
+                    g.eq2.model.seq(),
+                    g.eq2.model.rem(),
+                    g.eq2.overhead,
+                    g.eq2.r_squared,
+                    e.mean * 100.0,
+                    e.max * 100.0,
+                    g.sim.model.seq(),
+                    g.sim.model.rem(),
+                    g.sim.cpu.work,
+                    g.sim.cpu.cores,
+                    g.sim.overhead,
+                    g.sim.r_squared,
+                    s.mean * 100.0,
+                    s.max * 100.0
                 )?;
             }
             let (e, s) = validate::errors(&groups);

@@ -1,6 +1,7 @@
 //! `greedy-tree`: plan a launch tree for a host list, and compare topologies under a model.
 
 mod render;
+mod svg;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -95,7 +96,7 @@ struct PlanArgs {
     /// Tree shape: greedy, flat, chain, binomial or kary:K.
     #[arg(long, value_name = "T", default_value = "greedy")]
     topology: String,
-    /// Output: one line per host, JSON, Graphviz, or a one-line summary.
+    /// Output: one line per host, JSON, Graphviz, a one-line summary, or an SVG drawing.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
 }
@@ -111,6 +112,8 @@ enum Format {
     Dot,
     /// Hosts, depth, largest fan-out and launch time.
     Summary,
+    /// A drawing: the tree and a launch timeline (a summary past 64 hosts).
+    Svg,
 }
 
 #[derive(Args)]
@@ -217,6 +220,7 @@ fn run(cli: Cli) -> Result<()> {
                 Format::Json => plan.json(&mut out)?,
                 Format::Dot => plan.dot(&mut out)?,
                 Format::Summary => plan.summary(&mut out)?,
+                Format::Svg => plan.svg(&mut out)?,
             }
         }
         Command::Compare(args) => {

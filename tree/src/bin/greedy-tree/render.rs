@@ -89,6 +89,10 @@ impl Plan<'_> {
         writeln!(out, "}}")
     }
 
+    pub(crate) fn svg(&self, out: &mut impl Write) -> io::Result<()> {
+        crate::svg::write(out, self.hosts, self.tree, self.model, self.topology)
+    }
+
     pub(crate) fn summary(&self, out: &mut impl Write) -> io::Result<()> {
         let depth = self.tree.depths().into_iter().max().unwrap_or(0);
         writeln!(
