@@ -1,5 +1,8 @@
 //! How long the simulator takes at 10^5 and 10^6 nodes (docs/benchmarks.md, "Simulator").
 
+// criterion_group! generates an undocumented pub fn.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use greedy_sim::{Allgather, Jitter, Limits, Net, Noise, Scenario, Shape, simulate_launch};
 use greedy_tree::LaunchModel;
@@ -17,7 +20,13 @@ fn scale(c: &mut Criterion) {
         group.bench_function(format!("launch_noisy/{n}"), |b| {
             b.iter(|| {
                 let mut rng = StdRng::seed_from_u64(1);
-                black_box(simulate_launch(&tree, &model, &noise, &Limits::default(), &mut rng))
+                black_box(simulate_launch(
+                    &tree,
+                    &model,
+                    &noise,
+                    &Limits::default(),
+                    &mut rng,
+                ))
             })
         });
         for alg in [Allgather::Tree, Allgather::Bruck] {

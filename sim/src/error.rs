@@ -41,7 +41,8 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn param(name: &'static str, value: impl ToString, reason: &'static str) -> Error {
+    /// A [`Error::Param`] naming `name` and `value`.
+    pub fn param(name: &'static str, value: impl ToString, reason: &'static str) -> Error {
         Error::Param {
             name,
             value: value.to_string(),

@@ -2,6 +2,7 @@
 //! font files needed).
 
 use crate::Error;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -29,18 +30,60 @@ fn plot_err(path: &Path) -> impl Fn(String) -> Error + '_ {
     }
 }
 
-/// Lines over a log–log plane, one marker per point.
-pub(crate) fn log_log(
+/// Lines over a logarithmic x axis (node counts), y logarithmic (`y_log`, for quantities
+/// spanning decades) or linear from 0; `marks` are extra points drawn in the colour of the
+/// line of the same index.
+pub(crate) fn by_nodes(
     path: &Path,
     title: &str,
-    x_desc: &str,
     y_desc: &str,
+    y_log: bool,
     lines: &[Line],
+    marks: &[Line],
 ) -> Result<(), Error> {
-    let err = plot_err(path);
-    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let all = || lines.iter().chain(marks).flat_map(|l| l.points.iter());
     let (x0, x1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let x = (x0 * 0.8..x1 * 1.25).log_scale();
+    if y_log {
+        chart(
+            path,
+            title,
+            y_desc,
+            lines,
+            marks,
+            x,
+            (y0 * 0.7..y1 * 1.4).log_scale(),
+        )
+    } else {
+        chart(path, title, y_desc, lines, marks, x, 0.0..y1 * 1.1)
+    }
+}
+
+fn nodes_label(x: &f64) -> String {
+    match *x {
+        x if x >= 1e6 => format!("{}M", x / 1e6),
+        x if x >= 1e3 => format!("{}k", x / 1e3),
+        x => format!("{x}"),
+    }
+}
+
+fn chart<X, Y>(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    lines: &[Line],
+    marks: &[Line],
+    x: X,
+    y: Y,
+) -> Result<(), Error>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let err = plot_err(path);
     let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut chart = ChartBuilder::on(&root)
@@ -48,15 +91,13 @@ pub(crate) fn log_log(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(
-            (x0 * 0.8..x1 * 1.25).log_scale(),
-            (y0 * 0.7..y1 * 1.4).log_scale(),
-        )
+        .build_cartesian_2d(x, y)
         .map_err(|e| err(e.to_string()))?;
     chart
         .configure_mesh()
-        .x_desc(x_desc)
+        .x_desc("nodes")
         .y_desc(y_desc)
+        .x_label_formatter(&nodes_label)
         .draw()
         .map_err(|e| err(e.to_string()))?;
     for (i, line) in lines.iter().enumerate() {
@@ -71,11 +112,14 @@ pub(crate) fn log_log(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
+    }
+    for (i, mark) in marks.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
         chart
             .draw_series(
-                line.points
+                mark.points
                     .iter()
-                    .map(|&p| Circle::new(p, 3, color.filled())),
+                    .map(|&p| Circle::new(p, 4, color.filled())),
             )
             .map_err(|e| err(e.to_string()))?;
     }

@@ -267,10 +267,12 @@ fn scale_section(
     let mut launch_rows = String::new();
     let mut wired_rows = String::new();
     let mut lines = Vec::new();
+    let mut marks = Vec::new();
     for shape in &s.shapes {
         let mut launch_row = format!("| {shape} |");
         let mut wired_row = format!("| {shape} |");
         let mut points = Vec::new();
+        let mut noisy = Vec::new();
         for &n in &s.nodes {
             let total = n as f64 * f64::from(s.ppn) * s.bytes_per_rank;
             let alg = if total <= s.ring_threshold {
@@ -306,7 +308,8 @@ fn scale_section(
                 sum.max_fanout
             );
             let _ = write!(wired_row, " {} ({alg}) |", spread(&sum.wired));
-            points.push((n as f64, sum.launched.median));
+            points.push((n as f64, quiet.launched.median));
+            noisy.push((n as f64, sum.launched.median));
         }
         launch_rows.push_str(&launch_row);
         launch_rows.push('\n');
@@ -315,6 +318,10 @@ fn scale_section(
         lines.push(Line {
             name: shape.to_string(),
             points,
+        });
+        marks.push(Line {
+            name: shape.to_string(),
+            points: noisy,
         });
     }
     let _ = writeln!(
@@ -325,12 +332,13 @@ fn scale_section(
         md,
         "Launch + wire-up, seconds:\n\n| shape |{header}\n|---|{rule}\n{wired_rows}"
     );
-    plot::log_log(
+    plot::by_nodes(
         &plots.join("sim-scale.svg"),
-        "Simulated launch time (median) by node count",
-        "nodes",
+        "Launch time: lines noise-free (the model), dots the median with noise",
         "seconds",
+        false,
         &lines,
+        &marks,
     )?;
     let _ = writeln!(md, "![launch time by nodes](plots/sim-scale.svg)\n");
     Ok(())
@@ -384,12 +392,13 @@ fn allgather_section(
             line.points.push((n as f64, t));
         }
     }
-    plot::log_log(
+    plot::by_nodes(
         &plots.join("sim-allgather.svg"),
-        "Allgather of 1 KB per node, simulated",
-        "nodes (1 rank each)",
+        "Allgather of 1 KB per node (1 rank each), simulated",
         "seconds",
+        true,
         &lines,
+        &[],
     )?;
     let _ = writeln!(md, "\n![allgather by nodes](plots/sim-allgather.svg)\n");
     Ok(())

@@ -142,6 +142,10 @@ struct ReportArgs {
     /// Whose fitted model the projections use (a shell of the measurements).
     #[arg(long, default_value = "ssh")]
     project_from: String,
+    /// Instead of printing the section, put it into FILE between the lines
+    /// `<!-- sim:begin -->` and `<!-- sim:end -->`.
+    #[arg(long, value_name = "FILE")]
+    splice: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -244,10 +248,32 @@ fn run(cli: Cli) -> Result<()> {
             };
             settings.nodes.retain(|&n| n <= a.max_nodes);
             let md = report::report(&groups, &settings, &a.out)?;
-            out.write_all(md.as_bytes())?;
+            match &a.splice {
+                None => out.write_all(md.as_bytes())?,
+                Some(path) => splice(path, &md)?,
+            }
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// Replaces what lies between the sim markers of `path` with `section`.
+fn splice(path: &std::path::Path, section: &str) -> Result<()> {
+    const BEGIN: &str = "<!-- sim:begin -->";
+    const END: &str = "<!-- sim:end -->";
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let markers = text.find(BEGIN).zip(text.find(END)).filter(|(b, e)| b < e);
+    let Some((b, e)) = markers else {
+        return Err(greedy_sim::Error::param(
+            "splice",
+            path.display(),
+            "needs the lines <!-- sim:begin --> and <!-- sim:end -->, in that order",
+        )
+        .into());
+    };
+    let spliced = format!("{}{BEGIN}\n{section}{}", &text[..b], &text[e..]);
+    std::fs::write(path, spliced).with_context(|| format!("{}", path.display()))?;
     Ok(())
 }
 
