@@ -8,7 +8,9 @@
 //! whole-launch measurements ([`fit_launches`]) are fitted by a one-dimensional search over the
 //! ratio SEQ/REM, with the best REM for each ratio in closed form. Where every measurement also
 //! includes a fixed cost outside the tree (allocation, step set-up, exit), that overhead is
-//! fitted too ([`fit_launches_with_overhead`]).
+//! fitted too ([`fit_launches_with_overhead`]). Where every launch also pays for CPU that all
+//! positions share (emulated hosts on one machine's cores), a per-position term is fitted on
+//! top ([`fit_launches_shared_cpu`]): an extended model, not the paper's.
 
 use crate::{Error, LaunchModel, Tree};
 
@@ -23,6 +25,16 @@ pub struct Fit {
     pub rms_error: f64,
     /// Seconds every measurement spent outside the tree (0 unless fitted).
     pub overhead: f64,
+}
+
+/// A fit of the extended model `overhead + shared_cpu · (positions − 1) + launch time`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedCpuFit {
+    /// SEQ, REM, overhead and how well the whole extended model explains the launches.
+    pub fit: Fit,
+    /// Seconds every launched position adds to the whole launch, whatever the tree: CPU that
+    /// the positions' start-ups take from one shared pool (negative if the data say so).
+    pub shared_cpu: f64,
 }
 
 /// A launch that was timed: the tree it followed and the seconds until its last position was up.
@@ -85,24 +97,60 @@ pub fn fit_positions(tree: &Tree, seconds: &[f64], concurrency: u32) -> Result<F
 /// Needs two or more launches whose trees differ in shape, e.g. flat and binomial over the
 /// same hosts, or flat launches of different sizes.
 pub fn fit_launches(launches: &[Launch], concurrency: u32) -> Result<Fit, Error> {
-    fit_launch_times(launches, concurrency, false)
+    fit_launch_times(launches, concurrency, Terms::Tree).map(|(fit, _)| fit)
 }
 
 /// Fits `overhead + launch time` (equation 2) to whole launches: for measurements that include
 /// a fixed cost outside the tree, such as a whole `srun`. Needs three or more launches whose
 /// times do not all grow alike (e.g. flat and chain trees of a few sizes).
 pub fn fit_launches_with_overhead(launches: &[Launch], concurrency: u32) -> Result<Fit, Error> {
-    fit_launch_times(launches, concurrency, true)
+    fit_launch_times(launches, concurrency, Terms::Overhead).map(|(fit, _)| fit)
 }
 
-fn fit_launch_times(launches: &[Launch], concurrency: u32, overhead: bool) -> Result<Fit, Error> {
-    if launches.len() < 2 + usize::from(overhead) {
-        return Err(calibration(if overhead {
-            "three or more timed launches are needed to fit an overhead"
-        } else {
-            "two or more timed launches are needed"
+/// Fits `overhead + shared_cpu · (positions − 1) + launch time` (equation 2) to whole
+/// launches: the model for positions that share CPU (every launch's start-up competes with all
+/// others, so the whole launch grows with their number whatever the tree). Needs four or more
+/// launches of several sizes and shapes.
+pub fn fit_launches_shared_cpu(
+    launches: &[Launch],
+    concurrency: u32,
+) -> Result<SharedCpuFit, Error> {
+    fit_launch_times(launches, concurrency, Terms::SharedCpu)
+        .map(|(fit, shared_cpu)| SharedCpuFit { fit, shared_cpu })
+}
+
+/// Which terms a whole-launch fit has beside `REM · g(SEQ/REM)`.
+#[derive(Clone, Copy, PartialEq)]
+enum Terms {
+    Tree,
+    Overhead,
+    SharedCpu,
+}
+
+/// The fit and the shared-CPU coefficient (0 unless fitted).
+fn fit_launch_times(
+    launches: &[Launch],
+    concurrency: u32,
+    terms: Terms,
+) -> Result<(Fit, f64), Error> {
+    let needed = match terms {
+        Terms::Tree => 2,
+        Terms::Overhead => 3,
+        Terms::SharedCpu => 4,
+    };
+    if launches.len() < needed {
+        return Err(calibration(match terms {
+            Terms::Tree => "two or more timed launches are needed",
+            Terms::Overhead => "three or more timed launches are needed to fit an overhead",
+            Terms::SharedCpu => {
+                "four or more timed launches are needed to fit an overhead and a shared CPU term"
+            }
         }));
     }
+    let launched: Vec<f64> = launches
+        .iter()
+        .map(|l| l.tree.len().saturating_sub(1) as f64)
+        .collect();
     let measured: Vec<f64> = launches.iter().map(|l| l.seconds).collect();
     check_times(&measured)?;
     // Per launch, the positions that can be last for some ratio: per depth, the most waves.
@@ -130,32 +178,42 @@ fn fit_launch_times(launches: &[Launch], concurrency: u32, overhead: bool) -> Re
             .map(|e| e.iter().map(|&(w, d)| r * w + d).fold(0.0, f64::max))
             .collect()
     };
-    // For a ratio, the best (overhead, REM) by ordinary least squares, and the squared error.
-    let best_for = |r: f64| -> (f64, f64, f64) {
+    // For a ratio, the best (overhead, REM, shared CPU) by ordinary least squares, the
+    // predictions and the squared error.
+    let best_for = |r: f64| -> (f64, f64, f64, Vec<f64>, f64) {
         let gs = g(r);
-        let (base, rem) = if overhead {
-            line_fit(&gs, &measured).unwrap_or((0.0, 0.0))
-        } else {
-            let (mg, gg) = gs
-                .iter()
-                .zip(&measured)
-                .fold((0.0, 0.0), |(mg, gg), (&g, &m)| (mg + m * g, gg + g * g));
-            (0.0, if gg > 0.0 { mg / gg } else { 0.0 })
+        let ones = vec![1.0; gs.len()];
+        let columns: Vec<&[f64]> = match terms {
+            Terms::Tree => vec![&gs],
+            Terms::Overhead => vec![&ones, &gs],
+            Terms::SharedCpu => vec![&ones, &gs, &launched],
         };
-        let sse = gs
+        let coef = least_squares(&columns, &measured).unwrap_or_else(|| vec![0.0; columns.len()]);
+        let (base, rem, cpu) = match terms {
+            Terms::Tree => (0.0, coef[0], 0.0),
+            Terms::Overhead => (coef[0], coef[1], 0.0),
+            Terms::SharedCpu => (coef[0], coef[1], coef[2]),
+        };
+        let predicted: Vec<f64> = gs
+            .iter()
+            .zip(&launched)
+            .map(|(&g, &h)| base + rem * g + cpu * h)
+            .collect();
+        let sse = predicted
             .iter()
             .zip(&measured)
-            .map(|(&g, &m)| (m - base - rem * g).powi(2))
+            .map(|(p, m)| (m - p).powi(2))
             .sum::<f64>();
         // A non-positive REM explains nothing: rank it last.
-        (base, rem, if rem > 0.0 { sse } else { f64::INFINITY })
+        let sse = if rem > 0.0 { sse } else { f64::INFINITY };
+        (base, rem, cpu, predicted, sse)
     };
     // Coarse log grid over the ratio, then golden-section refinement around the best point.
     let grid: Vec<f64> = std::iter::once(0.0)
         .chain((0..=480).map(|i| 10f64.powf(-6.0 + i as f64 / 40.0)))
         .collect();
     let best = (0..grid.len())
-        .min_by(|&a, &b| best_for(grid[a]).2.total_cmp(&best_for(grid[b]).2))
+        .min_by(|&a, &b| best_for(grid[a]).4.total_cmp(&best_for(grid[b]).4))
         .expect("a non-empty grid");
     let (mut lo, mut hi) = (
         grid[best.saturating_sub(1)],
@@ -164,38 +222,58 @@ fn fit_launch_times(launches: &[Launch], concurrency: u32, overhead: bool) -> Re
     let phi = (5f64.sqrt() - 1.0) / 2.0;
     for _ in 0..100 {
         let (a, b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
-        if best_for(a).2 <= best_for(b).2 {
+        if best_for(a).4 <= best_for(b).4 {
             hi = b;
         } else {
             lo = a;
         }
     }
     let r = (lo + hi) / 2.0;
-    let (base, rem, sse) = best_for(r);
+    let (base, rem, cpu, predicted, sse) = best_for(r);
     if !sse.is_finite() {
         return Err(calibration(
             "the launch times do not grow with the trees: time launches of different shapes",
         ));
     }
     let model = fitted(r * rem, rem, concurrency)?;
-    let predicted: Vec<f64> = g(r).iter().map(|g| base + g * model.rem()).collect();
-    Ok(Fit {
+    let fit = Fit {
         overhead: base,
         ..quality(model, &measured, &predicted)
-    })
+    };
+    Ok((fit, cpu))
 }
 
-/// Ordinary least squares `y ≈ a + b·x`; `None` when x does not vary.
-fn line_fit(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let sxx: f64 = x.iter().map(|x| (x - mx).powi(2)).sum();
-    if sxx <= 1e-12 {
-        return None;
+/// Ordinary least squares `y ≈ Σ coef_j · column_j` by the normal equations (at most a few
+/// columns); `None` when the columns are (nearly) linearly dependent.
+fn least_squares(columns: &[&[f64]], y: &[f64]) -> Option<Vec<f64>> {
+    let k = columns.len();
+    // Augmented normal matrix [XᵀX | Xᵀy], solved by Gaussian elimination with partial pivoting.
+    let mut a: Vec<Vec<f64>> = (0..k)
+        .map(|i| {
+            let mut row: Vec<f64> = (0..k)
+                .map(|j| columns[i].iter().zip(columns[j]).map(|(x, z)| x * z).sum())
+                .collect();
+            row.push(columns[i].iter().zip(y).map(|(x, y)| x * y).sum());
+            row
+        })
+        .collect();
+    let scale = (0..k).map(|i| a[i][i].abs()).fold(1.0, f64::max);
+    for col in 0..k {
+        let pivot = (col..k).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
+        if a[pivot][col].abs() <= 1e-12 * scale {
+            return None;
+        }
+        a.swap(col, pivot);
+        for row in 0..k {
+            if row != col {
+                let f = a[row][col] / a[col][col];
+                for c in col..=k {
+                    a[row][c] -= f * a[col][c];
+                }
+            }
+        }
     }
-    let sxy: f64 = x.iter().zip(y).map(|(x, y)| (x - mx) * (y - my)).sum();
-    let b = sxy / sxx;
-    Some((my - b * mx, b))
+    Some((0..k).map(|i| a[i][k] / a[i][i]).collect())
 }
 
 fn check_times(seconds: &[f64]) -> Result<(), Error> {
@@ -296,6 +374,44 @@ mod tests {
         );
         let two = &launches[..2];
         assert!(fit_launches_with_overhead(two, 1).is_err());
+    }
+
+    #[test]
+    fn whole_launches_with_shared_cpu_give_back_every_term() {
+        let launches: Vec<Launch> = ["flat", "binomial", "kary:4", "kary:8", "greedy"]
+            .iter()
+            .flat_map(|t| [8, 16, 32, 64].map(move |n| (t.parse::<Topology>().unwrap(), n)))
+            .map(|(t, n)| {
+                let tree = t.build(n + 1, &truth());
+                Launch {
+                    seconds: 0.05 + 0.006 * n as f64 + tree.launch_time(&truth()),
+                    tree,
+                }
+            })
+            .collect();
+        let ext = fit_launches_shared_cpu(&launches, 1).unwrap();
+        assert!(close(ext.fit.model.seq(), 0.012, 1e-4), "{ext:?}");
+        assert!(close(ext.fit.model.rem(), 0.21, 1e-3), "{ext:?}");
+        assert!(close(ext.fit.overhead, 0.05, 1e-3), "{ext:?}");
+        assert!(close(ext.shared_cpu, 0.006, 1e-4), "{ext:?}");
+        assert!(ext.fit.r_squared > 0.999_999, "{ext:?}");
+        // The paper's model cannot absorb the shared term: a worse fit of the same launches.
+        let plain = fit_launches(&launches, 1).unwrap();
+        assert!(plain.r_squared < ext.fit.r_squared, "{plain:?}");
+        assert!(fit_launches_shared_cpu(&launches[..3], 1).is_err());
+    }
+
+    #[test]
+    fn least_squares_solves_exact_systems_and_refuses_dependent_columns() {
+        let (x, ones) = ([1.0, 2.0, 3.0, 4.0], [1.0; 4]);
+        let y: Vec<f64> = x.iter().map(|x| 0.5 + 2.0 * x).collect();
+        let coef = least_squares(&[&ones, &x], &y).unwrap();
+        assert!(
+            close(coef[0], 0.5, 1e-12) && close(coef[1], 2.0, 1e-12),
+            "{coef:?}"
+        );
+        let twice = x.map(|x| 2.0 * x);
+        assert!(least_squares(&[&x, &twice], &y).is_none());
     }
 
     #[test]
