@@ -2,6 +2,8 @@
 # charm4py start-to-finish, greedyrun --pmi charm vs the wheel's charmrun (ssh), on the emulated cluster.
 #
 #   tests/charm/bench.sh            # RUNS=5 NODES=16 DELAY=10
+#   CSV=FILE: also append every run to FILE (delay_ms,nodes,launcher,run,ms; a header if FILE is
+#   new; greedy-bench reads it)
 #
 # Program: tests/charm/prog.py (a Group on every PE, a broadcast, a sum and a gather, checked),
 # one process per host (+p16). Each run is timed wall-clock from the login node; launchers
@@ -16,10 +18,12 @@ CHARM=${GREEDY_CHARM4PY:-/var/tmp/greedy-charm4py}
 RUNS=${RUNS:-5}
 NODES=${NODES:-16}
 DELAY=${DELAY:-10}
+CSV=$(realpath -m "${CSV:-/dev/null}")
 
 fail() { echo "charm-bench: FAIL: $*" >&2; exit 1; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 [[ $EUID -eq 0 ]] || fail "must run as root"
+[[ $CSV == /dev/null || -s $CSV ]] || echo "delay_ms,nodes,launcher,run,ms" >"$CSV"
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q --release -p greedy-launcher -p greedy-netdelay
@@ -89,6 +93,7 @@ for r in $(seq "$RUNS"); do
     t=$(($(ms) - t0))
     grep -q "$EXPECT" <<<"$out" || fail "$name run $r: output: $out"
     T[$name]+="$t "
+    echo "$DELAY,$NODES,$name,$r,$t" >>"$CSV"
     echo "charm-bench: $name run $r: $t ms"
     sleep 2
   done

@@ -5,7 +5,10 @@
 #   tests/launcher/bench.sh            # RUNS=3 SIZES="16 64" DELAY=10 PARTS="A B C"
 #   PARTS=D SIZES= CSIZE=64: what --batch costs (flat with 8 vs 64 shells in flight, and Hydra)
 #   PARTS="A C" SIZES=16 CSIZE=64 runs the MPI hello on 16 hosts and B/C on 64
+#   PARTS=M SIZES= MSIZES="8 16 32 64" SHELLS="rsh ssh": the model validation (part M below)
 #   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
+#   SETTLE=N: wait at most N half-seconds for an idle machine before each run (default 30)
+#   `greedy-bench` (bench/) runs this script per section and turns the CSV into docs/benchmarks.md
 #
 # Part A (same cluster, same sitting, interleaved runs): launch-to-finish wall time of an MPI
 # hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize), 1 rank per host:
@@ -25,6 +28,11 @@
 # and what the SEQ/REM model predicts for that tree, with SEQ/REM from `greedyrun --calibrate`
 # on the same hosts.
 #
+# Part M: the model validation (the paper's Figure 4 on these hosts): every topology of part B
+# at each of MSIZES hosts, over each of SHELLS (rsh, ssh with cheap hops), `--pmi none -- true`;
+# the greedy tree uses that shell's calibrated SEQ/REM (calibration.csv). One cluster per DELAY:
+# greedy-bench runs the script once per delay.
+#
 # Runs itself under `unshare --uts` with hostname `login`: Hydra and Open MPI send their own
 # hostname to remote daemons for call-backs, and this machine's name resolves to 127.0.0.1.
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 10 min.
@@ -40,6 +48,9 @@ RUNS=${RUNS:-3}
 SIZES=${SIZES:-16 64}
 DELAY=${DELAY:-10}
 PARTS=${PARTS:-A B C}
+MSIZES=${MSIZES:-8 16 32 64}
+SHELLS=${SHELLS:-rsh ssh}
+SETTLE=${SETTLE:-30}
 MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 
@@ -55,25 +66,30 @@ export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netde
 
 MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
+if [[ " $PARTS " == *" M "* ]]; then
+  for n in $MSIZES; do ((n > MAXN)) && MAXN=$n; done
+fi
 cluster_up --nodes "$MAXN" --delay "$DELAY"
 eval "$("$TC" env)"
 W=$GREEDY_TC_SCRATCH/bench
 mkdir -p "$W"
 cd "$W"
-"$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
-mpicc.openmpi -O1 -o hello_ompi "$ROOT/tests/mpi/wireup.c"
+if [[ " $PARTS " == *" A "* ]]; then
+  "$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
+  mpicc.openmpi -O1 -o hello_ompi "$ROOT/tests/mpi/wireup.c"
+fi
 CSV=$W/results.csv
 echo "part,hosts,config,run,wall_ms,rc,ok,cpu_s,launch_ms,model_ms" >"$CSV"
 
 busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
-# Waits (up to 15 s) until the machine is nearly idle: Open MPI's orteds and a failed run's
+# Waits (up to SETTLE/2 s, default 15) until the machine is nearly idle: Open MPI's orteds and a failed run's
 # ranks keep burning CPU for seconds after their launcher exits, and the next run must not pay
 # for its predecessor's teardown (measured: a greedyrun run right after mpirun used 2x the CPU).
 settle() {
   local a b _i
-  for _i in $(seq 30); do
+  for _i in $(seq "$SETTLE"); do
     a=$(busy_jiffies)
     sleep 0.5
     b=$(busy_jiffies)
@@ -114,6 +130,11 @@ SSH_SEQ=$(sed -n 's/^GREEDY_SEQ=//p' "$W/cal-ssh.txt")
 SSH_REM=$(sed -n 's/^GREEDY_REM=//p' "$W/cal-ssh.txt")
 RSH_SEQ=$(sed -n 's/^GREEDY_SEQ=//p' "$W/cal-rsh.txt")
 RSH_REM=$(sed -n 's/^GREEDY_REM=//p' "$W/cal-rsh.txt")
+{
+  echo "shell,delay_ms,seq,rem"
+  echo "ssh,$DELAY,$SSH_SEQ,$SSH_REM"
+  echo "rsh,$DELAY,$RSH_SEQ,$RSH_REM"
+} >"$W/calibration.csv"
 
 # --- Part A --------------------------------------------------------------------------------------
 DEFAULT_KEX="ssh -oKexAlgorithms=sntrup761x25519-sha512@openssh.com,curve25519-sha256"
@@ -185,6 +206,25 @@ if [[ " $PARTS " == *" D "* ]]; then
   done
 fi
 
+# --- Part M: model validation, every topology × MSIZES × SHELLS, interleaved per run -----------
+if [[ " $PARTS " == *" M "* ]]; then
+  for run in $(seq "$RUNS"); do
+    for n in $MSIZES; do
+      for shell in $SHELLS; do
+        if [[ $shell == rsh ]]; then
+          sh=(--rsh rsh --seq "$RSH_SEQ" --rem "$RSH_REM")
+        else
+          sh=(--seq "$SSH_SEQ" --rem "$SSH_REM")
+        fi
+        for topo in flat binomial kary:4 kary:8 greedy; do
+          measure M "$n" "$shell-$topo" "$run" "" \
+            "$BIN/greedyrun" -v --progress 0 --hosts "n[1-$n]" "${sh[@]}" --pmi none --topology "$topo" -- true
+        done
+      done
+    done
+  done
+fi
+
 # --- summary -------------------------------------------------------------------------------------
 python3 - "$CSV" <<'EOF'
 import csv, statistics, sys
@@ -197,11 +237,11 @@ print("\n| part | hosts | config | wall ms median (min–max) | ok runs | CPU-s 
 print("|---|---|---|---|---|---|---|---|---|")
 for (part, n, cfg), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
     walls = [int(r["wall_ms"]) for r in rs]
-    ok = sum(1 for r in rs if r["rc"] == "0" and (part == "B" or int(r["ok"]) == n))
+    ok = sum(1 for r in rs if r["rc"] == "0" and (part in ("B", "M") or int(r["ok"]) == n))
     cpu = med([float(r["cpu_s"]) for r in rs])
     launch = [int(r["launch_ms"]) for r in rs if r["launch_ms"]]
     model = [int(r["model_ms"]) for r in rs if r["model_ms"]]
-    ref = groups.get((part, n, "rsh-greedy" if part == "B" else "gr-greedy"))
+    ref = groups.get((part, n, "rsh-greedy" if part == "B" else cfg.split("-")[0] + "-greedy" if part == "M" else "gr-greedy"))
     ratio = med(walls) / med([int(r["wall_ms"]) for r in ref]) if ref else float("nan")
     print(f"| {part} | {n} | {cfg} | {med(walls):.0f} ({min(walls)}–{max(walls)}) | {ok}/{len(rs)} | {cpu:.2f} | "
           f"{med(launch) if launch else '':} | {med(model) if model else ''} | {ratio:.2f}× |")

@@ -10,8 +10,10 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi"] [--greedy-conf FILE]
+#                                  [--mpis "mpich ompi"] [--greedy-conf FILE] [--csv FILE]
 # --greedy-conf FILE: greedy.conf for the cluster (e.g. MpiRem for a high-latency network).
+# --csv FILE: also append every timed step to FILE
+#   (delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok; a header if FILE is new; greedy-bench reads it).
 # Needs root; about 8 min with the defaults. Leaves nothing behind.
 set -euo pipefail
 
@@ -20,7 +22,7 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
-reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=()
+reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=() csv=/dev/null
 while (($#)); do
   case $1 in
     --reps) reps=$2; shift 2 ;;
@@ -29,12 +31,14 @@ while (($#)); do
     --ppn) ppn=$2; shift 2 ;;
     --mpis) mpis=$2; shift 2 ;;
     --greedy-conf) gconf=(--greedy-conf "$(realpath "$2")"); shift 2 ;;
+    --csv) csv=$(realpath "$2"); shift 2 ;;
     *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
   esac
 done
 fail() { echo "mpi-bench: FAIL: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+[[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok" >"$csv"
 
 cargo build -q --release -p greedy-slurm-mpi -p greedy-netdelay || fail "cargo build"
 export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
@@ -117,11 +121,13 @@ for delay in $delays; do
             [[ $(grep -c '^init ' "$work/out") != "$np" ]]; then
             echo "mpi-bench: $mpi $plugin -N$n rep $r failed: $(tail -2 "$work/err" | tr '\n' ' ')" >&2
             echo x >>"$work/$plugin.failed"
+            echo "$delay,$n,$np,$mpi,$plugin,$r,,,0" >>"$csv"
             continue
           fi
           t1=$(ms)
           awk -v t0="$t0s" '$1 == "init" && $4 > m { m = $4 } END { printf "%.0f\n", (m - t0) * 1000 }' "$work/out" >>"$work/$plugin.init"
           echo $((t1 - t0)) >>"$work/$plugin.exit"
+          echo "$delay,$n,$np,$mpi,$plugin,$r,$(tail -1 "$work/$plugin.init"),$((t1 - t0)),1" >>"$csv"
         done
       done
       for metric in init exit; do

@@ -7,7 +7,9 @@
 # starts on an idle cluster. Prints one markdown table row per TreeWidth: medians, min-max,
 # and the ratio greedy/default.
 #
-# usage: tests/slurm/route-bench.sh [--delay MS] [--reps R] [--rounds K]
+# usage: tests/slurm/route-bench.sh [--delay MS] [--reps R] [--rounds K] [--csv FILE]
+# --csv FILE: also append every timed srun to FILE (delay_ms,treewidth,route,round,rep,ms; a
+#   header if FILE is new; greedy-bench reads it).
 # Needs root; about 2 min with the defaults (delay 10, 8 reps, 2 rounds). Leaves nothing behind.
 set -euo pipefail
 
@@ -15,17 +17,19 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-delay=10 reps=8 rounds=2
+delay=10 reps=8 rounds=2 csv=/dev/null
 while (($#)); do
   case $1 in
     --delay) delay=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: $0 [--delay MS] [--reps R] [--rounds K]" >&2; exit 2 ;;
+    --csv) csv=$(realpath "$2"); shift 2 ;;
+    *) echo "usage: $0 [--delay MS] [--reps R] [--rounds K] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
+[[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,treewidth,route,round,rep,ms" >"$csv"
 # shellcheck source=../cluster/wait-free.sh
 . "$ROOT/tests/cluster/wait-free.sh"
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
@@ -63,7 +67,12 @@ for ((k = 0; k < rounds; k++)); do
       ours=1
       eval "$("$TC" env)"
       time_srun >/dev/null # warm-up
-      for ((r = 0; r < reps; r++)); do time_srun; done >>"$work/$route-$tw"
+      for ((r = 0; r < reps; r++)); do
+        s=$(time_srun)
+        echo "$s" >>"$work/$route-$tw"
+        awk -v s="$s" -v d="$delay" -v tw="$tw" -v rt="$route" -v k="$k" -v r="$r" \
+          'BEGIN { printf "%s,%s,%s,%s,%s,%.0f\n", d, tw, rt, k, r, s * 1000 }' >>"$csv"
+      done
       "$TC" down >/dev/null || fail "down"; ours=0
     done
   done

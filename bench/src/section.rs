@@ -1,0 +1,631 @@
+//! The sections: how each one is measured (which script, with which sizes) and how its rows
+//! become a table and a plot.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    data::{self, CharmRun, LauncherRun, MpiStep, RouteRun},
+    load::{LoadRecord, Recorder},
+    plot::{self, BarGroup},
+    stats::{Summary, Times, ratio},
+    validation,
+};
+
+/// Emulated packet delay of the launcher and charm comparisons (login↔host RTT 10 ms).
+pub(crate) const DELAY_MS: u32 = 10;
+
+/// Where and how much to measure.
+pub(crate) struct Ctx {
+    /// The checkout: scripts are run from here, docs are written here.
+    pub(crate) root: PathBuf,
+    /// Scratch for the scripts' raw output (under CARGO_TARGET_DIR: visible to every
+    /// emulated host, unlike /tmp).
+    pub(crate) work: PathBuf,
+    /// Repetitions per comparison.
+    pub(crate) reps: u32,
+    /// Repetitions per model-validation launch.
+    pub(crate) model_reps: u32,
+    /// Small sizes, one repetition.
+    pub(crate) quick: bool,
+}
+
+impl Ctx {
+    /// A context; the scratch directory is created.
+    pub(crate) fn new(root: PathBuf, reps: u32, model_reps: u32, quick: bool) -> Result<Ctx> {
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+        let work = target.join("greedy-bench");
+        std::fs::create_dir_all(&work).with_context(|| format!("{}", work.display()))?;
+        let (reps, model_reps) = if quick {
+            (1, 1)
+        } else {
+            (reps.max(1), model_reps.max(1))
+        };
+        Ok(Ctx {
+            root,
+            work,
+            reps,
+            model_reps,
+            quick,
+        })
+    }
+
+    /// docs/data/NAME.
+    pub(crate) fn data(&self, name: &str) -> PathBuf {
+        self.root.join("docs/data").join(name)
+    }
+
+    /// docs/plots/NAME.
+    pub(crate) fn plot(&self, name: &str) -> PathBuf {
+        self.root.join("docs/plots").join(name)
+    }
+
+    /// A fresh scratch directory for one script run.
+    fn scratch(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.work.join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
+        Ok(dir)
+    }
+
+    /// Runs a script of the checkout with arguments and environment, output to the terminal.
+    pub(crate) fn script(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+        eprintln!(
+            "greedy-bench: {} {} {}",
+            env.iter()
+                .map(|(k, v)| format!("{k}='{v}'"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            script,
+            args.join(" ")
+        );
+        let status = Command::new(self.root.join(script))
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(&self.root)
+            .status()
+            .with_context(|| format!("starting {script}"))?;
+        if !status.success() {
+            bail!("{script} {}: {status}", args.join(" "));
+        }
+        Ok(())
+    }
+}
+
+/// One part of docs/benchmarks.md that is measured and rendered together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    /// greedyrun vs Hydra vs Open MPI mpirun (tests/launcher/bench.sh parts A and C).
+    Launchers,
+    /// greedyrun --pmi charm vs charmrun (tests/charm/bench.sh).
+    Charm,
+    /// srun --mpi=greedy vs pmi2 / pmix (tests/slurm/mpi-bench.sh).
+    SlurmMpi,
+    /// route/greedy vs route/default (tests/slurm/route-bench.sh).
+    Route,
+    /// Measured vs modeled launch times (tests/launcher/bench.sh part M per delay).
+    Model,
+    /// The simulator's report on the model-validation data (greedy-sim, if built).
+    Sim,
+}
+
+impl Section {
+    /// Every section, in the order `all` runs them.
+    pub(crate) const ALL: [Section; 6] = [
+        Section::Launchers,
+        Section::Charm,
+        Section::SlurmMpi,
+        Section::Route,
+        Section::Model,
+        Section::Sim,
+    ];
+
+    /// Name on the command line, in markers and in docs/data/load.csv.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Section::Launchers => "launchers",
+            Section::Charm => "charm",
+            Section::SlurmMpi => "slurm-mpi",
+            Section::Route => "route",
+            Section::Model => "model",
+            Section::Sim => "sim",
+        }
+    }
+
+    /// Parses a name (clap's value parser).
+    pub(crate) fn parse(s: &str) -> Result<Section, String> {
+        Section::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Section::ALL.iter().map(|x| x.name()).collect();
+                format!("unknown section {s:?}; one of {}", names.join(", "))
+            })
+    }
+
+    /// Runs the section's measurement, records the load meanwhile, writes docs/data.
+    pub(crate) fn measure(self, ctx: &Ctx) -> Result<()> {
+        if self == Section::Sim {
+            // Not a measurement: the simulator reads docs/data; doc::regenerate splices it.
+            return crate::doc::simulate(ctx);
+        }
+        let rec = Recorder::start(self.name())?;
+        match self {
+            Section::Launchers => measure_launchers(ctx)?,
+            Section::Charm => measure_charm(ctx)?,
+            Section::SlurmMpi => measure_slurm_mpi(ctx)?,
+            Section::Route => measure_route(ctx)?,
+            Section::Model => validation::measure(ctx)?,
+            Section::Sim => unreachable!("handled above"),
+        }
+        save_load(ctx, rec.finish())
+    }
+
+    /// The markdown between this section's markers; `None` when docs/data has nothing for it
+    /// yet (the block is then left as it is).
+    pub(crate) fn render(self, ctx: &Ctx, load: Option<&LoadRecord>) -> Result<Option<String>> {
+        let body = match self {
+            Section::Launchers => render_launchers(ctx)?,
+            Section::Charm => render_charm(ctx)?,
+            Section::SlurmMpi => render_slurm_mpi(ctx)?,
+            Section::Route => render_route(ctx)?,
+            Section::Model => validation::render(ctx)?,
+            Section::Sim => String::new(),
+        };
+        Ok(match (body.is_empty(), load) {
+            (true, _) => None,
+            (false, Some(l)) => Some(format!("{}\n\n{body}", l.sentence())),
+            (false, None) => Some(body),
+        })
+    }
+}
+
+/// Replaces this section's row of docs/data/load.csv.
+fn save_load(ctx: &Ctx, rec: LoadRecord) -> Result<()> {
+    let path = ctx.data("load.csv");
+    let mut rows: Vec<LoadRecord> = data::read_if_any(&path)?;
+    rows.retain(|r| r.section != rec.section);
+    rows.push(rec);
+    data::write(&path, &rows)
+}
+
+/// Copies a script's CSV into docs/data after checking it parses as `T`.
+fn keep<T: serde::de::DeserializeOwned + serde::Serialize>(
+    ctx: &Ctx,
+    from: &Path,
+    name: &str,
+) -> Result<()> {
+    let rows: Vec<T> = data::read(from)?;
+    if rows.is_empty() {
+        bail!("{}: no runs recorded", from.display());
+    }
+    data::write(&ctx.data(name), &rows)
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+fn measure_launchers(ctx: &Ctx) -> Result<()> {
+    let out = ctx.scratch("launchers")?;
+    let reps = ctx.reps.to_string();
+    let (sizes, csize) = if ctx.quick { ("4", "8") } else { ("16", "64") };
+    let delay = DELAY_MS.to_string();
+    ctx.script(
+        "tests/launcher/bench.sh",
+        &[],
+        &[
+            ("BENCH_OUT", out.to_str().context("non-UTF-8 path")?),
+            ("PARTS", "A C"),
+            ("SIZES", sizes),
+            ("CSIZE", csize),
+            ("RUNS", &reps),
+            ("DELAY", &delay),
+            // At most 5 s waiting for an idle machine per run: with other builds running it
+            // is never idle, and 15 s per run would triple the section.
+            ("SETTLE", "10"),
+        ],
+    )?;
+    keep::<LauncherRun>(ctx, &out.join("results.csv"), "launchers.csv")
+}
+
+/// Launcher configurations in table order, and what each one is.
+const LAUNCHERS: [(&str, &str); 6] = [
+    (
+        "gr-greedy",
+        "greedyrun defaults (greedy tree, cheap ssh hops)",
+    ),
+    ("gr-greedy-pmi", "the same with the PMI wire-up started"),
+    ("gr-flat", "greedyrun --topology flat (cheap hops, no tree)"),
+    (
+        "gr-flat-kex",
+        "greedyrun flat with Debian's default ssh KEX (Hydra's hops)",
+    ),
+    ("hydra", "MPICH 5.0.2 mpiexec.hydra -launcher ssh"),
+    ("ompi", "Open MPI 4.1.4 mpirun (tree spawn)"),
+];
+
+fn render_launchers(ctx: &Ctx) -> Result<String> {
+    let rows: Vec<LauncherRun> = data::read_if_any(&ctx.data("launchers.csv"))?;
+    let mut out = String::new();
+    for (part, what, file) in [
+        (
+            "A",
+            "MPI hello (tests/mpi/wireup.c), 1 rank per host",
+            "launchers-mpi.svg",
+        ),
+        ("C", "`hostname` (launch only)", "launchers-hostname.svg"),
+    ] {
+        let rows: Vec<&LauncherRun> = rows.iter().filter(|r| r.part == part).collect();
+        let Some(hosts) = rows.first().map(|r| r.hosts) else {
+            continue;
+        };
+        let wall = |cfg: &str| {
+            Summary::of(
+                rows.iter()
+                    .filter(|r| r.config == cfg && r.succeeded())
+                    .map(|r| r.wall_ms),
+            )
+        };
+        let reference = wall("gr-greedy");
+        writeln!(
+            out,
+            "**{what}, {hosts} hosts, {DELAY_MS} ms delay** (wall ms, launcher start to exit; \
+             median (min–max) of the successful runs):\n"
+        )?;
+        out.push_str(
+            "| config | what | wall ms | ok | CPU-s | launch ms | model ms | vs greedyrun |\n",
+        );
+        out.push_str("|---|---|---|---|---|---|---|---|\n");
+        let mut bars = vec![];
+        for (cfg, desc) in LAUNCHERS {
+            let runs: Vec<&&LauncherRun> = rows.iter().filter(|r| r.config == cfg).collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let ok = runs.iter().filter(|r| r.succeeded()).count();
+            let w = wall(cfg);
+            let cpu = Summary::of(runs.iter().map(|r| r.cpu_s));
+            let launch = Summary::of(runs.iter().filter_map(|r| r.launch_ms));
+            let model = Summary::of(runs.iter().filter_map(|r| r.model_ms));
+            let opt = |s: Option<Summary>, d: usize| {
+                s.map_or(String::new(), |s| format!("{:.d$}", s.median))
+            };
+            writeln!(
+                out,
+                "| {cfg} | {desc} | {} | {ok}/{} | {} | {} | {} | {} |",
+                w.map_or("all failed".into(), |s| s.cell(0)),
+                runs.len(),
+                opt(cpu, 2),
+                opt(launch, 0),
+                opt(model, 0),
+                Times(ratio(w, reference)),
+            )?;
+            if let Some(w) = w {
+                bars.push((cfg.to_owned(), w));
+            }
+        }
+        out.push('\n');
+        let title = format!(
+            "{}, {hosts} hosts, {DELAY_MS} ms: {}",
+            if part == "A" { "MPI hello" } else { "hostname" },
+            ratio_title(&bars, "gr-greedy", &["hydra", "ompi"])
+        );
+        plot::bars(
+            &ctx.plot(file),
+            &title,
+            "wall ms (median, min–max)",
+            &one_bar_each(&bars),
+        )?;
+        writeln!(out, "![{title}](plots/{file})\n")?;
+    }
+    Ok(out)
+}
+
+/// One group per competitor, labelled with its name.
+fn one_bar_each(bars: &[(String, Summary)]) -> Vec<BarGroup> {
+    bars.iter()
+        .map(|(name, s)| BarGroup {
+            label: name.clone(),
+            bars: vec![(name.clone(), *s)],
+        })
+        .collect()
+}
+
+/// "hydra 1.07×, ompi 1.21× gr-greedy": the others' medians over the reference's.
+fn ratio_title(bars: &[(String, Summary)], reference: &str, others: &[&str]) -> String {
+    let get = |n: &str| bars.iter().find(|(s, _)| s == n).map(|(_, s)| *s);
+    let parts: Vec<String> = others
+        .iter()
+        .filter_map(|o| ratio(get(o), get(reference)).map(|r| format!("{o} {r:.2}×")))
+        .collect();
+    if parts.is_empty() {
+        reference.to_owned()
+    } else {
+        format!("{} {reference}", parts.join(", "))
+    }
+}
+
+// --- charm -----------------------------------------------------------------------------------
+
+fn measure_charm(ctx: &Ctx) -> Result<()> {
+    let out = ctx.scratch("charm")?;
+    let csv = out.join("charm.csv");
+    let reps = ctx.reps.to_string();
+    let delay = DELAY_MS.to_string();
+    ctx.script(
+        "tests/charm/bench.sh",
+        &[],
+        &[
+            ("CSV", csv.to_str().context("non-UTF-8 path")?),
+            ("RUNS", &reps),
+            ("NODES", if ctx.quick { "4" } else { "16" }),
+            ("DELAY", &delay),
+        ],
+    )?;
+    keep::<CharmRun>(ctx, &csv, "charm.csv")
+}
+
+fn render_charm(ctx: &Ctx) -> Result<String> {
+    let rows: Vec<CharmRun> = data::read_if_any(&ctx.data("charm.csv"))?;
+    let Some(first) = rows.first() else {
+        return Ok(String::new());
+    };
+    let (nodes, delay) = (first.nodes, first.delay_ms);
+    let by = |l: &str| Summary::of(rows.iter().filter(|r| r.launcher == l).map(|r| r.ms));
+    let g = by("greedy");
+    let mut out =
+        String::from("| launcher | median (min–max), ms | vs greedyrun |\n|---|---|---|\n");
+    let mut bars = vec![];
+    for (l, label) in [
+        ("greedy", "greedyrun `--pmi charm`"),
+        ("charmrun", "charmrun, ssh, default"),
+        ("charmrun_batch", "charmrun, ssh, `++batch 4`"),
+    ] {
+        if let Some(s) = by(l) {
+            writeln!(
+                out,
+                "| {label} | {} | {} |",
+                s.cell(0),
+                Times(ratio(Some(s), g))
+            )?;
+            bars.push((l.replace("greedy", "greedyrun"), s));
+        }
+    }
+    let title = format!(
+        "charm4py, {nodes} hosts, {delay} ms: {}",
+        ratio_title(&bars, "greedyrun", &["charmrun", "charmrun_batch"])
+    );
+    plot::bars(
+        &ctx.plot("charm.svg"),
+        &title,
+        "start to finish, ms",
+        &one_bar_each(&bars),
+    )?;
+    writeln!(
+        out,
+        "\n({} runs each, {nodes} hosts, --delay {delay})\n\n![{title}](plots/charm.svg)\n",
+        by("greedy").map_or(0, |s| s.n)
+    )?;
+    Ok(out)
+}
+
+// --- slurm-mpi -------------------------------------------------------------------------------
+
+fn measure_slurm_mpi(ctx: &Ctx) -> Result<()> {
+    let out = ctx.scratch("slurm-mpi")?;
+    let csv = out.join("slurm-mpi.csv");
+    let reps = ctx.reps.to_string();
+    let csv_s = csv.to_str().context("non-UTF-8 path")?;
+    let mut args = vec!["--reps", &reps, "--csv", csv_s];
+    if ctx.quick {
+        args.extend(["--delays", "0", "--nodes", "4"]);
+    }
+    ctx.script("tests/slurm/mpi-bench.sh", &args, &[])?;
+    keep::<MpiStep>(ctx, &csv, "slurm-mpi.csv")
+}
+
+fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
+    let rows: Vec<MpiStep> = data::read_if_any(&ctx.data("slurm-mpi.csv"))?;
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    // (delay, nodes, ranks, mpi) in the order measured.
+    let mut cells: Vec<(u32, u32, u32, String)> = vec![];
+    for r in &rows {
+        let key = (r.delay_ms, r.nodes, r.ranks, r.mpi.clone());
+        if !cells.contains(&key) {
+            cells.push(key);
+        }
+    }
+    let mut out = String::from(
+        "| delay | nodes x ranks | MPI | metric | greedy ms (median, min–max) | other ms (median, min–max) | greedy/other |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    let mut groups = vec![];
+    let mut ratios = vec![];
+    for (delay, nodes, ranks, mpi) in &cells {
+        let other = if mpi == "mpich" { "pmi2" } else { "pmix" };
+        let steps = |plugin: &str| -> Vec<&MpiStep> {
+            rows.iter()
+                .filter(|r| {
+                    (r.delay_ms, r.nodes, r.ranks) == (*delay, *nodes, *ranks)
+                        && &r.mpi == mpi
+                        && r.plugin == plugin
+                })
+                .collect()
+        };
+        let (g, o) = (steps("greedy"), steps(other));
+        for (metric, label) in [("init", "all ranks past MPI_Init"), ("exit", "srun exit")] {
+            let pick = |s: &&MpiStep| {
+                if metric == "init" {
+                    s.init_ms
+                } else {
+                    s.exit_ms
+                }
+            };
+            let gs = Summary::of(g.iter().filter_map(pick));
+            let os = Summary::of(o.iter().filter_map(pick));
+            let cell = |s: Option<Summary>, steps: &[&MpiStep]| {
+                let failed = steps.iter().filter(|s| s.ok == 0).count();
+                let base = s.map_or("all failed".into(), |s| s.cell(0));
+                if failed > 0 {
+                    format!("{base}, {failed} failed")
+                } else {
+                    base
+                }
+            };
+            let r = ratio(gs, os);
+            writeln!(
+                out,
+                "| {delay} ms | {nodes} x {ranks} | {mpi}: greedy vs {other} | {label} | {} | {} | {} |",
+                cell(gs, &g),
+                cell(os, &o),
+                r.map_or("—".into(), |r| format!("{r:.2}")),
+            )?;
+            if metric == "init" {
+                ratios.extend(r);
+                let mut bars = vec![];
+                bars.extend(gs.map(|s| ("srun --mpi=greedy".to_owned(), s)));
+                bars.extend(os.map(|s| ("Slurm's pmi2 (MPICH) / pmix (Open MPI)".to_owned(), s)));
+                groups.push(BarGroup {
+                    label: format!("{mpi} {nodes}×{ranks} {delay}ms"),
+                    bars,
+                });
+            }
+        }
+    }
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    let title = format!("srun, last rank past MPI_Init: greedy / Slurm's own {lo:.2}–{hi:.2}");
+    plot::bars(
+        &ctx.plot("slurm-mpi.svg"),
+        &title,
+        "ms from srun start (median, min–max)",
+        &groups,
+    )?;
+    writeln!(out, "\n![{title}](plots/slurm-mpi.svg)\n")?;
+    Ok(out)
+}
+
+// --- route -----------------------------------------------------------------------------------
+
+fn measure_route(ctx: &Ctx) -> Result<()> {
+    let out = ctx.scratch("route")?;
+    let csv = out.join("route.csv");
+    let reps = ctx.reps.to_string();
+    let rounds = if ctx.quick { "1" } else { "2" };
+    let csv_s = csv.to_str().context("non-UTF-8 path")?;
+    ctx.script(
+        "tests/slurm/route-bench.sh",
+        &["--reps", &reps, "--rounds", rounds, "--csv", csv_s],
+        &[],
+    )?;
+    keep::<RouteRun>(ctx, &csv, "route.csv")
+}
+
+fn render_route(ctx: &Ctx) -> Result<String> {
+    let rows: Vec<RouteRun> = data::read_if_any(&ctx.data("route.csv"))?;
+    let Some(first) = rows.first() else {
+        return Ok(String::new());
+    };
+    let mut by: BTreeMap<(std::cmp::Reverse<u32>, &str), Vec<f64>> = BTreeMap::new();
+    for r in &rows {
+        by.entry((std::cmp::Reverse(r.treewidth), r.route.as_str()))
+            .or_default()
+            .push(r.ms);
+    }
+    let mut widths: Vec<u32> = rows.iter().map(|r| r.treewidth).collect();
+    widths.sort_unstable_by(|a, b| b.cmp(a));
+    widths.dedup();
+    let mut out = String::from(
+        "| TreeWidth | route/default ms | route/greedy ms | greedy / default |\n|---|---|---|---|\n",
+    );
+    let mut groups = vec![];
+    let mut ratios = vec![];
+    for w in widths {
+        let s = |route: &str| {
+            by.get(&(std::cmp::Reverse(w), route))
+                .and_then(|v| Summary::of(v.iter().copied()))
+        };
+        let (d, g) = (s("default"), s("greedy"));
+        let r = ratio(g, d);
+        ratios.extend(r);
+        writeln!(
+            out,
+            "| {w} | {} | {} | {} |",
+            d.map_or("—".into(), |s| s.cell(0)),
+            g.map_or("—".into(), |s| s.cell(0)),
+            r.map_or("—".into(), |r| format!("{r:.2}"))
+        )?;
+        let mut bars = vec![];
+        bars.extend(d.map(|s| ("route/default".to_owned(), s)));
+        bars.extend(g.map(|s| ("route/greedy".to_owned(), s)));
+        groups.push(BarGroup {
+            label: format!("TreeWidth {w}"),
+            bars,
+        });
+    }
+    let n = by.values().map(Vec::len).min().unwrap_or(0);
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    let title = format!(
+        "srun -N16 true, {} ms: greedy / default {lo:.2}–{hi:.2}",
+        first.delay_ms
+    );
+    plot::bars(
+        &ctx.plot("route.svg"),
+        &title,
+        "srun wall ms (median, min–max)",
+        &groups,
+    )?;
+    writeln!(
+        out,
+        "\n({n} runs each, --delay {})\n\n![{title}](plots/route.svg)\n",
+        first.delay_ms
+    )?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn section_names_parse_back_and_unknown_ones_are_named() {
+        for s in Section::ALL {
+            assert_eq!(Section::parse(s.name()), Ok(s));
+        }
+        let err = Section::parse("lunch").unwrap_err();
+        assert!(
+            err.contains("\"lunch\"") && err.contains("slurm-mpi"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ratio_titles_name_each_competitor_against_the_reference() {
+        let s = |v: f64| Summary::of([v]).unwrap();
+        let bars = vec![
+            ("gr-greedy".to_owned(), s(2.0)),
+            ("hydra".to_owned(), s(3.0)),
+        ];
+        assert_eq!(
+            ratio_title(&bars, "gr-greedy", &["hydra", "ompi"]),
+            "hydra 1.50× gr-greedy"
+        );
+        assert_eq!(
+            ratio_title(&bars[..1], "gr-greedy", &["hydra"]),
+            "gr-greedy"
+        );
+    }
+}
