@@ -264,11 +264,12 @@ fn least_squares(columns: &[&[f64]], y: &[f64]) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, pivot);
-        for row in 0..k {
-            if row != col {
-                let f = a[row][col] / a[col][col];
-                for c in col..=k {
-                    a[row][c] -= f * a[col][c];
+        let pivot_row = a[col].clone();
+        for (i, row) in a.iter_mut().enumerate() {
+            if i != col {
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
