@@ -145,15 +145,21 @@ pub(crate) fn read_if_any<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
 
 /// Writes rows with a header, replacing the file.
 pub(crate) fn write<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
-    }
+    create_parent(path)?;
     let mut w = csv::Writer::from_path(path).with_context(|| format!("{}", path.display()))?;
     for row in rows {
         w.serialize(row)
             .with_context(|| format!("{}", path.display()))?;
     }
     w.flush().with_context(|| format!("{}", path.display()))?;
+    Ok(())
+}
+
+/// Creates the directory a file is to be written in.
+pub(crate) fn create_parent(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    }
     Ok(())
 }
 

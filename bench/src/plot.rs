@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 
-use crate::stats::Summary;
+use crate::{data::create_parent, stats::Summary};
 
 /// Colour-blind-safe colours (Okabe–Ito); a series keeps its colour in every group.
 const COLOURS: [RGBColor; 7] = [
@@ -54,7 +54,7 @@ pub(crate) fn bars(path: &Path, title: &str, y_label: &str, groups: &[BarGroup])
     // Headroom for the medians written above the whiskers, and for the legend box.
     let top = top * if legend { 1.4 } else { 1.15 };
     let width = (220 + 110 * groups.len() * series.len().max(1)).clamp(640, 1400) as u32;
-    make_parent(path)?;
+    create_parent(path)?;
     let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
@@ -140,14 +140,7 @@ pub(crate) fn bars(path: &Path, title: &str, y_label: &str, groups: &[BarGroup])
         root.present().map_err(plot_err)?;
         return Ok(());
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(plot_err)?;
+    legend_box(&mut chart, 14)?;
     root.present().map_err(plot_err)?;
     Ok(())
 }
@@ -175,7 +168,7 @@ pub(crate) struct Panel {
 pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usize) -> Result<()> {
     let cols = cols.max(1);
     let rows = panels.len().div_ceil(cols).max(1);
-    make_parent(path)?;
+    create_parent(path)?;
     let root =
         SVGBackend::new(path, (480 * cols as u32, 40 + 360 * rows as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
@@ -238,17 +231,28 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
                 ))
                 .map_err(plot_err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(plot_err)?;
+        legend_box(&mut chart, 12)?;
     }
     root.present().map_err(plot_err)?;
     Ok(())
+}
+
+/// The series legend, upper left, on a translucent white box.
+fn legend_box<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", font_size))
+        .draw()
+        .map_err(plot_err)
 }
 
 /// A median as bar text: 3 significant digits.
@@ -262,13 +266,6 @@ fn short(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
-}
-
-fn make_parent(path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
-    }
-    Ok(())
 }
 
 fn plot_err<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {

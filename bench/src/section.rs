@@ -198,6 +198,32 @@ fn save_load(ctx: &Ctx, rec: LoadRecord) -> Result<()> {
     data::write(&path, &rows)
 }
 
+/// Stands for the CSV file's path in [`csv_script`]'s arguments and environment.
+const CSV: &str = "{csv}";
+
+/// Runs a script that appends its runs to a CSV file (given where [`CSV`] stands) in a fresh
+/// scratch directory, then keeps them as docs/data/NAME.csv.
+fn csv_script<T: serde::de::DeserializeOwned + serde::Serialize>(
+    ctx: &Ctx,
+    name: &str,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<()> {
+    let csv = ctx.scratch(name)?.join(format!("{name}.csv"));
+    let path = csv.to_str().context("non-UTF-8 path")?;
+    let args: Vec<&str> = args
+        .iter()
+        .map(|a| if *a == CSV { path } else { a })
+        .collect();
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|&(k, v)| (k, if v == CSV { path } else { v }))
+        .collect();
+    ctx.script(script, &args, &env)?;
+    keep::<T>(ctx, &csv, &format!("{name}.csv"))
+}
+
 /// Copies a script's CSV into docs/data after checking it parses as `T`.
 fn keep<T: serde::de::DeserializeOwned + serde::Serialize>(
     ctx: &Ctx,
@@ -329,6 +355,18 @@ fn render_launchers(ctx: &Ctx) -> Result<String> {
     Ok(out)
 }
 
+/// "0.89–1.11": the range of some ratios ("—" for none).
+fn span(ratios: &[f64]) -> String {
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    if ratios.is_empty() {
+        "—".into()
+    } else {
+        format!("{lo:.2}–{hi:.2}")
+    }
+}
+
 /// One group per competitor, labelled with its name.
 fn one_bar_each(bars: &[(String, Summary)]) -> Vec<BarGroup> {
     bars.iter()
@@ -356,21 +394,20 @@ fn ratio_title(bars: &[(String, Summary)], reference: &str, others: &[&str]) -> 
 // --- charm -----------------------------------------------------------------------------------
 
 fn measure_charm(ctx: &Ctx) -> Result<()> {
-    let out = ctx.scratch("charm")?;
-    let csv = out.join("charm.csv");
-    let reps = ctx.reps.to_string();
-    let delay = DELAY_MS.to_string();
-    ctx.script(
+    let (reps, delay) = (ctx.reps.to_string(), DELAY_MS.to_string());
+    let nodes = if ctx.quick { "4" } else { "16" };
+    csv_script::<CharmRun>(
+        ctx,
+        "charm",
         "tests/charm/bench.sh",
         &[],
         &[
-            ("CSV", csv.to_str().context("non-UTF-8 path")?),
+            ("CSV", CSV),
             ("RUNS", &reps),
-            ("NODES", if ctx.quick { "4" } else { "16" }),
+            ("NODES", nodes),
             ("DELAY", &delay),
         ],
-    )?;
-    keep::<CharmRun>(ctx, &csv, "charm.csv")
+    )
 }
 
 fn render_charm(ctx: &Ctx) -> Result<String> {
@@ -420,16 +457,12 @@ fn render_charm(ctx: &Ctx) -> Result<String> {
 // --- slurm-mpi -------------------------------------------------------------------------------
 
 fn measure_slurm_mpi(ctx: &Ctx) -> Result<()> {
-    let out = ctx.scratch("slurm-mpi")?;
-    let csv = out.join("slurm-mpi.csv");
     let reps = ctx.reps.to_string();
-    let csv_s = csv.to_str().context("non-UTF-8 path")?;
-    let mut args = vec!["--reps", &reps, "--csv", csv_s];
+    let mut args = vec!["--reps", &reps, "--csv", CSV];
     if ctx.quick {
         args.extend(["--delays", "0", "--nodes", "4"]);
     }
-    ctx.script("tests/slurm/mpi-bench.sh", &args, &[])?;
-    keep::<MpiStep>(ctx, &csv, "slurm-mpi.csv")
+    csv_script::<MpiStep>(ctx, "slurm-mpi", "tests/slurm/mpi-bench.sh", &args, &[])
 }
 
 fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
@@ -502,10 +535,10 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
             }
         }
     }
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-    let title = format!("srun, last rank past MPI_Init: greedy / Slurm's own {lo:.2}–{hi:.2}");
+    let title = format!(
+        "srun, last rank past MPI_Init: greedy / Slurm's own {}",
+        span(&ratios)
+    );
     plot::bars(
         &ctx.plot("slurm-mpi.svg"),
         &title,
@@ -519,17 +552,10 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
 // --- route -----------------------------------------------------------------------------------
 
 fn measure_route(ctx: &Ctx) -> Result<()> {
-    let out = ctx.scratch("route")?;
-    let csv = out.join("route.csv");
     let reps = ctx.reps.to_string();
     let rounds = if ctx.quick { "1" } else { "2" };
-    let csv_s = csv.to_str().context("non-UTF-8 path")?;
-    ctx.script(
-        "tests/slurm/route-bench.sh",
-        &["--reps", &reps, "--rounds", rounds, "--csv", csv_s],
-        &[],
-    )?;
-    keep::<RouteRun>(ctx, &csv, "route.csv")
+    let args = ["--reps", &reps, "--rounds", rounds, "--csv", CSV];
+    csv_script::<RouteRun>(ctx, "route", "tests/slurm/route-bench.sh", &args, &[])
 }
 
 fn render_route(ctx: &Ctx) -> Result<String> {
@@ -575,12 +601,10 @@ fn render_route(ctx: &Ctx) -> Result<String> {
         });
     }
     let n = by.values().map(Vec::len).min().unwrap_or(0);
-    let (lo, hi) = ratios
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
     let title = format!(
-        "srun -N16 true, {} ms: greedy / default {lo:.2}–{hi:.2}",
-        first.delay_ms
+        "srun -N16 true, {} ms: greedy / default {}",
+        first.delay_ms,
+        span(&ratios)
     );
     plot::bars(
         &ctx.plot("route.svg"),

@@ -69,19 +69,6 @@ impl fmt::Display for Times {
     }
 }
 
-/// Coefficient of determination of `measured` by `predicted` (NaN if measured is constant).
-pub(crate) fn r_squared(measured: &[f64], predicted: &[f64]) -> f64 {
-    let n = measured.len() as f64;
-    let mean = measured.iter().sum::<f64>() / n;
-    let sse: f64 = measured
-        .iter()
-        .zip(predicted)
-        .map(|(m, p)| (m - p).powi(2))
-        .sum();
-    let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
-    if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,13 +99,5 @@ mod tests {
         assert_eq!(ratio(a, Summary::of([0.0])), None);
         assert_eq!(Times(ratio(a, b)).to_string(), "2.00×");
         assert_eq!(Times(None).to_string(), "—");
-    }
-
-    #[test]
-    fn r_squared_is_one_for_a_perfect_prediction_and_zero_for_the_mean() {
-        let m = [1.0, 2.0, 3.0];
-        assert_eq!(r_squared(&m, &m), 1.0);
-        assert_eq!(r_squared(&m, &[2.0, 2.0, 2.0]), 0.0);
-        assert!(r_squared(&[1.0, 1.0], &[1.0, 2.0]).is_nan());
     }
 }

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 use anyhow::{Context, Result};
 use greedy_tree::{
     LaunchModel, Topology,
-    calibrate::{self, Fit, Launch},
+    calibrate::{self, Fit, Launch, r_squared},
 };
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +15,7 @@ use crate::{
     data::{self, CalibrationRow, LaunchRow, LauncherRun},
     plot::{self, Curve, Panel},
     section::Ctx,
-    stats::{Summary, r_squared},
+    stats::Summary,
 };
 
 /// Topologies measured, in legend order.

@@ -293,6 +293,22 @@ fn fitted(seq: f64, rem: f64, concurrency: u32) -> Result<LaunchModel, Error> {
 }
 
 fn quality(model: LaunchModel, measured: &[f64], predicted: &[f64]) -> Fit {
+    let sse: f64 = measured
+        .iter()
+        .zip(predicted)
+        .map(|(m, p)| (m - p).powi(2))
+        .sum();
+    Fit {
+        model,
+        r_squared: r_squared(measured, predicted),
+        rms_error: (sse / measured.len() as f64).sqrt(),
+        overhead: 0.0,
+    }
+}
+
+/// Coefficient of determination of `measured` by `predicted`: 1 − SSE/SST (1 is perfect, 0
+/// no better than the mean, negative worse; NaN when the measurements do not vary).
+pub fn r_squared(measured: &[f64], predicted: &[f64]) -> f64 {
     let n = measured.len() as f64;
     let mean = measured.iter().sum::<f64>() / n;
     let sse: f64 = measured
@@ -301,12 +317,7 @@ fn quality(model: LaunchModel, measured: &[f64], predicted: &[f64]) -> Fit {
         .map(|(m, p)| (m - p).powi(2))
         .sum();
     let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
-    Fit {
-        model,
-        r_squared: if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN },
-        rms_error: (sse / n).sqrt(),
-        overhead: 0.0,
-    }
+    if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN }
 }
 
 fn calibration(reason: &'static str) -> Error {
@@ -400,6 +411,14 @@ mod tests {
         let plain = fit_launches(&launches, 1).unwrap();
         assert!(plain.r_squared < ext.fit.r_squared, "{plain:?}");
         assert!(fit_launches_shared_cpu(&launches[..3], 1).is_err());
+    }
+
+    #[test]
+    fn r_squared_is_one_for_a_perfect_prediction_and_zero_for_the_mean() {
+        let m = [1.0, 2.0, 3.0];
+        assert_eq!(r_squared(&m, &m), 1.0);
+        assert_eq!(r_squared(&m, &[2.0, 2.0, 2.0]), 0.0);
+        assert!(r_squared(&[1.0, 1.0], &[1.0, 2.0]).is_nan());
     }
 
     #[test]
