@@ -91,12 +91,14 @@ impl Recorder {
         let mut v = self.samples.join().unwrap_or_default();
         v.extend(load1().ok());
         let start = v.first().copied().unwrap_or(f64::NAN);
+        // Rounded as shown: the CSV is read by people too.
+        let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
         LoadRecord {
             section: self.section,
             started: self.started,
-            minutes: self.t0.elapsed().as_secs_f64() / 60.0,
+            minutes: round(self.t0.elapsed().as_secs_f64() / 60.0, 1),
             load_start: start,
-            load_mean: v.iter().sum::<f64>() / v.len().max(1) as f64,
+            load_mean: round(v.iter().sum::<f64>() / v.len().max(1) as f64, 2),
             load_max: v.iter().copied().fold(f64::NAN, f64::max),
         }
     }
