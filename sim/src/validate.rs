@@ -29,7 +29,7 @@ pub struct Measurement {
     pub shell: String,
     /// The launch tree shape (greedyrun's `--topology`).
     pub topology: Topology,
-    /// Hosts launched.
+    /// Hosts launched (greedyrun itself is the tree's root, one position more).
     pub hosts: usize,
     /// Emulated one-way packet delay, ms.
     pub delay_ms: u32,
@@ -102,11 +102,62 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Measurement>, Error> {
     Ok(rows)
 }
 
+/// The calibration file's header (`greedyrun --calibrate` per shell and delay).
+pub const CALIBRATION_HEADER: &str = "shell,delay_ms,seq,rem";
+
+/// Reads `shell,delay_ms,seq,rem` rows: the models greedyrun built its greedy trees with.
+pub fn parse_calibration(
+    path: &Path,
+    text: &str,
+) -> Result<Vec<(String, u32, LaunchModel)>, Error> {
+    let bad = |line: usize, text: &str, reason: String| Error::Measured {
+        path: path.to_path_buf(),
+        line,
+        text: text.to_string(),
+        reason,
+    };
+    let mut lines = text.lines().enumerate();
+    match lines.next() {
+        Some((_, h)) if h.trim() == CALIBRATION_HEADER => {}
+        other => {
+            let h = other.map_or("", |(_, h)| h);
+            return Err(bad(
+                1,
+                h,
+                format!("expected the header {CALIBRATION_HEADER}"),
+            ));
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, raw) in lines {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = raw.split(',').map(str::trim).collect();
+        let parsed = match f[..] {
+            [shell, delay, seq, rem] => delay
+                .parse::<u32>()
+                .ok()
+                .zip(seq.parse::<f64>().ok().zip(rem.parse::<f64>().ok()))
+                .map(|(d, (s, r))| (shell, d, s, r)),
+            _ => None,
+        };
+        let (shell, delay, seq, rem) =
+            parsed.ok_or_else(|| bad(i + 1, raw, "expected SHELL,DELAY_MS,SEQ,REM".into()))?;
+        let model = LaunchModel::new(seq, rem).map_err(|e| bad(i + 1, raw, e.to_string()))?;
+        rows.push((shell.to_string(), delay, model));
+    }
+    Ok(rows)
+}
+
 /// How the measured launches were run, beyond what the file says.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Setup {
-    /// The model greedyrun built its greedy trees with (its `--seq`/`--rem`).
+    /// The model greedyrun built its greedy trees with (its `--seq`/`--rem`), unless
+    /// `calibrations` has one for the group.
     pub shape_model: LaunchModel,
+    /// Per (shell, delay), the calibrated model greedyrun was given.
+    pub calibrations: Vec<(String, u32, LaunchModel)>,
     /// Cores all emulated hosts share.
     pub cores: u32,
     /// greedyrun's `--batch`.
@@ -118,6 +169,7 @@ impl Default for Setup {
     fn default() -> Self {
         Setup {
             shape_model: LaunchModel::new(0.013, 0.28).expect("valid constants"),
+            calibrations: Vec::new(),
             cores: 2,
             batch: Some(8),
         }
@@ -225,9 +277,15 @@ fn fit_group(
     rows: &[&Measurement],
     setup: &Setup,
 ) -> Result<Group, Error> {
+    let shape_model = setup
+        .calibrations
+        .iter()
+        .find(|(s, d, _)| *s == shell && *d == delay_ms)
+        .map_or(setup.shape_model, |c| c.2);
+    // greedyrun is the root: the tree has one position more than there are hosts.
     let trees: Vec<Tree> = rows
         .iter()
-        .map(|m| m.topology.build(m.hosts, &setup.shape_model))
+        .map(|m| m.topology.build(m.hosts + 1, &shape_model))
         .collect();
     let launches: Vec<Launch> = trees
         .iter()
@@ -413,6 +471,24 @@ mod tests {
     }
 
     #[test]
+    fn calibrations_parse_and_name_bad_lines() {
+        let p = Path::new("launch-calibration.csv");
+        let ok = parse_calibration(p, "shell,delay_ms,seq,rem\nrsh,10,0.004,0.06\n").unwrap();
+        assert_eq!(
+            (ok[0].0.as_str(), ok[0].1, ok[0].2.rem()),
+            ("rsh", 10, 0.06)
+        );
+        let err = parse_calibration(p, "shell,delay_ms,seq,rem\nssh,10,x,0.2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("SEQ"), "{err}");
+        let err = parse_calibration(p, "shell,delay_ms,seq,rem\nssh,10,0.01,0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("rem"), "{err}");
+    }
+
+    #[test]
     fn recovers_a_known_model_from_its_own_simulation() {
         // Measurements made by the simulation itself (2 cores, batch 8): the fit must
         // reproduce them closely and the equation-2 fit must not (it has no shared CPU).
@@ -423,7 +499,7 @@ mod tests {
         for hosts in [8, 32] {
             for t in ["flat", "binomial", "kary:4", "kary:8", "greedy"] {
                 let topology: Topology = t.parse().unwrap();
-                let tree = topology.build(hosts, &setup.shape_model);
+                let tree = topology.build(hosts + 1, &setup.shape_model);
                 rows.push(Measurement {
                     shell: "rsh".into(),
                     topology,

@@ -66,7 +66,14 @@ fn validate_reports_every_launch_and_a_small_error_for_model_data() {
         .skip(1)
         .map(|w| w.split('%').next().unwrap().parse().unwrap())
         .collect();
-    assert!(max.iter().all(|&m| m < 2.0), "{all}");
+    // The fits are least squares over a max-plus model (kinks), so not exact: a few percent.
+    assert!(max.iter().all(|&m| m < 5.0), "{all}");
+    let mean: Vec<f64> = all
+        .split("mean ")
+        .skip(1)
+        .map(|w| w.split('%').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(mean.iter().all(|&m| m < 1.5), "{all}");
 }
 
 #[test]
@@ -83,6 +90,17 @@ fn bad_measurements_name_the_line_and_exit_2() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("line 3") && err.contains("star"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    // A calibration file beside the measurements is read, and its faults named too.
+    let csv = measurements(&dir);
+    std::fs::write(
+        dir.join("launch-calibration.csv"),
+        "shell,delay_ms,seq,rem\nrsh,10,0.01,-1\n",
+    )
+    .unwrap();
+    let out = run(&["validate", "--measured", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("launch-calibration.csv: line 2"), "{err}");
 }
 
 #[test]

@@ -112,10 +112,14 @@ struct SetupArgs {
     /// greedyrun's --batch during the measurements (0: no cap).
     #[arg(long, default_value_t = 8)]
     batch: u32,
-    /// SEQ greedyrun built its greedy trees with.
+    /// greedyrun's calibrations per shell and delay (`shell,delay_ms,seq,rem`): its greedy
+    /// trees were built with them [default: launch-calibration.csv beside --measured, if any].
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
+    /// SEQ greedyrun built its greedy trees with, where no calibration says.
     #[arg(long, default_value_t = 0.013)]
     shape_seq: f64,
-    /// REM greedyrun built its greedy trees with.
+    /// REM greedyrun built its greedy trees with, where no calibration says.
     #[arg(long, default_value_t = 0.28)]
     shape_rem: f64,
 }
@@ -281,8 +285,22 @@ fn groups(a: &SetupArgs) -> Result<Vec<validate::Group>> {
     let text = std::fs::read_to_string(&a.measured)
         .with_context(|| format!("{}", a.measured.display()))?;
     let rows = validate::parse(&a.measured, &text)?;
+    let beside = a.measured.with_file_name("launch-calibration.csv");
+    let calibration = match &a.calibration {
+        Some(path) => Some(path.clone()),
+        None => beside.exists().then_some(beside),
+    };
+    let calibrations = match calibration {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+            validate::parse_calibration(&path, &text)?
+        }
+        None => Vec::new(),
+    };
     let setup = Setup {
         shape_model: LaunchModel::new(a.shape_seq, a.shape_rem)?,
+        calibrations,
         cores: a.cores,
         batch: (a.batch > 0).then_some(a.batch),
     };
