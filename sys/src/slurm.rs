@@ -10,6 +10,8 @@ use crate::raw::slurm as raw;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::ptr::NonNull;
 
+pub mod release;
+
 /// Slurm's logger: the message goes wherever the loading process logs (slurmd's `SlurmdLogFile`,
 /// slurmctld's log, srun's stderr), filtered by that process's level.
 pub mod log {

@@ -8,7 +8,7 @@ use clap::Parser;
 /// tree and its local ranks, and reports on stdout. Started by greedyrun over rsh/ssh.
 #[derive(Debug, Parser)]
 #[command(version)]
-struct Args {
+pub(crate) struct Args {
     /// Internal: run as the guard of an agent's ranks, killing them (SIGTERM, SIGKILL after
     /// SECS) if the agent dies.
     #[arg(long, value_name = "SECS")]

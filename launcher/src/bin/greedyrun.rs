@@ -48,7 +48,7 @@ enum Pmi {
 /// forwarded, and nothing left behind on failure.
 #[derive(Debug, Parser)]
 #[command(version, after_help = "Exit status: 0 ok; N first failing rank's code; 2 usage; 124 launch timeout; 125 host/agent lost; 130/143 interrupted; 141 broken pipe (--help: details)", after_long_help = EXIT_STATUS, args_override_self = true)]
-struct Args {
+pub(crate) struct Args {
     /// Number of ranks (default: every slot of the hosts). `-np` also works.
     #[arg(short = 'n', long = "np", value_name = "NP")]
     n_ranks: Option<u32>,

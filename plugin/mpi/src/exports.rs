@@ -34,6 +34,7 @@ pub static plugin_type: [u8; 11] = *b"mpi/greedy\0";
 /// `plugin_version`: must equal the loader's SLURM_VERSION_NUMBER exactly (plugin.c).
 #[unsafe(no_mangle)]
 pub static plugin_version: u32 = VERSION_NUMBER;
+greedy_sys::refuse_other_release!("mpi/greedy", plugin_version);
 
 /// `plugin_id`: travels in the launch RPC; unique among MPI plugins ([`crate::PLUGIN_ID`]).
 #[unsafe(no_mangle)]

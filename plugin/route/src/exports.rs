@@ -29,6 +29,7 @@ pub static plugin_type: [u8; 13] = *b"route/greedy\0";
 /// `plugin_version`: must equal the loader's SLURM_VERSION_NUMBER exactly (plugin.c).
 #[unsafe(no_mangle)]
 pub static plugin_version: u32 = VERSION_NUMBER;
+greedy_sys::refuse_other_release!("route/greedy", plugin_version);
 
 /// Loads greedy.conf. Never fails: a bad file means defaults and one error line.
 #[unsafe(no_mangle)]

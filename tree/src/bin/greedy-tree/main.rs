@@ -20,7 +20,7 @@ use std::process::ExitCode;
 /// 2 for bad input (bad numbers, unknown topology, empty or malformed host list).
 #[derive(Parser)]
 #[command(version, about, long_about)]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

@@ -90,7 +90,7 @@ impl Plan<'_> {
     }
 
     pub(crate) fn svg(&self, out: &mut impl Write) -> io::Result<()> {
-        crate::svg::write(out, self.hosts, self.tree, self.model, self.topology)
+        super::svg::write(out, self.hosts, self.tree, self.model, self.topology)
     }
 
     pub(crate) fn summary(&self, out: &mut impl Write) -> io::Result<()> {

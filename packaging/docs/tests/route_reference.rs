@@ -1,0 +1,21 @@
+//! greedy(7) documents every `Route*` key with the code's default.
+
+mod common;
+
+use common::*;
+use route_greedy::config::RouteConfig;
+
+#[test]
+fn every_route_key_is_documented_with_its_default() {
+    let r = RouteConfig::default();
+    let defaults = [
+        ("RouteSeq", r.seq.to_string()),
+        ("RouteRem", r.rem.to_string()),
+        ("RouteConcurrency", r.concurrency.to_string()),
+        (
+            "RouteLogSplits",
+            if r.log_splits { "yes" } else { "no" }.into(),
+        ),
+    ];
+    check_keys(ROUTE_CONFIG, &defaults, &[("greedy.7", GREEDY_7)]);
+}
