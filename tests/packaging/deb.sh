@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# tests/packaging/deb.sh: greedy installed the way a site installs it, as Debian packages.
+#
+#   build     packaging/build-debs builds greedy-slurm and greedy-tools
+#   refuse    a greedy-slurm built for another slurmd version: `dpkg -i` refuses it, naming
+#             both versions, and leaves nothing installed
+#   install   on a 4-host emulated Slurm cluster with no greedy plugin of its own, `dpkg -i`
+#             both, `scontrol reconfigure`: srun --mpi=list shows greedy, one Open MPI and one
+#             MPICH job run under srun --mpi=greedy, greedyrun starts a job over ssh, and
+#             `man greedyrun` / `man mpi_greedy` / `man greedy` render from the installed files
+#   remove    dpkg -r, then --purge: every file gone; after a reconfigure srun --mpi=list no
+#             longer shows greedy and srun --mpi=pmix still runs an Open MPI job
+#   release   the packaged mpi_greedy.so with its plugin_version patched to 23.02.7, in the
+#             cluster's PluginDir: srun --mpi=list, srun --mpi=greedy and slurmd each log a line
+#             naming both releases, srun fails without a signal, every slurmd keeps running and
+#             the next --mpi=pmix job runs
+#
+# The packages are removed and the cluster taken down on every exit (trap): the machine is left
+# as found. The emulated hosts share this machine's root filesystem, so the plugins installed in
+# Debian's PluginDir are the ones their slurmd load.
+# Env: CARGO_TARGET_DIR (default <repo>/target), GREEDY_MPICH5 (default /var/tmp/greedy-mpich5).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+NODES=4
+MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+FAKE_RELEASE=0x170207 # 23.02.7: a release this machine's Slurm is not
+
+fail() { echo "deb: FAIL: $*" >&2; exit 1; }
+pass() { echo "deb: ok: $*"; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+[[ $CARGO_TARGET_DIR != /tmp/* ]] || fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+PLUGINDIR=$(dirname "$(dpkg -L slurm-wlm-basic-plugins | grep -m1 '/mpi_none.so$')")
+# Not ours to touch: a greedy someone installed by hand.
+for p in greedy-slurm greedy-tools; do
+  ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^[a-z]i' ||
+    fail "$p is already installed on this machine; remove it first"
+done
+[[ ! -e $PLUGINDIR/mpi_greedy.so && ! -e /usr/bin/greedyrun ]] ||
+  fail "a greedy plugin or greedyrun is already installed by hand ($PLUGINDIR, /usr/bin)"
+
+WORK=$(mktemp -d /var/tmp/greedy-deb-test.XXXXXX)
+INSTALLED=0 # we ran dpkg -i: purge on exit
+OURS=0      # the cluster is ours: take it down on exit
+cleanup() {
+  if ((INSTALLED)); then
+    dpkg --purge greedy-slurm greedy-tools >/dev/null 2>&1 || true
+  fi
+  if ((OURS)); then
+    "$TC" down >/dev/null 2>&1 || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- build ------------------------------------------------------------------------------------
+t0=$SECONDS
+mapfile -t DEBS < <("$ROOT/packaging/build-debs")
+((${#DEBS[@]} == 2)) || fail "build-debs made ${#DEBS[@]} packages: ${DEBS[*]}"
+SLURM_DEB=$(dpkg-query -W -f='${Version}' slurmd)
+DEPENDS=$(dpkg-deb -f "${DEBS[0]}" Depends)
+[[ $DEPENDS == *"slurmd (= $SLURM_DEB)"* ]] || fail "greedy-slurm Depends lacks slurmd (= $SLURM_DEB): $DEPENDS"
+pass "packaging/build-debs: $(basename -a "${DEBS[@]}" | tr '\n' ' ')in $((SECONDS - t0)) s; Depends: $DEPENDS"
+
+# --- refuse: built for another slurmd ---------------------------------------------------------
+"$ROOT/packaging/build-debs" --out "$WORK/other" --slurm-deb-version 22.05.7-1 >/dev/null
+INSTALLED=1
+set +e
+OUT=$(dpkg -i "$WORK"/other/greedy-slurm_*.deb 2>&1)
+RC=$?
+set -e
+((RC != 0)) || fail "dpkg -i of a package for slurmd 22.05.7-1 succeeded"
+[[ $OUT == *"built for Slurm 22.05.7-1, but slurmd $SLURM_DEB is installed"* ]] ||
+  fail "dpkg -i refused, but not naming both versions: $OUT"
+st=$(dpkg-query -W -f='${db:Status-Abbrev}' greedy-slurm 2>/dev/null || true)
+[[ $st != ?i* && ! -e $PLUGINDIR/mpi_greedy.so ]] ||
+  fail "the refused package left state '$st' or files behind"
+dpkg --purge greedy-slurm >/dev/null 2>&1 || true
+INSTALLED=0
+pass "dpkg -i of greedy-slurm built for slurmd 22.05.7-1 refused: $(grep -m1 'built for' <<<"$OUT")"
+
+# --- MPI test programs (as tests/slurm/mpi.sh builds them) ------------------------------------
+if [[ ! -x $MPICH5/bin/mpicc ]]; then
+  echo "deb: installing PyPI mpich 5.0.2 into $MPICH5"
+  python3 -m venv "$MPICH5"
+  "$MPICH5/bin/pip" install -q mpich==5.0.2
+fi
+BIN=$CARGO_TARGET_DIR/deb-test
+mkdir -p "$BIN"
+"$MPICH5/bin/mpicc" -O1 -o "$BIN/wireup" "$ROOT/tests/mpi/wireup.c"
+mpicc.openmpi -O1 -o "$BIN/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
+
+# --- cluster: no greedy plugin of its own; an extra, empty PluginDir for the release phase -----
+FAKEDIR=$WORK/plugins
+mkdir -p "$FAKEDIR"
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
+cluster_up --nodes "$NODES" --slurm --plugindir "$FAKEDIR"
+OURS=1
+trap cleanup EXIT # claim.sh's trap only takes the cluster down; ours also removes the packages
+eval "$("$TC" env)"
+SLOG=$(dirname "$SLURM_CONF")/../log
+cd "$GREEDY_TC_SCRATCH"
+
+# run NAME TIMEOUT SRUN-ARGS...: sets RC, OUT (stdout), ERR (stderr)
+run() {
+  local name=$1 limit=$2
+  shift 2
+  set +e
+  timeout -k 5 "$limit" srun "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  OUT=$(cat "$WORK/$name.out")
+  ERR=$(cat "$WORK/$name.err")
+}
+# reconfigure: slurmd reloads its MPI plugins (mpi_g_daemon_reconfig, slurmd.c:1238
+# @slurm-22-05-8-1); wait until every node is back to idle.
+reconfigure() {
+  scontrol reconfigure || fail "scontrol reconfigure"
+  sleep 1
+  for _ in $(seq 50); do
+    [[ $(sinfo -h -o '%T' | sort -u) == idle ]] && return 0
+    sleep 0.2
+  done
+  fail "nodes not idle after reconfigure: $(sinfo -h -o '%T %N')"
+}
+slurmds_alive() {
+  local n
+  n=$(pgrep -xc slurmd || true)
+  ((n == NODES)) || fail "$1: $n slurmd running, expected $NODES"
+}
+
+# --- install ----------------------------------------------------------------------------------
+INSTALLED=1
+dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/install.log")"
+for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
+  /usr/bin/greedyd /usr/bin/greedy-tree /usr/bin/greedy-route \
+  /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree \
+  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/share/doc/greedy-slurm/examples/mpi_greedy.conf.example; do
+  [[ -f $f ]] || fail "dpkg -i installed no $f"
+done
+LIST=$(srun --mpi=list 2>&1)
+grep -qw greedy <<<"$LIST" || fail "srun --mpi=list does not show greedy after dpkg -i: $LIST"
+reconfigure
+pass "dpkg -i greedy-slurm greedy-tools; srun --mpi=list shows greedy; scontrol reconfigure"
+
+PPN=(-N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2)
+for mpi in ompi mpich; do
+  prog=$BIN/wireup
+  [[ $mpi == ompi ]] && prog=$BIN/wireup-ompi
+  run "greedy-$mpi" 90 "${PPN[@]}" --mpi=greedy env EXPECT_SIZE=$((2 * NODES)) "$prog"
+  ((RC == 0)) || fail "$mpi under the installed plugin: srun exited $RC: $ERR $OUT"
+  [[ $(grep -c " of $((2 * NODES)): ok" <<<"$OUT") == $((2 * NODES)) ]] ||
+    fail "$mpi: expected $((2 * NODES)) ok lines: $OUT $ERR"
+  pass "$mpi: srun ${PPN[*]} --mpi=greedy with the packaged plugin: $((2 * NODES))/$((2 * NODES)) ranks ok"
+done
+
+OUT=$(timeout 60 greedyrun -n "$NODES" --hosts "n[1-$NODES]" --pmi none hostname 2>&1) ||
+  fail "packaged greedyrun: $OUT"
+[[ $(sort <<<"$OUT" | tr '\n' ' ') == "$(seq -f 'n%g' 1 "$NODES" | tr '\n' ' ')" ]] ||
+  fail "packaged greedyrun printed: $OUT"
+pass "packaged greedyrun (greedyd from /usr/bin on every host): $NODES hosts over ssh"
+
+# man finds the installed pages by name (MANPATH from /usr/bin); -P cat renders to stdout.
+page() { MANWIDTH=100 man -P cat "$@" 2>"$WORK/man.err" || fail "man $*: $(cat "$WORK/man.err")"; }
+GR=$(page greedyrun)
+for w in --hostfile GREEDY_RSH GREEDY_RANK "EXIT STATUS" 124; do
+  [[ $GR == *"$w"* ]] || fail "man greedyrun lacks $w"
+done
+MG=$(page mpi_greedy)
+for w in MpiProtocol MpiFenceTimeout SLURM_GREEDY_PROTOCOL PMI_FD PMIX_RANK "EXIT STATUS"; do
+  [[ $MG == *"$w"* ]] || fail "man mpi_greedy lacks $w"
+done
+G7=$(page 7 greedy)
+[[ $G7 == *RouteSeq* && $G7 == *GREEDY_CONF* ]] || fail "man 7 greedy lacks the Route keys"
+[[ $(page 8 greedyd) == *GREEDY_LOG* ]] || fail "man greedyd lacks GREEDY_LOG"
+[[ $(page greedy-tree-plan) == *--topology* ]] || fail "man greedy-tree-plan lacks --topology"
+pass "man greedyrun, mpi_greedy, 7 greedy, greedyd, greedy-tree-plan render from the installed files"
+
+# --- remove -----------------------------------------------------------------------------------
+dpkg -r greedy-slurm greedy-tools >"$WORK/remove.log" 2>&1 || fail "dpkg -r: $(cat "$WORK/remove.log")"
+dpkg --purge greedy-slurm greedy-tools >>"$WORK/remove.log" 2>&1 || fail "dpkg --purge: $(cat "$WORK/remove.log")"
+INSTALLED=0
+for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
+  /usr/share/man/man8/mpi_greedy.8.gz /usr/share/doc/greedy-slurm; do
+  [[ ! -e $f ]] || fail "$f left after dpkg --purge"
+done
+reconfigure
+LIST=$(srun --mpi=list 2>&1)
+! grep -qw greedy <<<"$LIST" || fail "srun --mpi=list still shows greedy after removal: $LIST"
+run pmix-after 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$BIN/wireup-ompi"
+((RC == 0)) && [[ $(grep -c " of 4: ok" <<<"$OUT") == 4 ]] ||
+  fail "srun --mpi=pmix after removal: exit $RC: $ERR $OUT"
+slurmds_alive remove
+pass "dpkg -r and --purge leave no file; Slurm runs an Open MPI job with --mpi=pmix"
+
+# --- release: a plugin built for another Slurm --------------------------------------------------
+# set_plugin_version SO HEX: writes HEX over the plugin_version symbol's 4 bytes (little endian).
+set_plugin_version() {
+  local so=$1 v=$2 value ndx addr off at
+  read -r value ndx < <(readelf --dyn-syms -W "$so" | awk '$8 == "plugin_version" { print $2, $7 }')
+  [[ -n ${value:-} ]] || fail "no plugin_version symbol in $so"
+  read -r addr off < <(readelf -S -W "$so" | sed 's/\[ */[/' | awk -v n="[$ndx]" '$1 == n { print $4, $5 }')
+  at=$((0x$value - 0x$addr + 0x$off))
+  printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $(((v >> 8) & 255)) $(((v >> 16) & 255)) $(((v >> 24) & 255)))" |
+    dd of="$so" bs=1 seek="$at" conv=notrunc status=none
+  [[ $(od -An -tx4 -j "$at" -N4 "$so" | tr -d ' ') == $(printf '%08x' "$v") ]] ||
+    fail "patching plugin_version in $so"
+}
+dpkg-deb -x "${DEBS[0]}" "$WORK/pkg"
+cp "$WORK/pkg$PLUGINDIR/mpi_greedy.so" "$FAKEDIR/mpi_greedy.so"
+set_plugin_version "$FAKEDIR/mpi_greedy.so" "$FAKE_RELEASE"
+BOTH="built for Slurm 23.02.7 but this is Slurm 22.05.8"
+LIST=$(srun --mpi=list 2>&1)
+[[ $LIST == *"$BOTH"* ]] || fail "srun --mpi=list with a 23.02.7 plugin does not name both releases: $LIST"
+! grep -qw '^srun: greedy' <<<"$LIST" || fail "srun --mpi=list lists the 23.02.7 plugin: $LIST"
+run release 60 -N2 -n2 --mpi=greedy true
+((RC != 0 && RC < 128)) || fail "srun --mpi=greedy with a 23.02.7 plugin: exit $RC (expected a refusal, no signal): $ERR"
+[[ $ERR == *"$BOTH"* ]] || fail "srun --mpi=greedy with a 23.02.7 plugin does not name both releases: $ERR"
+REFUSED_RC=$RC
+reconfigure
+grep -q "Incompatible Slurm plugin $FAKEDIR/mpi_greedy.so version (23.02.7)" "$SLOG"/slurmd-n1.log ||
+  fail "slurmd did not log Slurm's own refusal"
+grep -q "mpi/greedy: this plugin was $BOTH" "$SLOG"/slurmd-n1.log || fail "slurmd did not log both releases"
+slurmds_alive release
+run pmix-release 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$BIN/wireup-ompi"
+((RC == 0)) || fail "srun --mpi=pmix beside the 23.02.7 plugin: exit $RC: $ERR"
+pass "mpi_greedy.so patched to 23.02.7: srun --mpi=list, srun (refused, exit $REFUSED_RC) and slurmd log '$BOTH'; slurmd keeps running, --mpi=pmix runs"
+echo "deb:   srun:   $(grep -m1 "$BOTH" "$WORK/release.err")"
+echo "deb:   slurmd: $(grep -m1 'Incompatible Slurm plugin' "$SLOG"/slurmd-n1.log | cut -c1-160)"
+echo "deb:   slurmd: $(grep -m1 "$BOTH" "$SLOG"/slurmd-n1.log | cut -c1-160)"
+echo "deb: all passed"
