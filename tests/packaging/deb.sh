@@ -33,6 +33,11 @@ fail() { echo "deb: FAIL: $*" >&2; exit 1; }
 pass() { echo "deb: ok: $*"; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 [[ $CARGO_TARGET_DIR != /tmp/* ]] || fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+# build-debs builds against the installed Slurm (testcluster would install it only at `up`).
+if ! dpkg-query -W -f='${db:Status-Abbrev}' slurmd 2>/dev/null | grep -q '^ii'; then
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+    --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null || fail "installing Slurm"
+fi
 PLUGINDIR=$(dirname "$(dpkg -L slurm-wlm-basic-plugins | grep -m1 '/mpi_none.so$')")
 # Not ours to touch: a greedy someone installed by hand.
 for p in greedy-slurm greedy-tools; do
