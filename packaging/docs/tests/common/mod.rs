@@ -3,17 +3,17 @@
 //! `plugin_*` symbols, so one binary cannot link both.)
 #![allow(dead_code)]
 
-pub const GREEDY_7: &str = include_str!("../../../man/greedy.7");
-pub const MPI_GREEDY_8: &str = include_str!("../../../man/mpi_greedy.8");
+pub(crate) const GREEDY_7: &str = include_str!("../../../man/greedy.7");
+pub(crate) const MPI_GREEDY_8: &str = include_str!("../../../man/mpi_greedy.8");
 /// The generated pages' extra sections (greedyrun's ENVIRONMENT and EXIT STATUS).
-pub const EXTRA: &str = include_str!("../../src/extra.rs");
-pub const MPI_CONFIG: &str = include_str!("../../../../plugin/mpi/src/config.rs");
-pub const ROUTE_CONFIG: &str = include_str!("../../../../plugin/route/src/config.rs");
-pub const AGENT: &str = include_str!("../../../../launcher/src/agent.rs");
-pub const GREEDYRUN: &str = include_str!("../../../../launcher/src/bin/greedyrun.rs");
+pub(crate) const EXTRA: &str = include_str!("../../src/extra.rs");
+pub(crate) const MPI_CONFIG: &str = include_str!("../../../../plugin/mpi/src/config.rs");
+pub(crate) const ROUTE_CONFIG: &str = include_str!("../../../../plugin/route/src/config.rs");
+pub(crate) const AGENT: &str = include_str!("../../../../launcher/src/agent.rs");
+pub(crate) const GREEDYRUN: &str = include_str!("../../../../launcher/src/bin/greedyrun.rs");
 
 /// Every `"…"` literal following `marker` in `src` (e.g. the keys of `e.is("MpiSeq")`).
-pub fn literals_after(src: &str, marker: &str) -> Vec<String> {
+pub(crate) fn literals_after(src: &str, marker: &str) -> Vec<String> {
     src.match_indices(marker)
         .filter_map(|(i, _)| {
             let rest = &src[i + marker.len()..];
@@ -23,7 +23,7 @@ pub fn literals_after(src: &str, marker: &str) -> Vec<String> {
 }
 
 /// The `(default X)` of the `.BR Key=` line in `page`.
-pub fn documented_default(page: &str, key: &str) -> Option<String> {
+pub(crate) fn documented_default(page: &str, key: &str) -> Option<String> {
     let line = page
         .lines()
         .find(|l| l.starts_with(&format!(".BR {key}=")))?;
@@ -34,7 +34,7 @@ pub fn documented_default(page: &str, key: &str) -> Option<String> {
 
 /// Checks that `src` reads exactly the keys of `defaults`, and that each page documents each
 /// key with that default.
-pub fn check_keys(src: &str, defaults: &[(&str, String)], pages: &[(&str, &str)]) {
+pub(crate) fn check_keys(src: &str, defaults: &[(&str, String)], pages: &[(&str, &str)]) {
     let mut in_code = literals_after(src, "e.is(\"");
     in_code.sort();
     let mut listed: Vec<String> = defaults.iter().map(|(k, _)| k.to_string()).collect();
