@@ -144,7 +144,7 @@ dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/in
 for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
   /usr/bin/greedyd /usr/bin/greedy-tree /usr/bin/greedy-route \
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree \
-  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/share/doc/greedy-slurm/examples/mpi_greedy.conf.example; do
+  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/share/doc/greedy-slurm/examples/mpi_greedy.slurm.conf; do
   [[ -f $f ]] || fail "dpkg -i installed no $f"
 done
 LIST=$(srun --mpi=list 2>&1)
