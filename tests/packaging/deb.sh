@@ -121,16 +121,24 @@ run() {
   OUT=$(cat "$WORK/$name.out")
   ERR=$(cat "$WORK/$name.err")
 }
-# reconfigure: slurmd reloads its MPI plugins (mpi_g_daemon_reconfig, slurmd.c:1238
-# @slurm-22-05-8-1); wait until every node is back to idle.
+# reconfigure yes|no: slurmd unloads and reloads every MPI plugin (mpi_g_daemon_reconfig,
+# slurmd.c:1238 and slurm_mpi.c:578@slurm-22-05-8-1), asynchronously: wait until every slurmd
+# has (yes) or has not (no) $PLUGINDIR/mpi_greedy.so mapped, and every node is idle.
 reconfigure() {
+  local pid n
   scontrol reconfigure || fail "scontrol reconfigure"
-  sleep 1
-  for _ in $(seq 50); do
-    [[ $(sinfo -h -o '%T' | sort -u) == idle ]] && return 0
+  for _ in $(seq 100); do
+    n=0
+    for pid in $(pgrep -x slurmd); do
+      grep -q " $PLUGINDIR/mpi_greedy.so$" "/proc/$pid/maps" 2>/dev/null && n=$((n + 1))
+    done
+    if [[ ($1 == yes && $n == "$NODES") || ($1 == no && $n == 0) ]] &&
+      [[ $(sinfo -h -o '%T' | sort -u) == idle ]]; then
+      return 0
+    fi
     sleep 0.2
   done
-  fail "nodes not idle after reconfigure: $(sinfo -h -o '%T %N')"
+  fail "after scontrol reconfigure, $n slurmd have mpi_greedy.so loaded (wanted: $1); $(sinfo -h -o '%T %N')"
 }
 slurmds_alive() {
   local n
@@ -149,7 +157,7 @@ for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedy
 done
 LIST=$(srun --mpi=list 2>&1)
 grep -qw greedy <<<"$LIST" || fail "srun --mpi=list does not show greedy after dpkg -i: $LIST"
-reconfigure
+reconfigure yes
 pass "dpkg -i greedy-slurm greedy-tools; srun --mpi=list shows greedy; scontrol reconfigure"
 
 PPN=(-N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2)
@@ -193,7 +201,7 @@ for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedy
   /usr/share/man/man8/mpi_greedy.8.gz /usr/share/doc/greedy-slurm; do
   [[ ! -e $f ]] || fail "$f left after dpkg --purge"
 done
-reconfigure
+reconfigure no
 LIST=$(srun --mpi=list 2>&1)
 ! grep -qw greedy <<<"$LIST" || fail "srun --mpi=list still shows greedy after removal: $LIST"
 run pmix-after 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$BIN/wireup-ompi"
@@ -226,7 +234,12 @@ run release 60 -N2 -n2 --mpi=greedy true
 ((RC != 0 && RC < 128)) || fail "srun --mpi=greedy with a 23.02.7 plugin: exit $RC (expected a refusal, no signal): $ERR"
 [[ $ERR == *"$BOTH"* ]] || fail "srun --mpi=greedy with a 23.02.7 plugin does not name both releases: $ERR"
 REFUSED_RC=$RC
-reconfigure
+reconfigure no
+# slurmd peeks at every mpi_*.so when it reloads them; wait for its two lines.
+for _ in $(seq 100); do
+  grep -q "mpi/greedy: this plugin was $BOTH" "$SLOG"/slurmd-n1.log && break
+  sleep 0.2
+done
 grep -q "Incompatible Slurm plugin $FAKEDIR/mpi_greedy.so version (23.02.7)" "$SLOG"/slurmd-n1.log ||
   fail "slurmd did not log Slurm's own refusal"
 grep -q "mpi/greedy: this plugin was $BOTH" "$SLOG"/slurmd-n1.log || fail "slurmd did not log both releases"
