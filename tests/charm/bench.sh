@@ -34,28 +34,9 @@ if ! "$CHARM/bin/python" -c 'import charm4py' >/dev/null 2>&1; then
   "$CHARM/bin/pip" install -q charm4py==1.1
 fi
 
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
-ours=0
-for _i in $(seq 30); do
-  if ! busy; then
-    set +e
-    "$TC" up --nodes "$NODES" --delay "$DELAY" >/dev/null
-    rc=$?
-    set -e
-    if ((rc == 0)); then
-      ours=1
-      trap '"$TC" down >/dev/null 2>&1 || true' EXIT
-      break
-    fi
-    ((rc == 2)) || fail "testcluster up: exit $rc"
-  fi
-  echo "charm-bench: another test cluster is up; waiting 20 s"
-  sleep 20
-done
-((ours)) || fail "another test cluster stayed up for 10 minutes"
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
+cluster_up --nodes "$NODES" --delay "$DELAY"
 eval "$("$TC" env)"
 # Every sshd must answer before the first timed run (a fresh cluster's may still be starting).
 for i in $(seq "$NODES"); do

@@ -1,5 +1,6 @@
 # Sourced by cluster tests and benchmarks: cluster_up ARGS… brings the machine's one emulated
-# cluster up for the caller once it is free, and sets the EXIT trap that takes it down again.
+# cluster up for the caller once it is free, and sets the EXIT trap that takes it down again;
+# cluster_claim ARGS… does the same without the trap.
 # Needs $TC (the testcluster script) and a fail function.
 
 # Busy: a cluster is up, or another engineer's `up` is still running (status says "down" until
@@ -17,26 +18,29 @@ busy_settled() {
   done
   return 1
 }
-# Brings our cluster up once it is free; waits (up to 10 min) while another engineer's cluster
-# is up or starting, and goes back to waiting if one came up between our check and our `up`
-# (`up` exits 2 on a running cluster and leaves it alone).
-cluster_up() {
+# Brings our cluster up once it is free; waits (GREEDY_CLAIM_WAITS × 20 s, default 30 = 10 min)
+# while another engineer's cluster is up or starting, and goes back to waiting if one came up
+# between our check and our `up` (`up` exits 2 on a running cluster and leaves it alone).
+# Sets no trap: for scripts that take and release the cluster several times (route-bench.sh).
+cluster_claim() {
   local _i rc
-  for _i in $(seq 30); do
+  for _i in $(seq "${GREEDY_CLAIM_WAITS:-30}"); do
     if ! busy_settled; then
       set +e
       "$TC" up "$@" >/dev/null
       rc=$?
       set -e
-      if ((rc == 0)); then
-        # Ours now: whatever happens, take it down (set only now, never for a cluster of others).
-        trap '"$TC" down >/dev/null 2>&1 || true' EXIT
-        return 0
-      fi
+      ((rc == 0)) && return 0
       ((rc == 2)) || fail "testcluster up $*: exit $rc"
     fi
     echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
     sleep 20
   done
-  fail "another test cluster stayed up for 10 minutes; not touching it"
+  fail "another test cluster stayed up for $((${GREEDY_CLAIM_WAITS:-30} / 3)) minutes; not touching it"
+}
+# cluster_claim, then the EXIT trap that takes our cluster down whatever happens (set only
+# now, never for a cluster of others).
+cluster_up() {
+  cluster_claim "$@"
+  trap '"$TC" down >/dev/null 2>&1 || true' EXIT
 }

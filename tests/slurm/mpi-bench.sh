@@ -59,12 +59,12 @@ busy() {
 }
 wait_free() {
   local i
-  for i in $(seq 30); do
+  for i in $(seq "${GREEDY_CLAIM_WAITS:-30}"); do
     busy || { sleep 2; busy || return 0; }
-    ((i == 1)) && echo "mpi-bench: a test cluster is up; waiting up to 10 min" >&2
+    ((i == 1)) && echo "mpi-bench: a test cluster is up; waiting up to $((${GREEDY_CLAIM_WAITS:-30} / 3)) min" >&2
     sleep 20
   done
-  fail "another test cluster stayed up for 10 minutes"
+  fail "another test cluster stayed up for $((${GREEDY_CLAIM_WAITS:-30} / 3)) minutes"
 }
 ours=0
 trap 'cd "$ROOT"; ((ours)) && "$TC" down >/dev/null 2>&1; true' EXIT

@@ -30,8 +30,8 @@ done
 fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 [[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,treewidth,route,round,rep,ms" >"$csv"
-# shellcheck source=../cluster/wait-free.sh
-. "$ROOT/tests/cluster/wait-free.sh"
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
 (cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
 work=$(mktemp -d /var/tmp/route-bench.XXXXXX)
 chmod 755 "$work"
@@ -63,7 +63,8 @@ for ((k = 0; k < rounds; k++)); do
     for route in default greedy; do
       args=(--nodes 16 --delay "$delay" --slurm --treewidth "$tw")
       [[ $route == greedy ]] && args+=(--plugindir "$work" --route greedy)
-      "$TC" up "${args[@]}" || "$TC" up "${args[@]}" || fail "up ${args[*]}"
+      # Waits while another test holds the machine: it may slip in between our clusters.
+      cluster_claim "${args[@]}"
       ours=1
       eval "$("$TC" env)"
       time_srun >/dev/null # warm-up
