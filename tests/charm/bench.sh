@@ -38,13 +38,7 @@ fi
 . "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES" --delay "$DELAY"
 eval "$("$TC" env)"
-# Every sshd must answer before the first timed run (a fresh cluster's may still be starting).
-for i in $(seq "$NODES"); do
-  for _t in $(seq 50); do
-    ssh -oBatchMode=yes -oConnectTimeout=5 "n$i" true 2>/dev/null && break
-    sleep 0.2
-  done
-done
+wait_sshd "$NODES"
 WORK=$GREEDY_TC_SCRATCH/charm-bench
 mkdir -p "$WORK"
 cd "$WORK"

@@ -44,3 +44,14 @@ cluster_up() {
   cluster_claim "$@"
   trap '"$TC" down >/dev/null 2>&1 || true' EXIT
 }
+# wait_sshd N: every host n1..nN answers ssh (up to 10 s each): a fresh cluster's sshd may still
+# be starting, and a benchmark's first timed run or calibration must not pay for (or fail on) it.
+wait_sshd() {
+  local i _t
+  for i in $(seq "$1"); do
+    for _t in $(seq 50); do
+      ssh -oBatchMode=yes -oConnectTimeout=5 "n$i" true 2>/dev/null && break
+      sleep 0.2
+    done
+  done
+}

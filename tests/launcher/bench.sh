@@ -71,6 +71,7 @@ if [[ " $PARTS " == *" M "* ]]; then
 fi
 cluster_up --nodes "$MAXN" --delay "$DELAY"
 eval "$("$TC" env)"
+wait_sshd "$MAXN"
 W=$GREEDY_TC_SCRATCH/bench
 mkdir -p "$W"
 cd "$W"
