@@ -169,8 +169,8 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
     let cols = cols.max(1);
     let rows = panels.len().div_ceil(cols).max(1);
     create_parent(path)?;
-    let root =
-        SVGBackend::new(path, (480 * cols as u32, 40 + 360 * rows as u32)).into_drawing_area();
+    let root = SVGBackend::new(path, ((520 * cols as u32).max(760), 40 + 380 * rows as u32))
+        .into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let (head, body) = root.split_vertically(40);
     head.titled(title, ("sans-serif", 20)).map_err(plot_err)?;

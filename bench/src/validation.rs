@@ -296,16 +296,8 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
         }
     }
     for (file, label, extended) in [
-        (
-            "model.svg",
-            "the paper's model (least-squares SEQ/REM)",
-            false,
-        ),
-        (
-            "model-extended.svg",
-            "the extended model (+ overhead + shared CPU per host)",
-            true,
-        ),
+        ("model.svg", "the paper's model fitted", false),
+        ("model-extended.svg", "the extended model fitted", true),
     ] {
         let panels: Vec<Panel> = groups
             .iter()
@@ -350,7 +342,7 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
             .map(|g| g.delay_ms)
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        let title = format!("Launch time: measured (solid, min–max) vs {label} (dashed)");
+        let title = format!("Launch: measured (solid, min–max) vs {label} (dashed)");
         plot::model_panels(&ctx.plot(file), &title, &panels, cols)?;
         writeln!(out, "\n![{title}](plots/{file})")?;
     }
