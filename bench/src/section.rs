@@ -128,13 +128,13 @@ pub(crate) enum Section {
 }
 
 impl Section {
-    /// Every section, in the order `all` runs them.
+    /// Every section, in the order `all` runs them; the model validation first: it is the longest and the simulator's input.
     pub(crate) const ALL: [Section; 6] = [
+        Section::Model,
         Section::Launchers,
         Section::Charm,
         Section::SlurmMpi,
         Section::Route,
-        Section::Model,
         Section::Sim,
     ];
 
