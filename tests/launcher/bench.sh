@@ -45,7 +45,7 @@ fi
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 RUNS=${RUNS:-3}
-SIZES=${SIZES:-16 64}
+SIZES=${SIZES-16 64} # SIZES= (empty) runs no part A size
 DELAY=${DELAY:-10}
 PARTS=${PARTS:-A B C}
 MSIZES=${MSIZES:-8 16 32 64}
