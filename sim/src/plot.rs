@@ -44,17 +44,14 @@ pub(crate) fn by_nodes(
     let all = || lines.iter().chain(marks).flat_map(|l| l.points.iter());
     let (x0, x1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = all().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
-    let x = (x0 * 0.8..x1 * 1.25).log_scale();
+    if !(x0 > 0.0 && y0 > 0.0 && x1.is_finite() && y1.is_finite()) {
+        return Err(plot_err(path)("no positive points to plot".into()));
+    }
+    // Log axes over less than a decade make plotters search long for key points: widen.
+    let x = (x0.min(x1 / 10.0) * 0.8..x1 * 1.25).log_scale();
     if y_log {
-        chart(
-            path,
-            title,
-            y_desc,
-            lines,
-            marks,
-            x,
-            (y0 * 0.7..y1 * 1.4).log_scale(),
-        )
+        let y = (y0.min(y1 / 10.0) * 0.7..y1 * 1.4).log_scale();
+        chart(path, title, y_desc, lines, marks, x, y)
     } else {
         chart(path, title, y_desc, lines, marks, x, 0.0..y1 * 1.1)
     }

@@ -32,8 +32,10 @@ pub struct Settings {
     pub bytes_per_rank: f64,
     /// greedy-pmix's tree → ring switch, total bytes.
     pub ring_threshold: f64,
-    /// Which measured shell's fitted model the projections use.
+    /// Which measured shell's fitted model the projections use (its lowest delay).
     pub project_from: String,
+    /// Ranks of the allgather comparison.
+    pub allgather_ranks: usize,
 }
 
 impl Default for Settings {
@@ -70,6 +72,7 @@ impl Default for Settings {
             bytes_per_rank: 1024.0,
             ring_threshold: 256.0 * 1024.0,
             project_from: "ssh".into(),
+            allgather_ranks: 100_000,
         }
     }
 }
@@ -237,7 +240,7 @@ fn scale_section(
     let _ = writeln!(md, "### Projection: 1k–1M nodes\n");
     let _ = writeln!(
         md,
-        "The simulation's {} fit (SEQ {:.1} ms, REM {:.1} ms) with every host on its own CPU, no \
+        "The simulation's {} fit at {} ms delay (SEQ {:.1} ms, REM {:.1} ms) with every host on its own CPU, no \
          batch cap (as the model), launch noise {} per SEQ and REM and {:.1} % stragglers × {}; \
          median (p5–p95) of {} runs, seconds. Then the wire-up: {} rank(s) per node × {} bytes \
          allgathered as greedy-pmix does (tree up to {} KiB in total, else ring), α {} µs, β {} \
@@ -245,6 +248,7 @@ fn scale_section(
          (route/greedy), `kary:K` Slurm's own TreeWidth K fan-out (K = 16, 50), Open MPI's \
          radix 64, and k-ary 32.\n",
         source.shell,
+        source.delay_ms,
         model.seq() * 1e3,
         model.rem() * 1e3,
         s.noise.jitter,
@@ -350,10 +354,11 @@ fn allgather_section(
     s: &Settings,
     plots: &Path,
 ) -> Result<(), Error> {
-    let ranks = 100_000usize;
+    let ranks = s.allgather_ranks;
     let _ = writeln!(
         md,
-        "### Allgather at 100k ranks × {} bytes: tree vs ring vs Bruck\n",
+        "### Allgather at {} ranks × {} bytes: tree vs ring vs Bruck\n",
+        nodes_label(ranks),
         s.bytes_per_rank
     );
     let _ = writeln!(
@@ -382,9 +387,11 @@ fn allgather_section(
             points: Vec::new(),
         })
         .collect();
-    for &n in &[
+    let largest = s.nodes.iter().copied().max().unwrap_or(1_000);
+    let sizes = [
         1_000usize, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000,
-    ] {
+    ];
+    for &n in sizes.iter().filter(|&&n| n <= largest.max(1_000)) {
         let overlay = Topology::Greedy.build(n, model);
         let ready = vec![0.0; n];
         for (line, &a) in lines.iter_mut().zip(&algs) {

@@ -214,5 +214,5 @@ fn plan_svg_draws_every_host_and_summarises_large_trees() {
             .count(),
         0
     );
-    assert!(big.contains("Hosts per depth"));
+    assert!(big.contains("Hosts per depth") && big.contains("Hosts by fan-out"));
 }

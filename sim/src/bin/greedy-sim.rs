@@ -143,9 +143,12 @@ struct ReportArgs {
     /// Largest node count of the scale table (1k, 10k, … up to it).
     #[arg(long, default_value_t = 1_000_000)]
     max_nodes: usize,
-    /// Whose fitted model the projections use (a shell of the measurements).
+    /// Whose fitted model the projections use (a shell of the measurements; its lowest delay).
     #[arg(long, default_value = "ssh")]
     project_from: String,
+    /// Ranks of the tree/ring/Bruck allgather comparison.
+    #[arg(long, default_value_t = 100_000)]
+    allgather_ranks: usize,
     /// Instead of printing the section, put it into FILE between the lines
     /// `<!-- sim:begin -->` and `<!-- sim:end -->`.
     #[arg(long, value_name = "FILE")]
@@ -248,9 +251,22 @@ fn run(cli: Cli) -> Result<()> {
             let mut settings = report::Settings {
                 runs: a.runs,
                 project_from: a.project_from.clone(),
+                allgather_ranks: a.allgather_ranks,
                 ..Default::default()
             };
             settings.nodes.retain(|&n| n <= a.max_nodes);
+            if settings.nodes.is_empty() {
+                return Err(greedy_sim::Error::param(
+                    "max-nodes",
+                    a.max_nodes,
+                    "must be at least 1000 (the smallest size of the scale table)",
+                )
+                .into());
+            }
+            if a.allgather_ranks == 0 {
+                let reason = "must be at least 1";
+                return Err(greedy_sim::Error::param("allgather-ranks", 0, reason).into());
+            }
             let md = report::report(&groups, &settings, &a.out)?;
             match &a.splice {
                 None => out.write_all(md.as_bytes())?,

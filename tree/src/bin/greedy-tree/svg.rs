@@ -50,7 +50,7 @@ pub(crate) fn write(
     let (w, h) = if tree.len() <= DETAIL_LIMIT {
         detail(&mut body, hosts, tree, model, &times, &depth)?
     } else {
-        summary(&mut body, &times, &depth, end)?
+        summary(&mut body, tree, &times, &depth, end)?
     };
     writeln!(
         out,
@@ -192,8 +192,25 @@ fn detail(
     Ok((w, top + n as f64 * ROW_DY + 30.0))
 }
 
-/// Beyond [`DETAIL_LIMIT`] hosts: hosts per depth, and hosts up over time (20 bins).
-fn summary(out: &mut Vec<u8>, times: &[f64], depth: &[u32], end: f64) -> io::Result<(f64, f64)> {
+/// Beyond [`DETAIL_LIMIT`] hosts: hosts per depth, hosts by fan-out (powers of two), and hosts
+/// up over time (20 bins).
+fn summary(
+    out: &mut Vec<u8>,
+    tree: &Tree,
+    times: &[f64],
+    depth: &[u32],
+    end: f64,
+) -> io::Result<(f64, f64)> {
+    // Bucket 0: leaves; bucket b ≥ 1: fan-out in [2^(b-1), 2^b).
+    let mut per_fanout: Vec<usize> = Vec::new();
+    for v in 0..tree.len() {
+        let k = tree.children(v).count();
+        let b = if k == 0 { 0 } else { k.ilog2() as usize + 1 };
+        if per_fanout.len() <= b {
+            per_fanout.resize(b + 1, 0);
+        }
+        per_fanout[b] += 1;
+    }
     let mut per_depth = vec![0usize; depth.iter().copied().max().unwrap_or(0) as usize + 1];
     for &d in depth {
         per_depth[d as usize] += 1;
@@ -238,6 +255,22 @@ fn summary(out: &mut Vec<u8>, times: &[f64], depth: &[u32], end: f64) -> io::Res
             .iter()
             .enumerate()
             .map(|(d, &c)| (format!("depth {d}"), c))
+            .collect(),
+    )?;
+    chart(
+        out,
+        "Hosts by fan-out (children launched)",
+        per_fanout
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| {
+                let label = match b {
+                    0 => "0 (leaf)".to_string(),
+                    1 => "1".to_string(),
+                    b => format!("{}–{}", 1usize << (b - 1), (1usize << b) - 1),
+                };
+                (label, c)
+            })
             .collect(),
     )?;
     chart(
