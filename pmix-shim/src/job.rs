@@ -43,7 +43,8 @@ impl JobSecret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    /// The secret itself, for keying other MACs (never send or log it).
+    pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 }

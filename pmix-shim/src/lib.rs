@@ -42,6 +42,7 @@
 pub mod auth;
 pub mod charm;
 pub mod collectives;
+mod departures;
 mod error;
 pub mod frame;
 mod job;

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::{AbortInfo, Error, JobSpec, overlay::Overlay};
+use crate::{AbortInfo, Error, JobSpec, departures::Departures, overlay::Overlay};
 
 /// Settings of the PMIx server.
 #[derive(Debug, Clone)]
@@ -155,6 +155,7 @@ struct State {
     /// Ranks that called `PMIx_Abort`: their abort is under way, their exit adds nothing.
     aborting: HashSet<u32>,
     exited: HashMap<u32, i32>,
+    departures: Departures,
     registered: HashSet<u32>,
     fences: u64,
 }
@@ -199,6 +200,13 @@ impl Bridge {
 impl Handler for Bridge {
     fn client_connected(&self, proc_: Proc) {
         debug!(rank = proc_.rank, "PMIx client connected");
+        if proc_.nspace != self.job.job_id {
+            return;
+        }
+        let gone = lock(&self.state).departures.spoke(proc_.rank);
+        if let Some((gone, reason)) = gone {
+            self.abort_job(Some(gone), 1, reason);
+        }
     }
 
     fn client_finalized(&self, proc_: Proc, done: OpDone) {
@@ -496,25 +504,27 @@ impl PmixServer {
 
     /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
     /// An exit before `PMIx_Finalize` aborts the job, naming the rank and the code, unless
-    /// the rank called `PMIx_Abort` (whose message, already on its way, names it better) or
-    /// the job is aborted within `exit_grace` for another reason.
+    /// the rank called `PMIx_Abort` (whose message, already on its way, names it better), the
+    /// job is aborted within `exit_grace` for another reason, or the rank never connected and
+    /// exited 0 (not a PMIx client; [`crate::departures`] has the rule).
     pub async fn rank_exited(&self, rank: u32, code: i32) {
-        let before_finalize = {
+        let reason = {
             let mut st = lock(&self.inner.state);
             st.exited.insert(rank, code);
-            !st.finalized.contains(&rank) && !st.aborting.contains(&rank)
+            if st.finalized.contains(&rank) || st.aborting.contains(&rank) {
+                None
+            } else {
+                st.departures.exited(rank, code, "PMIx_Finalize")
+            }
         };
-        if before_finalize {
+        if let Some(reason) = reason {
             let mut aborted = self.inner.overlay.aborted();
             tokio::select! {
                 _ = aborted.wait_for(Option::is_some) => return,
                 _ = self.inner.shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.inner.config.exit_grace) => {}
             }
-            let reason = format!(
-                "node {} rank {rank} exited with code {code} before PMIx_Finalize",
-                self.inner.job.node_idx
-            );
+            let reason = format!("node {}: {reason}", self.inner.job.node_idx);
             warn!(rank, code, "aborting job: {reason}");
             self.inner
                 .overlay

@@ -33,7 +33,9 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
-    AbortInfo, Error, JobSpec, listener,
+    AbortInfo, Error, JobSpec,
+    departures::Departures,
+    listener,
     overlay::Overlay,
     session::{Action, Node, Session},
 };
@@ -84,6 +86,7 @@ struct NodeState {
     in_fence: HashSet<u32>,
     finalized: HashSet<u32>,
     exited: HashMap<u32, i32>,
+    departures: Departures,
     handlers: HashMap<u32, mpsc::Sender<Notice>>,
     fences: u64,
     /// Fences whose allgather has started (all local ranks were in).
@@ -268,15 +271,19 @@ impl PmiServer {
 
     /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
     ///
-    /// An exit before `finalize` aborts the job, naming the rank and the code.
+    /// An exit before `finalize` aborts the job, naming the rank and the code, unless the rank
+    /// never spoke PMI and exited 0 (not a PMI client; [`crate::departures`] has the rule).
     pub async fn rank_exited(&self, rank: u32, code: i32) {
-        let before_finalize = {
+        let reason = {
             let mut st = self.inner.lock();
             st.exited.insert(rank, code);
-            !st.finalized.contains(&rank)
+            if st.finalized.contains(&rank) {
+                None
+            } else {
+                st.departures.exited(rank, code, "PMI finalize")
+            }
         };
-        if before_finalize {
-            let reason = format!("rank {rank} exited with code {code} before PMI finalize");
+        if let Some(reason) = reason {
             self.inner.abort(Some(rank), code, reason).await;
         }
     }
@@ -467,6 +474,8 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let mut buf = BytesMut::with_capacity(4096);
     let mut closed_early = false;
+    // Whether this rank sent anything: a task that never speaks PMI is not a client.
+    let mut spoke = false;
     'conn: loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => break,
@@ -503,6 +512,14 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                     };
                     if newly_known {
                         tracing::Span::current().record("rank", session.rank());
+                    }
+                    if !spoke && let Some(r) = session.rank() {
+                        spoke = true;
+                        let gone = shared.lock().departures.spoke(r);
+                        if let Some((gone, reason)) = gone {
+                            shared.abort(Some(gone), 1, reason).await;
+                            break 'conn;
+                        }
                     }
                     for (k, v) in attr_puts {
                         let handlers: Vec<_> = shared.lock().handlers.values().cloned().collect();
@@ -560,7 +577,10 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
     if let Some(r) = session.rank() {
         shared.lock().handlers.remove(&r);
     }
-    if closed_early && let Some(r) = session.rank() {
+    if closed_early
+        && spoke
+        && let Some(r) = session.rank()
+    {
         // Give the launcher a moment to report the exit code, which makes the better message.
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,

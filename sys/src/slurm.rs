@@ -313,6 +313,46 @@ pub fn conf_get_address(node: &str) -> Option<String> {
     text
 }
 
+/// `pairs` as the Slurm `List` of `config_key_pair_t` that an MPI plugin's
+/// `conf_get_printable` returns for `scontrol show config` (Slurm frees it). NULL when Slurm
+/// could not allocate; pairs with a NUL inside are left out.
+pub fn config_key_pairs(pairs: &[(&str, String)]) -> *mut c_void {
+    // SAFETY: the destructor is Slurm's own for exactly these items.
+    let list = unsafe { raw::slurm_list_create(Some(raw::slurm_destroy_config_key_pair)) };
+    if list.is_null() {
+        return list;
+    }
+    for (name, value) in pairs {
+        let (Ok(name), Ok(value)) = (CString::new(*name), CString::new(value.as_str())) else {
+            continue;
+        };
+        // SAFETY: plain allocation; `try_ = true` returns NULL instead of calling fatal().
+        let item = unsafe {
+            raw::slurm_xcalloc(
+                1,
+                size_of::<raw::config_key_pair_t>(),
+                true,
+                true,
+                c"greedy-sys/src/slurm.rs".as_ptr(),
+                0,
+                c"config_key_pairs".as_ptr(),
+            )
+        }
+        .cast::<raw::config_key_pair_t>();
+        if item.is_null() {
+            continue;
+        }
+        // SAFETY: `item` is a zeroed, aligned config_key_pair_t we own; xstrdup copies the
+        // NUL-terminated strings into Slurm's allocator; the list takes ownership of `item`.
+        unsafe {
+            (*item).name = raw::slurm_xstrdup(name.as_ptr());
+            (*item).value = raw::slurm_xstrdup(value.as_ptr());
+            raw::slurm_list_append(list, item.cast());
+        }
+    }
+    list
+}
+
 /// Asks slurmctld to send `signal` to every task of step `job_id.step_id` on every node;
 /// false when the request failed.
 pub fn kill_job_step(job_id: u32, step_id: u32, signal: u16) -> bool {

@@ -4,13 +4,16 @@
 # Builds the plugin (release), installs it as mpi_greedy.so in a PluginDir entry, brings up an
 # 8-host cluster with MpiDefault=greedy, and checks, with the test program tests/mpi/wireup.c
 # built twice: MPICH (PyPI mpich 5.0.2, a PMI-1 client reliable across these hosts) and Open
-# MPI (Debian 4.1, PMIx only); the plugin picks the protocol by itself (MpiProtocol=auto):
+# MPI (Debian 4.1, PMIx only); the plugin picks the protocol by itself (GreedyProtocol=auto):
 #   greedy     srun -N8 -n16 --mpi=greedy, each MPI: 16 ranks, size and allreduce checked
 #   default    the same with no --mpi flag (MpiDefault=greedy)
 #   protocol   a task gets PMI_* or PMIX_* variables, never both; SLURM_GREEDY_PROTOCOL overrides
-#   exitcode   a rank exiting 7 before MPI_Init, each MPI: the job ends fast, srun reports code 7
-#   abort      MPI_Abort(3) in rank 5, each MPI: srun exits non-zero fast, the step is gone
-#   crash      a rank killed by SIGSEGV while the others wait: the job ends, nothing left
+#   config     srun --mpi=list shows greedy; scontrol show config shows mpi.conf's Greedy* keys
+#   exitcode   a rank exiting 7 before MPI_Init, each MPI: the job ends fast, srun exits 7
+#   abort      MPI_Abort(3) in rank 5, each MPI: srun exits 3 fast, the step is gone
+#   nonmpi     steps that never speak PMI (hostname, staggered exits) run as usual; a task
+#              exiting 3 ends the step and srun exits 3
+#   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
 #   malformed  a rank writes garbage on its PMI socket: the job ends with an error naming the
 #              rank in slurmd's log; slurmd and later steps are fine
@@ -55,34 +58,22 @@ mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
 WIREUP=$BINDIR/wireup
 OMPI=$BINDIR/wireup-ompi
 
+# mpi.conf: mpi/greedy's keys beside another plugin's (which it must leave alone).
+MPICONF=$BINDIR/mpi.conf
+printf '%s\n' '# mpi/greedy test settings' 'PMIxTimeout=300' 'GreedyFenceTimeout=120' >"$MPICONF"
+
 # --- cluster (shared: wait for a free one) -----------------------------------------------------
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
-wait_free() {
-  local i
-  for i in $(seq 30); do
-    busy || { sleep 2; busy || return 0; }
-    ((i == 1)) && echo "mpi: a test cluster is up; waiting up to 10 min for it to go down"
-    sleep 20
-  done
-  fail "another test cluster stayed up for 10 minutes; not touching it"
-}
-OURS=0
-trap 'cd "$ROOT"; ((OURS)) && "$TC" down >/dev/null 2>&1; true' EXIT
+. "$ROOT/tests/cluster/claim.sh"
 up() {
-  wait_free
-  OURS=1
-  "$TC" up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy "$@" >/dev/null ||
-    fail "testcluster up $*"
+  cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
+    --mpi-conf "$MPICONF" "$@"
   eval "$("$TC" env)"
   SLOG=$(dirname "$SLURM_CONF")/../log
   WORK=$GREEDY_TC_SCRATCH/mpi
   mkdir -p "$WORK"
   cd "$WORK"
 }
-down() { cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true; OURS=0; }
+down() { cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true; }
 
 # Processes of our jobs left in any host (slurmstepd included: a step must end entirely).
 JOB_RE='slurmstepd|wireup|sleep 4242|bash -c'
@@ -139,6 +130,9 @@ LIST=$(srun --mpi=list 2>&1)
 grep -qw greedy <<<"$LIST" || fail "srun --mpi=list does not show greedy: $LIST"
 CONF=$(scontrol show config)
 grep -q '^MpiDefault *= greedy' <<<"$CONF" || fail "MpiDefault is not greedy: $(grep Mpi <<<"$CONF")"
+grep -q '^GreedyFenceTimeout *= 120$' <<<"$CONF" && grep -q '^GreedyProtocol *= auto$' <<<"$CONF" ||
+  fail "scontrol show config does not show mpi.conf's Greedy* keys: $(grep -i greedy <<<"$CONF")"
+pass "srun --mpi=list shows greedy; scontrol show config shows mpi.conf's GreedyFenceTimeout = 120 and the defaults"
 
 for mpi in mpich ompi; do
   prog=$WIREUP
@@ -154,33 +148,41 @@ for mpi in mpich ompi; do
   run "exitcode-$mpi" 90 "${PPN[@]}" --mpi=greedy "$prog" fail-before-init=9:7
   grep -q "task 9: Exited with exit code 7" <<<"$ERR" ||
     fail "exitcode-$mpi: srun does not report rank 9's code 7: $ERR"
-  # FIXME(issue 6): srun's own status is 139 (MPICH) or 137 (Open MPI), not 7. srun lets any
-  # task killed by a signal win over exit codes (launch_slurm.c:433-464@slurm-22-05-8-1); the
-  # other ranks are killed by the step kill, and MPICH ranks blocked in a fence die of SIGSEGV
-  # first when greedy-pmix closes their PMI sockets. Answering blocked PMI requests with an
-  # error instead (a greedy-pmix change) would let them exit by themselves, with codes < 7.
-  ((RC != 0)) || fail "exitcode-$mpi: srun exited 0"
+  # srun's own status: the plugin's (client_fini), not the SIGKILL that ended the others.
+  ((RC == 7)) || fail "exitcode-$mpi: srun exited $RC, not rank 9's 7: $ERR"
+  grep -q "mpi/greedy: job ended with exit code 7: n5: .*rank 9 exited with code 7" <<<"$ERR" ||
+    fail "exitcode-$mpi: srun does not say why the job ended: $ERR"
   (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "exitcode-$mpi: took ${SECS}s"
   no_leftovers "exitcode-$mpi"
   grep -q "rank 9 exited with code .* before PMI" "$SLOG"/slurmd-n5.log ||
     fail "exitcode-$mpi: no log line naming rank 9"
-  pass "$mpi: rank 9 exits 7 before MPI_Init: srun reports 'task 9: Exited with exit code 7', exits $RC in ${SECS}s, nothing left"
+  pass "$mpi: rank 9 exits 7 before MPI_Init: srun exits 7 in ${SECS}s saying why, nothing left"
 
   run "abort-$mpi" 90 "${PPN[@]}" --mpi=greedy "$prog" abort-after-init=5:3
-  ((RC != 0)) || fail "abort-$mpi: MPI_Abort(3) in rank 5 but srun exited 0"
+  ((RC == 3)) || fail "abort-$mpi: MPI_Abort(3) in rank 5 but srun exited $RC: $ERR"
   (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "abort-$mpi: took ${SECS}s"
   no_leftovers "abort-$mpi"
   grep -qi "rank 5 .*abort.*3" "$SLOG"/slurmd-n3.log || fail "abort-$mpi: no log line naming rank 5"
-  pass "$mpi: MPI_Abort(3) in rank 5: srun exits $RC in ${SECS}s, slurmd log names the rank, nothing left"
+  pass "$mpi: MPI_Abort(3) in rank 5: srun exits 3 in ${SECS}s, slurmd log names the rank, nothing left"
 done
 
+# Steps that are not MPI programs run as under Slurm's own plugins: a task that never speaks
+# PMI and exits 0 ends nothing; one that fails ends the step with its code.
+run nonmpi 60 "${PPN[@]}" hostname
+((RC == 0)) && [[ $(wc -l <<<"$OUT") == 16 ]] || fail "nonmpi: srun hostname: exit $RC: $OUT $ERR"
+run nonmpi-staggered 60 -N2 -n4 bash -c 'sleep "$SLURM_PROCID"; echo "task $SLURM_PROCID done"'
+((RC == 0)) && [[ $(grep -c '^task [0-3] done$' <<<"$OUT") == 4 ]] ||
+  fail "nonmpi-staggered: the first task to exit ended the step: exit $RC: $OUT $ERR"
+run nonmpi-fail 60 -N2 -n4 bash -c '[ "$SLURM_PROCID" = 2 ] && exit 3; exec sleep 4242'
+((RC == 3)) || fail "nonmpi-fail: task 2 exited 3 but srun exited $RC: $ERR"
+no_leftovers nonmpi-fail
+pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits ok; a task exiting 3 ends the step, srun exits 3"
+
 # Never both families in one task: MPICH ≥ 4.1 refuses a task with PMI_* and PMIX_*.
-# (The tasks are not MPI programs: the first to exit ends the step, as any rank exiting before
-# finalize does, so each sleeps after printing.)
 for proto in pmi pmix; do
   set +e
   OUT=$(SLURM_GREEDY_PROTOCOL=$proto timeout 60 srun -N2 -n2 --mpi=greedy bash -c \
-    'echo "pmi=${PMI_RANK:-} pmix=${PMIX_RANK:-}"; sleep 2' 2>&1)
+    'echo "pmi=${PMI_RANK:-} pmix=${PMIX_RANK:-}"' 2>&1)
   set -e
   case $proto in
     pmi) [[ $(grep -c '^pmi=[01] pmix=$' <<<"$OUT") == 2 ]] || fail "protocol pmi: $OUT" ;;
@@ -255,8 +257,7 @@ for i in 1 2 3 4 5 6; do
   ok16 "ports $i ($(basename "$prog"))"
 done
 pass "MpiParams=ports: reserved-port rendezvous, 7 jobs of 8x2 ok (MPICH and Open MPI)"
-run ports-private 30 -N2 -n2 --mpi=greedy bash -c 'env | grep -c "^GREEDY_MPI_"; sleep 2'
-# (sleep: the first task to exit ends the step, see above)
+run ports-private 30 -N2 -n2 --mpi=greedy bash -c 'env | grep -c "^GREEDY_MPI_"'
 [[ $(grep -c '^0$' <<<"$OUT") == 2 ]] || fail "private GREEDY_MPI_* variables reached the tasks: $OUT"
 pass "no GREEDY_MPI_* variable reaches a task"
 down

@@ -1,11 +1,12 @@
-//! `greedy.conf`: one file next to `slurm.conf` for every greedy plugin, in slurm.conf's own
-//! syntax (`Key=Value`, one per line, `#` to the end of a line is a comment, keys are
-//! case-insensitive). Each plugin reads the keys with its prefix (`Route*` for route/greedy)
-//! and ignores the others, so one file serves all plugins.
+//! The configuration files of greedy's plugins, next to `slurm.conf` and in its syntax
+//! (`Key=Value`, one per line, `#` to the end of a line is a comment, keys are
+//! case-insensitive): `greedy.conf` holds route/greedy's `Route*` keys, and Slurm's own
+//! `mpi.conf` mpi/greedy's `Greedy*` keys beside other MPI plugins' (`PMIx*`). Each plugin
+//! reads the keys with its prefix and ignores the others.
 //!
-//! Where: `$GREEDY_CONF` if set, else `greedy.conf` in the directory of `$SLURM_CONF` (every
-//! Slurm process sets `SLURM_CONF` to the slurm.conf it read, read_config.c:3504
-//! @slurm-22-05-8-1), else `/etc/slurm/greedy.conf`.
+//! Where: `$GREEDY_CONF` if set (greedy.conf only), else the file in the directory of
+//! `$SLURM_CONF` (every Slurm process sets `SLURM_CONF` to the slurm.conf it read,
+//! read_config.c:3504@slurm-22-05-8-1), else in `/etc/slurm`.
 
 use crate::ConfError;
 use std::path::{Path, PathBuf};
@@ -18,15 +19,21 @@ pub const FILE_NAME: &str = "greedy.conf";
 
 /// Where `greedy.conf` is, from the two environment variables (passed in, so this stays pure).
 pub fn path(greedy_conf: Option<&str>, slurm_conf: Option<&str>) -> PathBuf {
-    if let Some(p) = greedy_conf.filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+    match greedy_conf.filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => beside_slurm_conf(FILE_NAME, slurm_conf),
     }
+}
+
+/// `file` in the directory of slurm.conf (`SLURM_CONF`'s value), else in `/etc/slurm`: where
+/// Slurm looks for its own extra files such as `mpi.conf` (`get_extra_conf_path`).
+pub fn beside_slurm_conf(file: &str, slurm_conf: Option<&str>) -> PathBuf {
     let dir = slurm_conf
         .filter(|p| !p.is_empty())
         .and_then(|p| Path::new(p).parent())
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("/etc/slurm"));
-    dir.join(FILE_NAME)
+    dir.join(file)
 }
 
 /// [`path`] from this process's environment.

@@ -22,7 +22,7 @@
 
 use crate::Error;
 use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
-use crate::rendezvous::SrunRendezvous;
+use crate::rendezvous::{SrunRendezvous, report_exit};
 use greedy_pmix::overlay::{Overlay, OverlayConfig};
 use greedy_pmix::pmix::{PmixConfig, PmixServer};
 use greedy_pmix::rendezvous::Fixed;
@@ -338,16 +338,13 @@ struct Service {
 
 impl Service {
     async fn run(self) {
-        let (job, step) = (self.plan.job_id, self.plan.step_id);
-        let kill = self.kill_step.clone();
+        let (plan, kill) = (self.plan.clone(), self.kill_step.clone());
         if let Err(e) = self.serve().await {
-            error!("mpi/greedy: step {job}.{step}: {e}; ending the step");
-            if !matches!(
-                tokio::task::spawn_blocking(move || kill(job, step)).await,
-                Ok(true)
-            ) {
-                error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
-            }
+            error!(
+                "mpi/greedy: step {}.{}: {e}; ending the step",
+                plan.job_id, plan.step_id
+            );
+            end_step(&plan, 1, e.to_string(), kill).await;
         }
     }
 
@@ -421,13 +418,18 @@ async fn join(
         }
         Choice::Srun { addr } => {
             config.bind = SocketAddr::new(my_ip, 0);
-            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, &hex_bytes(&plan.secret_hex));
+            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret().as_bytes());
             Overlay::start(&spec, config, &rdv).await
         }
     }
 }
 
-/// Logs an abort of the job and, on the node where it started, asks slurmctld to kill the step.
+/// How long the node an abort started on waits for srun to take the exit report before it
+/// kills the step anyway (srun then exits with the signal instead of the rank's code).
+const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Logs an abort of the job and, on the node where it started, reports the job's exit code to
+/// srun and asks slurmctld to kill the step.
 async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn>) {
     let mut aborted = overlay.aborted();
     let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
@@ -439,10 +441,41 @@ async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn
     let origin = plan.hosts.get(info.origin_node).map_or("?", String::as_str);
     error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
     if info.origin_node == me {
-        let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
-        if !matches!(done, Ok(true)) {
-            error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
-        }
+        end_step(
+            &plan,
+            info.code,
+            format!("{origin}: {}", info.reason),
+            kill_step,
+        )
+        .await;
+    }
+}
+
+/// Ends the step from this node: reports the job's exit code (0 becomes 1: a job that ends
+/// early has failed) and `reason` to srun, then asks slurmctld to kill the step.
+async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<KillStepFn>) {
+    let (job, step) = (plan.job_id, plan.step_id);
+    let code = if code == 0 { 1 } else { code };
+    let secret = plan.secret();
+    let report = report_exit(
+        plan.srun,
+        &plan.kvsname,
+        secret.as_bytes(),
+        plan.node_idx,
+        code,
+        &reason,
+    );
+    match tokio::time::timeout(REPORT_TIMEOUT, report).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => error!("mpi/greedy: step {job}.{step}: exit code not reported: {e}"),
+        Err(_) => error!(
+            "mpi/greedy: step {job}.{step}: srun {} did not take the exit report within {REPORT_TIMEOUT:?}",
+            plan.srun
+        ),
+    }
+    let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
+    if !matches!(done, Ok(true)) {
+        error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
     }
 }
 
@@ -507,11 +540,4 @@ impl Agent {
             error!(node = %node, "mpi/greedy: no task watcher thread: {e}");
         }
     }
-}
-
-fn hex_bytes(hex: &str) -> Vec<u8> {
-    (0..hex.len())
-        .step_by(2)
-        .filter_map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }

@@ -1,22 +1,23 @@
-//! mpi/greedy's keys in `greedy.conf` (the file and its place: [`greedy_slurm::conf`]).
+//! mpi/greedy's keys in Slurm's `mpi.conf`, beside slurm.conf ([`greedy_slurm::conf`]), where
+//! `scontrol show config` shows them ([`MpiConfig::printable`]) with other MPI plugins' keys.
 //!
-//! srun reads the file when a step starts and hands the values to every node in the step's
-//! environment ([`crate::plan`]), so all nodes of a step use the same model and timeouts even
-//! if compute nodes carry no greedy.conf.
+//! srun reads the file itself when a step starts (Slurm hands mpi.conf only to the daemons)
+//! and passes the values to every node in the step's environment ([`crate::plan`]), so all
+//! nodes of a step use the same model and timeouts even if their copies of the file differ.
 //!
 //! | key | value | default |
 //! |---|---|---|
-//! | `MpiProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI) or `pmix` (Open MPI) | `auto` |
-//! | `MpiRendezvous` | `auto` (reserved ports when the step has them, else via srun), `ports`, `srun` | `auto` |
-//! | `MpiSeq` | seconds a node spends accepting one overlay child (the tree's SEQ) | [`DEFAULT_SEQ`] |
-//! | `MpiRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
-//! | `MpiJoinTimeout` | seconds every node has to join the overlay (slow stepd starts included) | 60 |
-//! | `MpiFenceTimeout` | seconds the ranks of a node have to all enter a PMI fence | 300 |
-//! | `MpiShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 0.5 |
+//! | `GreedyProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI) or `pmix` (Open MPI) | `auto` |
+//! | `GreedyRendezvous` | `auto` (reserved ports when the step has them, else via srun), `ports`, `srun` | `auto` |
+//! | `GreedySeq` | seconds a node spends accepting one overlay child (the tree's SEQ) | [`DEFAULT_SEQ`] |
+//! | `GreedyRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
+//! | `GreedyJoinTimeout` | seconds every node has to join the overlay (slow stepd starts included) | 60 |
+//! | `GreedyFenceTimeout` | seconds the ranks of a node have to all enter a PMI fence | 300 |
+//! | `GreedyShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 0.5 |
 //!
-//! The override of `MpiProtocol` for one step is `SLURM_GREEDY_PROTOCOL` in srun's environment.
-//! A malformed line or bad value makes srun refuse the step with one error line naming it
-//! (a silently half-applied configuration would give nodes different trees).
+//! The override of `GreedyProtocol` for one step is `SLURM_GREEDY_PROTOCOL` in srun's
+//! environment. A malformed line or bad value makes srun refuse the step with one error line
+//! naming it (a silently half-applied configuration would give nodes different trees).
 
 use crate::plan::{Protocol, RendezvousChoice};
 use greedy_slurm::ConfError;
@@ -65,6 +66,15 @@ impl Default for MpiConfig {
 }
 
 impl MpiConfig {
+    /// Name of the file, in slurm.conf's directory.
+    pub const FILE_NAME: &'static str = "mpi.conf";
+
+    /// Loads mpi.conf from beside the slurm.conf of this process (`SLURM_CONF`).
+    pub fn load_from_env() -> Result<MpiConfig, ConfError> {
+        let slurm = std::env::var("SLURM_CONF").ok();
+        MpiConfig::load(&conf::beside_slurm_conf(Self::FILE_NAME, slurm.as_deref()))
+    }
+
     /// Loads `path`; a missing file means the defaults.
     pub fn load(path: &Path) -> Result<MpiConfig, ConfError> {
         match conf::read(path)? {
@@ -73,8 +83,8 @@ impl MpiConfig {
         }
     }
 
-    /// The configuration from a parsed greedy.conf, or its first fault. Keys without the
-    /// `Mpi` prefix belong to other plugins and are skipped.
+    /// The configuration from a parsed mpi.conf, or its first fault. Keys without the
+    /// `Greedy` prefix belong to other MPI plugins and are skipped.
     pub fn from_conf(conf: &Conf, path: &Path) -> Result<MpiConfig, ConfError> {
         conf.check_well_formed(path)?;
         let mut cfg = MpiConfig::default();
@@ -88,31 +98,45 @@ impl MpiConfig {
                     .ok_or_else(|| bad("expected a positive number of seconds"))
             };
             let duration = || seconds().map(Duration::from_secs_f64);
-            if e.is("MpiProtocol") {
+            if e.is("GreedyProtocol") {
                 cfg.protocol = e.value.parse().map_err(|r: String| bad(&r))?;
-            } else if e.is("MpiRendezvous") {
+            } else if e.is("GreedyRendezvous") {
                 cfg.rendezvous = e.value.parse().map_err(|r: String| bad(&r))?;
-            } else if e.is("MpiSeq") {
+            } else if e.is("GreedySeq") {
                 cfg.seq = seconds()?;
-            } else if e.is("MpiRem") {
+            } else if e.is("GreedyRem") {
                 cfg.rem = seconds()?;
-            } else if e.is("MpiJoinTimeout") {
+            } else if e.is("GreedyJoinTimeout") {
                 cfg.join_timeout = duration()?;
-            } else if e.is("MpiFenceTimeout") {
+            } else if e.is("GreedyFenceTimeout") {
                 cfg.fence_timeout = duration()?;
-            } else if e.is("MpiShutdownTimeout") {
+            } else if e.is("GreedyShutdownTimeout") {
                 cfg.shutdown_timeout = duration()?;
-            } else if e.key.len() >= 3 && e.key[..3].eq_ignore_ascii_case("Mpi") {
-                return Err(bad("unknown Mpi* key"));
+            } else if e.key.len() >= 6 && e.key[..6].eq_ignore_ascii_case("Greedy") {
+                return Err(bad("unknown Greedy* key"));
             }
         }
         greedy_tree::LaunchModel::new(cfg.seq, cfg.rem).map_err(|err| ConfError::Line {
             path: path.to_owned(),
             line: 0,
-            text: format!("MpiSeq={} MpiRem={}", cfg.seq, cfg.rem),
+            text: format!("GreedySeq={} GreedyRem={}", cfg.seq, cfg.rem),
             reason: err.to_string(),
         })?;
         Ok(cfg)
+    }
+
+    /// Every key with its value in effect, as `scontrol show config` lists them.
+    pub fn printable(&self) -> Vec<(&'static str, String)> {
+        let secs = |d: Duration| d.as_secs_f64().to_string();
+        vec![
+            ("GreedyProtocol", self.protocol.to_string()),
+            ("GreedyRendezvous", self.rendezvous.to_string()),
+            ("GreedySeq", self.seq.to_string()),
+            ("GreedyRem", self.rem.to_string()),
+            ("GreedyJoinTimeout", secs(self.join_timeout)),
+            ("GreedyFenceTimeout", secs(self.fence_timeout)),
+            ("GreedyShutdownTimeout", secs(self.shutdown_timeout)),
+        ]
     }
 }
 
@@ -128,30 +152,30 @@ mod tests {
     #[test]
     fn defaults_keys_and_faults() {
         assert_eq!(check("").unwrap(), MpiConfig::default());
-        let cfg =
-            check("RouteSeq=9\nMpiProtocol=pmi\nMpiFenceTimeout=20\nMpiRendezvous=srun\n").unwrap();
+        let cfg = check(
+            "PMIxTimeout=9\nGreedyProtocol=pmi\nGreedyFenceTimeout=20\ngreedyrendezvous=srun\n",
+        )
+        .unwrap();
         assert_eq!(cfg.protocol, Protocol::Pmi);
         assert_eq!(cfg.rendezvous, RendezvousChoice::Srun);
         assert_eq!(cfg.fence_timeout, Duration::from_secs(20));
-        assert!(
-            check("MpiProtocol=mpich")
-                .unwrap_err()
-                .contains("expected auto, pmi or pmix")
-        );
-        assert!(
-            check("MpiJoinTimeout=-1")
-                .unwrap_err()
-                .contains("positive number")
-        );
-        assert!(
-            check("MpiBogus=1")
-                .unwrap_err()
-                .contains("unknown Mpi* key")
-        );
-        assert!(
-            check("nonsense")
-                .unwrap_err()
-                .contains("expected Key=Value")
-        );
+        let fault = |text: &str, want: &str| {
+            let e = check(text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        };
+        fault("GreedyProtocol=mpich", "expected auto, pmi or pmix");
+        fault("GreedyJoinTimeout=-1", "positive number");
+        fault("GreedyBogus=1", "unknown Greedy* key");
+        fault("nonsense", "expected Key=Value");
+        fault("GreedySeq=0.5\nGreedyRem=0.1\nx", "line 3");
+    }
+
+    #[test]
+    fn printable_lists_every_key_and_reads_back() {
+        let cfg = check("GreedyProtocol=pmix\nGreedySeq=0.002\nGreedyShutdownTimeout=1.5").unwrap();
+        let pairs = cfg.printable();
+        assert_eq!(pairs.len(), 7);
+        let text: String = pairs.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        assert_eq!(check(&text).unwrap(), cfg);
     }
 }

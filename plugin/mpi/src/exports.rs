@@ -92,8 +92,7 @@ pub extern "C" fn mpi_p_client_prelaunch(
                 log::error("mpi/greedy: srun passed no step layout");
                 return std::ptr::null_mut();
             };
-            let path = greedy_slurm::conf::path_from_env();
-            let cfg = match MpiConfig::load(&path) {
+            let cfg = match MpiConfig::load_from_env() {
                 Ok(cfg) => cfg,
                 Err(e) => {
                     log::error(&format!("mpi/greedy: {e}"));
@@ -135,16 +134,26 @@ pub extern "C" fn mpi_p_client_prelaunch(
     )
 }
 
-/// srun, after every task ended: stops the rendezvous listener.
+/// srun, after every task ended: stops the listener and returns the job's exit code when a
+/// node reported one (srun exits with it, srun.c:215-227@22.05.8), else 0.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_client_fini(state: *mut c_void) -> c_int {
     guard::catch("mpi/greedy client_fini", SLURM_ERROR, log::error, || {
-        if !state.is_null() {
-            // SAFETY: a non-NULL state is the Box `client_prelaunch` leaked, handed back once.
-            let state = unsafe { Box::from_raw(state.cast::<State>()) };
-            state.0.fini();
+        if state.is_null() {
+            return SLURM_SUCCESS;
         }
-        SLURM_SUCCESS
+        // SAFETY: a non-NULL state is the Box `client_prelaunch` leaked, handed back once.
+        let state = unsafe { Box::from_raw(state.cast::<State>()) };
+        match state.0.fini() {
+            Some(report) => {
+                log::error(&format!(
+                    "mpi/greedy: job ended with exit code {}: {}",
+                    report.code, report.reason
+                ));
+                report.code
+            }
+            None => SLURM_SUCCESS,
+        }
     })
 }
 
@@ -257,7 +266,8 @@ pub extern "C" fn mpi_p_slurmstepd_task(
     )
 }
 
-/// No `mpi.conf` keys: mpi/greedy's settings live in greedy.conf (see [`crate::config`]).
+/// No options for Slurm's parser: srun reads mpi/greedy's `Greedy*` keys from mpi.conf itself
+/// (Slurm hands mpi.conf only to the daemons), and other plugins' parsers skip unknown keys.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_conf_options(opts: *mut *mut c_void, cnt: *mut c_int) {
     if !opts.is_null() && !cnt.is_null() {
@@ -269,20 +279,35 @@ pub extern "C" fn mpi_p_conf_options(opts: *mut *mut c_void, cnt: *mut c_int) {
     }
 }
 
-/// Nothing to take from mpi.conf (`tbl` is NULL without options).
+/// Nothing to take from Slurm's parse (`tbl` is NULL without options).
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_conf_set(_tbl: *mut c_void) {}
 
-/// No mpi.conf table.
+/// No table to send to slurmstepd: the step's settings travel in its environment.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_conf_get() -> *mut c_void {
     std::ptr::null_mut()
 }
 
-/// Nothing for `scontrol show config`.
+/// slurmctld, for `scontrol show config`: mpi/greedy's keys in mpi.conf with the values in
+/// effect (defaults included). A faulty file is logged and shown as `GreedyConfigError`.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_conf_get_printable() -> *mut c_void {
-    std::ptr::null_mut()
+    guard::catch(
+        "mpi/greedy conf_get_printable",
+        std::ptr::null_mut(),
+        log::error,
+        || {
+            let pairs = match MpiConfig::load_from_env() {
+                Ok(cfg) => cfg.printable(),
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    vec![("GreedyConfigError", e.to_string())]
+                }
+            };
+            slurm::config_key_pairs(&pairs)
+        },
+    )
 }
 
 fn logging_on() {

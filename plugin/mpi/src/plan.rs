@@ -29,12 +29,15 @@ pub const VAR_SECRET: &str = "GREEDY_MPI_SECRET";
 pub const VAR_MODEL: &str = "GREEDY_MPI_MODEL";
 /// The protocol family served, resolved by srun: `pmi` or `pmix`.
 pub const VAR_PROTOCOL: &str = "GREEDY_MPI_PROTOCOL";
-/// `ports`, or `srun:<port>` (srun's rendezvous listener).
+/// `ports` (find the overlay parent at its reserved port) or `srun` (through srun's listener).
 pub const VAR_RENDEZVOUS: &str = "GREEDY_MPI_RENDEZVOUS";
+/// srun's listener port (rendezvous, and the report of how the job ended), on the address
+/// slurmd saw srun on (`SLURM_SRUN_COMM_HOST`).
+pub const VAR_SRUN: &str = "GREEDY_MPI_SRUN";
 /// `join,fence,shutdown` timeouts in seconds.
 pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
 /// Every private variable, removed from the job env in `prefork`.
-pub const PRIVATE_VARS: [&str; 8] = [
+pub const PRIVATE_VARS: [&str; 9] = [
     VAR_JOB,
     VAR_HOSTS,
     VAR_RANKS,
@@ -42,6 +45,7 @@ pub const PRIVATE_VARS: [&str; 8] = [
     VAR_MODEL,
     VAR_PROTOCOL,
     VAR_RENDEZVOUS,
+    VAR_SRUN,
     VAR_TIMEOUTS,
 ];
 /// The per-step override of `MpiProtocol`, read from srun's environment.
@@ -168,6 +172,16 @@ pub enum RendezvousChoice {
     Srun,
 }
 
+impl fmt::Display for RendezvousChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RendezvousChoice::Auto => "auto",
+            RendezvousChoice::Ports => "ports",
+            RendezvousChoice::Srun => "srun",
+        })
+    }
+}
+
 impl FromStr for RendezvousChoice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -185,14 +199,15 @@ pub type LaunchEnv = Vec<(&'static str, String)>;
 
 /// srun's `client_prelaunch` output: the private variables every node gets.
 ///
-/// `srun_port` is srun's rendezvous listener, when it opened one (no reserved ports seen in
-/// srun's env, or `MpiRendezvous=srun`).
+/// `srun_port` is srun's listener; `through_srun` says whether nodes find their overlay parents
+/// through it ([`rendezvous_through_srun`]) or at reserved ports.
 pub fn prelaunch_env(
     layout: &StepLayout,
     secret_hex: &str,
     cfg: &MpiConfig,
     protocol: Protocol,
-    srun_port: Option<u16>,
+    srun_port: u16,
+    through_srun: bool,
 ) -> LaunchEnv {
     let StepLayout {
         job_id,
@@ -200,10 +215,7 @@ pub fn prelaunch_env(
         node_list,
         ranks,
     } = layout;
-    let rendezvous = match (cfg.rendezvous, srun_port) {
-        (RendezvousChoice::Ports, _) | (_, None) => "ports".to_string(),
-        (_, Some(port)) => format!("srun:{port}"),
-    };
+    let rendezvous = if through_srun { "srun" } else { "ports" };
     vec![
         (VAR_JOB, format!("{job_id}.{step_id}")),
         (VAR_HOSTS, node_list.clone()),
@@ -211,7 +223,8 @@ pub fn prelaunch_env(
         (VAR_SECRET, secret_hex.to_string()),
         (VAR_MODEL, format!("{},{}", cfg.seq, cfg.rem)),
         (VAR_PROTOCOL, protocol.to_string()),
-        (VAR_RENDEZVOUS, rendezvous),
+        (VAR_RENDEZVOUS, rendezvous.to_string()),
+        (VAR_SRUN, srun_port.to_string()),
         (
             VAR_TIMEOUTS,
             format!(
@@ -224,9 +237,9 @@ pub fn prelaunch_env(
     ]
 }
 
-/// Whether srun should open its rendezvous listener: always unless the configuration says
+/// Whether nodes find their overlay parents through srun: always unless the configuration says
 /// ports only, or reserved ports are visible to srun already (every stepd will see them).
-pub fn srun_needs_listener(cfg: &MpiConfig, resv_ports_in_srun_env: bool) -> bool {
+pub fn rendezvous_through_srun(cfg: &MpiConfig, resv_ports_in_srun_env: bool) -> bool {
     match cfg.rendezvous {
         RendezvousChoice::Ports => false,
         RendezvousChoice::Srun => true,
@@ -336,6 +349,8 @@ pub struct StepPlan {
     pub protocol: Protocol,
     /// Rendezvous.
     pub rendezvous: Rendezvous,
+    /// srun's listener: where the node an abort started on reports the job's exit code.
+    pub srun: SocketAddr,
     /// `MpiJoinTimeout`.
     pub join_timeout: Duration,
     /// `MpiFenceTimeout`.
@@ -417,30 +432,35 @@ impl StepPlan {
             }
             Ok(p) => p,
         };
+        let srun_text = need(VAR_SRUN)?;
+        let srun_port: u16 = srun_text
+            .parse()
+            .map_err(|_| bad(VAR_SRUN, &srun_text, "not a port".into()))?;
+        let host = need("SLURM_SRUN_COMM_HOST")?;
+        let srun_ip: IpAddr = host
+            .parse()
+            .map_err(|_| bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
+        let srun = SocketAddr::new(srun_ip, srun_port);
         let rdv_text = need(VAR_RENDEZVOUS)?;
         let resv = get("SLURM_STEP_RESV_PORTS").and_then(|l| reserved_port(&l));
-        let rendezvous = match (resv, rdv_text.strip_prefix("srun:")) {
+        let rendezvous = match (resv, rdv_text.as_str()) {
             // Reserved ports win whenever the step has them: no exchange at all.
-            (Some(port), _) => Rendezvous::Ports { port },
-            (None, Some(port)) => {
-                let port: u16 = port
-                    .parse()
-                    .map_err(|_| bad(VAR_RENDEZVOUS, &rdv_text, "bad port".into()))?;
-                let host = need("SLURM_SRUN_COMM_HOST")?;
-                let ip: IpAddr = host
-                    .parse()
-                    .map_err(|_| bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
-                Rendezvous::Srun {
-                    addr: SocketAddr::new(ip, port),
-                }
-            }
-            (None, None) => {
+            (Some(port), "ports" | "srun") => Rendezvous::Ports { port },
+            (None, "srun") => Rendezvous::Srun { addr: srun },
+            (None, "ports") => {
                 return Err(bad(
                     VAR_RENDEZVOUS,
                     &rdv_text,
                     "MpiRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
                      (set MpiParams=ports=A-B in slurm.conf or use srun --resv-ports)"
                         .into(),
+                ));
+            }
+            _ => {
+                return Err(bad(
+                    VAR_RENDEZVOUS,
+                    &rdv_text,
+                    "expected ports or srun".into(),
                 ));
             }
         };
@@ -473,6 +493,7 @@ impl StepPlan {
             model,
             protocol,
             rendezvous,
+            srun,
             join_timeout: t[0],
             fence_timeout: t[1],
             shutdown_timeout: t[2],
@@ -497,9 +518,13 @@ impl StepPlan {
             node_idx: self.node_idx,
             model: self.model,
             ranks: self.ranks.clone(),
-            secret: greedy_pmix::JobSecret::from_hex(&self.secret_hex)
-                .expect("checked in from_env"),
+            secret: self.secret(),
         }
+    }
+
+    /// The step secret.
+    pub fn secret(&self) -> greedy_pmix::JobSecret {
+        greedy_pmix::JobSecret::from_hex(&self.secret_hex).expect("checked in from_env")
     }
 
     /// One line for the log, without the secret.

@@ -1,19 +1,26 @@
-//! Rendezvous through srun, for steps without reserved ports: srun listens
-//! ([`SrunBoard`]), each stepd publishes its overlay address and looks up its overlay
-//! parent's ([`SrunRendezvous`], a greedy-pmix [`Rendezvous`]).
+//! srun's listener for the stepds of one step ([`SrunBoard`]): rendezvous for steps without
+//! reserved ports (each stepd publishes its overlay address and looks up its overlay parent's,
+//! [`SrunRendezvous`], a greedy-pmix [`Rendezvous`]), and the job's end for every step: the node
+//! where an abort started reports the exit code ([`report_exit`]), which srun returns from
+//! `client_fini` so that it exits with the failing rank's code (srun.c:215-227@22.05.8), not
+//! with the SIGKILL that ended the other ranks.
 //!
 //! Wire format, one line each way, ASCII:
 //! - `P <node> <addr> <mac>`: publish (stepd → srun; no reply);
-//! - `L <node>`: look up (stepd → srun), answered `A <node> <addr> <mac>` once published.
+//! - `L <node>`: look up (stepd → srun), answered `A <node> <addr> <mac>` once published;
+//! - `X <node> <code> <mac> <reason>`: the job ended with `code` (stepd → srun), answered `K`
+//!   once recorded; `reason` (the rest of the line) is for the user.
 //!
-//! `mac` is hex HMAC-SHA256 of `greedy-mpi <job> <node> <addr>` under the step secret: srun
-//! accepts only publishes from holders of the secret, and a stepd accepts only answers srun
-//! signed, so no stranger can insert an address. (The overlay authenticates every link again;
-//! this only keeps strangers from making the join time out.) The secret never travels here.
+//! `mac` is hex HMAC-SHA256 of `greedy-mpi <job> <node> <addr>` (or `… exit <code> <reason>`)
+//! under the step secret: srun accepts only lines from holders of the secret, and a stepd
+//! accepts only answers srun signed, so no stranger can insert an address or an exit code.
+//! (The overlay authenticates every link again; this only keeps strangers from making the join
+//! time out.) The secret never travels here.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,15 +32,22 @@ use greedy_pmix::rendezvous::Rendezvous;
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
+/// Longest `reason` of an exit report; longer ones are cut (the slurmd log has the whole).
+pub const MAX_REASON: usize = 150;
 /// Connections srun serves at once; one per stepd is open for the whole join, so this bounds
 /// the step size this listener serves concurrently, well above any test and most sites.
 pub const MAX_CONNECTIONS: usize = 8192;
 
-/// `mac` of the wire format.
-pub fn mac(secret: &[u8], job: &str, node: usize, addr: &SocketAddr) -> String {
+fn hmac(secret: &[u8], job: &str, node: usize, what: &dyn Display) -> Hmac<Sha256> {
     let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    m.update(format!("greedy-mpi {job} {node} {addr}").as_bytes());
-    m.finalize()
+    m.update(format!("greedy-mpi {job} {node} {what}").as_bytes());
+    m
+}
+
+/// `mac` of the wire format: `what` is the address, or `exit <code> <reason>`.
+pub fn mac(secret: &[u8], job: &str, node: usize, what: &dyn Display) -> String {
+    hmac(secret, job, node, what)
+        .finalize()
         .into_bytes()
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -41,7 +55,7 @@ pub fn mac(secret: &[u8], job: &str, node: usize, addr: &SocketAddr) -> String {
 }
 
 /// Checks a `mac` in constant time.
-pub fn verify(secret: &[u8], job: &str, node: usize, addr: &SocketAddr, hex: &str) -> bool {
+pub fn verify(secret: &[u8], job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
     let Some(bytes) = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
@@ -49,9 +63,12 @@ pub fn verify(secret: &[u8], job: &str, node: usize, addr: &SocketAddr, hex: &st
     else {
         return false;
     };
-    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    m.update(format!("greedy-mpi {job} {node} {addr}").as_bytes());
-    m.verify_slice(&bytes).is_ok()
+    hmac(secret, job, node, what).verify_slice(&bytes).is_ok()
+}
+
+/// What an `X` line's MAC covers besides the job and node.
+fn exit_text(code: i32, reason: &str) -> String {
+    format!("exit {code} {reason}")
 }
 
 /// One parsed line.
@@ -63,13 +80,23 @@ pub enum Line {
     Lookup(usize),
     /// `A node addr mac`.
     Answer(usize, SocketAddr, String),
+    /// `X node code mac reason`.
+    Exit(usize, i32, String, String),
 }
 
 /// Parses one line (without its newline).
 pub fn parse(line: &str) -> Result<Line, String> {
+    let bad = || format!("malformed rendezvous line {line:?}");
+    if let Some(rest) = line.strip_prefix("X ") {
+        let mut it = rest.splitn(4, ' ');
+        let node = it.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+        let code = it.next().and_then(|c| c.parse().ok()).ok_or_else(bad)?;
+        let mac = it.next().filter(|m| !m.is_empty()).ok_or_else(bad)?;
+        let reason = it.next().unwrap_or_default();
+        return Ok(Line::Exit(node, code, mac.to_string(), reason.to_string()));
+    }
     let mut it = line.split(' ');
     let (cmd, node) = (it.next(), it.next().and_then(|n| n.parse::<usize>().ok()));
-    let bad = || format!("malformed rendezvous line {line:?}");
     let node = node.ok_or_else(bad)?;
     let mut addr_mac = || -> Result<(SocketAddr, String), String> {
         let addr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
@@ -94,6 +121,17 @@ pub fn parse(line: &str) -> Result<Line, String> {
     Ok(parsed)
 }
 
+/// How a step ended, as the node where its abort started reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitReport {
+    /// The reporting node's index.
+    pub node: usize,
+    /// The exit code the job ends with (the failing rank's, or 128+signal).
+    pub code: i32,
+    /// What happened, for the user.
+    pub reason: String,
+}
+
 /// The board srun serves: node → overlay address.
 #[derive(Debug)]
 struct Board {
@@ -102,6 +140,23 @@ struct Board {
     n_nodes: usize,
     addrs: std::sync::Mutex<HashMap<usize, SocketAddr>>,
     published: Notify,
+    /// The first exit report: the abort that ended the job (later ones follow from it).
+    exit: std::sync::Mutex<Option<ExitReport>>,
+}
+
+/// srun's view of the exit reports of a [`SrunBoard`], kept after the board is dropped.
+#[derive(Debug, Clone)]
+pub struct Reports(Arc<Board>);
+
+impl Reports {
+    /// The first exit report received, if any.
+    pub fn first(&self) -> Option<ExitReport> {
+        self.0
+            .exit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// srun's rendezvous listener; runs until the future [`SrunBoard::serve`] returns is dropped.
@@ -129,9 +184,15 @@ impl SrunBoard {
                 n_nodes,
                 addrs: Default::default(),
                 published: Notify::new(),
+                exit: Default::default(),
             }),
             idle_timeout,
         })
+    }
+
+    /// Where the exit reports will be.
+    pub fn reports(&self) -> Reports {
+        Reports(self.board.clone())
     }
 
     /// The bound address.
@@ -204,10 +265,59 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                     .await
                     .map_err(|e| e.to_string())?;
             }
+            Line::Exit(node, code, mac, reason) => {
+                let text = exit_text(code, &reason);
+                if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &text, &mac) {
+                    return Err(format!("refused exit report for node {node}"));
+                }
+                board
+                    .exit
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(ExitReport { node, code, reason });
+                w.write_all(b"K\n").await.map_err(|e| e.to_string())?;
+            }
             Line::Answer(..) => return Err("unexpected answer line".into()),
         }
     }
     Ok(())
+}
+
+/// A stepd's report of how the job ended, to srun at `srun`; returns once srun recorded it.
+pub async fn report_exit(
+    srun: SocketAddr,
+    job: &str,
+    secret: &[u8],
+    node: usize,
+    code: i32,
+    reason: &str,
+) -> Result<(), String> {
+    // One line: no newlines, and short enough for srun's line limit.
+    let mut reason: String = reason.replace(['\n', '\r'], " ");
+    if reason.len() > MAX_REASON {
+        let mut cut = MAX_REASON;
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+    }
+    let mac = mac(secret, job, node, &exit_text(code, &reason));
+    let stream = TcpStream::connect(srun)
+        .await
+        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
+    let (r, mut w) = stream.into_split();
+    w.write_all(format!("X {node} {code} {mac} {reason}\n").as_bytes())
+        .await
+        .map_err(|e| format!("write to srun {srun}: {e}"))?;
+    let mut ack = String::new();
+    BufReader::new(r)
+        .read_line(&mut ack)
+        .await
+        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+    match ack.trim_end() {
+        "K" => Ok(()),
+        _ => Err(format!("srun {srun} refused the exit report")),
+    }
 }
 
 /// A stepd's side: one connection to srun for the whole join.
@@ -353,6 +463,52 @@ mod tests {
                 .is_err(),
             "a forged address was served"
         );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn the_first_signed_exit_report_is_what_srun_returns() {
+        let secret = b"0123456789abcdef0123";
+        let board = SrunBoard::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "5.1",
+            secret,
+            3,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let srun = board.local_addr().unwrap();
+        let reports = board.reports();
+        let server = tokio::spawn(board.serve());
+        assert_eq!(reports.first(), None);
+        // A stranger's report is refused and changes nothing.
+        let forged = report_exit(srun, "5.1", b"wrong-secret-0000000", 1, 0, "all fine").await;
+        assert!(forged.is_err(), "{forged:?}");
+        assert_eq!(reports.first(), None);
+        let long = format!(
+            "rank 9 exited with code 7 before PMI finalize\n{}",
+            "x".repeat(400)
+        );
+        report_exit(srun, "5.1", secret, 2, 7, &long).await.unwrap();
+        report_exit(srun, "5.1", secret, 0, 137, "later")
+            .await
+            .unwrap();
+        let first = reports.first().unwrap();
+        assert_eq!((first.node, first.code), (2, 7));
+        assert!(
+            first
+                .reason
+                .starts_with("rank 9 exited with code 7 before PMI finalize x")
+        );
+        assert_eq!(first.reason.len(), MAX_REASON);
+        assert_eq!(
+            parse(&format!("X 2 7 {} a b", "ab")).unwrap(),
+            Line::Exit(2, 7, "ab".into(), "a b".into())
+        );
+        for bad in ["X", "X 1", "X 1 x m r", "X 1 7", "X 1 7 "] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
         server.abort();
     }
 }

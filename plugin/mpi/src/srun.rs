@@ -1,10 +1,11 @@
-//! srun's side: the step's private variables, and the rendezvous listener for steps without
-//! reserved ports (a thread running [`SrunBoard`] until `client_fini`).
+//! srun's side: the step's private variables, and srun's listener (a thread running
+//! [`SrunBoard`] until `client_fini`): the rendezvous for steps without reserved ports, and
+//! where the node an abort started on reports the job's exit code.
 
 use crate::Error;
 use crate::config::MpiConfig;
 use crate::plan::{self, Protocol};
-use crate::rendezvous::SrunBoard;
+use crate::rendezvous::{ExitReport, Reports, SrunBoard};
 use greedy_sys::slurm::StepLayout;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,10 +16,12 @@ use tokio::sync::oneshot;
 pub struct Client {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    reports: Reports,
 }
 
 impl Client {
-    /// Plans the step: the variables to put into the launch env, and the listener if any.
+    /// Plans the step: the variables to put into the launch env, and srun's listener (the
+    /// rendezvous of steps without reserved ports, and where the job's exit code comes back).
     pub fn prelaunch(
         layout: &StepLayout,
         cfg: &MpiConfig,
@@ -35,26 +38,24 @@ impl Client {
                 value: user_protocol.unwrap_or_default().to_string(),
                 reason,
             })?;
-        let secret = greedy_pmix::JobSecret::generate().to_hex();
+        let secret = greedy_pmix::JobSecret::generate();
         let job = format!("{}.{}", layout.job_id, layout.step_id);
-        let mut client = Client {
-            stop: None,
-            thread: None,
+        let (port, stop, thread, reports) =
+            listen(&job, &secret, layout.ranks.len(), cfg.join_timeout)?;
+        let client = Client {
+            stop: Some(stop),
+            thread: Some(thread),
+            reports,
         };
-        let mut port = None;
-        if plan::srun_needs_listener(cfg, resv_ports_in_env) {
-            let (p, stop, thread) = listen(&job, &secret, layout.ranks.len(), cfg.join_timeout)?;
-            port = Some(p);
-            client.stop = Some(stop);
-            client.thread = Some(thread);
-        }
-        let env = plan::prelaunch_env(layout, &secret, cfg, protocol, port);
+        let through_srun = plan::rendezvous_through_srun(cfg, resv_ports_in_env);
+        let env = plan::prelaunch_env(layout, &secret.to_hex(), cfg, protocol, port, through_srun);
         Ok((client, env))
     }
 
-    /// Stops the listener (the step has ended).
-    pub fn fini(mut self) {
+    /// Stops the listener (the step has ended) and returns how the job ended, if a node said.
+    pub fn fini(mut self) -> Option<ExitReport> {
         self.stop_listener();
+        self.reports.first()
     }
 
     fn stop_listener(&mut self) {
@@ -73,14 +74,22 @@ impl Drop for Client {
     }
 }
 
+/// srun's listener thread: its port, its stop switch, the thread, and its exit reports.
+type Listener = (
+    u16,
+    oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+    Reports,
+);
+
 /// Binds the listener on every IPv4 address (slurmd tells each stepd the address it saw srun
 /// on, `SLURM_SRUN_COMM_HOST`) and serves it on its own thread with a one-thread runtime.
 fn listen(
     job: &str,
-    secret_hex: &str,
+    secret: &greedy_pmix::JobSecret,
     n_nodes: usize,
     idle: Duration,
-) -> Result<(u16, oneshot::Sender<()>, std::thread::JoinHandle<()>), Error> {
+) -> Result<Listener, Error> {
     let io = |what, source| Error::Io {
         node: "srun".into(),
         what,
@@ -90,15 +99,11 @@ fn listen(
         .enable_all()
         .build()
         .map_err(|e| io("rendezvous runtime", e))?;
-    let secret: Vec<u8> = (0..secret_hex.len())
-        .step_by(2)
-        .filter_map(|i| u8::from_str_radix(&secret_hex[i..i + 2], 16).ok())
-        .collect();
     let board = rt
         .block_on(SrunBoard::bind(
             SocketAddr::from(([0, 0, 0, 0], 0)),
             job,
-            &secret,
+            secret.as_bytes(),
             n_nodes,
             idle,
         ))
@@ -107,6 +112,7 @@ fn listen(
         .local_addr()
         .map_err(|e| io("rendezvous listener", e))?
         .port();
+    let reports = board.reports();
     let (stop, stopped) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("greedy-mpi-rdv".into())
@@ -120,7 +126,7 @@ fn listen(
             rt.shutdown_timeout(Duration::from_millis(100));
         })
         .map_err(|e| io("rendezvous thread", e))?;
-    Ok((port, stop, thread))
+    Ok((port, stop, thread, reports))
 }
 
 /// Up to [`plan::DETECT_READ_MAX`] bytes of the file an srun argument names: a path (with a

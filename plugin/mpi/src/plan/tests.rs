@@ -13,7 +13,7 @@ fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
         ranks,
     };
     let mut env: HashMap<String, String> =
-        prelaunch_env(&layout, &"ab".repeat(32), &cfg, Protocol::Pmi, Some(4567))
+        prelaunch_env(&layout, &"ab".repeat(32), &cfg, Protocol::Pmi, 4567, true)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
@@ -62,6 +62,7 @@ fn stepd_finds_itself_and_srun() {
             addr: "10.0.0.1:4567".parse().unwrap()
         }
     );
+    assert_eq!(p.srun, "10.0.0.1:4567".parse().unwrap());
     assert_eq!(p.join_timeout, Duration::from_secs(60));
     assert!(
         !p.describe().contains(&"ab".repeat(8)),
@@ -104,6 +105,19 @@ fn faults_name_node_and_variable() {
     assert!(plan(&env).unwrap_err().contains("2 rank lists for 3 hosts"));
     env = stepd_env(&[(VAR_RENDEZVOUS, "ports")]);
     assert!(plan(&env).unwrap_err().contains("no SLURM_STEP_RESV_PORTS"));
+    env = stepd_env(&[
+        (VAR_RENDEZVOUS, "ports"),
+        ("SLURM_STEP_RESV_PORTS", "20005"),
+    ]);
+    let p = plan(&env).unwrap();
+    assert_eq!(p.rendezvous, Rendezvous::Ports { port: 20005 });
+    assert_eq!(
+        p.srun,
+        "10.0.0.1:4567".parse().unwrap(),
+        "exit reports still go to srun"
+    );
+    env = stepd_env(&[(VAR_SRUN, "x")]);
+    assert!(plan(&env).unwrap_err().contains("GREEDY_MPI_SRUN"));
 }
 
 #[test]
@@ -164,10 +178,12 @@ fn detection_reads_the_first_mpi_elf() {
 #[test]
 fn listener_rule_and_task_env() {
     let mut cfg = MpiConfig::default();
-    assert!(srun_needs_listener(&cfg, false));
-    assert!(!srun_needs_listener(&cfg, true));
+    assert!(rendezvous_through_srun(&cfg, false));
+    assert!(!rendezvous_through_srun(&cfg, true));
     cfg.rendezvous = RendezvousChoice::Srun;
-    assert!(srun_needs_listener(&cfg, true));
+    assert!(rendezvous_through_srun(&cfg, true));
+    cfg.rendezvous = RendezvousChoice::Ports;
+    assert!(!rendezvous_through_srun(&cfg, false));
     let env = task_env(
         &[
             ("PMI_RANK".into(), "3".into()),

@@ -63,6 +63,24 @@ unsafe extern "C" {
     pub fn slurm_conf_get_address(node_name: *const c_char) -> *mut c_char;
     /// Asks slurmctld to send `signal` to every task of a step (public `slurm.h`); 0 = sent.
     pub fn slurm_kill_job_step(job_id: u32, step_id: u32, signal: u16) -> c_int;
+    /// A new Slurm `List` whose items `destroy` frees (public `slurm.h`).
+    pub fn slurm_list_create(destroy: Option<unsafe extern "C" fn(*mut c_void)>) -> *mut c_void;
+    /// Appends `item` to `list`; returns `item`.
+    pub fn slurm_list_append(list: *mut c_void, item: *mut c_void) -> *mut c_void;
+    /// An xmalloc'd copy of a C string.
+    pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
+    /// Frees a [`config_key_pair_t`] and its strings (read_config.c).
+    pub fn slurm_destroy_config_key_pair(pair: *mut c_void);
+}
+
+/// One `Key = Value` of `scontrol show config` (src/common/read_config.h, unchanged since
+/// 15.08): both strings xmalloc'd, freed by [`slurm_destroy_config_key_pair`].
+#[repr(C)]
+pub struct config_key_pair_t {
+    /// The key.
+    pub name: *mut c_char,
+    /// Its value.
+    pub value: *mut c_char,
 }
 
 // libslurmfull's logger (src/common/log.h, `slurm_`-prefixed aliases), present in every
