@@ -65,6 +65,12 @@ pub struct PmixConfig {
     /// cause already on its way wins: when one rank calls `MPI_Abort` and exits, its peers
     /// often die of SIGPIPE on the broken TCP links before the abort reaches their nodes.
     pub exit_grace: Duration,
+    /// The uid and gid the local ranks run as, when not this process's (slurmstepd runs as
+    /// root, the ranks as the job's user): PMIx accepts their connections only when registered
+    /// with it, and they need to write in `tmpdir`, which is handed to them. `tmpdir` must
+    /// then be a fresh directory this process created (a path the ranks' user could have
+    /// planted would let them redirect the `chown`).
+    pub owner: Option<(u32, u32)>,
 }
 
 impl PmixConfig {
@@ -75,6 +81,7 @@ impl PmixConfig {
             register_timeout: Duration::from_secs(30),
             finalize_timeout: Duration::from_secs(10),
             exit_grace: Duration::from_millis(500),
+            owner: None,
         }
     }
 }
@@ -356,11 +363,18 @@ impl PmixServer {
             });
         }
         let nsdir = config.tmpdir.join(format!("ns-{}", job.job_id));
-        std::fs::create_dir_all(&nsdir).map_err(|source| Error::Io {
+        let dirs_failed = |source| Error::Io {
             node: me,
             what: "creating the PMIx directories",
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&nsdir).map_err(dirs_failed)?;
+        if let Some((uid, gid)) = config.owner {
+            // Inner first: until `tmpdir` is theirs, the ranks' user cannot touch what is in it.
+            for dir in [&nsdir, &config.tmpdir] {
+                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(dirs_failed)?;
+            }
+        }
         let state = Arc::new(Mutex::new(State::default()));
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -470,7 +484,7 @@ impl PmixServer {
         };
         let (tx, rx) = oneshot::channel();
         server
-            .register_client(&proc_, move |s| {
+            .register_client(&proc_, shared.config.owner, move |s| {
                 let _ = tx.send(s);
             })
             .map_err(|s| failed("PMIx_server_register_client", s))?;

@@ -8,6 +8,7 @@
 
 use crate::raw::slurm as raw;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::os::fd::RawFd;
 use std::ptr::NonNull;
 
 pub mod release;
@@ -353,6 +354,24 @@ pub fn config_key_pairs(pairs: &[(&str, String)]) -> *mut c_void {
     list
 }
 
+/// Whether this process runs with effective uid 0 (slurmstepd's hooks before the tasks fork).
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The primary group of user `uid` from the passwd database; `None` when there is no such user.
+pub fn primary_gid(uid: u32) -> Option<u32> {
+    // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as c_char; 16 * 1024];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is live and writable for the call, `buf.len()` is its size; the
+    // reentrant call writes only into `pw` and `buf`.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(pw.pw_gid)
+}
+
 /// Asks slurmctld to send `signal` to every task of step `job_id.step_id` on every node;
 /// false when the request failed.
 pub fn kill_job_step(job_id: u32, step_id: u32, signal: u16) -> bool {
@@ -451,35 +470,76 @@ pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Waits until task `pid` (a child of this slurmstepd) has ended and returns how: its exit
-/// code, or 128 + the signal that killed it. The task is **not** reaped (`WNOWAIT`):
-/// slurmstepd's own wait loop must still collect it for srun. Blocks the calling thread.
+/// Splits a task that slurmstepd just forked (called in the task hook, before exec) so that
+/// how its program ends is known for certain: slurmstepd reaps its children itself, so a
+/// `waitid` beside it loses the race for the status about as often as it wins.
 ///
-/// Fails with `ECHILD` when slurmstepd reaped the task first; the caller then knows only
-/// that it ended.
-pub fn wait_task_exit(pid: u32) -> std::io::Result<i32> {
-    let pid = libc::id_t::from(pid);
-    // SAFETY: an all-zero siginfo_t is a valid value for waitid to overwrite.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `info` is a live, writable siginfo_t; P_PID with WEXITED|WNOWAIT only
-        // reads the child's state and leaves it waitable for slurmstepd.
-        let rc =
-            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if rc == 0 {
-            break;
+/// The new child returns `Ok(())` and goes on to exec the program. The calling process, the
+/// one slurmstepd knows as the task, becomes its watcher and never returns: it keeps only
+/// `report_fd` open, ignores every signal it can (Slurm signals the whole step, so the program
+/// gets them), waits for the child, writes `record(code)` to `report_fd` in one `write(2)`
+/// (`code` = the exit code, or 128 + the signal), and then ends the same way the program did,
+/// so slurmstepd and srun see the program's own status.
+pub fn watch_exec(report_fd: RawFd, record: impl FnOnce(i32) -> [u8; 8]) -> std::io::Result<()> {
+    // SAFETY: the task is single-threaded here (a fresh fork of slurmstepd); the child only
+    // returns into slurmstepd's exec path, as if no fork had happened.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if child == 0 {
+        return Ok(());
+    }
+    // The watcher: from here on only async-signal-safe calls, no allocation.
+    // SAFETY: plain fd and signal-disposition calls on this process's own table; report_fd
+    // moves to 0, every other descriptor (stdio, slurmstepd's sockets) is closed, so the
+    // watcher holds no pipe or socket open past the program.
+    unsafe {
+        if libc::dup2(report_fd, 0) < 0 {
+            libc::_exit(1);
         }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(err);
+        libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
+        for sig in 1..libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
+                libc::signal(sig, libc::SIG_IGN);
+            }
         }
     }
-    // SAFETY: waitid succeeded for a child that exited, so si_status is the exit status or
-    // the signal number (si_code says which).
-    let status = unsafe { info.si_status() };
-    Ok(if info.si_code == libc::CLD_EXITED {
-        status
-    } else {
-        128 + status
-    })
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child; `status` is a live int.
+        let rc = unsafe { libc::waitpid(child, &mut status, 0) };
+        if rc == child {
+            break;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // SAFETY: ends this process without running anything of slurmstepd's.
+            unsafe { libc::_exit(1) };
+        }
+    }
+    let signal = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
+    let code = signal.map_or_else(|| libc::WEXITSTATUS(status), |sig| 128 + sig);
+    let bytes = record(code);
+    // SAFETY: one write of 8 bytes from a live buffer to fd 0 (the report pipe): atomic.
+    unsafe { libc::write(0, bytes.as_ptr().cast(), bytes.len()) };
+    if let Some(sig) = signal {
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: this process dies by the program's signal (no core: the program dumped
+        // its own); unblocked and default, so the kill ends it here.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+        }
+    }
+    // SAFETY: ends this process with the program's exit code (or 128+signal if the signal
+    // did not end it), running nothing of slurmstepd's.
+    unsafe { libc::_exit(code) }
 }

@@ -91,7 +91,7 @@ fn server_lifecycle_against_libpmix() {
     };
     let (tx, rx) = mpsc::channel();
     server
-        .register_client(&rank0, move |s| tx.send(s).unwrap())
+        .register_client(&rank0, None, move |s| tx.send(s).unwrap())
         .unwrap();
     assert_eq!(wait(&rx, "register_client"), Status::SUCCESS);
     let env = server.setup_fork(&rank0).unwrap();

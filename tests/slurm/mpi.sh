@@ -13,6 +13,7 @@
 #   abort      MPI_Abort(3) in rank 5, each MPI: srun exits 3 fast, the step is gone
 #   nonmpi     steps that never speak PMI (hostname, staggered exits) run as usual; a task
 #              exiting 3 ends the step and srun exits 3
+#   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid)
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
 #   malformed  a rank writes garbage on its PMI socket: the job ends with an error naming the
@@ -105,12 +106,13 @@ slurmds_alive() {
 }
 
 # run NAME TIMEOUT SRUN-ARGS... : sets RC, OUT, ERR, SECS (srun's own timeout as a guard)
+SRUN=(srun)
 run() {
   local name=$1 limit=$2 t0
   shift 2
   t0=$(ms)
   set +e
-  timeout -k 5 "$limit" srun "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  timeout -k 5 "$limit" "${SRUN[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
   RC=$?
   set -e
   SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
@@ -177,6 +179,19 @@ run nonmpi-fail 60 -N2 -n4 bash -c '[ "$SLURM_PROCID" = 2 ] && exit 3; exec slee
 ((RC == 3)) || fail "nonmpi-fail: task 2 exited 3 but srun exited $RC: $ERR"
 no_leftovers nonmpi-fail
 pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits ok; a task exiting 3 ends the step, srun exits 3"
+
+# A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
+# the uid it was registered with, and Open MPI writes into the step's PMIx directory).
+SRUN=(runuser -u nobody -- srun --chdir=/)
+for mpi in mpich ompi; do
+  prog=$WIREUP
+  [[ $mpi == ompi ]] && prog=$OMPI
+  run "user-$mpi" 90 "${PPN[@]}" --mpi=greedy bash -c 'echo "uid=$(id -u)"; exec env EXPECT_SIZE=16 '"$prog"
+  ok16 "user-$mpi"
+  [[ $(grep -c "^uid=$(id -u nobody)$" <<<"$OUT") == 16 ]] || fail "user-$mpi: tasks did not run as nobody: $OUT"
+done
+SRUN=(srun)
+pass "srun as user nobody: MPICH (PMI) and Open MPI (PMIx) 16/16 ranks ok"
 
 # Never both families in one task: MPICH ≥ 4.1 refuses a task with PMI_* and PMIX_*.
 for proto in pmi pmix; do

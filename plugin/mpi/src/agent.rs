@@ -48,8 +48,6 @@ pub struct Hooks {
     pub node_addr: Box<NodeAddrFn>,
     /// Kills every task of step (job, step); false if slurmctld refused.
     pub kill_step: Arc<KillStepFn>,
-    /// Waits for a task's end without reaping it.
-    pub wait_exit: WaitExitFn,
 }
 
 /// One local rank's socket and environment, read by the task hook after fork.
@@ -71,14 +69,51 @@ pub struct TaskTable {
 }
 
 impl TaskTable {
-    /// Tells the agent that `rank`'s task has been forked as `pid` (it holds its socket now),
-    /// so slurmstepd can close its own copy and watch the task's exit. One `write(2)` of 8
-    /// bytes: atomic on a pipe, and async-signal-safe.
-    pub fn forked(&self, rank: u32, pid: u32) -> std::io::Result<()> {
+    /// Tells the agent that `rank`'s task has been forked (it holds its socket now), so
+    /// slurmstepd can close its own copy. One `write(2)` of 8 bytes: atomic on a pipe.
+    pub fn forked(&self, rank: u32) -> std::io::Result<()> {
+        (&self.notify).write_all(&TaskRecord::Forked(rank).encode())
+    }
+
+    /// Where a task's watcher writes its [`TaskRecord::Exited`].
+    pub fn notify_fd(&self) -> RawFd {
+        self.notify.as_raw_fd()
+    }
+}
+
+/// What a task hook or a task's watcher tells the agent: 8 bytes, `rank` then `code`
+/// (little-endian), [`TaskRecord::FORKED`] as the code of a fork.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskRecord {
+    /// The task of this rank was forked.
+    Forked(u32),
+    /// The rank's program ended with this exit code, or 128 + its signal.
+    Exited(u32, i32),
+}
+
+impl TaskRecord {
+    /// The code of a fork record (no exit code is negative).
+    pub const FORKED: i32 = -1;
+
+    /// The wire form.
+    pub fn encode(self) -> [u8; 8] {
+        let (rank, code) = match self {
+            TaskRecord::Forked(rank) => (rank, Self::FORKED),
+            TaskRecord::Exited(rank, code) => (rank, code),
+        };
         let mut record = [0u8; 8];
         record[..4].copy_from_slice(&rank.to_le_bytes());
-        record[4..].copy_from_slice(&pid.to_le_bytes());
-        (&self.notify).write_all(&record)
+        record[4..].copy_from_slice(&code.to_le_bytes());
+        record
+    }
+
+    /// Reads the wire form.
+    pub fn decode(record: [u8; 8]) -> TaskRecord {
+        let rank = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
+        match i32::from_le_bytes(record[4..].try_into().expect("4 bytes")) {
+            Self::FORKED => TaskRecord::Forked(rank),
+            code => TaskRecord::Exited(rank, code),
+        }
     }
 }
 
@@ -86,7 +121,6 @@ impl TaskTable {
 pub struct Agent {
     runtime: Option<Runtime>,
     joined: Joined,
-    wait_exit: WaitExitFn,
     /// PMIx's directory for this step, removed at shutdown.
     pmix_dir: Option<std::path::PathBuf>,
     node: String,
@@ -192,7 +226,6 @@ impl Agent {
         let agent = Agent {
             runtime: Some(runtime),
             joined: joined.clone(),
-            wait_exit: hooks.wait_exit,
             pmix_dir: None,
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
@@ -268,16 +301,30 @@ impl Agent {
             .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
             .map_err(shim)?;
         // One directory per step and node: Open MPI names its shared-memory files after the
-        // node's local ranks there (greedy-pmix's PmixConfig).
+        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, since it is handed to
+        // the job's user: whatever stands at that path (a stale step's, or a user's symlink in
+        // the shared /tmp) is removed, and a path planted again meanwhile fails the step.
         let tmpdir = std::env::temp_dir().join(format!("greedy-pmix.{}", plan.kvsname));
+        let io = |what, source| Error::Io {
+            node: node.clone(),
+            what,
+            source,
+        };
+        match std::fs::symlink_metadata(&tmpdir) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tmpdir),
+            Ok(_) => std::fs::remove_file(&tmpdir),
+            Err(_) => Ok(()),
+        }
+        .map_err(|e| io("remove a stale PMIx directory", e))?;
+        std::fs::create_dir(&tmpdir).map_err(|e| io("create the PMIx directory", e))?;
         self.pmix_dir = Some(tmpdir.clone());
+        let config = PmixConfig {
+            owner: job_owner(plan),
+            ..PmixConfig::new(tmpdir)
+        };
         let rt = self.runtime.as_ref().expect("set in start");
         let pmix = rt
-            .block_on(PmixServer::start(
-                &plan.job_spec(),
-                overlay.clone(),
-                PmixConfig::new(tmpdir),
-            ))
+            .block_on(PmixServer::start(&plan.job_spec(), overlay.clone(), config))
             .map_err(shim)?;
         *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((overlay.clone(), Client::Pmix(pmix.clone())));
@@ -424,6 +471,19 @@ async fn join(
     }
 }
 
+/// The uid and gid the step's tasks run as, when this stepd runs as root and they do not.
+fn job_owner(plan: &StepPlan) -> Option<(u32, u32)> {
+    let uid = plan.job_uid.filter(|&u| u != 0)?;
+    if !greedy_sys::slurm::running_as_root() {
+        return None;
+    }
+    let gid = plan
+        .job_gid
+        .or_else(|| greedy_sys::slurm::primary_gid(uid))
+        .unwrap_or(uid);
+    Some((uid, gid))
+}
+
 /// How long the node an abort started on waits for srun to take the exit report before it
 /// kills the step anyway (srun then exits with the signal instead of the rank's code).
 const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -487,16 +547,13 @@ impl Drop for Agent {
     }
 }
 
-/// How a waiter thread reports a task's end: a blocking wait that does not reap (injected so
-/// this module links without Slurm; `greedy_sys::slurm::wait_task_exit` in the plugin).
-pub type WaitExitFn = fn(u32) -> std::io::Result<i32>;
-
 impl Agent {
-    /// A thread reads the task hook's (rank, pid) records: it closes slurmstepd's copy of that
-    /// rank's PMI socket (`held`), and starts a waiter thread per task that tells the client
-    /// server how the task ended (PMIx has no socket whose EOF would say so). Not runtime
-    /// tasks: they block in `read(2)` and `waitid(2)`. The reader stops after `n_local`
-    /// records, never earlier, so no task hook ever writes into a pipe without a reader.
+    /// A thread reads the task records: `forked` closes slurmstepd's copy of that rank's PMI
+    /// socket (`held`, so a dead rank is an EOF), `exited` (from the task's watcher,
+    /// `greedy_sys::slurm::watch_exec`) tells the client server how the rank ended (PMIx has
+    /// no socket whose EOF would say so). Not a runtime task: it blocks in `read(2)`. It stops
+    /// after `n_local` exits; a watcher killed before it reports (SIGKILL of the step) only
+    /// leaves the thread waiting until slurmstepd exits.
     fn watch_tasks(
         &self,
         mut reader: std::io::PipeReader,
@@ -505,25 +562,17 @@ impl Agent {
     ) {
         let joined = self.joined.clone();
         let handle = self.runtime.as_ref().expect("running").handle().clone();
-        let wait = self.wait_exit;
         let node = self.node.clone();
         let spawned = std::thread::Builder::new()
-            .name("greedy-mpi-fork".into())
+            .name("greedy-mpi-tasks".into())
             .spawn(move || {
                 let mut record = [0u8; 8];
-                for _ in 0..n_local {
-                    if reader.read_exact(&mut record).is_err() {
-                        return;
-                    }
-                    let rank = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
-                    let pid = u32::from_le_bytes(record[4..].try_into().expect("4 bytes"));
-                    drop(held.remove(&rank));
-                    let (joined, handle) = (joined.clone(), handle.clone());
-                    let _ = std::thread::Builder::new()
-                        .name("greedy-mpi-exit".into())
-                        .spawn(move || {
-                            // ECHILD: slurmstepd reaped it first; it ended, code unknown.
-                            let code = wait(pid).unwrap_or(1);
+                let mut exits = 0;
+                while exits < n_local && reader.read_exact(&mut record).is_ok() {
+                    match TaskRecord::decode(record) {
+                        TaskRecord::Forked(rank) => drop(held.remove(&rank)),
+                        TaskRecord::Exited(rank, code) => {
+                            exits += 1;
                             let client = joined
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
@@ -532,12 +581,31 @@ impl Agent {
                             if let Some(client) = client {
                                 handle.spawn(async move { client.rank_exited(rank, code).await });
                             }
-                        });
+                        }
+                    }
                 }
             });
         if let Err(e) = spawned {
             // Without it a dead rank is only noticed by the fence timeout; not worth failing for.
             error!(node = %node, "mpi/greedy: no task watcher thread: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskRecord;
+
+    #[test]
+    fn task_records_round_trip() {
+        for r in [
+            TaskRecord::Forked(0),
+            TaskRecord::Forked(u32::MAX),
+            TaskRecord::Exited(9, 7),
+            TaskRecord::Exited(3, 0),
+            TaskRecord::Exited(3, 139),
+        ] {
+            assert_eq!(TaskRecord::decode(r.encode()), r);
         }
     }
 }

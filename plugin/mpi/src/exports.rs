@@ -11,7 +11,7 @@
 // The exports are found by name (dlsym), not by Rust paths; `pub` keeps that obvious.
 #![allow(unreachable_pub)]
 
-use crate::agent::{Agent, Hooks, TaskTable};
+use crate::agent::{Agent, Hooks, TaskRecord, TaskTable};
 use crate::config::MpiConfig;
 use crate::plan::{self, StepPlan};
 use crate::srun::Client;
@@ -193,7 +193,6 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
             let hooks = Hooks {
                 node_addr: Box::new(slurm::conf_get_address),
                 kill_step: Arc::new(|job, step| slurm::kill_job_step(job, step, 9)),
-                wait_exit: slurm::wait_task_exit,
             };
             let mut slot = AGENT.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_some() || TASKS.get().is_some() {
@@ -258,8 +257,14 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                 return SLURM_ERROR;
             }
             if let Some(tasks) = TASKS.get() {
-                // Losing this only delays noticing a dead rank until the fence timeout.
-                let _ = tasks.forked(task.gtaskid, std::process::id());
+                let rank = task.gtaskid;
+                // Losing either only delays noticing a dead rank until the fence timeout.
+                let _ = tasks.forked(rank);
+                // The child execs the program; this process watches it and never returns.
+                let record = |code| TaskRecord::Exited(rank, code).encode();
+                if let Err(e) = slurm::watch_exec(tasks.notify_fd(), record) {
+                    log::error(&format!("mpi/greedy: rank {rank}: no exit watcher: {e}"));
+                }
             }
             SLURM_SUCCESS
         },

@@ -351,6 +351,12 @@ pub struct StepPlan {
     pub rendezvous: Rendezvous,
     /// srun's listener: where the node an abort started on reports the job's exit code.
     pub srun: SocketAddr,
+    /// `SLURM_JOB_UID`: the user the tasks run as (from srun's environment: it decides only
+    /// who may connect to this step's PMIx server and owns its directory, so a false value
+    /// locks out only the user who set it).
+    pub job_uid: Option<u32>,
+    /// `SLURM_JOB_GID`, when set.
+    pub job_gid: Option<u32>,
     /// `MpiJoinTimeout`.
     pub join_timeout: Duration,
     /// `MpiFenceTimeout`.
@@ -494,6 +500,8 @@ impl StepPlan {
             protocol,
             rendezvous,
             srun,
+            job_uid: get("SLURM_JOB_UID").and_then(|u| u.parse().ok()),
+            job_gid: get("SLURM_JOB_GID").and_then(|g| g.parse().ok()),
             join_timeout: t[0],
             fence_timeout: t[1],
             shutdown_timeout: t[2],

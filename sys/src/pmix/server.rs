@@ -513,16 +513,18 @@ impl Server {
         unsafe { raw::PMIx_server_deregister_nspace(ns.as_ptr(), Some(op_done), ptr.cast()) };
     }
 
-    /// Registers a local client (before it is started) with this process's uid and gid;
+    /// Registers a local client (before it is started) that will run as `owner` (uid, gid),
+    /// or as this process's uid and gid; PMIx refuses a connection from any other uid.
     /// `done` runs on PMIx's thread.
     pub fn register_client(
         &self,
         proc_: &Proc,
+        owner: Option<(u32, u32)>,
         done: impl FnOnce(Status) + Send + 'static,
     ) -> Result<(), Status> {
         let p = proc_.to_raw().ok_or(Status::BAD_PARAM)?;
         // SAFETY: getuid/getgid cannot fail and have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = owner.unwrap_or_else(|| unsafe { (libc::getuid(), libc::getgid()) });
         let ctx = OpCtx {
             what: "register_client",
             _keep: None,
