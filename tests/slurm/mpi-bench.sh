@@ -10,8 +10,8 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi"] [--greedy-conf FILE] [--csv FILE]
-# --greedy-conf FILE: greedy.conf for the cluster (e.g. MpiRem for a high-latency network).
+#                                  [--mpis "mpich ompi"] [--mpi-conf FILE] [--csv FILE]
+# --mpi-conf FILE: mpi.conf for the cluster (e.g. GreedyRem for a high-latency network).
 # --csv FILE: also append every timed step to FILE
 #   (delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok; a header if FILE is new; greedy-bench reads it).
 # Needs root; about 8 min with the defaults. Leaves nothing behind.
@@ -30,7 +30,7 @@ while (($#)); do
     --nodes) nodes_list=$2; shift 2 ;;
     --ppn) ppn=$2; shift 2 ;;
     --mpis) mpis=$2; shift 2 ;;
-    --greedy-conf) gconf=(--greedy-conf "$(realpath "$2")"); shift 2 ;;
+    --mpi-conf) gconf=(--mpi-conf "$(realpath "$2")"); shift 2 ;;
     --csv) csv=$(realpath "$2"); shift 2 ;;
     *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
   esac
