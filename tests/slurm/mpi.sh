@@ -182,10 +182,11 @@ pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits 
 
 # A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
 # the uid it was registered with, and Open MPI writes into the step's PMIx directory).
-SRUN=(runuser -u nobody -- srun --chdir=/)
+# (bash -c hides the MPI program from the protocol detection: name the protocol.)
 for mpi in mpich ompi; do
-  prog=$WIREUP
-  [[ $mpi == ompi ]] && prog=$OMPI
+  prog=$WIREUP proto=pmi
+  [[ $mpi == ompi ]] && prog=$OMPI proto=pmix
+  SRUN=(runuser -u nobody -- env SLURM_GREEDY_PROTOCOL=$proto srun --chdir=/)
   run "user-$mpi" 90 "${PPN[@]}" --mpi=greedy bash -c 'echo "uid=$(id -u)"; exec env EXPECT_SIZE=16 '"$prog"
   ok16 "user-$mpi"
   [[ $(grep -c "^uid=$(id -u nobody)$" <<<"$OUT") == 16 ]] || fail "user-$mpi: tasks did not run as nobody: $OUT"
