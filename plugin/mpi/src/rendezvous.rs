@@ -431,20 +431,27 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn stepds_find_their_parents_through_srun() {
-        let secret = b"0123456789abcdef0123";
+    const SECRET: &[u8] = b"0123456789abcdef0123";
+
+    /// srun's board for step 5.1 of 3 nodes, serving on loopback.
+    async fn board() -> (SocketAddr, Reports, tokio::task::JoinHandle<()>) {
         let board = SrunBoard::bind(
             "127.0.0.1:0".parse().unwrap(),
             "5.1",
-            secret,
+            SECRET,
             3,
             Duration::from_secs(5),
         )
         .await
         .unwrap();
-        let srun = board.local_addr().unwrap();
-        let server = tokio::spawn(board.serve());
+        let (addr, reports) = (board.local_addr().unwrap(), board.reports());
+        (addr, reports, tokio::spawn(board.serve()))
+    }
+
+    #[tokio::test]
+    async fn stepds_find_their_parents_through_srun() {
+        let secret = SECRET;
+        let (srun, _, server) = board().await;
         let child = SrunRendezvous::new(srun, "5.1", secret);
         let parent = SrunRendezvous::new(srun, "5.1", secret);
         let a0: SocketAddr = "10.0.0.1:1000".parse().unwrap();
@@ -468,19 +475,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_signed_exit_report_is_what_srun_returns() {
-        let secret = b"0123456789abcdef0123";
-        let board = SrunBoard::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            "5.1",
-            secret,
-            3,
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-        let srun = board.local_addr().unwrap();
-        let reports = board.reports();
-        let server = tokio::spawn(board.serve());
+        let secret = SECRET;
+        let (srun, reports, server) = board().await;
         assert_eq!(reports.first(), None);
         // A stranger's report is refused and changes nothing.
         let forged = report_exit(srun, "5.1", b"wrong-secret-0000000", 1, 0, "all fine").await;
