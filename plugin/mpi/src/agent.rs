@@ -187,8 +187,32 @@ impl Client {
     }
 }
 
-/// The service once joined: what shutdown must stop.
-type Joined = Arc<std::sync::Mutex<Option<(Overlay, Client)>>>;
+/// The service once joined (what shutdown must stop), and the task exits seen before it was:
+/// a task may end before its node has joined the overlay.
+#[derive(Default)]
+struct JoinState {
+    service: Option<(Overlay, Client)>,
+    early_exits: Vec<(u32, i32)>,
+}
+
+type Joined = Arc<std::sync::Mutex<JoinState>>;
+
+fn lock(joined: &Joined) -> std::sync::MutexGuard<'_, JoinState> {
+    joined.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records this node's service as joined and hands it the task exits seen before.
+fn set_joined(joined: &Joined, overlay: Overlay, client: Client, rt: &tokio::runtime::Handle) {
+    let early = {
+        let mut st = lock(joined);
+        st.service = Some((overlay, client.clone()));
+        std::mem::take(&mut st.early_exits)
+    };
+    for (rank, code) in early {
+        let client = client.clone();
+        rt.spawn(async move { client.rank_exited(rank, code).await });
+    }
+}
 
 impl Agent {
     /// Starts this node's service for `plan` and returns at once with the ranks' sockets:
@@ -326,8 +350,12 @@ impl Agent {
         let pmix = rt
             .block_on(PmixServer::start(&plan.job_spec(), overlay.clone(), config))
             .map_err(shim)?;
-        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((overlay.clone(), Client::Pmix(pmix.clone())));
+        set_joined(
+            &self.joined,
+            overlay.clone(),
+            Client::Pmix(pmix.clone()),
+            rt.handle(),
+        );
         rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
         let mut ranks = HashMap::new();
         for &rank in &plan.ranks[plan.node_idx] {
@@ -349,7 +377,7 @@ impl Agent {
         let Some(rt) = self.runtime.take() else {
             return;
         };
-        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let joined = lock(&self.joined).service.take();
         let deadline = self.shutdown_timeout;
         if let Some((overlay, pmi)) = joined {
             let fences = pmi.fences();
@@ -413,8 +441,12 @@ impl Service {
         let pmi = PmiServer::start(&spec, overlay.clone(), pmi_config)
             .await
             .map_err(shim)?;
-        *self.joined.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((overlay.clone(), Client::Pmi(pmi.clone())));
+        set_joined(
+            &self.joined,
+            overlay.clone(),
+            Client::Pmi(pmi.clone()),
+            &tokio::runtime::Handle::current(),
+        );
         tokio::spawn(watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span());
         // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
         // ways, so a rank that dies still closes its PMI connection, and an abort still
@@ -573,11 +605,14 @@ impl Agent {
                         TaskRecord::Forked(rank) => drop(held.remove(&rank)),
                         TaskRecord::Exited(rank, code) => {
                             exits += 1;
-                            let client = joined
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .as_ref()
-                                .map(|(_, c)| c.clone());
+                            let client = {
+                                let mut st = lock(&joined);
+                                let client = st.service.as_ref().map(|(_, c)| c.clone());
+                                if client.is_none() {
+                                    st.early_exits.push((rank, code));
+                                }
+                                client
+                            };
                             if let Some(client) = client {
                                 handle.spawn(async move { client.rank_exited(rank, code).await });
                             }
