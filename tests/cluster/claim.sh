@@ -18,13 +18,13 @@ busy_settled() {
   done
   return 1
 }
-# Brings our cluster up once it is free; waits (GREEDY_CLAIM_WAITS × 20 s, default 30 = 10 min)
+# Brings our cluster up once it is free; waits (GREEDY_CLAIM_WAITS × 20 s, default 90 = 30 min: benchmarks hold it for long)
 # while another engineer's cluster is up or starting, and goes back to waiting if one came up
 # between our check and our `up` (`up` exits 2 on a running cluster and leaves it alone).
 # Sets no trap: for scripts that take and release the cluster several times (route-bench.sh).
 cluster_claim() {
   local _i rc retried=0
-  for _i in $(seq "${GREEDY_CLAIM_WAITS:-30}"); do
+  for _i in $(seq "${GREEDY_CLAIM_WAITS:-90}"); do
     if ! busy_settled; then
       set +e
       "$TC" up "$@" >/dev/null
@@ -43,7 +43,7 @@ cluster_claim() {
     echo "${0##*/}: another test cluster is up or starting; waiting 20 s for it to go down"
     sleep 20
   done
-  fail "another test cluster stayed up for $((${GREEDY_CLAIM_WAITS:-30} / 3)) minutes; not touching it"
+  fail "another test cluster stayed up for $((${GREEDY_CLAIM_WAITS:-90} / 3)) minutes; not touching it"
 }
 # cluster_claim, then the EXIT trap that takes our cluster down whatever happens (set only
 # now, never for a cluster of others).
