@@ -308,7 +308,7 @@ fn fit_group(
         )
     })?;
     let measured: Vec<f64> = rows.iter().map(|m| m.seconds).collect();
-    let sim = fit_simulation(&trees, &measured, setup);
+    let sim = fit_simulation(&trees, &measured, &eq2.model, setup);
     let checks = rows
         .iter()
         .zip(&trees)
@@ -343,11 +343,11 @@ fn simulate(tree: &Tree, model: &LaunchModel, cpu: &SharedCpu, batch: Option<u32
     up.into_iter().fold(0.0, f64::max)
 }
 
-/// Least squares over (SEQ, REM, CPU share of REM): a coarse grid, then a compass search from
-/// its three best points. The overhead is solved in closed form for each point (the mean
+/// Least squares over (SEQ, REM, CPU share of REM): a coarse grid and the equation-2 fit, then
+/// a compass search from the three best points. The overhead is solved in closed form for each point (the mean
 /// residual, at least 0): the max-plus launch time is not smooth, so a local search alone
 /// stops at the first kink.
-fn fit_simulation(trees: &[Tree], measured: &[f64], setup: &Setup) -> SimFit {
+fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &LaunchModel, setup: &Setup) -> SimFit {
     // Distinct trees are few (shapes × sizes); repetitions share a simulation.
     let mut distinct: Vec<(&Tree, Vec<f64>)> = Vec::new();
     for (tree, &m) in trees.iter().zip(measured) {
@@ -393,6 +393,11 @@ fn fit_simulation(trees: &[Tree], measured: &[f64], setup: &Setup) -> SimFit {
                 grid.push((x, sse(&x).0));
             }
         }
+    }
+    // The equation-2 fit without shared CPU is a start too.
+    for share in [0.0, 0.2] {
+        let x = [eq2.seq(), eq2.rem(), share];
+        grid.push((x, sse(&x).0));
     }
     grid.sort_by(|a, b| a.1.total_cmp(&b.1));
     let mut best = grid[0];
