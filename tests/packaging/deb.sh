@@ -184,7 +184,7 @@ for w in --hostfile GREEDY_RSH GREEDY_RANK "EXIT STATUS" 124; do
   [[ $GR == *"$w"* ]] || fail "man greedyrun lacks $w"
 done
 MG=$(page mpi_greedy)
-for w in MpiProtocol MpiFenceTimeout SLURM_GREEDY_PROTOCOL PMI_FD PMIX_RANK "EXIT STATUS"; do
+for w in GreedyProtocol GreedyFenceTimeout mpi.conf SLURM_GREEDY_PROTOCOL PMI_FD PMIX_RANK "EXIT STATUS"; do
   [[ $MG == *"$w"* ]] || fail "man mpi_greedy lacks $w"
 done
 G7=$(page 7 greedy)
