@@ -5,20 +5,21 @@
 //!    NodeAddr, start a tokio runtime on its own threads, make one socketpair per local rank
 //!    and a notify pipe, and return; a failure so far is an error returned to Slurm (the step
 //!    fails to launch), never an abort. In the background the node joins the overlay (bounded
-//!    by `MpiJoinTimeout`), starts the PMI server and splices each rank's socket to it; a
+//!    by `GreedyJoinTimeout`), starts the PMI server and splices each rank's socket to it; a
 //!    failure there is logged and ends the step through slurmctld.
 //! 2. each forked task runs the task hook, which reads the immutable [`TaskTable`] (no lock:
 //!    the fork may have happened while a runtime thread held one), keeps its own socket across
-//!    exec and writes its rank and pid into the notify pipe; the agent then closes
-//!    slurmstepd's copy of that rank's socket, so a rank that dies is seen as EOF, and waits
-//!    (without reaping) for the task's end to tell the PMI/PMIx server its exit code.
+//!    exec and writes a [`TaskRecord::Forked`] into the notify pipe (the agent then closes
+//!    slurmstepd's copy of that rank's socket, so a rank that dies is seen as EOF); then the
+//!    task's watcher (the process slurmstepd forked) writes [`TaskRecord::Exited`] with the
+//!    program's exact code when it ends, for the PMI/PMIx server.
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed PMI message, a rank that
-//!    closes its socket before finalize, a timeout) reaches every node over the overlay; the
-//!    node where it started asks slurmctld to kill the step (`Hooks::kill_step`), which ends
-//!    every task on every node.
+//!    fails before finalize, a timeout) reaches every node over the overlay; the node where it
+//!    started reports the code to srun and asks slurmctld to kill the step
+//!    (`Hooks::kill_step`), which ends every task on every node.
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
-//!    ([`Agent::shutdown`], bounded by `MpiShutdownTimeout`).
+//!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`).
 
 use crate::Error;
 use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
@@ -372,7 +373,7 @@ impl Agent {
     }
 
     /// Stops the PMI server and the overlay, then the runtime; all within
-    /// `MpiShutdownTimeout`, after which remaining threads are left to die with the process.
+    /// `GreedyShutdownTimeout`, after which remaining threads are left to die with the process.
     pub fn shutdown(mut self) {
         let Some(rt) = self.runtime.take() else {
             return;
@@ -389,7 +390,7 @@ impl Agent {
                 .await
             });
             if stopped.is_err() {
-                error!(node = %self.node, "mpi/greedy: service did not stop within MpiShutdownTimeout ({deadline:?})");
+                error!(node = %self.node, "mpi/greedy: service did not stop within GreedyShutdownTimeout ({deadline:?})");
             } else {
                 info!(node = %self.node, fences, "mpi/greedy: service stopped");
             }

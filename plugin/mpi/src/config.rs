@@ -43,11 +43,11 @@ pub struct MpiConfig {
     pub seq: f64,
     /// Overlay tree REM, seconds.
     pub rem: f64,
-    /// `MpiJoinTimeout`.
+    /// `GreedyJoinTimeout`.
     pub join_timeout: Duration,
-    /// `MpiFenceTimeout`.
+    /// `GreedyFenceTimeout`.
     pub fence_timeout: Duration,
-    /// `MpiShutdownTimeout`.
+    /// `GreedyShutdownTimeout`.
     pub shutdown_timeout: Duration,
 }
 

@@ -48,7 +48,7 @@ pub const PRIVATE_VARS: [&str; 9] = [
     VAR_SRUN,
     VAR_TIMEOUTS,
 ];
-/// The per-step override of `MpiProtocol`, read from srun's environment.
+/// The per-step override of `GreedyProtocol`, read from srun's environment.
 pub const USER_PROTOCOL: &str = "SLURM_GREEDY_PROTOCOL";
 
 /// The client protocol family of a step. Never both in one task's env: MPICH ≥ 4.1 refuses a
@@ -86,7 +86,7 @@ impl fmt::Display for Protocol {
 }
 
 impl Protocol {
-    /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `MpiProtocol`;
+    /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `GreedyProtocol`;
     /// `auto` means what [`detect_protocol`] found in srun's command line (`detected`), else
     /// PMI. A `pmix` request to a build without PMIx is refused rather than silently served
     /// PMI, which would start Open MPI ranks as singletons.
@@ -357,11 +357,11 @@ pub struct StepPlan {
     pub job_uid: Option<u32>,
     /// `SLURM_JOB_GID`, when set.
     pub job_gid: Option<u32>,
-    /// `MpiJoinTimeout`.
+    /// `GreedyJoinTimeout`.
     pub join_timeout: Duration,
-    /// `MpiFenceTimeout`.
+    /// `GreedyFenceTimeout`.
     pub fence_timeout: Duration,
-    /// `MpiShutdownTimeout`.
+    /// `GreedyShutdownTimeout`.
     pub shutdown_timeout: Duration,
 }
 
@@ -457,7 +457,7 @@ impl StepPlan {
                 return Err(bad(
                     VAR_RENDEZVOUS,
                     &rdv_text,
-                    "MpiRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
+                    "GreedyRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
                      (set MpiParams=ports=A-B in slurm.conf or use srun --resv-ports)"
                         .into(),
                 ));

@@ -12,7 +12,7 @@ pub(crate) const ROUTE_CONFIG: &str = include_str!("../../../../plugin/route/src
 pub(crate) const AGENT: &str = include_str!("../../../../launcher/src/agent.rs");
 pub(crate) const GREEDYRUN: &str = include_str!("../../../../launcher/src/bin/greedyrun.rs");
 
-/// Every `"…"` literal following `marker` in `src` (e.g. the keys of `e.is("MpiSeq")`).
+/// Every `"…"` literal following `marker` in `src` (e.g. the keys of `e.is("GreedySeq")`).
 pub(crate) fn literals_after(src: &str, marker: &str) -> Vec<String> {
     src.match_indices(marker)
         .filter_map(|(i, _)| {
