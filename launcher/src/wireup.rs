@@ -199,6 +199,10 @@ pub async fn start(
         let up = rendezvous.up.clone();
         tokio::spawn(async move {
             while let Some(o) = out_rx.recv().await {
+                // The rank's own stdio pipes carry its end of output already.
+                if o.is_end() {
+                    continue;
+                }
                 let stream = if o.stderr {
                     Stream::Stderr
                 } else {

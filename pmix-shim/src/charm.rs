@@ -435,6 +435,54 @@ pub fn launcher_args(argv: &[String], n_ranks: u32) -> Result<Vec<String>, Strin
     Ok(out)
 }
 
+/// How many values a `scanf` format assigns: its `%` conversions other than `%%` and the
+/// suppressed `%*…`.
+pub fn scanf_conversions(fmt: &str) -> usize {
+    let mut n = 0;
+    let mut chars = fmt.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        match chars.peek() {
+            Some('%') => {
+                chars.next();
+            }
+            Some('*') | None => {}
+            Some(_) => n += 1,
+        }
+    }
+    n
+}
+
+/// What a client's `scanf` of `conversions` values gets from the stdin read so far (`input`):
+/// whole lines, from the front, until they hold that many whitespace-separated words (at
+/// least one line), with each newline turned into a space as charmrun does (§2); the client
+/// then runs its own `sscanf` over the text. `None` until enough complete lines are there.
+/// charmrun runs `fscanf` itself to find the end; whole words cover `%d`/`%s`/`%f` formats,
+/// and a `%c` or `%[` format gets whole lines too.
+pub fn scanf_take(input: &mut String, conversions: usize) -> Option<String> {
+    let mut end = 0;
+    let mut words = 0;
+    loop {
+        let nl = input[end..].find('\n')? + end;
+        words += input[end..nl].split_whitespace().count();
+        end = nl + 1;
+        if words >= conversions {
+            break;
+        }
+    }
+    let taken: String = input.drain(..end).collect();
+    Some(taken.replace('\n', " "))
+}
+
+/// The `scanf-data` reply to a client's `scanf`: the text and its NUL.
+pub fn scanf_frame(text: &str) -> Vec<u8> {
+    let mut p = text.as_bytes().to_vec();
+    p.push(0);
+    encode("scanf-data", &p)
+}
+
 /// `NETMAGIC`: the low bits of a hash of the job id, so every host computes the same value
 /// without talking (datagrams with another magic are dropped, §1.1).
 pub fn netmagic(job_id: &str) -> u32 {

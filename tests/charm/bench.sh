@@ -2,6 +2,7 @@
 # charm4py start-to-finish, greedyrun --pmi charm vs the wheel's charmrun (ssh), on the emulated cluster.
 #
 #   tests/charm/bench.sh            # RUNS=5 NODES=16 DELAY=10
+#   SLURM=1 tests/charm/bench.sh    # the cluster with Slurm, and srun --mpi=greedy (charm) too
 #   CSV=FILE: also append every run to FILE (delay_ms,nodes,launcher,run,ms; a header if FILE is
 #   new; greedy-bench reads it)
 #
@@ -9,16 +10,18 @@
 # one process per host (+p16). Each run is timed wall-clock from the login node; launchers
 # alternate run by run so that load drifts hit all three alike. charmrun gets CHARMRUN_IP=login
 # (the VM's own name resolves to 127.0.0.1, which inside a host is that host). Prints one
-# "name median min max" line per launcher and the ratios. Needs root; ~2-3 min.
+# "name median min max" line per launcher and the ratios. LAUNCHERS picks some of greedy, charmrun,
+# charmrun_batch (and srun, with SLURM=1). Needs root; ~2-3 min.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
-CHARM=${GREEDY_CHARM4PY:-/var/tmp/greedy-charm4py}
 RUNS=${RUNS:-5}
 NODES=${NODES:-16}
 DELAY=${DELAY:-10}
 CSV=$(realpath -m "${CSV:-/dev/null}")
+SLURM=${SLURM:-0}
+LAUNCHERS=${LAUNCHERS:-greedy charmrun charmrun_batch$( ((SLURM)) && echo " srun" || true)}
 
 fail() { echo "charm-bench: FAIL: $*" >&2; exit 1; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
@@ -29,14 +32,20 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q --release -p greedy-launcher -p greedy-netdelay
 export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
 BIN=$CARGO_TARGET_DIR/release
-if ! "$CHARM/bin/python" -c 'import charm4py' >/dev/null 2>&1; then
-  python3 -m venv "$CHARM"
-  "$CHARM/bin/pip" install -q charm4py==1.1
+source "$ROOT/tests/charm/charm4py.sh"
+UP=(--nodes "$NODES" --delay "$DELAY")
+if ((SLURM)); then
+  cargo build -q --release -p greedy-slurm-mpi
+  PLUGDIR=$CARGO_TARGET_DIR/charm-plugindir
+  mkdir -p "$PLUGDIR"
+  cp "$BIN/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
+  mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
+  UP+=(--slurm --plugindir "$PLUGDIR")
 fi
 
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
-cluster_up --nodes "$NODES" --delay "$DELAY"
+cluster_up "${UP[@]}"
 eval "$("$TC" env)"
 wait_sshd "$NODES"
 WORK=$GREEDY_TC_SCRATCH/charm-bench
@@ -56,12 +65,13 @@ cmd() {
     greedy) CMD=("${GREEDY[@]}") ;;
     charmrun) CMD=("${CHARMRUN[@]}" "$WORK/prog.py") ;;
     charmrun_batch) CMD=("${CHARMRUN[@]}" ++batch 4 "$WORK/prog.py") ;;
+    srun) CMD=(env SLURM_GREEDY_PROTOCOL=charm srun -N"$NODES" -n"$NODES" --mpi=greedy "$CHARM/bin/python" "$WORK/prog.py") ;;
   esac
 }
 
 declare -A T
 for r in $(seq "$RUNS"); do
-  for name in greedy charmrun charmrun_batch; do
+  for name in $LAUNCHERS; do
     cmd "$name"
     t0=$(ms)
     out=$(timeout 120 "${CMD[@]}" 2>&1 </dev/null) || fail "$name run $r: exit $?: $out"
@@ -74,11 +84,13 @@ for r in $(seq "$RUNS"); do
   done
 done
 med() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {printf "%d %d %d", a[int((NR+1)/2)], a[1], a[NR]}'; }
-for name in greedy charmrun charmrun_batch; do
+for name in $LAUNCHERS; do
   echo "charm-bench: $name median/min/max ms: $(med "${T[$name]}")"
 done
+[[ -n ${T[greedy]:-} ]] || exit 0
 g=$(med "${T[greedy]}" | cut -d' ' -f1)
-for name in charmrun charmrun_batch; do
+for name in $LAUNCHERS; do
+  [[ $name == greedy ]] && continue
   c=$(med "${T[$name]}" | cut -d' ' -f1)
   echo "charm-bench: $name / greedy = $(awk -v c="$c" -v g="$g" 'BEGIN {printf "%.2f", c / g}')"
 done

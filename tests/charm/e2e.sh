@@ -7,13 +7,12 @@
 #   abort       charm.abort(...) -> non-zero, the message and the rank named
 #   fail-start  rank 5 exits 5 before charm.start() -> job ends 5, its host (n3) named
 #   +p9         refused before anything starts (a non-SMP client would die silently)
-# and no process left behind after each case. charm4py 1.1 from PyPI is installed into
-# /var/tmp/greedy-charm4py (visible to every host) on first use. Needs root; ~1-2 min.
+# and no process left behind after each case. charm4py 1.1 from PyPI is installed on first use
+# (tests/charm/charm4py.sh). Needs root; ~1-2 min.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
-CHARM=${GREEDY_CHARM4PY:-/var/tmp/greedy-charm4py}
 NODES=4
 
 fail() { echo "charm-e2e: FAIL: $*" >&2; exit 1; }
@@ -25,35 +24,11 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 cargo build -q --release -p greedy-launcher
 BIN=$CARGO_TARGET_DIR/release
 
-if ! "$CHARM/bin/python" -c 'import charm4py' >/dev/null 2>&1; then
-  echo "charm-e2e: installing PyPI charm4py 1.1 into $CHARM"
-  python3 -m venv "$CHARM"
-  "$CHARM/bin/pip" install -q charm4py==1.1
-fi
+source "$ROOT/tests/charm/charm4py.sh"
 
 # --- cluster (waits while another engineer's is up; takes only ours down) -------------------
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
-ours=0
-for _i in $(seq 30); do
-  if ! busy; then
-    set +e
-    "$TC" up --nodes "$NODES" "$@" >/dev/null
-    rc=$?
-    set -e
-    if ((rc == 0)); then
-      ours=1
-      trap '"$TC" down >/dev/null 2>&1 || true' EXIT
-      break
-    fi
-    ((rc == 2)) || fail "testcluster up: exit $rc"
-  fi
-  echo "charm-e2e: another test cluster is up; waiting 20 s"
-  sleep 20
-done
-((ours)) || fail "another test cluster stayed up for 10 minutes"
+source "$ROOT/tests/cluster/claim.sh"
+cluster_up --nodes "$NODES" "$@"
 eval "$("$TC" env)"
 WORK=$GREEDY_TC_SCRATCH/charm
 mkdir -p "$WORK"

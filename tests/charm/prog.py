@@ -1,14 +1,17 @@
 """charm4py test program for greedy's netlrts service: chares on every PE, a broadcast, reductions.
 
 Modes (argv[1]): ok (default) prints one checked summary line; exit3 ends with charm.exit(3);
-abort calls charm.abort; fail-start=R makes rank R (GREEDY_RANK) exit 5 before charm.start().
+abort calls charm.abort; fail-start=R makes rank R (GREEDY_RANK under greedyrun, SLURM_PROCID
+under srun) exit 5 before charm.start(). Every PE also prints one line, to check that each
+process's prints reach its own output.
 """
 import os
 import socket
 import sys
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
-if mode.startswith("fail-start=") and os.environ.get("GREEDY_RANK") == mode.split("=")[1]:
+rank = os.environ.get("GREEDY_RANK", os.environ.get("SLURM_PROCID"))
+if mode.startswith("fail-start=") and rank == mode.split("=")[1]:
     sys.exit(5)
 
 from charm4py import Chare, Future, Group, Reducer, charm  # noqa: E402
@@ -17,6 +20,7 @@ from charm4py import Chare, Future, Group, Reducer, charm  # noqa: E402
 class Worker(Chare):
     def work(self, k, total, where):
         # k arrives by broadcast; each PE contributes to a sum and to a gather of (pe, host).
+        print(f"charm-e2e: pe {charm.myPe()} on {socket.gethostname()}")
         self.reduce(total, k * (charm.myPe() + 1), Reducer.sum)
         self.reduce(where, (charm.myPe(), socket.gethostname()), Reducer.gather)
 

@@ -22,8 +22,10 @@
 //!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`).
 
 use crate::Error;
+use crate::charm::{self, Stdio};
 use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
 use crate::rendezvous::{SrunRendezvous, report_exit};
+use greedy_pmix::charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY};
 use greedy_pmix::overlay::{Overlay, OverlayConfig};
 use greedy_pmix::pmix::{PmixConfig, PmixServer};
 use greedy_pmix::rendezvous::Fixed;
@@ -67,6 +69,8 @@ pub struct TaskTable {
     /// Local ranks.
     pub ranks: HashMap<u32, RankSlot>,
     notify: std::io::PipeWriter,
+    /// Charm++ steps: where each task sends its stdout and stderr ([`crate::charm`]).
+    charm_stdio: Option<std::os::unix::net::UnixDatagram>,
 }
 
 impl TaskTable {
@@ -79,6 +83,20 @@ impl TaskTable {
     /// Where a task's watcher writes its [`TaskRecord::Exited`].
     pub fn notify_fd(&self) -> RawFd {
         self.notify.as_raw_fd()
+    }
+
+    /// Charm++ steps: hands the task's stdin, stdout and stderr to the agent, which writes the
+    /// rank's prints there and answers its `scanf` from its stdin ([`charm::send_stdio`];
+    /// async-signal-safe). Other steps: nothing.
+    pub fn send_stdio(
+        &self,
+        rank: u32,
+        fds: [std::os::fd::BorrowedFd<'_>; 3],
+    ) -> std::io::Result<()> {
+        match &self.charm_stdio {
+            Some(sock) => charm::send_stdio(sock, rank, fds),
+            None => Ok(()),
+        }
     }
 }
 
@@ -165,6 +183,7 @@ const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 enum Client {
     Pmi(PmiServer),
     Pmix(PmixServer),
+    Charm(CharmServer, Stdio),
 }
 
 impl Client {
@@ -172,18 +191,27 @@ impl Client {
         match self {
             Client::Pmi(s) => s.fences(),
             Client::Pmix(s) => s.fences(),
+            Client::Charm(..) => 0,
         }
     }
     async fn shutdown(&self) {
         match self {
             Client::Pmi(s) => s.shutdown().await,
             Client::Pmix(s) => s.shutdown().await,
+            Client::Charm(s, _) => s.shutdown().await,
         }
     }
     async fn rank_exited(&self, rank: u32, code: i32) {
         match self {
             Client::Pmi(s) => s.rank_exited(rank, code).await,
             Client::Pmix(s) => s.rank_exited(rank, code).await,
+            Client::Charm(s, stdio) => {
+                tokio::spawn({
+                    let stdio = stdio.clone();
+                    async move { stdio.exited(rank).await }
+                });
+                s.rank_exited(rank, code).await
+            }
         }
     }
 }
@@ -259,6 +287,9 @@ impl Agent {
         if plan.protocol == Protocol::Pmix {
             return agent.start_pmix(plan, my_ip, parent_ip, hooks, span);
         }
+        if plan.protocol == Protocol::Charm {
+            return agent.start_charm(plan, my_ip, parent_ip, hooks, span);
+        }
         let mut ranks = HashMap::new();
         let mut held: HashMap<u32, OwnedFd> = HashMap::new();
         let mut ours = Vec::new();
@@ -302,7 +333,14 @@ impl Agent {
             .as_ref()
             .expect("set above")
             .spawn(service.run().instrument(span));
-        Ok((agent, TaskTable { ranks, notify }))
+        Ok((
+            agent,
+            TaskTable {
+                ranks,
+                notify,
+                charm_stdio: None,
+            },
+        ))
     }
 
     /// PMIx: libpmix must register each client before its task exists (the task hook only
@@ -369,7 +407,110 @@ impl Agent {
             source: e,
         })?;
         self.watch_tasks(reader, HashMap::new(), plan.ranks[plan.node_idx].len());
-        Ok((self, TaskTable { ranks, notify }))
+        Ok((
+            self,
+            TaskTable {
+                ranks,
+                notify,
+                charm_stdio: None,
+            },
+        ))
+    }
+
+    /// Charm++ netlrts: a rank's `NETSTART` names this node's listener, so the node joins the
+    /// overlay and starts its `CharmServer` before prefork returns, as for PMIx. Joining
+    /// first also means every task's exit reaches the server: a rank that dies before it
+    /// connects (charm4py hides those errors) must abort the job, naming it.
+    fn start_charm(
+        self,
+        plan: &StepPlan,
+        my_ip: IpAddr,
+        parent_ip: Option<(usize, IpAddr)>,
+        hooks: &Hooks,
+        span: tracing::Span,
+    ) -> Result<(Agent, TaskTable), Error> {
+        let node = plan.node().to_string();
+        let shim = |source| Error::Shim {
+            node: node.clone(),
+            source,
+        };
+        let io = |what, source| Error::Io {
+            node: node.clone(),
+            what,
+            source,
+        };
+        let rt = self.runtime.as_ref().expect("set in start");
+        let overlay = rt
+            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .map_err(shim)?;
+        let local = &plan.ranks[plan.node_idx];
+        let (task_side, agent_side) =
+            charm::stdio_channel().map_err(|e| io("stdio socketpair", e))?;
+        let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUTPUT_CAPACITY);
+        // One `scanf` at a time per node: each client waits for its answer anyway.
+        let (scanf_tx, scanf_rx) = tokio::sync::mpsc::channel(1);
+        let stdio = Stdio::start(
+            rt.handle(),
+            agent_side,
+            local.len(),
+            out_rx,
+            scanf_rx,
+            &node,
+        )
+        .map_err(|e| io("charm stdio threads", e))?;
+        let mut config = CharmConfig::new(SocketAddr::new(my_ip, 0));
+        // A rank that has not connected by then is reported like a fence that never completes.
+        config.connect_timeout = plan.fence_timeout;
+        config.scanf = Some(scanf_tx);
+        let server = rt
+            .block_on(CharmServer::start(
+                &plan.job_spec(),
+                overlay.clone(),
+                config,
+                out_tx,
+            ))
+            .map_err(shim)?;
+        stdio.set_server(server.clone());
+        set_joined(
+            &self.joined,
+            overlay.clone(),
+            Client::Charm(server.clone(), stdio.clone()),
+            rt.handle(),
+        );
+        // On an abort every connected client gets `die` and exits by itself with its own
+        // status; the exit report to srun and the step kill (for ranks still starting) follow
+        // after the grace.
+        let (p, kill) = (plan.clone(), hooks.kill_step.clone());
+        rt.spawn(
+            async move {
+                charm_abort_note(p.clone(), overlay.clone(), stdio).await;
+                tokio::time::sleep(CHARM_KILL_GRACE).await;
+                watch_abort(p, overlay, kill).await;
+            }
+            .instrument(span),
+        );
+        let ranks = local
+            .iter()
+            .map(|&rank| {
+                (
+                    rank,
+                    RankSlot {
+                        fd: None,
+                        env: server.env_for(rank),
+                    },
+                )
+            })
+            .collect();
+        let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
+        self.watch_tasks(reader, HashMap::new(), local.len());
+        Ok((
+            self,
+            TaskTable {
+                ranks,
+                notify,
+                charm_stdio: Some(task_side),
+            },
+        ))
     }
 
     /// Stops the PMI server and the overlay, then the runtime; all within
@@ -569,6 +710,24 @@ async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<Kil
     let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
     if !matches!(done, Ok(true)) {
         error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
+    }
+}
+
+/// Charm++: how long after an abort the step is killed, if its tasks have not all ended by
+/// then (a client exits within milliseconds of `die`; the kill is for those still starting).
+const CHARM_KILL_GRACE: Duration = Duration::from_secs(1);
+
+/// Charm++: an abort that started at a local rank is told on that rank's stderr, which srun
+/// shows (`srun -l` labels it); the reason itself names rank, host and cause.
+async fn charm_abort_note(plan: StepPlan, overlay: Overlay, stdio: Stdio) {
+    let mut aborted = overlay.aborted();
+    let info = match aborted.wait_for(Option::is_some).await {
+        Ok(seen) => seen.clone(),
+        Err(_) => return,
+    };
+    let Some(info) = info else { return };
+    if let Some(rank) = info.rank.filter(|_| info.origin_node == plan.node_idx) {
+        stdio.aborted(rank, format!("job aborted: {info}")).await;
     }
 }
 

@@ -7,7 +7,7 @@
 //!
 //! | key | value | default |
 //! |---|---|---|
-//! | `GreedyProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI) or `pmix` (Open MPI) | `auto` |
+//! | `GreedyProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI), `pmix` (Open MPI) or `charm` (Charm++ netlrts, never chosen by `auto`) | `auto` |
 //! | `GreedyRendezvous` | `auto` (reserved ports when the step has them, else via srun), `ports`, `srun` | `auto` |
 //! | `GreedySeq` | seconds a node spends accepting one overlay child (the tree's SEQ) | [`DEFAULT_SEQ`] |
 //! | `GreedyRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
@@ -163,7 +163,7 @@ mod tests {
             let e = check(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
         };
-        fault("GreedyProtocol=mpich", "expected auto, pmi or pmix");
+        fault("GreedyProtocol=mpich", "expected auto, pmi, pmix or charm");
         fault("GreedyJoinTimeout=-1", "positive number");
         fault("GreedyBogus=1", "unknown Greedy* key");
         fault("nonsense", "expected Key=Value");

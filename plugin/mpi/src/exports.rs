@@ -117,6 +117,14 @@ pub extern "C" fn mpi_p_client_prelaunch(
                     return std::ptr::null_mut();
                 }
             };
+            let charm = vars
+                .iter()
+                .any(|(k, v)| *k == plan::VAR_PROTOCOL && v == "charm");
+            let n_ranks = layout.ranks.iter().map(Vec::len).sum::<usize>() as u32;
+            if charm && let Err(e) = plan::check_charm_args(&argv, n_ranks) {
+                log::error(&format!("mpi/greedy: {e}"));
+                return std::ptr::null_mut();
+            }
             // SAFETY: `env` is the hook's `char ***env` (a fresh xmalloc'd array, step_launch.c),
             // used only by this thread during the call.
             let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
@@ -252,6 +260,19 @@ pub extern "C" fn mpi_p_slurmstepd_task(
             {
                 log::error(&format!(
                     "mpi/greedy: rank {}: PMI socket {fd}: {e}",
+                    task.gtaskid
+                ));
+                return SLURM_ERROR;
+            }
+            // SAFETY: slurmstepd put the task's stdio on fds 0-2 before this hook
+            // (mgr.c `prepare_stdio` precedes `exec_task`); they stay open during the call.
+            let fds = [0, 1, 2].map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+            // Without it a Charm++ rank's prints would vanish: fail the task instead.
+            if let Some(tasks) = TASKS.get()
+                && let Err(e) = tasks.send_stdio(task.gtaskid, fds)
+            {
+                log::error(&format!(
+                    "mpi/greedy: rank {}: handing its stdio to the agent: {e}",
                     task.gtaskid
                 ));
                 return SLURM_ERROR;

@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod charm;
 pub mod config;
 mod error;
 // The C entry points reference symbols only Slurm processes define, so test binaries, which

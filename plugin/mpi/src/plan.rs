@@ -27,7 +27,7 @@ pub const VAR_RANKS: &str = "GREEDY_MPI_RANKS";
 pub const VAR_SECRET: &str = "GREEDY_MPI_SECRET";
 /// The overlay tree model: `seq,rem`.
 pub const VAR_MODEL: &str = "GREEDY_MPI_MODEL";
-/// The protocol family served, resolved by srun: `pmi` or `pmix`.
+/// The protocol family served, resolved by srun: `pmi`, `pmix` or `charm`.
 pub const VAR_PROTOCOL: &str = "GREEDY_MPI_PROTOCOL";
 /// `ports` (find the overlay parent at its reserved port) or `srun` (through srun's listener).
 pub const VAR_RENDEZVOUS: &str = "GREEDY_MPI_RENDEZVOUS";
@@ -61,6 +61,10 @@ pub enum Protocol {
     Pmi,
     /// PMIx (Open MPI).
     Pmix,
+    /// Charm++'s netlrts launcher protocol (what charmrun serves; the charm4py wheel). Only by
+    /// request: a netlrts program is a Python script or a binary that names no MPI library,
+    /// so nothing on srun's command line tells it apart from a plain program.
+    Charm,
 }
 
 impl FromStr for Protocol {
@@ -70,7 +74,8 @@ impl FromStr for Protocol {
             "auto" => Ok(Protocol::Auto),
             "pmi" | "pmi1" | "pmi2" => Ok(Protocol::Pmi),
             "pmix" => Ok(Protocol::Pmix),
-            _ => Err(format!("{s:?}: expected auto, pmi or pmix")),
+            "charm" => Ok(Protocol::Charm),
+            _ => Err(format!("{s:?}: expected auto, pmi, pmix or charm")),
         }
     }
 }
@@ -81,6 +86,7 @@ impl fmt::Display for Protocol {
             Protocol::Auto => "auto",
             Protocol::Pmi => "pmi",
             Protocol::Pmix => "pmix",
+            Protocol::Charm => "charm",
         })
     }
 }
@@ -159,6 +165,24 @@ pub fn detect_protocol(
         }
     }
     None
+}
+
+/// Checks srun's command line (`argv` without srun) of a Charm++ step for charmrun's process
+/// options. charmrun strips `+pN`/`++n N` before its clients see them, but srun passes every
+/// word on, and a non-SMP netlrts client given `+p2` exits before it connects, with its output
+/// already on /dev/null (research/charm-protocol.md §1.1): refuse the step instead, saying what
+/// to do. `+ppn` and other program options stay allowed.
+pub fn check_charm_args(argv: &[String], n_ranks: u32) -> Result<(), String> {
+    let kept = greedy_pmix::charm::launcher_args(argv, n_ranks)
+        .map_err(|e| format!("{e}; with srun, drop it and give the process count with -n"))?;
+    match argv.iter().find(|a| !kept.contains(a)) {
+        Some(a) => Err(format!(
+            "{a}: srun passes it to every process, and a non-SMP Charm++ process given a \
+             charmrun option exits at once; drop it (srun -n {n_ranks} already starts \
+             {n_ranks} processes)"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// How a node finds its overlay parent.
@@ -433,7 +457,7 @@ impl StepPlan {
                 return Err(bad(
                     VAR_PROTOCOL,
                     &proto_text,
-                    "expected pmi or pmix".into(),
+                    "expected pmi, pmix or charm".into(),
                 ));
             }
             Ok(p) => p,

@@ -7,8 +7,11 @@
 //! allgather carries this node's [`Report`]s, every node builds the same table and sends it →
 //! `barrier`/`barrier0` are an overlay barrier once all local ranks entered → `ending`: once
 //! every local rank sent it, an overlay barrier (so no socket closes while a peer may still
-//! need acks on the UDP data path), then every connection is closed, which is what makes a
-//! client exit (with status 1; [`CharmServer::exit_code`] gives the launcher the real one).
+//! need acks on the UDP data path), then each rank that ended with 0 gets `die` (on which a
+//! netlrts client exits 0) and the others see their connection closed (on which it exits 1):
+//! the process's own status is as close to its `ending` code as the client allows, which
+//! matters where the embedder cannot rewrite it (Slurm reports the process's real status);
+//! [`CharmServer::exit_code`] gives the launcher the real one.
 //!
 //! Failures abort the job through the overlay, naming the rank and its host: a rank that
 //! exits before `ending` (before `initnode` too: charm4py sends its early errors to
@@ -47,6 +50,22 @@ pub struct CharmConfig {
     /// After a rank's connection drops before `ending`, how long to wait for the launcher to
     /// report its exit code, so the abort names the code.
     pub early_close_grace: Duration,
+    /// Where a client's `scanf` is answered: the embedder reads that rank's standard input.
+    /// `None`: `scanf` aborts the job (the embedder gives stdin to the rank's fd 0 instead,
+    /// and one stream cannot be split two ways).
+    pub scanf: Option<mpsc::Sender<ScanfRequest>>,
+}
+
+/// A client's `scanf`, for the embedder to answer from that rank's standard input.
+#[derive(Debug)]
+pub struct ScanfRequest {
+    /// Whose stdin.
+    pub rank: u32,
+    /// How many values the format converts ([`super::scanf_conversions`]).
+    pub conversions: usize,
+    /// The text for `scanf-data` ([`super::scanf_take`] of what was read), or `None` at the
+    /// end of the rank's input (the job is aborted, as charmrun exits at end of file).
+    pub reply: tokio::sync::oneshot::Sender<Option<String>>,
 }
 
 impl CharmConfig {
@@ -56,19 +75,30 @@ impl CharmConfig {
             bind,
             connect_timeout: Duration::from_secs(120),
             early_close_grace: Duration::from_millis(500),
+            scanf: None,
         }
     }
 }
 
-/// Rank output that arrived over the protocol, for the launcher's stdio path.
+/// Rank output that arrived over the protocol, for the launcher's stdio path. An empty
+/// `data` is the end of that rank's output: its connection is closed and everything it sent
+/// was passed on before ([`Output::is_end`]); an embedder that holds a descriptor per rank
+/// can close it then.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
     /// Whose.
     pub rank: u32,
     /// Standard error rather than output.
     pub stderr: bool,
-    /// The bytes.
+    /// The bytes; empty only in the end marker.
     pub data: Bytes,
+}
+
+impl Output {
+    /// Whether this is the end marker of its rank's output.
+    pub fn is_end(&self) -> bool {
+        self.data.is_empty()
+    }
 }
 
 /// Capacity of the output channel: a few hundred prints in flight before the clients (10 ms
@@ -81,8 +111,16 @@ const NOTICE_CAPACITY: usize = 8;
 #[derive(Debug, Clone)]
 enum Notice {
     Send(Vec<u8>),
-    Close,
+    /// The job ended cleanly everywhere: `die` if the rank's code is 0, else close.
+    End,
+    /// The job was aborted: `die` with this message (the client exits 0 by itself, so the
+    /// job's status stays the failing rank's where the embedder cannot rewrite statuses).
+    Die(String),
 }
+
+/// After `die`, how long a client has to exit by itself before its connection is closed (it
+/// exits at once; a close instead would make it exit 1).
+const DIE_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Default)]
 struct NodeState {
@@ -230,6 +268,11 @@ impl Shared {
     }
 
     async fn abort(&self, rank: Option<u32>, code: i32, reason: String) {
+        // Once the job is aborted, every rank's end is a consequence, not news.
+        if self.overlay.aborted().borrow().is_some() {
+            debug!(?rank, code, "after the abort: {reason}");
+            return;
+        }
         warn!(?rank, code, "aborting job: {reason}");
         self.overlay
             .abort(AbortInfo {
@@ -332,6 +375,13 @@ impl Shared {
     }
 
     /// A rank entered `barrier` (or `barrier0`); the last local one runs an overlay barrier.
+    ///
+    /// `barrier0` (`CmiBarrierZero`: node 0 leaves last) waits for every process, like
+    /// `barrier`. charmrun instead replies once it has as many `barrier0`s as *hosts*
+    /// (research/charm-protocol.md §2), which with several processes per host releases node 0
+    /// early and then a second time for the same round. Every process of a non-SMP build sends
+    /// one per round, so waiting for all never holds node 0 longer than charmrun would once
+    /// its round is complete; copying the host count would copy the double reply.
     fn barrier(self: &Arc<Self>, rank: u32, zero: bool) {
         {
             let mut st = self.lock();
@@ -374,7 +424,7 @@ impl Shared {
                 .job
                 .local_ranks()
                 .iter()
-                .map(|&r| (r, Notice::Close))
+                .map(|&r| (r, Notice::End))
                 .collect())
         });
     }
@@ -397,8 +447,7 @@ async fn watch(shared: Arc<Shared>) {
             } => {
                 if let Some(msg) = msg {
                     for (_, h) in shared.handlers() {
-                        let _ = h.send(Notice::Send(super::die_frame(&msg))).await;
-                        let _ = h.send(Notice::Close).await;
+                        let _ = h.send(Notice::Die(msg.clone())).await;
                     }
                 }
                 return;
@@ -460,9 +509,14 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
     let mut buf = BytesMut::with_capacity(4096);
     let mut closed_early = false;
+    // Set once `die` went out (clean end with 0, or abort): wait for the client's own exit
+    // (EOF), discard what it still sends ("aborting:" from the die handler), close at the
+    // deadline anyway.
+    let mut dying: Option<tokio::time::Instant> = None;
     'conn: loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => break,
+            _ = tokio::time::sleep_until(dying.unwrap_or_else(tokio::time::Instant::now)), if dying.is_some() => break,
             Some(notice) = notices.recv() => match notice {
                 Notice::Send(bytes) => {
                     if stream.write_all(&bytes).await.is_err() {
@@ -470,14 +524,30 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
                         break;
                     }
                 }
-                Notice::Close => break,
+                Notice::End => {
+                    let clean = session.rank().and_then(|r| shared.lock().endings.get(&r).copied()) == Some(0);
+                    if !clean || stream.write_all(&super::die_frame("")).await.is_err() {
+                        break;
+                    }
+                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
+                }
+                Notice::Die(msg) => {
+                    if stream.write_all(&super::die_frame(&msg)).await.is_err() {
+                        break;
+                    }
+                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
+                }
             },
             read = stream.read_buf(&mut buf) => {
                 match read {
-                    Ok(0) | Err(_) => { closed_early = !session.ended(); break; }
+                    Ok(0) | Err(_) => { closed_early = !session.ended() && dying.is_none(); break; }
                     Ok(_) => {}
                 }
-                loop {
+                if dying.is_some() {
+                    buf.clear();
+                    continue;
+                }
+                'frames: loop {
                     let frame = match decode(&mut buf) {
                         Ok(Some(f)) => f,
                         Ok(None) => break,
@@ -505,10 +575,22 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
                                 };
                                 session.accept(r);
                                 tracing::Span::current().record("rank", r);
+                                // Late for an aborted job (the abort's `die` went to the
+                                // ranks connected then): end it the same way.
+                                let aborted = shared.overlay.aborted().borrow().clone();
+                                if let Some(info) = aborted {
+                                    let msg = format!("job aborted by {info}");
+                                    if stream.write_all(&super::die_frame(&msg)).await.is_err() {
+                                        break 'conn;
+                                    }
+                                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
+                                    break 'frames;
+                                }
                                 shared.reported(Report { rank: r, dataport: init.dataport, mach_id: init.mach_id, ip: ip_of(peer, init.ip) });
                             }
                             Action::Output { stderr, text } => {
-                                if let Some(r) = rank {
+                                // An empty print would read as the end marker; it shows nothing anyway.
+                                if let Some(r) = rank.filter(|_| !text.is_empty()) {
                                     let _ = shared.output.send(Output { rank: r, stderr, data: text }).await;
                                 }
                             }
@@ -519,10 +601,32 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
                                 }
                             }
                             Action::Scanf(fmt) => {
-                                // Stdin goes to the stdin rank's own fd 0 under greedy; serving
-                                // it here too would split one stream two ways.
-                                fail(&shared, &session, format!("scanf({fmt:?}) over netlrts is not supported by greedy")).await;
-                                break 'conn;
+                                let (Some(stdin), Some(r)) = (shared.config.scanf.clone(), rank) else {
+                                    // Stdin goes to the stdin rank's own fd 0 under greedyrun;
+                                    // serving it here too would split one stream two ways.
+                                    fail(&shared, &session, format!("scanf({fmt:?}) over netlrts is not supported by this launcher")).await;
+                                    break 'conn;
+                                };
+                                // Answered later, through this connection's own queue, so the
+                                // connection keeps serving (an abort's `die`) while stdin waits.
+                                let (reply, answer) = tokio::sync::oneshot::channel();
+                                let req = ScanfRequest { rank: r, conversions: super::scanf_conversions(&fmt), reply };
+                                let (s, tx) = (shared.clone(), tx.clone());
+                                shared.tracker.spawn(async move {
+                                    // The embedder may block on a terminal forever: shutdown wins.
+                                    let answered = tokio::select! {
+                                        _ = s.shutdown.cancelled() => return,
+                                        a = async { stdin.send(req).await.ok()?; answer.await.ok() } => a,
+                                    };
+                                    match answered {
+                                        Some(Some(text)) => { let _ = tx.send(Notice::Send(super::scanf_frame(&text))).await; }
+                                        Some(None) => {
+                                            let reason = format!("rank {r} on {}: scanf({fmt:?}) at the end of its standard input", s.host());
+                                            s.abort(Some(r), 1, reason).await;
+                                        }
+                                        None => {}
+                                    }
+                                }.in_current_span());
                             }
                             Action::Barrier | Action::Barrier0 => {
                                 if let Some(r) = rank { shared.barrier(r, action == Action::Barrier0); }
@@ -534,6 +638,13 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
                                 let r = rank;
                                 let who = r.map_or_else(|| "an unidentified netlrts client".to_string(), |r| format!("rank {r}"));
                                 let msg = msg.trim_end();
+                                // charmrun prints the message on its stderr; here it is the
+                                // rank's, which also reaches a Slurm user (the abort reason
+                                // itself only reaches the launcher and the logs).
+                                if let Some(r) = r {
+                                    let line = Bytes::from(format!("{msg}\n"));
+                                    let _ = shared.output.send(Output { rank: r, stderr: true, data: line }).await;
+                                }
                                 shared.abort(r, 1, format!("{who} on {} called CmiAbort: {msg}", shared.host())).await;
                                 break 'conn;
                             }
@@ -544,6 +655,14 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
         }
     }
     let _ = stream.shutdown().await;
+    if let Some(r) = session.rank() {
+        let end = Output {
+            rank: r,
+            stderr: false,
+            data: Bytes::new(),
+        };
+        let _ = shared.output.send(end).await;
+    }
     if closed_early && let Some(r) = session.rank() {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,

@@ -240,3 +240,28 @@ fn netmagic_is_stable_and_small() {
     assert_ne!(netmagic("job.1"), netmagic("job.2"));
     assert!(netmagic("x") <= 0x7fff);
 }
+
+#[test]
+fn scanf_counts_conversions_and_takes_whole_lines() {
+    assert_eq!(scanf_conversions("%d"), 1);
+    assert_eq!(scanf_conversions("x=%d %s %%%lf %*d"), 3);
+    assert_eq!(scanf_conversions("no conversion %"), 0);
+    let take = |input: &str, n: usize| {
+        let mut buf = input.to_string();
+        let got = scanf_take(&mut buf, n);
+        (got, buf)
+    };
+    // One line for one value; the rest stays for the next scanf.
+    assert_eq!(take("42\n7 8\n", 1), (Some("42 ".into()), "7 8\n".into()));
+    // Values spread over lines: as many lines as needed.
+    assert_eq!(
+        take("1\n\n2 3\nrest", 3),
+        (Some("1  2 3 ".into()), "rest".into())
+    );
+    // Not enough complete lines yet (an unterminated last line waits).
+    assert_eq!(take("1 2", 1), (None, "1 2".into()));
+    assert_eq!(take("1\n", 2), (None, "1\n".into()));
+    // A format without values still consumes a line, as fscanf consumes its input.
+    assert_eq!(take("\nx\n", 0), (Some(" ".into()), "x\n".into()));
+    assert_eq!(frame_kind(&scanf_frame("42 ")), "scanf-data");
+}

@@ -199,3 +199,46 @@ fn listener_rule_and_task_env() {
         ]
     );
 }
+
+#[test]
+fn charm_is_only_chosen_by_request_and_reaches_the_stepd() {
+    let r = |user: Option<&str>, cfg| Protocol::resolve(user, cfg, Some(Protocol::Pmi), true);
+    assert_eq!(r(Some("charm"), Protocol::Auto), Ok(Protocol::Charm));
+    assert_eq!(r(Some("CHARM"), Protocol::Pmix), Ok(Protocol::Charm));
+    assert_eq!(r(None, Protocol::Charm), Ok(Protocol::Charm));
+    assert_eq!(r(Some("pmi"), Protocol::Charm), Ok(Protocol::Pmi));
+    assert_eq!(r(None, Protocol::Auto), Ok(Protocol::Pmi));
+    let env = stepd_env(&[(VAR_PROTOCOL, "charm")]);
+    assert_eq!(plan(&env).unwrap().protocol, Protocol::Charm);
+    let env = stepd_env(&[(VAR_PROTOCOL, "auto")]);
+    assert!(
+        plan(&env)
+            .unwrap_err()
+            .contains("expected pmi, pmix or charm")
+    );
+}
+
+#[test]
+fn charm_steps_refuse_charmrun_process_options() {
+    let check = |argv: &str| {
+        let argv: Vec<String> = argv.split_whitespace().map(String::from).collect();
+        check_charm_args(&argv, 8)
+    };
+    assert_eq!(check("-n8 --mpi=greedy python3 prog.py +ppn 1 x"), Ok(()));
+    // srun cannot remove a word from the command line, so even the matching count is refused.
+    let e = check("-n8 python3 prog.py +p8").unwrap_err();
+    assert!(
+        e.starts_with("+p8: srun passes it") && e.contains("srun -n 8"),
+        "{e}"
+    );
+    let e = check("-n8 python3 prog.py +p2").unwrap_err();
+    assert!(
+        e.contains("greedy starts 8 processes") && e.contains("with srun, drop it"),
+        "{e}"
+    );
+    assert!(
+        check("-n8 python3 prog.py ++local")
+            .unwrap_err()
+            .contains("++local")
+    );
+}

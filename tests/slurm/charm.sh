@@ -1,0 +1,117 @@
+#!/bin/bash
+# tests/slurm/charm.sh: Charm++ (the charm4py 1.1 wheel, netlrts) under `srun --mpi=greedy` with
+# SLURM_GREEDY_PROTOCOL=charm, on the emulated Slurm 22.05 cluster, 4 hosts x 2 tasks (8 PEs):
+#   ok          chares on every PE, a broadcast, a sum and a gather checked; each PE's print
+#               reaches srun labelled with its own task (`srun -l`) from the host Slurm put it on
+#   exit3       charm.exit(3): srun exits 1 and says why on rank 0's stderr (a netlrts process
+#               can only exit 0 or 1 once it sent `ending`; slurmstepd reports real statuses)
+#   abort       charm.abort(...): srun exits 1 (as charmrun), the message on rank 0's stderr
+#   fail-start  task 5 exits 5 before charm.start(): the job ends at once, srun exits 5 and
+#               names n3 and task 5's code, and task 5's stderr says the job was aborted and why
+#   +p8         refused by srun before anything starts (a non-SMP client would die silently)
+# and nothing of a step left on any host after each case. Needs root; about 1 min.
+# Env: CARGO_TARGET_DIR (default <repo>/target), GREEDY_CHARM4PY (the venv).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+NODES=4
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+
+fail() { echo "slurm-charm: FAIL: $*" >&2; exit 1; }
+pass() { echo "slurm-charm: ok: $*"; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+[[ $CARGO_TARGET_DIR == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+
+cargo build -q --release -p greedy-slurm-mpi
+PLUGDIR=$CARGO_TARGET_DIR/charm-plugindir
+mkdir -p "$PLUGDIR"
+cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
+mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
+source "$ROOT/tests/charm/charm4py.sh"
+
+source "$ROOT/tests/cluster/claim.sh"
+cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR"
+eval "$("$TC" env)"
+WORK=$GREEDY_TC_SCRATCH/slurm-charm
+mkdir -p "$WORK"
+cd "$WORK"
+cp "$ROOT/tests/charm/prog.py" "$WORK/prog.py"
+export SLURM_GREEDY_PROTOCOL=charm
+
+leftovers() {
+  local ns pid cmd out=""
+  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
+      [[ $cmd =~ slurmstepd|prog\.py ]] && out+="$ns:$pid:$cmd; "
+    done
+  done
+  echo "$out"
+}
+no_leftovers() { # polls up to 20 s (KillWait plus stepd teardown on 2 busy cores)
+  local left
+  for _ in $(seq 100); do
+    left=$(leftovers)
+    [[ -z $left ]] && return 0
+    sleep 0.2
+  done
+  fail "$1: processes left behind: $left"
+}
+
+# run NAME ARGS... : srun -l on 4 hosts x 2 with prog.py ARGS; sets RC, OUT, ERR, SECS
+run() {
+  local name=$1 t0=${EPOCHREALTIME/./}
+  shift
+  set +e
+  timeout -k 5 90 srun -l -N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2 --mpi=greedy \
+    "$CHARM/bin/python" "$WORK/prog.py" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  SECS=$(awk -v a="$t0" -v b="${EPOCHREALTIME/./}" 'BEGIN { printf "%.2f", (b - a) / 1e6 }')
+  OUT=$(<"$WORK/$name.out")
+  ERR=$(<"$WORK/$name.err")
+}
+
+run ok ok
+((RC == 0)) || fail "ok: exit $RC: $ERR $OUT"
+grep -q "^0: charm-e2e: pes=8 sum=252 hosts=4 ok$" <<<"$OUT" || fail "ok: summary: $OUT $ERR"
+for pe in $(seq 0 7); do
+  # Block placement: tasks 2i and 2i+1 on n(i+1).
+  grep -qx "$pe: charm-e2e: pe $pe on n$((pe / 2 + 1))" <<<"$OUT" ||
+    fail "ok: no line of PE $pe labelled $pe from n$((pe / 2 + 1)): $OUT"
+done
+no_leftovers ok
+pass "8 PEs on 4 hosts: broadcast, sum and gather checked; each PE's print labelled with its task, ${SECS}s"
+
+run exit3 exit3
+((RC == 1)) || fail "exit3: expected 1, got $RC: $ERR"
+grep -q "^0: .*rank 0 ended with charm.exit(3)" <<<"$ERR" || fail "exit3: no note on rank 0's stderr: $ERR"
+no_leftovers exit3
+pass "charm.exit(3): srun exits 1, rank 0's stderr says 3"
+
+run abort abort
+((RC == 1)) || fail "abort: expected 1 (as charmrun and greedyrun), got $RC: $ERR"
+grep -q "^0: .*charm-e2e deliberate abort" <<<"$ERR" || fail "abort: message missing: $ERR"
+no_leftovers abort
+pass "charm.abort: srun exits $RC, the message on rank 0's stderr"
+
+run fail-start fail-start=5
+# 5 when every other task got `die` (they exit 1 when it comes before the node table); 137 when
+# one was still starting at the kill one second after the abort (srun: a signal beats codes).
+((RC == 5 || RC == 137)) || fail "fail-start: expected 5 (or 137), got $RC: $ERR"
+grep -q "n3: task 5: Exited with exit code 5" <<<"$ERR" || fail "fail-start: srun does not name n3/task 5: $ERR"
+# (the code in the reason is 1 when slurmstepd reaped task 5 before the agent saw it end)
+grep -Eq "^5: mpi/greedy: job aborted: .*rank 5 on n3 exited with code [0-9]+ before connecting" <<<"$ERR" ||
+  fail "fail-start: no abort note on task 5's stderr: $ERR"
+(($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "fail-start: took ${SECS}s"
+no_leftovers fail-start
+pass "task 5 exits 5 before connecting: job ends in ${SECS}s (srun $RC), n3 and the cause named"
+
+run plus-p ok +p8
+((RC != 0)) || fail "+p8: srun exited 0"
+grep -q "+p8: srun passes it to every process" <<<"$ERR" || fail "+p8: $ERR"
+[[ -z $OUT ]] || fail "+p8: something ran: $OUT"
+pass "+p8 refused by srun with a reason"
+echo "slurm-charm: all passed"
