@@ -471,6 +471,32 @@ impl Agent {
             ))
             .map_err(shim)?;
         stdio.set_server(server.clone());
+        // A netlrts process exits 1 after `charm.exit(3)`: srun gets the 3 from here.
+        let (p, handle) = (plan.clone(), rt.handle().clone());
+        stdio.on_nonzero_end(Box::new(move |rank, code| {
+            let p = p.clone();
+            handle.spawn(async move {
+                let reason = format!("rank {rank} on {} ended with charm.exit({code})", p.node());
+                let secret = p.secret();
+                let report = report_exit(
+                    p.srun,
+                    &p.kvsname,
+                    secret.as_bytes(),
+                    p.node_idx,
+                    code,
+                    &reason,
+                );
+                match tokio::time::timeout(REPORT_TIMEOUT, report).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        error!("mpi/greedy: rank {rank}: exit code {code} not reported: {e}")
+                    }
+                    Err(_) => error!(
+                        "mpi/greedy: rank {rank}: srun did not take exit code {code} in time"
+                    ),
+                }
+            });
+        }));
         set_joined(
             &self.joined,
             overlay.clone(),

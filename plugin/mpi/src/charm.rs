@@ -57,8 +57,7 @@ enum Event {
     Out(Output),
     /// Close a rank's descriptors (its task ended [`CLOSE_GRACE`] ago).
     Close(u32),
-    /// Put a note of ours on that rank's stderr (the job was aborted there, or it ended with
-    /// a code its process cannot exit with).
+    /// Put a note of ours on that rank's stderr (the job was aborted there).
     Note(u32, String),
 }
 
@@ -76,7 +75,13 @@ struct Filed {
     arrived: Condvar,
     /// The server, for the `ending` codes (set once it runs).
     server: OnceLock<CharmServer>,
+    /// Told (rank, code) when a rank ended with a non-zero `ending` code, which its process
+    /// cannot exit with (it exits 1): the agent reports the code to srun.
+    on_code: OnceLock<Box<EndedFn>>,
 }
+
+/// What the writer calls for a rank that ended with a non-zero code.
+pub type EndedFn = dyn Fn(u32, i32) + Send + Sync;
 
 /// The agent's handle on the writer: cheap to clone.
 #[derive(Clone)]
@@ -243,6 +248,11 @@ impl Stdio {
         let _ = self.filed.server.set(server);
     }
 
+    /// What to do when a rank ends with a non-zero `ending` code (`charm.exit(3)`).
+    pub fn on_nonzero_end(&self, f: Box<EndedFn>) {
+        let _ = self.filed.on_code.set(f);
+    }
+
     /// The task of `rank` ended: close its descriptors after [`CLOSE_GRACE`] (if the end
     /// marker of its output did not close them already).
     pub async fn exited(&self, rank: u32) {
@@ -269,14 +279,11 @@ fn write_event(filed: &Filed, closed: &mut HashSet<u32>, ev: Event, node: &str) 
         Event::Out(o) if o.is_end() => {
             // After a clean end a client exits 0 (`die`) or 1 (socket closed): say what the
             // real code was, where the user sees the 1.
+            // After a clean end a client exits 0 (`die`) or 1 (socket closed): the real code
+            // goes to srun, before the process exits.
             let code = filed.server.get().and_then(|s| s.exit_code(o.rank));
-            if let Some(code) = code.filter(|c| *c != 0) {
-                let note = format!(
-                    "mpi/greedy: rank {} ended with charm.exit({code}); its process exits 1, as a \
-                     netlrts process cannot exit with its own code once it has sent `ending`\n",
-                    o.rank
-                );
-                write_event(filed, closed, Event::Note(o.rank, note), node);
+            if let (Some(code), Some(f)) = (code.filter(|c| *c != 0), filed.on_code.get()) {
+                f(o.rank, code);
             }
             close(filed, closed, o.rank);
             return;
