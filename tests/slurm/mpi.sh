@@ -106,13 +106,13 @@ slurmds_alive() {
 }
 
 # run NAME TIMEOUT SRUN-ARGS... : sets RC, OUT, ERR, SECS (srun's own timeout as a guard)
-SRUN=(srun)
+SRUN_CMD=(srun)
 run() {
   local name=$1 limit=$2 t0
   shift 2
   t0=$(ms)
   set +e
-  timeout -k 5 "$limit" "${SRUN[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  timeout -k 5 "$limit" "${SRUN_CMD[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
   RC=$?
   set -e
   SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
@@ -186,12 +186,12 @@ pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits 
 for mpi in mpich ompi; do
   prog=$WIREUP proto=pmi
   [[ $mpi == ompi ]] && prog=$OMPI proto=pmix
-  SRUN=(runuser -u nobody -- env SLURM_GREEDY_PROTOCOL=$proto srun --chdir=/)
+  SRUN_CMD=(runuser -u nobody -- env SLURM_GREEDY_PROTOCOL=$proto srun --chdir=/)
   run "user-$mpi" 90 "${PPN[@]}" --mpi=greedy bash -c 'echo "uid=$(id -u)"; exec env EXPECT_SIZE=16 '"$prog"
   ok16 "user-$mpi"
   [[ $(grep -c "^uid=$(id -u nobody)$" <<<"$OUT") == 16 ]] || fail "user-$mpi: tasks did not run as nobody: $OUT"
 done
-SRUN=(srun)
+SRUN_CMD=(srun)
 pass "srun as user nobody: MPICH (PMI) and Open MPI (PMIx) 16/16 ranks ok"
 
 # Never both families in one task: MPICH ≥ 4.1 refuses a task with PMI_* and PMIX_*.
