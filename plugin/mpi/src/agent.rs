@@ -477,24 +477,7 @@ impl Agent {
             let p = p.clone();
             handle.spawn(async move {
                 let reason = format!("rank {rank} on {} ended with charm.exit({code})", p.node());
-                let secret = p.secret();
-                let report = report_exit(
-                    p.srun,
-                    &p.kvsname,
-                    secret.as_bytes(),
-                    p.node_idx,
-                    code,
-                    &reason,
-                );
-                match tokio::time::timeout(REPORT_TIMEOUT, report).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        error!("mpi/greedy: rank {rank}: exit code {code} not reported: {e}")
-                    }
-                    Err(_) => error!(
-                        "mpi/greedy: rank {rank}: srun did not take exit code {code} in time"
-                    ),
-                }
+                report_to_srun(&p, code, &reason).await;
             });
         }));
         set_joined(
@@ -711,11 +694,10 @@ async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn
     }
 }
 
-/// Ends the step from this node: reports the job's exit code (0 becomes 1: a job that ends
-/// early has failed) and `reason` to srun, then asks slurmctld to kill the step.
-async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<KillStepFn>) {
+/// Tells srun the job's exit code and why (srun exits with it); logs what went wrong, never
+/// waiting longer than [`REPORT_TIMEOUT`].
+async fn report_to_srun(plan: &StepPlan, code: i32, reason: &str) {
     let (job, step) = (plan.job_id, plan.step_id);
-    let code = if code == 0 { 1 } else { code };
     let secret = plan.secret();
     let report = report_exit(
         plan.srun,
@@ -723,16 +705,23 @@ async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<Kil
         secret.as_bytes(),
         plan.node_idx,
         code,
-        &reason,
+        reason,
     );
     match tokio::time::timeout(REPORT_TIMEOUT, report).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => error!("mpi/greedy: step {job}.{step}: exit code not reported: {e}"),
+        Ok(Err(e)) => error!("mpi/greedy: step {job}.{step}: exit code {code} not reported: {e}"),
         Err(_) => error!(
-            "mpi/greedy: step {job}.{step}: srun {} did not take the exit report within {REPORT_TIMEOUT:?}",
+            "mpi/greedy: step {job}.{step}: srun {} did not take exit code {code} within {REPORT_TIMEOUT:?}",
             plan.srun
         ),
     }
+}
+
+/// Ends the step from this node: reports the job's exit code (0 becomes 1: a job that ends
+/// early has failed) and `reason` to srun, then asks slurmctld to kill the step.
+async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<KillStepFn>) {
+    let (job, step) = (plan.job_id, plan.step_id);
+    report_to_srun(plan, if code == 0 { 1 } else { code }, &reason).await;
     let done = tokio::task::spawn_blocking(move || kill_step(job, step)).await;
     if !matches!(done, Ok(true)) {
         error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
