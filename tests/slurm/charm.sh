@@ -40,25 +40,8 @@ cd "$WORK"
 cp "$ROOT/tests/charm/prog.py" "$WORK/prog.py"
 export SLURM_GREEDY_PROTOCOL=charm
 
-leftovers() {
-  local ns pid cmd out=""
-  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do
-      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
-      [[ $cmd =~ slurmstepd|prog\.py ]] && out+="$ns:$pid:$cmd; "
-    done
-  done
-  echo "$out"
-}
-no_leftovers() { # polls up to 20 s (KillWait plus stepd teardown on 2 busy cores)
-  local left
-  for _ in $(seq 100); do
-    left=$(leftovers)
-    [[ -z $left ]] && return 0
-    sleep 0.2
-  done
-  fail "$1: processes left behind: $left"
-}
+JOB_RE='slurmstepd|prog\.py'
+. "$ROOT/tests/cluster/leftovers.sh"
 
 # run NAME ARGS... : srun -l on 4 hosts x 2 with prog.py ARGS; sets RC, OUT, ERR, SECS
 run() {

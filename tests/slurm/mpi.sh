@@ -78,25 +78,7 @@ down() { cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true; }
 
 # Processes of our jobs left in any host (slurmstepd included: a step must end entirely).
 JOB_RE='slurmstepd|wireup|sleep 4242|bash -c'
-leftovers() {
-  local ns pid cmd out=""
-  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do
-      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
-      [[ $cmd =~ $JOB_RE ]] && out+="$ns:$pid:$cmd; "
-    done
-  done
-  echo "$out"
-}
-no_leftovers() { # polls up to 20 s (KillWait=5 plus stepd teardown on 2 busy cores)
-  local left
-  for _ in $(seq 100); do
-    left=$(leftovers)
-    [[ -z $left ]] && return 0
-    sleep 0.2
-  done
-  fail "$1: processes left behind: $left"
-}
+. "$ROOT/tests/cluster/leftovers.sh"
 slurmds_alive() {
   local n
   n=$(pgrep -xc slurmd || true)
