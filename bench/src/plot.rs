@@ -180,7 +180,12 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
             .iter()
             .flat_map(|c| c.measured.iter().map(|m| m.0));
         let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
-        let (lo, hi) = if lo <= hi { (lo, hi) } else { (1.0, 2.0) };
+        // x is log2(hosts) on a linear axis, so ticks fall on the measured powers of two.
+        let (lo, hi) = if lo <= hi {
+            (lo.log2(), hi.log2())
+        } else {
+            (0.0, 1.0)
+        };
         let top = panel
             .curves
             .iter()
@@ -197,21 +202,28 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(50)
-            .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0f64..top.max(1e-9))
+            .build_cartesian_2d(lo - 0.25..hi + 0.25, 0f64..top.max(1e-9))
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .x_desc("hosts")
             .light_line_style(WHITE)
             .y_desc("launch s")
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_labels((hi - lo) as usize + 2)
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{}", 2f64.powf(x.round()))
+                } else {
+                    String::new()
+                }
+            })
             .draw()
             .map_err(plot_err)?;
         for (i, c) in panel.curves.iter().enumerate() {
             let col = colour(i);
             chart
                 .draw_series(LineSeries::new(
-                    c.measured.iter().map(|&(x, s)| (x, s.median)),
+                    c.measured.iter().map(|&(x, s)| (x.log2(), s.median)),
                     col.stroke_width(2),
                 ))
                 .map_err(plot_err)?
@@ -219,12 +231,12 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(2)));
             chart
                 .draw_series(c.measured.iter().map(|&(x, s)| {
-                    ErrorBar::new_vertical(x, s.min, s.median, s.max, col.stroke_width(1), 6)
+                    ErrorBar::new_vertical(x.log2(), s.min, s.median, s.max, col.stroke_width(1), 6)
                 }))
                 .map_err(plot_err)?;
             chart
                 .draw_series(DashedLineSeries::new(
-                    c.modeled.iter().copied(),
+                    c.modeled.iter().map(|&(x, y)| (x.log2(), y)),
                     6,
                     4,
                     col.stroke_width(1),
