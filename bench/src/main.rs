@@ -59,7 +59,7 @@ enum Cmd {
     Report,
 }
 
-#[derive(clap::Args, Clone, Copy)]
+#[derive(clap::Args, Clone)]
 struct RunArgs {
     /// Repetitions of each side-by-side comparison.
     #[arg(long, default_value_t = 5)]
@@ -70,6 +70,14 @@ struct RunArgs {
     /// Few sizes and one repetition: to check the pipeline in a few minutes, not to publish.
     #[arg(long)]
     quick: bool,
+    /// Emulated delays of the model validation, ms (default 0,10,20); each delay's rows in
+    /// docs/data replace that delay's only.
+    #[arg(long, value_delimiter = ',')]
+    model_delays: Option<Vec<u32>>,
+    /// Model validation: reuse a delay's results already measured into the scratch directory
+    /// (after an interrupted run) instead of measuring it again.
+    #[arg(long)]
+    resume: bool,
 }
 
 fn main() {
@@ -93,12 +101,16 @@ fn run(args: Args) -> Result<()> {
         Cmd::Run { sections, run } => (sections, Some(run)),
         Cmd::Report => (vec![], None),
     };
-    let ctx = Ctx::new(
+    let mut ctx = Ctx::new(
         root,
-        run.map_or(5, |r| r.reps),
-        run.map_or(3, |r| r.model_reps),
-        run.is_some_and(|r| r.quick),
+        run.as_ref().map_or(5, |r| r.reps),
+        run.as_ref().map_or(3, |r| r.model_reps),
+        run.as_ref().is_some_and(|r| r.quick),
     )?;
+    if let Some(r) = run {
+        ctx.model_delays = r.model_delays;
+        ctx.resume = r.resume;
+    }
     let mut failed = vec![];
     for s in sections {
         eprintln!("greedy-bench: section {} …", s.name());

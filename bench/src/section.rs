@@ -37,6 +37,10 @@ pub(crate) struct Ctx {
     pub(crate) model_reps: u32,
     /// Small sizes, one repetition.
     pub(crate) quick: bool,
+    /// Delays of the model validation (default 0, 10, 20 ms).
+    pub(crate) model_delays: Option<Vec<u32>>,
+    /// Reuse a model-validation delay's results already in the scratch directory.
+    pub(crate) resume: bool,
 }
 
 impl Ctx {
@@ -57,6 +61,8 @@ impl Ctx {
             reps,
             model_reps,
             quick,
+            model_delays: None,
+            resume: false,
         })
     }
 

@@ -43,43 +43,77 @@ pub(crate) struct LaunchFailure {
 
 /// Runs tests/launcher/bench.sh part M once per delay (one cluster each, released between).
 pub(crate) fn measure(ctx: &Ctx) -> Result<()> {
-    let (delays, sizes): (&[u32], &str) = if ctx.quick {
+    let (default_delays, sizes): (&[u32], &str) = if ctx.quick {
         (&[0, 10], "8 16")
     } else {
         (&[0, 10, 20], "8 16 32 64")
     };
+    let delays = ctx.model_delays.as_deref().unwrap_or(default_delays);
     let reps = ctx.model_reps.to_string();
-    let (mut launches, mut cals, mut failures) = (vec![], vec![], vec![]);
     for &delay in delays {
         let out = ctx.work.join(format!("model-{delay}"));
-        if out.exists() {
-            std::fs::remove_dir_all(&out).with_context(|| format!("{}", out.display()))?;
+        let results = out.join("results.csv");
+        if ctx.resume && results.exists() && out.join("calibration.csv").exists() {
+            eprintln!(
+                "greedy-bench: model: delay {delay} ms: reusing {}",
+                results.display()
+            );
+        } else {
+            if out.exists() {
+                std::fs::remove_dir_all(&out).with_context(|| format!("{}", out.display()))?;
+            }
+            let d = delay.to_string();
+            ctx.script(
+                "tests/launcher/bench.sh",
+                &[],
+                &[
+                    ("BENCH_OUT", out.to_str().context("non-UTF-8 path")?),
+                    ("PARTS", "M"),
+                    ("SIZES", ""),
+                    ("MSIZES", sizes),
+                    ("SHELLS", "rsh ssh"),
+                    ("RUNS", &reps),
+                    ("DELAY", &d),
+                    // Launches without MPI leave nothing running behind them: 1 s is enough.
+                    ("SETTLE", "2"),
+                ],
+            )?;
         }
-        let d = delay.to_string();
-        ctx.script(
-            "tests/launcher/bench.sh",
-            &[],
-            &[
-                ("BENCH_OUT", out.to_str().context("non-UTF-8 path")?),
-                ("PARTS", "M"),
-                ("SIZES", ""),
-                ("MSIZES", sizes),
-                ("SHELLS", "rsh ssh"),
-                ("RUNS", &reps),
-                ("DELAY", &d),
-                // Launches without MPI leave nothing running behind them: 1 s is enough.
-                ("SETTLE", "2"),
-            ],
+        let runs: Vec<LauncherRun> = data::read(&results)?;
+        let (launches, failures) = split_runs(&runs, delay);
+        let cals: Vec<CalibrationRow> = data::read(&out.join("calibration.csv"))?;
+        // Each delay replaces its own rows as soon as it is measured: a later delay's failure
+        // (another test took the cluster) keeps the delays already done.
+        replace_delay(&ctx.data("launch.csv"), delay, launches, |r: &LaunchRow| {
+            r.delay_ms
+        })?;
+        replace_delay(
+            &ctx.data("launch-calibration.csv"),
+            delay,
+            cals,
+            |r: &CalibrationRow| r.delay_ms,
         )?;
-        let runs: Vec<LauncherRun> = data::read(&out.join("results.csv"))?;
-        let (l, f) = split_runs(&runs, delay);
-        launches.extend(l);
-        failures.extend(f);
-        cals.extend(data::read::<CalibrationRow>(&out.join("calibration.csv"))?);
+        replace_delay(
+            &ctx.data("launch-failures.csv"),
+            delay,
+            failures,
+            |r: &LaunchFailure| r.delay_ms,
+        )?;
     }
-    data::write(&ctx.data("launch.csv"), &launches)?;
-    data::write(&ctx.data("launch-calibration.csv"), &cals)?;
-    data::write(&ctx.data("launch-failures.csv"), &failures)
+    Ok(())
+}
+
+/// Rewrites a docs/data file with the rows of `delay_ms` replaced by `rows`.
+fn replace_delay<T: serde::de::DeserializeOwned + Serialize>(
+    path: &std::path::Path,
+    delay_ms: u32,
+    rows: Vec<T>,
+    delay_of: impl Fn(&T) -> u32,
+) -> Result<()> {
+    let mut all: Vec<T> = data::read_if_any(path)?;
+    all.retain(|r| delay_of(r) != delay_ms);
+    all.extend(rows);
+    data::write(path, &all)
 }
 
 /// The script's part-M rows as launch.csv rows (successes) and failures.
