@@ -51,7 +51,6 @@ PARTS=${PARTS:-A B C}
 MSIZES=${MSIZES:-8 16 32 64}
 SHELLS=${SHELLS:-rsh ssh}
 SETTLE=${SETTLE:-30}
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -59,7 +58,7 @@ cargo build -q --release -p greedy-launcher
 BIN=$CARGO_TARGET_DIR/release
 cargo build -q --release -p greedy-netdelay
 export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
-[[ -x $MPICH5/bin/mpicc ]] || { python3 -m venv "$MPICH5" && "$MPICH5/bin/pip" install -q mpich==5.0.2; }
+. "$ROOT/tests/mpi/mpich5.sh"
 
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"

@@ -35,7 +35,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 NODES=8
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 
 fail() { echo "launcher-e2e: FAIL: $*" >&2; exit 1; }
 pass() { echo "launcher-e2e: ok: $*"; }
@@ -53,10 +52,8 @@ export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netde
 BIN=$CARGO_TARGET_DIR/debug
 [[ $BIN == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
 
-if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi && ! -x $MPICH5/bin/mpicc ]]; then
-  echo "launcher-e2e: installing PyPI mpich 5.0.2 into $MPICH5"
-  python3 -m venv "$MPICH5"
-  "$MPICH5/bin/pip" install -q mpich==5.0.2
+if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
+  . "$ROOT/tests/mpi/mpich5.sh"
 fi
 
 # --- cluster ---------------------------------------------------------------------------------

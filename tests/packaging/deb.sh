@@ -25,7 +25,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 NODES=4
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 FAKE_RELEASE=0x170207 # 23.02.7: a release this machine's Slurm is not
 
@@ -88,11 +87,7 @@ INSTALLED=0
 pass "dpkg -i of greedy-slurm built for slurmd 22.05.7-1 refused: $(grep -m1 'built for' <<<"$OUT")"
 
 # --- MPI test programs (as tests/slurm/mpi.sh builds them) ------------------------------------
-if [[ ! -x $MPICH5/bin/mpicc ]]; then
-  echo "deb: installing PyPI mpich 5.0.2 into $MPICH5"
-  python3 -m venv "$MPICH5"
-  "$MPICH5/bin/pip" install -q mpich==5.0.2
-fi
+. "$ROOT/tests/mpi/mpich5.sh"
 BIN=$CARGO_TARGET_DIR/deb-test
 mkdir -p "$BIN"
 "$MPICH5/bin/mpicc" -O1 -o "$BIN/wireup" "$ROOT/tests/mpi/wireup.c"

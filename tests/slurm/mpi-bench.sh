@@ -21,7 +21,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=() csv=/dev/null
 while (($#)); do
   case $1 in
@@ -46,10 +45,7 @@ PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
 mkdir -p "$PLUGDIR" "$CARGO_TARGET_DIR/mpi-test"
 cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-if [[ ! -x $MPICH5/bin/mpicc ]]; then
-  python3 -m venv "$MPICH5"
-  "$MPICH5/bin/pip" install -q mpich==5.0.2
-fi
+. "$ROOT/tests/mpi/mpich5.sh"
 "$MPICH5/bin/mpicc" -O1 -o "$CARGO_TARGET_DIR/mpi-test/init_time" "$ROOT/tests/slurm/init_time.c"
 mpicc.openmpi -O1 -o "$CARGO_TARGET_DIR/mpi-test/init_time-ompi" "$ROOT/tests/slurm/init_time.c"
 

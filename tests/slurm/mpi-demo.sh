@@ -9,7 +9,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 [[ $EUID -eq 0 ]] || { echo "mpi-demo: run as root" >&2; exit 1; }
 
 cargo build -q --release --locked -p greedy-slurm-mpi
@@ -18,10 +17,7 @@ BINDIR=$CARGO_TARGET_DIR/mpi-test
 mkdir -p "$PLUGDIR" "$BINDIR"
 cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-if [[ ! -x $MPICH5/bin/mpicc ]]; then
-  python3 -m venv "$MPICH5"
-  "$MPICH5/bin/pip" install -q mpich==5.0.2
-fi
+. "$ROOT/tests/mpi/mpich5.sh"
 mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
 "$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup-mpich" "$ROOT/tests/mpi/wireup.c"
 

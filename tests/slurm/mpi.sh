@@ -32,7 +32,6 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 NODES=8
 REPEAT=${MPI_REPEAT:-50}
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $CARGO_TARGET_DIR == /tmp/* ]] && { echo "mpi: CARGO_TARGET_DIR under /tmp is not visible to the hosts" >&2; exit 1; }
 
@@ -47,11 +46,7 @@ PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
 mkdir -p "$PLUGDIR"
 cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-if [[ ! -x $MPICH5/bin/mpicc ]]; then
-  echo "mpi: installing PyPI mpich 5.0.2 into $MPICH5"
-  python3 -m venv "$MPICH5"
-  "$MPICH5/bin/pip" install -q mpich==5.0.2
-fi
+. "$ROOT/tests/mpi/mpich5.sh"
 BINDIR=$CARGO_TARGET_DIR/mpi-test
 mkdir -p "$BINDIR"
 "$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup" "$ROOT/tests/mpi/wireup.c"
