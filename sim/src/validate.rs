@@ -41,24 +41,40 @@ pub struct Measurement {
     pub line: usize,
 }
 
-/// Reads `shell,topology,hosts,delay_ms,rep,seconds` rows (after the header).
-pub fn parse(path: &Path, text: &str) -> Result<Vec<Measurement>, Error> {
-    let bad = |line: usize, text: &str, reason: String| Error::Measured {
+/// The error for line `line` (`text`) of the CSV file `path`.
+fn bad(path: &Path, line: usize, text: &str, reason: String) -> Error {
+    Error::Measured {
         path: path.to_path_buf(),
         line,
         text: text.to_string(),
         reason,
-    };
+    }
+}
+
+/// The non-blank lines after `header`, which must be the file's first line, with their 1-based
+/// line numbers.
+fn data_lines<'a>(
+    path: &Path,
+    text: &'a str,
+    header: &str,
+) -> Result<impl Iterator<Item = (usize, &'a str)>, Error> {
     let mut lines = text.lines().enumerate();
     match lines.next() {
-        Some((_, h)) if h.trim() == HEADER => {}
-        Some((_, h)) => return Err(bad(1, h, format!("expected the header {HEADER}"))),
-        None => return Err(bad(1, "", "empty file".into())),
+        Some((_, h)) if h.trim() == header => {}
+        Some((_, h)) => return Err(bad(path, 1, h, format!("expected the header {header}"))),
+        None => return Err(bad(path, 1, "", "empty file".into())),
     }
+    Ok(lines
+        .map(|(i, raw)| (i + 1, raw))
+        .filter(|(_, raw)| !raw.trim().is_empty()))
+}
+
+/// Reads `shell,topology,hosts,delay_ms,rep,seconds` rows (after the header).
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Measurement>, Error> {
+    let bad = |line: usize, text: &str, reason: String| bad(path, line, text, reason);
     let mut rows = Vec::new();
-    for (i, raw) in lines {
-        let line = i + 1;
-        if raw.trim().is_empty() || raw.starts_with('#') {
+    for (line, raw) in data_lines(path, text, HEADER)? {
+        if raw.starts_with('#') {
             continue;
         }
         let f: Vec<&str> = raw.split(',').map(str::trim).collect();
@@ -110,29 +126,8 @@ pub fn parse_calibration(
     path: &Path,
     text: &str,
 ) -> Result<Vec<(String, u32, LaunchModel)>, Error> {
-    let bad = |line: usize, text: &str, reason: String| Error::Measured {
-        path: path.to_path_buf(),
-        line,
-        text: text.to_string(),
-        reason,
-    };
-    let mut lines = text.lines().enumerate();
-    match lines.next() {
-        Some((_, h)) if h.trim() == CALIBRATION_HEADER => {}
-        other => {
-            let h = other.map_or("", |(_, h)| h);
-            return Err(bad(
-                1,
-                h,
-                format!("expected the header {CALIBRATION_HEADER}"),
-            ));
-        }
-    }
     let mut rows = Vec::new();
-    for (i, raw) in lines {
-        if raw.trim().is_empty() {
-            continue;
-        }
+    for (line, raw) in data_lines(path, text, CALIBRATION_HEADER)? {
         let f: Vec<&str> = raw.split(',').map(str::trim).collect();
         let parsed = match f[..] {
             [shell, delay, seq, rem] => delay
@@ -143,8 +138,8 @@ pub fn parse_calibration(
             _ => None,
         };
         let (shell, delay, seq, rem) =
-            parsed.ok_or_else(|| bad(i + 1, raw, "expected SHELL,DELAY_MS,SEQ,REM".into()))?;
-        let model = LaunchModel::new(seq, rem).map_err(|e| bad(i + 1, raw, e.to_string()))?;
+            parsed.ok_or_else(|| bad(path, line, raw, "expected SHELL,DELAY_MS,SEQ,REM".into()))?;
+        let model = LaunchModel::new(seq, rem).map_err(|e| bad(path, line, raw, e.to_string()))?;
         rows.push((shell.to_string(), delay, model));
     }
     Ok(rows)
