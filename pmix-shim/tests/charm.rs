@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use greedy_pmix::{
-    JobSecret, JobSpec,
+    AbortInfo, JobSecret, JobSpec,
     charm::{
         self,
         server::{CharmConfig, CharmServer, Output, ScanfRequest},
@@ -100,6 +100,17 @@ async fn send(s: &mut TcpStream, kind: &str, text: &str) {
 }
 
 /// Outputs until `n` end markers have arrived, rendered `rank:err?:text` / `rank:end`.
+/// How the job was aborted, as `overlay` saw it (within 10 s).
+async fn abort_of(overlay: &Overlay) -> AbortInfo {
+    let mut aborted = overlay.aborted();
+    tokio::time::timeout(Duration::from_secs(10), aborted.wait_for(Option::is_some))
+        .await
+        .expect("no abort within 10 s")
+        .expect("the overlay is gone")
+        .clone()
+        .expect("waited for Some")
+}
+
 async fn outputs(rx: &mut mpsc::Receiver<Output>, n: usize) -> Vec<String> {
     let mut seen = Vec::new();
     let mut ends = 0;
@@ -174,13 +185,7 @@ async fn cmi_abort_puts_its_message_on_the_ranks_stderr_then_ends_its_output() {
     c.write_all(&charm::encode("abort", &abort)).await.unwrap();
     let seen = outputs(&mut rx, 1).await;
     assert_eq!(seen, ["3:err:Fatal error on PE 3> deliberate\n", "3:end"]);
-    let mut aborted = agents[0].0.aborted();
-    let info = tokio::time::timeout(Duration::from_secs(10), aborted.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap()
-        .clone()
-        .unwrap();
+    let info = abort_of(&agents[0].0).await;
     assert_eq!(info.rank, Some(3));
     assert!(
         info.reason.contains("rank 3 on h1 called CmiAbort"),
@@ -210,13 +215,7 @@ async fn scanf_is_answered_from_the_embedders_stdin_and_its_end_aborts_naming_th
     // At the end of input the job ends, naming rank and host, as charmrun exits at EOF.
     send(&mut c, "scanf", "%s").await;
     stdin.recv().await.unwrap().reply.send(None).unwrap();
-    let mut aborted = agents[0].0.aborted();
-    let info = tokio::time::timeout(Duration::from_secs(10), aborted.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap()
-        .clone()
-        .unwrap();
+    let info = abort_of(&agents[0].0).await;
     assert_eq!(info.rank, Some(2));
     assert!(
         info.reason
@@ -235,13 +234,7 @@ async fn without_a_stdin_scanf_aborts_naming_the_rank() {
     let (agents, _rx) = agents(None).await;
     let mut c = connect(&agents[0].1, 1).await;
     send(&mut c, "scanf", "%d").await;
-    let mut aborted = agents[1].0.aborted();
-    let info = tokio::time::timeout(Duration::from_secs(10), aborted.wait_for(Option::is_some))
-        .await
-        .unwrap()
-        .unwrap()
-        .clone()
-        .unwrap();
+    let info = abort_of(&agents[1].0).await;
     assert!(
         info.reason
             .contains("rank 1 on h0: netlrts: scanf(\"%d\") over netlrts is not supported"),
