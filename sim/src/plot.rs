@@ -57,6 +57,22 @@ pub(crate) fn by_nodes(
     }
 }
 
+/// The series legend, upper left, on a translucent white box.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 fn nodes_label(x: &f64) -> String {
     match *x {
         x if x >= 1e6 => format!("{}M", x / 1e6),
@@ -120,13 +136,7 @@ where
             )
             .map_err(|e| err(e.to_string()))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
+    legend(&mut chart).map_err(&err)?;
     root.present().map_err(|e| err(e.to_string()))
 }
 
@@ -166,12 +176,6 @@ pub(crate) fn scatter(path: &Path, title: &str, series: &[Line]) -> Result<(), E
             .label(s.name.as_str())
             .legend(move |(x, y)| Circle::new((x + 9, y), 4, color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(e.to_string()))?;
+    legend(&mut chart).map_err(&err)?;
     root.present().map_err(|e| err(e.to_string()))
 }
