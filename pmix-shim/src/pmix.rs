@@ -20,7 +20,8 @@
 //!   numbers match across nodes. A fence whose participants leave out whole nodes cannot be an
 //!   overlay collective and is answered `PMIX_ERR_NOT_SUPPORTED`.
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
-//!   answers with `PMIx_server_dmodex_request`'s blob.
+//!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
+//!   client asked for (at most `KEY_WAIT`, 10 s).
 //! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its
 //!   code and message; a rank that exits before `PMIx_Finalize` (reported by the embedder
 //!   through [`PmixServer::rank_exited`]) does too. The embedder watches
@@ -129,7 +130,20 @@ struct FenceBlob {
 struct DmodexReq {
     nspace: String,
     rank: u32,
+    /// The key the asking client needs (`PMIX_REQUIRED_KEY`), if PMIx named one.
+    key: Option<String>,
 }
+
+/// How long the owning node holds a direct-modex answer for a key its rank has not posted
+/// yet. A rank may commit more than once: Open MPI 4.1 commits during its runtime set-up and
+/// again after opening its transports, and PMIx answers a direct modex from the first commit
+/// on. A peer fast enough to ask in between would get a blob without the transport keys and
+/// fail `MPI_Init` with "Not found"; holding the answer until the key is posted closes that
+/// race. A key that never comes is answered (as missing) after this bound.
+const KEY_WAIT: Duration = Duration::from_secs(10);
+
+/// How often the owning node looks for a key it is holding an answer for (at most).
+const KEY_POLL: Duration = Duration::from_millis(20);
 
 /// One completed fence as this node saw it (for benchmarks and diagnostics).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +276,7 @@ impl Handler for Bridge {
         }
     }
 
-    fn direct_modex(&self, proc_: Proc, done: ModexDone) {
+    fn direct_modex(&self, proc_: Proc, key: Option<String>, done: ModexDone) {
         let node = (proc_.nspace == self.job.job_id)
             .then(|| self.job.node_of_rank(proc_.rank))
             .flatten();
@@ -277,6 +291,7 @@ impl Handler for Bridge {
         let body = postcard::to_stdvec(&DmodexReq {
             nspace: proc_.nspace,
             rank,
+            key,
         })
         .map(Bytes::from);
         self.tracker.spawn_on(
@@ -845,11 +860,19 @@ async fn dmodex_server(
                 let Some(server) = server else {
                     return req.respond(Err("PMIx server stopped".into())).await;
                 };
-                let (tx, rx) = oneshot::channel();
                 let proc_ = Proc {
                     nspace: asked.nspace,
                     rank: asked.rank,
                 };
+                if let Some(key) = asked.key {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => {
+                            return req.respond(Err("node shutting down".into())).await;
+                        }
+                        _ = await_key(&server, &proc_, key) => {}
+                    }
+                }
+                let (tx, rx) = oneshot::channel();
                 if let Err(s) = server.dmodex_request(&proc_, move |r| {
                     let _ = tx.send(r);
                 }) {
@@ -875,6 +898,46 @@ async fn dmodex_server(
             }
             .in_current_span(),
         );
+    }
+}
+
+/// Waits until local `proc_` has posted `key` (see [`KEY_WAIT`]), at most that long.
+async fn await_key(server: &Arc<Server>, proc_: &Proc, key: String) {
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let (s, p, k) = (server.clone(), proc_.clone(), key.clone());
+        // PMIx_Get blocks on PMIx's thread: keep it off the runtime's workers.
+        let posted = tokio::task::spawn_blocking(move || s.has_key(&p, &k)).await;
+        match posted {
+            Ok(Ok(true)) => {
+                if pause > Duration::from_millis(1) {
+                    debug!(
+                        rank = proc_.rank,
+                        key,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "key posted"
+                    );
+                }
+                return;
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(status)) => {
+                debug!(rank = proc_.rank, key, %status, "cannot look for the key; answering now");
+                return;
+            }
+            Err(_) => return,
+        }
+        if started.elapsed() >= KEY_WAIT {
+            warn!(
+                rank = proc_.rank,
+                key,
+                "rank has not posted the key a peer asked for within {KEY_WAIT:?}; answering without it"
+            );
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(KEY_POLL);
     }
 }
 

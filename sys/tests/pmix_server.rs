@@ -7,7 +7,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use greedy_sys::pmix::{
-    Proc, Status,
+    Proc, RANK_WILDCARD, Status,
     info::{InfoArray, Value, key},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
 };
@@ -25,7 +25,7 @@ impl Handler for Idle {
     fn fence(&self, _: Vec<Proc>, _: bool, _: Vec<u8>, done: ModexDone) {
         done.complete(Status::NOT_SUPPORTED, Vec::new());
     }
-    fn direct_modex(&self, _: Proc, done: ModexDone) {
+    fn direct_modex(&self, _: Proc, _: Option<String>, done: ModexDone) {
         done.complete(Status::NOT_FOUND, Vec::new());
     }
     fn callback_panicked(&self, callback: &'static str, message: String) {
@@ -103,6 +103,15 @@ fn server_lifecycle_against_libpmix() {
         "{env:?}"
     );
     assert_eq!(get("PMIX_HOSTNAME"), Some("n0"), "{env:?}");
+
+    // has_key reads the server's own store: job-level keys are there, a key the (not yet
+    // started) client has not posted is not.
+    let job = Proc {
+        nspace: "job.1".into(),
+        rank: RANK_WILDCARD,
+    };
+    assert_eq!(server.has_key(&job, "pmix.job.size"), Ok(true));
+    assert_eq!(server.has_key(&rank0, "btl.tcp.4.1"), Ok(false));
 
     // A name PMIx cannot hold is refused before any C call.
     let long = Proc {

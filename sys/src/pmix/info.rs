@@ -89,6 +89,12 @@ pub mod key {
         SERVER_RANK = PMIX_SERVER_RANK;
         /// `pmix.collect` (bool).
         COLLECT_DATA = PMIX_COLLECT_DATA;
+        /// `pmix.req.key` (string): the key a direct-modex requester waits for.
+        REQUIRED_KEY = PMIX_REQUIRED_KEY;
+        /// `pmix.optional` (bool): a missing key is not an error to chase.
+        OPTIONAL = PMIX_OPTIONAL;
+        /// `pmix.immediate` (bool): answer from local data, never ask the host.
+        IMMEDIATE = PMIX_IMMEDIATE;
     }
 }
 
@@ -221,6 +227,27 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
     }
 }
 
+/// Finds entry `k` in an info array PMIx passed in.
+///
+/// # Safety
+/// `info` must be NULL (with `ninfo` 0) or point to `ninfo` valid `pmix_info_t` that outlive `'a`.
+unsafe fn find<'a>(
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    k: &CStr,
+) -> Option<&'a raw::pmix_info_t> {
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and `ninfo` valid entries by the caller's contract.
+    let infos = unsafe { std::slice::from_raw_parts(info, ninfo) };
+    infos.iter().find(|i| {
+        // SAFETY: PMIx keys are NUL-terminated within their fixed-size buffer.
+        let key = unsafe { CStr::from_ptr(i.key.as_ptr()) };
+        key == k
+    })
+}
+
 /// Reads a bool entry `k` from an info array PMIx passed in; `None` if absent or not a bool.
 ///
 /// # Safety
@@ -230,21 +257,34 @@ pub(crate) unsafe fn find_bool(
     ninfo: usize,
     k: &CStr,
 ) -> Option<bool> {
-    if info.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL and `ninfo` valid entries by the caller's contract.
-    let infos = unsafe { std::slice::from_raw_parts(info, ninfo) };
-    let entry = infos.iter().find(|i| {
-        // SAFETY: PMIx keys are NUL-terminated within their fixed-size buffer.
-        let key = unsafe { CStr::from_ptr(i.key.as_ptr()) };
-        key == k
-    })?;
+    // SAFETY: forwarded caller contract.
+    let entry = unsafe { find(info, ninfo, k) }?;
     if entry.value.type_ != raw::PMIX_BOOL as raw::pmix_data_type_t {
         return None;
     }
     // SAFETY: the union's `flag` member is the active one when the type says PMIX_BOOL.
     Some(unsafe { entry.value.data.flag })
+}
+
+/// Reads a string entry `k` from an info array PMIx passed in; `None` if absent, NULL or not
+/// a string.
+///
+/// # Safety
+/// `info` must be NULL (with `ninfo` 0) or point to `ninfo` valid `pmix_info_t`.
+pub(crate) unsafe fn find_string(
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    k: &CStr,
+) -> Option<String> {
+    // SAFETY: forwarded caller contract.
+    let entry = unsafe { find(info, ninfo, k) }?;
+    if entry.value.type_ != raw::PMIX_STRING as raw::pmix_data_type_t {
+        return None;
+    }
+    // SAFETY: the union's `string` member is the active one when the type says PMIX_STRING.
+    let s = unsafe { entry.value.data.string };
+    // SAFETY: a non-NULL PMIX_STRING value is a NUL-terminated string owned by the array.
+    (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
@@ -272,6 +312,11 @@ mod tests {
         assert_eq!(unsafe { find_bool(p, 4, key::COLLECT_DATA) }, Some(true));
         // SAFETY: as above.
         assert_eq!(unsafe { find_bool(p, 4, key::JOB_SIZE) }, None);
+        // SAFETY: as above.
+        let host = unsafe { find_string(p, 4, key::HOSTNAME) };
+        assert_eq!(host.as_deref(), Some("n1"));
+        // SAFETY: as above.
+        assert_eq!(unsafe { find_string(p, 4, key::COLLECT_DATA) }, None);
         assert!(InfoArray::new(&[(key::HOSTNAME, Value::Str("a\0b".into()))]).is_err());
     }
 }

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::info::{InfoArray, Value, find_bool, key};
+use super::info::{InfoArray, Value, find_bool, find_string, key};
 use super::{Proc, Status, check, take_c_string};
 use crate::raw::pmix as raw;
 
@@ -56,8 +56,10 @@ pub trait Handler: Send + Sync + 'static {
     /// `done` must receive the concatenation of every participating node's blob.
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone);
     /// A local client wants the data of a remote process: fetch its blob from its node
-    /// (which calls [`Server::dmodex_request`]) and complete `done` with it.
-    fn direct_modex(&self, proc_: Proc, done: ModexDone);
+    /// (which calls [`Server::dmodex_request`]) and complete `done` with it. `required_key`
+    /// is the key the client asked for (`PMIX_REQUIRED_KEY`): the blob is useless to it
+    /// until the process has posted that key.
+    fn direct_modex(&self, proc_: Proc, required_key: Option<String>, done: ModexDone);
     /// A callback (this handler's method or a host-call closure) panicked; `message` is the
     /// panic's text. Called once per panic, on PMIx's thread.
     fn callback_panicked(&self, callback: &'static str, message: String);
@@ -314,16 +316,18 @@ unsafe extern "C" fn on_fence(
 
 unsafe extern "C" fn on_direct_modex(
     proc_: *const raw::pmix_proc_t,
-    _info: *const raw::pmix_info_t,
-    _ninfo: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
     cbfunc: raw::pmix_modex_cbfunc_t,
     cbdata: *mut c_void,
 ) -> raw::pmix_status_t {
     let done = ModexDone { cbfunc, cbdata };
     // SAFETY: PMIx passes a valid proc for the duration of the call.
     let p = unsafe { procs_from_raw(proc_, 1) };
+    // SAFETY: `info` holds `ninfo` entries, valid for the call.
+    let required_key = unsafe { find_string(info, ninfo, key::REQUIRED_KEY) };
     forward("direct_modex", move |h| match p.into_iter().next() {
-        Some(p) => h.direct_modex(p, done),
+        Some(p) => h.direct_modex(p, required_key, done),
         None => done.complete(Status::BAD_PARAM, Vec::new()),
     });
     Status::SUCCESS.0
@@ -606,6 +610,44 @@ impl Server {
             return Err(Status(rc));
         }
         Ok(())
+    }
+
+    /// Whether local process `proc_` has posted (committed) `key`: a `PMIx_Get` answered from
+    /// this server's own store (`PMIX_IMMEDIATE`, `PMIX_OPTIONAL`: never asks the host, so
+    /// never loops back into [`Handler::direct_modex`]). Blocks briefly on PMIx's thread:
+    /// never call it from a callback.
+    pub fn has_key(&self, proc_: &Proc, key: &str) -> Result<bool, Status> {
+        let p = proc_.to_raw().ok_or(Status::BAD_PARAM)?;
+        let k = CString::new(key).map_err(|_| Status::BAD_PARAM)?;
+        let mut directives = InfoArray::new(&[
+            (key::IMMEDIATE, Value::Bool(true)),
+            (key::OPTIONAL, Value::Bool(true)),
+        ])?;
+        let mut val: *mut raw::pmix_value_t = std::ptr::null_mut();
+        // SAFETY: `p`, `k` and `directives` live for the call; on success PMIx stores a
+        // malloc'd value in `val` that we own and free below.
+        let rc = unsafe {
+            raw::PMIx_Get(
+                &p,
+                k.as_ptr(),
+                directives.as_mut_ptr(),
+                directives.len(),
+                &mut val,
+            )
+        };
+        if !val.is_null() {
+            // SAFETY: one malloc'd value PMIx handed us: free its contents, then itself (what
+            // the PMIX_VALUE_RELEASE macro does).
+            unsafe {
+                raw::PMIx_Value_destruct(val);
+                libc::free(val.cast());
+            }
+        }
+        match Status(rc) {
+            Status::SUCCESS => Ok(true),
+            Status::NOT_FOUND => Ok(false),
+            other => Err(other),
+        }
     }
 
     /// `PMIx_generate_regex` over a comma-separated host list: the `PMIX_NODE_MAP` value.
