@@ -21,6 +21,12 @@ use crate::{
 /// greedyrun's default `--batch`: remote shells a parent keeps in flight.
 const BATCH: u32 = 8;
 
+/// The model greedyrun builds its launch trees with, from its `--seq`/`--rem`: under its
+/// `--batch` cap.
+fn as_greedyrun_plans(m: LaunchModel) -> Result<LaunchModel> {
+    m.with_launch_cap(BATCH).context("greedyrun's launch model")
+}
+
 /// Topologies measured, in legend order.
 const TOPOLOGIES: [&str; 5] = ["flat", "binomial", "kary:4", "kary:8", "greedy"];
 
@@ -190,7 +196,7 @@ fn groups(rows: &[LaunchRow], cals: &[CalibrationRow]) -> Result<Vec<Group>> {
             .transpose()
             .with_context(|| format!("calibration of {shell} at {delay_ms} ms"))?;
         // Only the greedy tree depends on the model; without a calibration, the paper's.
-        let tree_model = calibrated.unwrap_or_default();
+        let tree_model = as_greedyrun_plans(calibrated.unwrap_or_default())?;
         let points: Points<Summary> = pts
             .into_iter()
             .filter_map(|(k, v)| Summary::of(v).map(|s| (k, s)))
@@ -266,13 +272,14 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
     );
     for g in &groups {
         let m = g.measured();
-        let cal = g.calibrated.map_or(("—".into(), "—".into()), |c| {
-            let p = g.predicted(|l| l.tree.launch_time(&c));
-            (
+        let cal = g.calibrated.map_or(Ok(("—".into(), "—".into())), |c| {
+            let capped = as_greedyrun_plans(c)?;
+            let p = g.predicted(|l| l.tree.launch_time(&capped));
+            anyhow::Ok((
                 format!("{:.1} / {:.0}", c.seq() * 1e3, c.rem() * 1e3),
                 format!("{:.2}", r_squared(&m, &p)),
-            )
-        });
+            ))
+        })?;
         let e = &g.extended;
         writeln!(
             out,
@@ -439,13 +446,15 @@ mod tests {
     #[test]
     fn fits_recover_a_synthetic_machine_and_the_extended_model_explains_shared_cpu() {
         let truth = LaunchModel::new(0.004, 0.06).unwrap();
+        // The greedy rows' trees are greedyrun's: built under its --batch cap.
+        let plans = as_greedyrun_plans(truth).unwrap();
         let mut rows = vec![];
         for t in TOPOLOGIES {
             for hosts in [8u32, 16, 32, 64] {
                 let tree = t
                     .parse::<Topology>()
                     .unwrap()
-                    .build(hosts as usize + 1, &truth);
+                    .build(hosts as usize + 1, &plans);
                 for rep in 1..=3 {
                     rows.push(LaunchRow {
                         shell: "rsh".into(),

@@ -183,11 +183,12 @@ pub async fn run(cfg: JobConfig) -> Report {
                         n_up += 1;
                         if n_up == n && cfg.verbose {
                             say(format!(
-                                "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s) predicts {:.3} s for this {} tree",
+                                "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s, --batch {}) predicts {:.3} s for this {} tree",
                                 t0.elapsed().as_secs_f64(),
                                 plan.model.seq(),
                                 plan.model.rem(),
-                                plan.launch.launch_time(&plan.model),
+                                plan.batch,
+                                plan.launch.launch_time(&plan.launch_model),
                                 plan.topology,
                             ));
                         }

@@ -277,6 +277,11 @@ fn fit_group(
         .iter()
         .find(|(s, d, _)| *s == shell && *d == delay_ms)
         .map_or(setup.shape_model, |c| c.2);
+    // greedyrun builds its trees under its `--batch` cap.
+    let shape_model = match setup.batch {
+        Some(b) => shape_model.with_launch_cap(b)?,
+        None => shape_model,
+    };
     // greedyrun is the root: the tree has one position more than there are hosts.
     let trees: Vec<Tree> = rows
         .iter()

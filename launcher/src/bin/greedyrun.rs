@@ -93,6 +93,9 @@ pub(crate) struct Args {
 
     /// Remote shells a parent keeps in flight before their agents said hello.
     ///
+    /// The launch tree is planned for it: when B shells start faster than one REM, a parent
+    /// brings up B children per REM, and the greedy tree lets the first ones launch the rest.
+    ///
     /// Each host gets one connection per launch, so sshd's MaxStartups (10 by default) only
     /// matters where connections share one sshd (a bastion, ProxyJump); the cap bounds the
     /// parent's own CPU and processes. On the emulated cluster 64 in flight launched 64 hosts
