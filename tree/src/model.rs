@@ -47,13 +47,7 @@ impl LaunchModel {
 
     /// The same model with a parent keeping up to `concurrency` (≥ 1) launches in flight.
     pub fn with_concurrency(self, concurrency: u32) -> Result<Self, Error> {
-        if concurrency == 0 {
-            return Err(Error::Model {
-                name: "concurrency",
-                value: concurrency.to_string(),
-                reason: "must be at least 1",
-            });
-        }
+        at_least_one("concurrency", concurrency)?;
         Ok(LaunchModel {
             concurrency,
             ..self
@@ -75,13 +69,7 @@ impl LaunchModel {
     /// Measured: 64 hosts launched flat over ssh with `--batch 8` take 8 × REM, not
     /// 64 × SEQ + REM (docs/benchmarks.md, model validation).
     pub fn with_launch_cap(self, cap: u32) -> Result<Self, Error> {
-        if cap == 0 {
-            return Err(Error::Model {
-                name: "launch cap",
-                value: cap.to_string(),
-                reason: "must be at least 1",
-            });
-        }
+        at_least_one("launch cap", cap)?;
         let per_child = self.seq / f64::from(self.concurrency);
         if per_child * f64::from(cap) >= self.rem {
             return Ok(self);
@@ -94,13 +82,7 @@ impl LaunchModel {
 
     /// The same model where no parent launches more than `max_fanout` (≥ 1) children.
     pub fn with_max_fanout(self, max_fanout: u32) -> Result<Self, Error> {
-        if max_fanout == 0 {
-            return Err(Error::Model {
-                name: "max_fanout",
-                value: max_fanout.to_string(),
-                reason: "must be at least 1",
-            });
-        }
+        at_least_one("max_fanout", max_fanout)?;
         Ok(LaunchModel {
             max_fanout: Some(max_fanout),
             ..self
@@ -157,6 +139,18 @@ impl Default for LaunchModel {
     fn default() -> Self {
         LaunchModel::new(0.015, 0.227).expect("the paper's constants are valid")
     }
+}
+
+/// Refuses a count of 0 for `name`.
+fn at_least_one(name: &'static str, value: u32) -> Result<(), Error> {
+    if value == 0 {
+        return Err(Error::Model {
+            name,
+            value: value.to_string(),
+            reason: "must be at least 1",
+        });
+    }
+    Ok(())
 }
 
 fn check_seconds(name: &'static str, value: f64, min: f64) -> Result<(), Error> {

@@ -227,7 +227,8 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
     }
 }
 
-/// Finds entry `k` in an info array PMIx passed in.
+/// Finds entry `k` of PMIx type `ty` in an info array PMIx passed in; `None` if absent or of
+/// another type.
 ///
 /// # Safety
 /// `info` must be NULL (with `ninfo` 0) or point to `ninfo` valid `pmix_info_t` that outlive `'a`.
@@ -235,17 +236,19 @@ unsafe fn find<'a>(
     info: *const raw::pmix_info_t,
     ninfo: usize,
     k: &CStr,
-) -> Option<&'a raw::pmix_info_t> {
+    ty: u32,
+) -> Option<&'a raw::pmix_value_t> {
     if info.is_null() {
         return None;
     }
     // SAFETY: non-NULL and `ninfo` valid entries by the caller's contract.
     let infos = unsafe { std::slice::from_raw_parts(info, ninfo) };
-    infos.iter().find(|i| {
+    let entry = infos.iter().find(|i| {
         // SAFETY: PMIx keys are NUL-terminated within their fixed-size buffer.
         let key = unsafe { CStr::from_ptr(i.key.as_ptr()) };
         key == k
-    })
+    })?;
+    (entry.value.type_ == ty as raw::pmix_data_type_t).then_some(&entry.value)
 }
 
 /// Reads a bool entry `k` from an info array PMIx passed in; `None` if absent or not a bool.
@@ -258,12 +261,9 @@ pub(crate) unsafe fn find_bool(
     k: &CStr,
 ) -> Option<bool> {
     // SAFETY: forwarded caller contract.
-    let entry = unsafe { find(info, ninfo, k) }?;
-    if entry.value.type_ != raw::PMIX_BOOL as raw::pmix_data_type_t {
-        return None;
-    }
+    let value = unsafe { find(info, ninfo, k, raw::PMIX_BOOL) }?;
     // SAFETY: the union's `flag` member is the active one when the type says PMIX_BOOL.
-    Some(unsafe { entry.value.data.flag })
+    Some(unsafe { value.data.flag })
 }
 
 /// Reads a string entry `k` from an info array PMIx passed in; `None` if absent, NULL or not
@@ -277,12 +277,9 @@ pub(crate) unsafe fn find_string(
     k: &CStr,
 ) -> Option<String> {
     // SAFETY: forwarded caller contract.
-    let entry = unsafe { find(info, ninfo, k) }?;
-    if entry.value.type_ != raw::PMIX_STRING as raw::pmix_data_type_t {
-        return None;
-    }
+    let value = unsafe { find(info, ninfo, k, raw::PMIX_STRING) }?;
     // SAFETY: the union's `string` member is the active one when the type says PMIX_STRING.
-    let s = unsafe { entry.value.data.string };
+    let s = unsafe { value.data.string };
     // SAFETY: a non-NULL PMIX_STRING value is a NUL-terminated string owned by the array.
     (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
