@@ -256,11 +256,7 @@ impl Agent {
     /// (docs/benchmarks.md).
     pub fn start(plan: &StepPlan, hooks: &Hooks) -> Result<(Agent, TaskTable), Error> {
         let node = plan.node().to_string();
-        let io = |what, source| Error::Io {
-            node: node.clone(),
-            what,
-            source,
-        };
+        let io = Error::io(&node);
         let my_ip = resolve(&node, &node, hooks)?;
         let parent_ip = match (&plan.rendezvous, plan.parent()) {
             (Choice::Ports { .. }, Some(parent)) => {
@@ -355,10 +351,7 @@ impl Agent {
         span: tracing::Span,
     ) -> Result<(Agent, TaskTable), Error> {
         let node = plan.node().to_string();
-        let shim = |source| Error::Shim {
-            node: node.clone(),
-            source,
-        };
+        let shim = Error::shim(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
             .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
@@ -368,11 +361,7 @@ impl Agent {
         // the job's user: whatever stands at that path (a stale step's, or a user's symlink in
         // the shared /tmp) is removed, and a path planted again meanwhile fails the step.
         let tmpdir = std::env::temp_dir().join(format!("greedy-pmix.{}", plan.kvsname));
-        let io = |what, source| Error::Io {
-            node: node.clone(),
-            what,
-            source,
-        };
+        let io = Error::io(&node);
         match std::fs::symlink_metadata(&tmpdir) {
             Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tmpdir),
             Ok(_) => std::fs::remove_file(&tmpdir),
@@ -401,11 +390,7 @@ impl Agent {
             let env = rt.block_on(pmix.env_for(rank)).map_err(shim)?;
             ranks.insert(rank, RankSlot { fd: None, env });
         }
-        let (reader, notify) = std::io::pipe().map_err(|e| Error::Io {
-            node: node.clone(),
-            what: "notify pipe",
-            source: e,
-        })?;
+        let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
         self.watch_tasks(reader, HashMap::new(), plan.ranks[plan.node_idx].len());
         Ok((
             self,
@@ -430,15 +415,8 @@ impl Agent {
         span: tracing::Span,
     ) -> Result<(Agent, TaskTable), Error> {
         let node = plan.node().to_string();
-        let shim = |source| Error::Shim {
-            node: node.clone(),
-            source,
-        };
-        let io = |what, source| Error::Io {
-            node: node.clone(),
-            what,
-            source,
-        };
+        let shim = Error::shim(&node);
+        let io = Error::io(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
             .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
@@ -577,10 +555,7 @@ impl Service {
     async fn serve(self) -> Result<(), Error> {
         let plan = &self.plan;
         let node = plan.node().to_string();
-        let shim = |source| Error::Shim {
-            node: node.clone(),
-            source,
-        };
+        let shim = Error::shim(&node);
         let spec = plan.job_spec();
         let overlay = join(plan, self.my_ip, self.parent_ip).await.map_err(shim)?;
         let pmi_config = PmiConfig {
@@ -604,14 +579,10 @@ impl Service {
         // closes the rank's socket.
         for (rank, mine) in self.ours {
             let (server_end, _) = pmi.socketpair_for(rank, -1).map_err(shim)?;
-            let io = |source| Error::Io {
-                node: node.clone(),
-                what: "PMI splice",
-                source,
-            };
-            server_end.set_nonblocking(true).map_err(io)?;
-            let mut server_end = tokio::net::UnixStream::from_std(server_end).map_err(io)?;
-            let mut mine = tokio::net::UnixStream::from_std(mine).map_err(io)?;
+            let splice = |e| Error::io(&node)("PMI splice", e);
+            server_end.set_nonblocking(true).map_err(splice)?;
+            let mut server_end = tokio::net::UnixStream::from_std(server_end).map_err(splice)?;
+            let mut mine = tokio::net::UnixStream::from_std(mine).map_err(splice)?;
             tokio::spawn(async move {
                 let _ = tokio::io::copy_bidirectional(&mut mine, &mut server_end).await;
             });

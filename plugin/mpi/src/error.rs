@@ -78,3 +78,22 @@ pub enum Error {
         reason: String,
     },
 }
+
+impl Error {
+    /// Turns greedy-pmix failures on `node` into [`Error::Shim`] (for `map_err`).
+    pub(crate) fn shim(node: &str) -> impl Fn(greedy_pmix::Error) -> Error + Copy + '_ {
+        move |source| Error::Shim {
+            node: node.to_string(),
+            source,
+        }
+    }
+
+    /// Turns a failed system call on `node` while doing `what` into [`Error::Io`].
+    pub(crate) fn io(node: &str) -> impl Fn(&'static str, std::io::Error) -> Error + Copy + '_ {
+        move |what, source| Error::Io {
+            node: node.to_string(),
+            what,
+            source,
+        }
+    }
+}

@@ -90,11 +90,7 @@ fn listen(
     n_nodes: usize,
     idle: Duration,
 ) -> Result<Listener, Error> {
-    let io = |what, source| Error::Io {
-        node: "srun".into(),
-        what,
-        source,
-    };
+    let io = Error::io("srun");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
