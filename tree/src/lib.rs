@@ -32,6 +32,8 @@
 #![forbid(unsafe_code)]
 
 pub mod calibrate;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod error;
 mod greedy;
 pub mod hostfile;

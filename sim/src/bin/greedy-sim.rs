@@ -156,21 +156,9 @@ struct ReportArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match greedy_tree::cli::parse::<Cli>("greedy-sim") {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.render().to_string();
-            let line = text.lines().next().unwrap_or("bad arguments");
-            eprintln!(
-                "greedy-sim: {}",
-                line.strip_prefix("error: ").unwrap_or(line)
-            );
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

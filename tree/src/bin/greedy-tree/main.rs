@@ -155,18 +155,9 @@ impl std::fmt::Display for BadInput {
 impl std::error::Error for BadInput {}
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match greedy_tree::cli::parse::<Cli>("greedy-tree") {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.render().to_string();
-            eprintln!("greedy-tree: {}", first_line(&text));
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,11 +179,6 @@ fn node_count(text: &str) -> Result<usize, String> {
         Ok(_) => Err("must be at least 1 (the root counts)".into()),
         Err(_) => Err("expected a whole number".into()),
     }
-}
-
-fn first_line(text: &str) -> &str {
-    let line = text.lines().next().unwrap_or("bad arguments");
-    line.strip_prefix("error: ").unwrap_or(line)
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
