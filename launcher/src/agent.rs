@@ -375,9 +375,13 @@ impl Agent {
                 ("GREEDY_LOCAL_RANK".to_string(), local_id.to_string()),
                 ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
             ]);
+            let mut inherit = None;
             if let Some(pmi) = pmi {
-                match pmi.env_for(rank).await {
-                    Ok(pe) => env.extend(pe),
+                match pmi.wireup_for(rank).await {
+                    Ok(w) => {
+                        env.extend(w.env);
+                        inherit = w.pmi_fd.map(|fd| (fd, wireup::PMI_FD));
+                    }
                     Err(e) => warn!(rank, "no wire-up for this rank: {e}"),
                 }
             }
@@ -387,13 +391,14 @@ impl Agent {
                 env,
                 cwd: &self.start.cwd,
                 stdin: wants_stdin,
+                inherit,
             };
             // PMIx ranks (Open MPI) always finalize; only PMI's auto mode forgives a plain exit.
             let strict = matches!(
                 self.start.pmi,
                 PmiMode::Strict | PmiMode::Pmix | PmiMode::Charm
             );
-            match spawn::spawn(&spec) {
+            match spawn::spawn(spec) {
                 Ok(mut child) => {
                     let pgid = child.id().unwrap_or(0);
                     if let Some(g) = guard.as_mut() {

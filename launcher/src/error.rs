@@ -10,12 +10,13 @@ pub enum Error {
     #[error("{0}")]
     Plan(String),
     /// A host list or hostfile could not be parsed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Hosts {
         /// Which input (`--hosts`, `-H`, the hostfile path).
         what: String,
-        /// The parser's error, with line and column.
-        source: greedy_tree::Error,
+        /// The parser's error, with line and column (part of the message, not a `source`:
+        /// `{:#}` would print it twice).
+        error: greedy_tree::Error,
     },
     /// A control-plane frame could not be encoded or decoded.
     #[error("control frame: {0}")]

@@ -150,16 +150,27 @@ impl Plan {
 pub fn parse_hosts(source: &HostSource) -> Result<Vec<HostSlots>, Error> {
     match source {
         HostSource::Hostfile { path, text } => {
-            greedy_tree::hostfile::parse(text).map_err(|source| Error::Hosts {
+            greedy_tree::hostfile::parse(text).map_err(|error| Error::Hosts {
                 what: format!("hostfile {path}"),
-                source,
+                error,
             })
         }
         HostSource::List(list) => {
+            // One entry per line for the parser; its "line N" is our entry N.
             let lines = split_top_level(list).join("\n");
-            greedy_tree::hostfile::parse(&lines).map_err(|source| Error::Hosts {
-                what: format!("host list {list:?}"),
-                source,
+            greedy_tree::hostfile::parse(&lines).map_err(|error| match error {
+                greedy_tree::Error::Hostfile {
+                    line, text, reason, ..
+                } => Error::Plan(format!(
+                    "host list {list:?}: entry {line} {text:?}: {reason}"
+                )),
+                greedy_tree::Error::NoHosts { .. } => {
+                    Error::Plan(format!("host list {list:?}: no hosts"))
+                }
+                error => Error::Hosts {
+                    what: format!("host list {list:?}"),
+                    error,
+                },
             })
         }
     }
@@ -341,15 +352,30 @@ mod tests {
             Some(2),
             "error: -n 5 needs 5 slots but 2 hosts offer 4 by --ppn; raise --ppn or add hosts",
         );
-        check(
-            list(""),
-            None,
-            None,
-            "error: host list \"\": hostfile: no hosts",
-        );
+        check(list(""), None, None, "error: host list \"\": no hosts");
         check(list("n1"), Some(0), None, "error: -n must be at least 1");
         check(list("n1"), None, Some(0), "error: --ppn must be at least 1");
         assert!(check_err(list("n[3-1]")).starts_with("host list \"n[3-1]\""));
+        assert_eq!(
+            check_err(list("n1,-oProxyCommand=sh")),
+            "host list \"n1,-oProxyCommand=sh\": entry 2 \"-oProxyCommand=sh\": a host name part cannot begin or end with '-': \"-oProxyCommand=sh\""
+        );
+        let text = "n1\nn2;reboot\n".to_string();
+        let err = check_err(HostSource::Hostfile {
+            path: "hf".into(),
+            text,
+        });
+        assert_eq!(
+            err,
+            "hostfile hf: hostfile line 2 column 1: ';' is not allowed in a host name (letters, digits, '-' and '.' only): \"n2;reboot\""
+        );
+    }
+
+    #[test]
+    fn a_host_named_twice_is_two_slots() {
+        let plan = Plan::new(request(list("n1,n1,n2"), Some(3), None)).unwrap();
+        assert_eq!(plan.hosts, ["n1", "n2"]);
+        assert_eq!(plan.ranks, [vec![0, 1], vec![2]]);
     }
 
     fn check_err(hosts: HostSource) -> String {

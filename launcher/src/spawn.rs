@@ -8,12 +8,13 @@
 
 use std::{os::unix::process::ExitStatusExt, process::ExitStatus, process::Stdio};
 
+use command_fds::{CommandFdExt, FdMapping};
 use tokio::process::{Child, Command};
 
 use crate::proto::RankEnd;
 
 /// What a rank is started with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RankSpec<'a> {
     /// Program and arguments.
     pub argv: &'a [String],
@@ -23,10 +24,13 @@ pub struct RankSpec<'a> {
     pub cwd: &'a str,
     /// Whether the rank's stdin is a pipe from the agent (else /dev/null).
     pub stdin: bool,
+    /// A descriptor the rank inherits at this number (its PMI socketpair); no other
+    /// descriptor of the agent reaches it.
+    pub inherit: Option<(std::os::fd::OwnedFd, i32)>,
 }
 
 /// Starts a rank in its own process group; stdout and stderr are pipes.
-pub fn spawn(spec: &RankSpec<'_>) -> std::io::Result<Child> {
+pub fn spawn(spec: RankSpec<'_>) -> std::io::Result<Child> {
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .env_clear()
@@ -43,6 +47,15 @@ pub fn spawn(spec: &RankSpec<'_>) -> std::io::Result<Child> {
     // the rank still started, rather than failing a job over a cosmetic difference.
     if std::path::Path::new(spec.cwd).is_dir() {
         cmd.current_dir(spec.cwd);
+    }
+    if let Some((fd, child_fd)) = spec.inherit {
+        // command-fds dup2s it in the child; our copy stays close-on-exec, so ranks started
+        // at the same time never see each other's.
+        cmd.fd_mappings(vec![FdMapping {
+            parent_fd: fd,
+            child_fd,
+        }])
+        .map_err(std::io::Error::other)?;
     }
     cmd.spawn()
 }
@@ -68,8 +81,10 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             cwd: "/",
             stdin: false,
+            inherit: None,
         };
-        let mut child = spawn(&spec).unwrap();
+        let env = spec.env.clone();
+        let mut child = spawn(spec).unwrap();
         let pid = child.id().unwrap() as i32;
         let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)));
         let status = child.wait().await.unwrap();
@@ -81,9 +96,42 @@ mod tests {
         let argv = vec!["sh".to_string(), "-c".into(), "kill -TERM $$".into()];
         let spec = RankSpec {
             argv: &argv,
-            ..spec
+            env,
+            cwd: "/",
+            stdin: false,
+            inherit: None,
         };
-        let status = spawn(&spec).unwrap().wait().await.unwrap();
+        let status = spawn(spec).unwrap().wait().await.unwrap();
         assert_eq!(end_of(status), RankEnd::Signaled(15));
+    }
+
+    #[tokio::test]
+    async fn a_rank_inherits_its_socketpair_at_the_given_fd_and_nothing_else() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let other = std::os::unix::net::UnixStream::pair().unwrap();
+        // fd 3 is the socketpair; the agent's other descriptor is not inherited.
+        let script = format!(
+            "readlink /proc/self/fd/3; test -e /proc/self/fd/{} && echo leaked; echo hi >&3",
+            std::os::fd::AsRawFd::as_raw_fd(&other.1)
+        );
+        let argv = vec!["sh".to_string(), "-c".into(), script];
+        let spec = RankSpec {
+            argv: &argv,
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/",
+            stdin: false,
+            inherit: Some((theirs.into(), 3)),
+        };
+        let mut child = spawn(spec).unwrap();
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(child.stdout.as_mut().unwrap(), &mut out)
+            .await
+            .unwrap();
+        assert!(child.wait().await.unwrap().success());
+        assert!(out.starts_with("socket:["), "{out}");
+        assert!(!out.contains("leaked"), "{out}");
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut &ours, &mut got).unwrap();
+        assert_eq!(got, "hi\n");
     }
 }

@@ -25,8 +25,7 @@ pub fn remote_shell(rsh: &str, connect_timeout: Duration) -> Vec<String> {
     if words.is_empty() {
         words.push("ssh".into());
     }
-    let program = words[0].rsplit('/').next().unwrap_or_default();
-    if program == "ssh" {
+    if is_ssh(&words) {
         let secs = connect_timeout.as_secs().max(1);
         for opt in [
             "-T".to_string(),
@@ -45,8 +44,14 @@ pub fn remote_shell(rsh: &str, connect_timeout: Duration) -> Vec<String> {
 }
 
 /// The full argv that starts `agent` on `host`.
+///
+/// The host has passed [`greedy_tree::hostname::check`] (it cannot begin with `-`); ssh also
+/// gets `--` before it, so that no host could ever be read as an option.
 pub fn command_line(rsh: &[String], host: &str, agent: &[String]) -> Vec<String> {
     let mut argv = rsh.to_vec();
+    if is_ssh(rsh) {
+        argv.push("--".into());
+    }
     argv.push(host.to_owned());
     argv.push(
         agent
@@ -56,6 +61,13 @@ pub fn command_line(rsh: &[String], host: &str, agent: &[String]) -> Vec<String>
             .join(" "),
     );
     argv
+}
+
+/// Whether the remote shell command is ssh.
+fn is_ssh(words: &[String]) -> bool {
+    words
+        .first()
+        .is_some_and(|w| w.rsplit('/').next() == Some("ssh"))
 }
 
 /// Quotes a word for a POSIX shell; plain words stay as they are.
@@ -112,6 +124,13 @@ mod tests {
             command_line(&["rsh".into()], "n3", &["/w/greedyd".into(), "a b".into()]),
             vec!["rsh", "n3", "/w/greedyd 'a b'"]
         );
+    }
+
+    #[test]
+    fn ssh_ends_its_options_before_the_host() {
+        let ssh = remote_shell("ssh", Duration::from_secs(5));
+        let argv = command_line(&ssh, "n3", &["/w/greedyd".into()]);
+        assert_eq!(argv[argv.len() - 3..], ["--", "n3", "/w/greedyd"]);
     }
 
     #[test]

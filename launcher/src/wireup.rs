@@ -13,6 +13,7 @@ use greedy_pmix::{
     JobSecret, JobSpec,
     charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY},
     overlay::{Overlay, OverlayConfig},
+    peer::JobProcesses,
     pmix::{PmixConfig, PmixServer},
     rendezvous::{Memory, Rendezvous},
     server::{PmiConfig, PmiServer},
@@ -29,23 +30,46 @@ use crate::{
 /// refuses a rank that has `PMI_*` and `PMIX_*` variables).
 #[derive(Debug, Clone)]
 pub enum Service {
-    /// PMI-1/PMI-2 over a loopback port.
+    /// PMI-1/PMI-2 over a socketpair per rank (`PMI_FD`).
     Pmi(PmiServer),
     /// PMIx (Open MPI); the directory is this agent's PMIx scratch space, removed at shutdown.
     Pmix(PmixServer, std::path::PathBuf),
-    /// Charm++ netlrts on this host's cluster address.
+    /// Charm++ netlrts on loopback, admitting this agent's descendants only.
     Charm(CharmServer),
 }
 
+/// What a rank needs to reach its service: variables, and for PMI the rank's end of its
+/// socketpair, to be inherited as fd [`PMI_FD`].
+#[derive(Debug, Default)]
+pub struct RankWireup {
+    /// Variables for the rank's environment.
+    pub env: Vec<(String, String)>,
+    /// The descriptor the rank inherits as [`PMI_FD`].
+    pub pmi_fd: Option<std::os::fd::OwnedFd>,
+}
+
+/// The descriptor number a PMI rank finds its socketpair at (the first after stdio).
+pub const PMI_FD: i32 = 3;
+
 impl Service {
-    /// The variables a rank needs to reach the service (registers it with PMIx).
-    pub async fn env_for(&self, rank: u32) -> Result<Vec<(String, String)>, Error> {
+    /// What a rank needs to reach the service (registers it with PMIx).
+    pub async fn wireup_for(&self, rank: u32) -> Result<RankWireup, Error> {
         match self {
-            Service::Pmi(pmi) => pmi
-                .port_env(rank)
-                .ok_or_else(|| Error::Plan("the PMI server has no port".into())),
-            Service::Pmix(pmix, _) => Ok(pmix.env_for(rank).await?),
-            Service::Charm(charm) => Ok(charm.env_for(rank)),
+            Service::Pmi(pmi) => {
+                let (theirs, env) = pmi.socketpair_for(rank, PMI_FD)?;
+                Ok(RankWireup {
+                    env,
+                    pmi_fd: Some(theirs.into()),
+                })
+            }
+            Service::Pmix(pmix, _) => Ok(RankWireup {
+                env: pmix.env_for(rank).await?,
+                pmi_fd: None,
+            }),
+            Service::Charm(charm) => Ok(RankWireup {
+                env: charm.env_for(rank),
+                pmi_fd: None,
+            }),
         }
     }
 
@@ -191,9 +215,9 @@ pub async fn start(
             }
         }
     } else if start.pmi == PmiMode::Charm {
-        // Clients connect to this host's cluster address, so the peer address of each
-        // connection is one the other hosts can send datagrams to. Their prints take the
-        // ranks' stdout/stderr path up the tree.
+        // Clients connect over loopback and only this agent's descendants are admitted; the
+        // node table advertises the cluster address. Their prints take the ranks'
+        // stdout/stderr path up the tree.
         let (out_tx, mut out_rx) =
             mpsc::channel::<greedy_pmix::charm::server::Output>(OUTPUT_CAPACITY);
         let up = rendezvous.up.clone();
@@ -218,7 +242,19 @@ pub async fn start(
                 }
             }
         });
-        let config = CharmConfig::new(SocketAddr::new(ip, 0));
+        let advertise = match ip {
+            std::net::IpAddr::V4(v4) => v4,
+            std::net::IpAddr::V6(_) => {
+                return Err(Error::Plan(format!(
+                    "{host}: Charm++ netlrts needs an IPv4 address, and {ip} is not"
+                )));
+            }
+        };
+        let admit = JobProcesses::of_this_process().map_err(|source| Error::Io {
+            what: "read this agent's own uid".into(),
+            source,
+        })?;
+        let config = CharmConfig::new(advertise, admit);
         match CharmServer::start(&spec, overlay.clone(), config, out_tx).await {
             Ok(charm) => Service::Charm(charm),
             Err(e) => {

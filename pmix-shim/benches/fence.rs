@@ -95,16 +95,9 @@ async fn time_pmi_fence(n: usize, iters: usize) -> (Duration, Duration) {
     let mut servers = Vec::new();
     for (i, o) in overlays.iter().enumerate() {
         let j = job(n, i, &secret);
-        let pmi = PmiServer::start(
-            &j,
-            o.clone(),
-            PmiConfig {
-                port_bind: None,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        let pmi = PmiServer::start(&j, o.clone(), PmiConfig::default())
+            .await
+            .unwrap();
         let (theirs, _env) = pmi.socketpair_for(i as u32, 3).unwrap();
         theirs.set_nonblocking(true).unwrap();
         let stream = tokio::net::UnixStream::from_std(theirs).unwrap();

@@ -10,7 +10,8 @@
 //! 2. offers **collectives** over it ([`collectives`]): barrier, broadcast, gather, allgather
 //!    (tree for small payloads, ring over direct links for large ones) and job-wide abort;
 //! 3. serves **PMI-1 and PMI-2** to the local ranks ([`server::PmiServer`]) over an inherited
-//!    socketpair (`PMI_FD`) or a loopback port (`PMI_PORT`). A KVS fence is one allgather;
+//!    socketpair (`PMI_FD`; never a port, which any local user could reach). A KVS fence is one
+//!    allgather;
 //! 4. or serves **PMIx** ([`pmix::PmixServer`], libpmix through greedy-sys): a PMIx fence is
 //!    one allgather, a direct modex one point-to-point [`overlay::Overlay::request`]. A job
 //!    uses one family or the other, never both for one rank.
@@ -48,6 +49,7 @@ pub mod frame;
 mod job;
 mod listener;
 pub mod overlay;
+pub mod peer;
 pub mod pmi1;
 pub mod pmi2;
 #[cfg(feature = "pmix")]

@@ -1,5 +1,4 @@
-//! The accept loop every TCP server of this crate runs: overlay links, `PMI_PORT` clients and
-//! netlrts clients.
+//! The accept loop every TCP server of this crate runs: overlay links and netlrts clients.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 

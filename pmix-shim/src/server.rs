@@ -1,9 +1,11 @@
-//! The PMI-1/PMI-2 server for the ranks of one node: listeners, per-rank handlers, the KVS and its fences.
+//! The PMI-1/PMI-2 server for the ranks of one node: per-rank socketpairs and handlers, the KVS and its fences.
 //!
-//! Ranks reach the server over an inherited socketpair (`PMI_FD`, made by
-//! [`PmiServer::socketpair_for`]; the launcher maps the child's end into the rank) or by
-//! connecting to a loopback port (`PMI_PORT` + `PMI_ID`, [`PmiServer::port_env`]). Each
-//! connection gets a task that feeds a sans-I/O [`Session`] and carries out its actions.
+//! Ranks reach the server only over an inherited socketpair (`PMI_FD`, made by
+//! [`PmiServer::socketpair_for`]; the embedder maps the child's end into the rank). There is no
+//! `PMI_PORT` listener: the PMI wire protocols carry no credential (a rank is just a number),
+//! so a port would let any local user claim a rank, read the KVS and abort the job
+//! (docs/security.md). Each connection gets a task that feeds a sans-I/O [`Session`] and
+//! carries out its actions.
 //!
 //! A fence (PMI-1 `barrier_in`, PMI-2 `kvs-fence`) completes locally once every local rank has
 //! entered it; the node's puts since the previous fence then go to every node in **one**
@@ -18,7 +20,6 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -26,7 +27,6 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
-    net::TcpListener,
     sync::mpsc,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -35,7 +35,6 @@ use tracing::{Instrument, debug, info_span, warn};
 use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
-    listener,
     overlay::Overlay,
     session::{Action, Node, Session},
 };
@@ -43,8 +42,6 @@ use crate::{
 /// Settings of the PMI server.
 #[derive(Debug, Clone)]
 pub struct PmiConfig {
-    /// Where to listen for `PMI_PORT` clients; `None` serves socketpairs only.
-    pub port_bind: Option<SocketAddr>,
     /// How long to wait, after a rank closes its PMI connection before `finalize`, for the
     /// launcher to report its exit code (so the abort message can name it) before aborting anyway.
     pub early_close_grace: Duration,
@@ -57,7 +54,6 @@ pub struct PmiConfig {
 impl Default for PmiConfig {
     fn default() -> Self {
         PmiConfig {
-            port_bind: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             early_close_grace: Duration::from_millis(500),
             fence_timeout: Duration::from_secs(300),
         }
@@ -156,7 +152,6 @@ struct Shared {
     overlay: Overlay,
     config: PmiConfig,
     state: Mutex<NodeState>,
-    port_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -170,42 +165,16 @@ impl PmiServer {
     ) -> Result<PmiServer, Error> {
         job.validate()?;
         let me = job.node_idx;
-        let listener = match config.port_bind {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| Error::Bind {
-                        node: me,
-                        addr,
-                        source,
-                    })?,
-            ),
-            None => None,
-        };
-        let port_addr = match &listener {
-            Some(l) => Some(l.local_addr().map_err(|source| Error::Io {
-                node: me,
-                what: "PMI port address",
-                source,
-            })?),
-            None => None,
-        };
         let shared = Arc::new(Shared {
             job: Arc::new(job.clone()),
             mapping: job.process_mapping(),
             overlay,
             config,
             state: Mutex::new(NodeState::default()),
-            port_addr,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
         let span = info_span!("pmi", job = %job.job_id, node = me);
-        if let Some(listener) = listener {
-            shared
-                .tracker
-                .spawn(port_loop(shared.clone(), listener).instrument(span.clone()));
-        }
         shared
             .tracker
             .spawn(abort_watch(shared.clone()).instrument(span));
@@ -241,19 +210,10 @@ impl PmiServer {
         let span = info_span!("pmi", job = %self.inner.job.job_id, node = me, rank);
         self.inner
             .tracker
-            .spawn(serve_rank(shared, ours, Some(rank)).instrument(span));
+            .spawn(serve_rank(shared, ours, rank).instrument(span));
         let mut env = self.common_env(rank);
         env.push(("PMI_FD".into(), child_fd.to_string()));
         Ok((theirs, env))
-    }
-
-    /// The environment for a rank that connects to the `PMI_PORT` listener instead.
-    pub fn port_env(&self, rank: u32) -> Option<Vec<(String, String)>> {
-        let addr = self.inner.port_addr?;
-        let mut env = self.common_env(rank);
-        env.push(("PMI_PORT".into(), addr.to_string()));
-        env.push(("PMI_ID".into(), rank.to_string()));
-        Some(env)
     }
 
     fn common_env(&self, rank: u32) -> Vec<(String, String)> {
@@ -438,40 +398,15 @@ async fn abort_watch(shared: Arc<Shared>) {
     }
 }
 
-async fn port_loop(shared: Arc<Shared>, listener: TcpListener) {
-    // A node's ranks connect once each; a few extra for retries and strays.
-    let max = shared.job.local_ranks().len() + 8;
-    let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
-    listener::accept_loop(
-        listener,
-        max,
-        shutdown,
-        tracker,
-        "PMI_PORT",
-        |stream, peer| {
-            let _ = stream.set_nodelay(true);
-            let s = shared.clone();
-            async move {
-                debug!(%peer, "PMI_PORT client");
-                serve_rank(s, stream, None).await;
-            }
-            .instrument(info_span!("conn", rank = tracing::field::Empty))
-        },
-    )
-    .await
-}
-
 /// Serves one rank's connection until it finalizes and closes, fails, or the server stops.
 async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     mut stream: S,
-    rank: Option<u32>,
+    rank: u32,
 ) {
-    let mut session = Session::new(rank);
+    let mut session = Session::new(Some(rank));
     let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
-    if let Some(r) = rank {
-        shared.lock().handlers.insert(r, tx.clone());
-    }
+    shared.lock().handlers.insert(rank, tx.clone());
     let mut buf = BytesMut::with_capacity(4096);
     let mut closed_early = false;
     // Whether this rank sent anything: a task that never speaks PMI is not a client.
@@ -498,24 +433,15 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                     Ok(_) => {}
                 }
                 loop {
-                    let (polled, attr_puts, newly_known) = {
+                    let (polled, attr_puts) = {
                         let mut st = shared.lock();
-                        let known_before = session.rank().is_some();
                         let mut view = View { job: &shared.job, mapping: &shared.mapping, state: &mut st, attr_puts: Vec::new() };
                         let polled = session.poll(&mut buf, &mut view);
-                        let attr_puts = std::mem::take(&mut view.attr_puts);
-                        let newly_known = !known_before && session.rank().is_some();
-                        if newly_known && let Some(r) = session.rank() {
-                            st.handlers.insert(r, tx.clone());
-                        }
-                        (polled, attr_puts, newly_known)
+                        (polled, view.attr_puts)
                     };
-                    if newly_known {
-                        tracing::Span::current().record("rank", session.rank());
-                    }
-                    if !spoke && let Some(r) = session.rank() {
+                    if !spoke {
                         spoke = true;
-                        let gone = shared.lock().departures.spoke(r);
+                        let gone = shared.lock().departures.spoke(rank);
                         if let Some((gone, reason)) = gone {
                             shared.abort(Some(gone), 1, reason).await;
                             break 'conn;
@@ -531,15 +457,8 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                         Ok(None) => break,
                         Ok(Some(actions)) => actions,
                         Err(e) => {
-                            let Some(r) = session.rank() else {
-                                // Not (yet) one of our ranks: a stray PMI_PORT client. Drop it
-                                // without touching the job; a rank that never shows up is
-                                // reported by its exit or the fence timeout.
-                                warn!("dropping unidentified PMI client: {e}");
-                                break 'conn;
-                            };
-                            let reason = format!("node {} rank {r}: {e}", shared.job.node_idx);
-                            shared.abort(Some(r), 1, reason).await;
+                            let reason = format!("node {} rank {rank}: {e}", shared.job.node_idx);
+                            shared.abort(Some(rank), 1, reason).await;
                             break 'conn;
                         }
                     };
@@ -551,21 +470,13 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                                     break 'conn;
                                 }
                             }
-                            Action::Fence => {
-                                if let Some(r) = session.rank() {
-                                    shared.enter_fence(r);
-                                }
-                            }
+                            Action::Fence => shared.enter_fence(rank),
                             Action::WaitNodeAttr(_) => {}
                             Action::Finalized => {
-                                if let Some(r) = session.rank() {
-                                    shared.lock().finalized.insert(r);
-                                }
+                                shared.lock().finalized.insert(rank);
                             }
                             Action::Abort { code, msg } => {
-                                let r = session.rank();
-                                let who = r.map_or_else(|| "unidentified PMI client".to_string(), |r| format!("rank {r}"));
-                                shared.abort(r, code, format!("{who} called abort (code {code}): {msg:?}")).await;
+                                shared.abort(Some(rank), code, format!("rank {rank} called abort (code {code}): {msg:?}")).await;
                                 break 'conn;
                             }
                         }
@@ -574,13 +485,9 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
             }
         }
     }
-    if let Some(r) = session.rank() {
-        shared.lock().handlers.remove(&r);
-    }
-    if closed_early
-        && spoke
-        && let Some(r) = session.rank()
-    {
+    shared.lock().handlers.remove(&rank);
+    if closed_early && spoke {
+        let r = rank;
         // Give the launcher a moment to report the exit code, which makes the better message.
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,

@@ -2,7 +2,7 @@
 //! rank that ended with 0, a close for the others), the end marker of each rank's output, and
 //! a `CmiAbort` message on the rank's stderr.
 
-use std::net::SocketAddr;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use greedy_pmix::{
@@ -12,6 +12,7 @@ use greedy_pmix::{
         server::{CharmConfig, CharmServer, Output, ScanfRequest},
     },
     overlay::{Overlay, OverlayConfig},
+    peer::JobProcesses,
     rendezvous::Memory,
 };
 use tokio::{
@@ -45,8 +46,8 @@ async fn agents(
                 ..Default::default()
             };
             let overlay = Overlay::start(&job, config, &board).await.unwrap();
-            let bind = SocketAddr::from(([127, 0, 0, 1], 0));
-            let mut config = CharmConfig::new(bind);
+            let admit = JobProcesses::of_this_process().unwrap();
+            let mut config = CharmConfig::new(Ipv4Addr::LOCALHOST, admit);
             config.scanf = scanf;
             let charm = CharmServer::start(&job, overlay.clone(), config, tx)
                 .await

@@ -2,7 +2,7 @@
 //!
 //! Each test compiles `tests/mpi/wireup.c` with `mpicc.mpich` into its own temp dir, starts K agents
 //! as tasks of this process (each owning an overlay node and a PMI server), and forks each
-//! agent's ranks the way a launcher would: PMI_FD over a socketpair mapped to fd 3, or PMI_PORT.
+//! agent's ranks the way a launcher would: PMI_FD over a socketpair mapped to fd 3.
 //! Everything has a deadline; ranks are killed on drop, so no process outlives a test.
 
 use std::{
@@ -46,12 +46,6 @@ fn compile(dir: &Path) -> PathBuf {
     exe
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Connect {
-    Fd,
-    Port,
-}
-
 #[derive(Debug)]
 struct JobResult {
     /// (rank, exit code) for every rank.
@@ -61,13 +55,7 @@ struct JobResult {
     fences: Vec<u64>,
 }
 
-async fn run_agent(
-    job: JobSpec,
-    board: Memory,
-    exe: PathBuf,
-    args: Vec<String>,
-    connect: Connect,
-) -> JobResult {
+async fn run_agent(job: JobSpec, board: Memory, exe: PathBuf, args: Vec<String>) -> JobResult {
     let overlay = Overlay::start(
         &job,
         OverlayConfig {
@@ -102,18 +90,12 @@ async fn run_agent(
         if std::env::var_os("UCX_TLS").is_none() {
             cmd.env("UCX_TLS", "self,sm");
         }
-        let env = match connect {
-            Connect::Fd => {
-                let (child_end, env) = pmi.socketpair_for(rank, 3).expect("socketpair");
-                cmd.fd_mappings(vec![FdMapping {
-                    parent_fd: OwnedFd::from(child_end),
-                    child_fd: 3,
-                }])
-                .expect("fd mapping");
-                env
-            }
-            Connect::Port => pmi.port_env(rank).expect("port listener"),
-        };
+        let (child_end, env) = pmi.socketpair_for(rank, 3).expect("socketpair");
+        cmd.fd_mappings(vec![FdMapping {
+            parent_fd: OwnedFd::from(child_end),
+            child_fd: 3,
+        }])
+        .expect("fd mapping");
         cmd.envs(env);
         let child = cmd.spawn().expect("spawn rank");
         // The command (and the parent's copy of the socketpair end) is dropped here.
@@ -174,11 +156,7 @@ async fn run_agent(
 }
 
 /// Runs one job over `ranks` (rank lists per node) and returns every agent's result.
-async fn run_job(
-    ranks: Vec<Vec<u32>>,
-    connect: Connect,
-    args: &[&str],
-) -> (Vec<JobResult>, Duration) {
+async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<JobResult>, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path());
     let board = Memory::default();
@@ -208,7 +186,6 @@ async fn run_job(
                 board.clone(),
                 exe.clone(),
                 args.iter().map(|s| s.to_string()).collect(),
-                connect,
             ))
         })
         .collect();
@@ -265,29 +242,29 @@ fn assert_all_ok(results: &[JobResult], n_ranks: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpich_4_agents_x_4_ranks_block_placement_pmi_fd() {
-    let (results, took) = run_job(block(4, 4), Connect::Fd, &[]).await;
+    let (results, took) = run_job(block(4, 4), &[]).await;
     assert_all_ok(&results, 16);
     eprintln!("4x4 block over PMI_FD took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mpich_4_agents_x_4_ranks_cyclic_placement_pmi_port() {
-    let (results, took) = run_job(cyclic(4, 4), Connect::Port, &[]).await;
+async fn mpich_4_agents_x_4_ranks_cyclic_placement_pmi_fd() {
+    let (results, took) = run_job(cyclic(4, 4), &[]).await;
     assert_all_ok(&results, 16);
-    eprintln!("4x4 cyclic over PMI_PORT took {took:?}");
+    eprintln!("4x4 cyclic over PMI_FD took {took:?}");
 }
 
 /// A deeper greedy tree: 16 agents with one rank each (the ring threshold is not reached).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpich_16_agents_x_1_rank_pmi_fd() {
-    let (results, took) = run_job(block(16, 1), Connect::Fd, &[]).await;
+    let (results, took) = run_job(block(16, 1), &[]).await;
     assert_all_ok(&results, 16);
     eprintln!("16x1 over PMI_FD took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() {
-    let (results, took) = run_job(block(4, 2), Connect::Fd, &["fail-before-init=5:3"]).await;
+    let (results, took) = run_job(block(4, 2), &["fail-before-init=5:3"]).await;
     let output: String = results.iter().map(|r| r.output.as_str()).collect();
     for r in &results {
         let abort = r
@@ -308,7 +285,7 @@ async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpi_abort_fails_the_job_naming_rank_and_code() {
-    let (results, took) = run_job(cyclic(4, 2), Connect::Fd, &["abort-after-init=6:42"]).await;
+    let (results, took) = run_job(cyclic(4, 2), &["abort-after-init=6:42"]).await;
     let output: String = results.iter().map(|r| r.output.as_str()).collect();
     for r in &results {
         let abort = r

@@ -10,7 +10,7 @@ use greedy_pmix::{
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpStream, UnixStream},
+    net::UnixStream,
 };
 
 /// `n` agents with `per_node` ranks each (block placement), all started.
@@ -245,37 +245,6 @@ async fn early_close_aborts_naming_the_rank() {
         info.reason,
         "rank 0 closed its PMI connection before finalize"
     );
-    stop(agents).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pmi_port_client_and_a_stray_one() {
-    let agents = agents(1, 2).await;
-    let env = agents[0].1.port_env(1).unwrap();
-    let port = env.iter().find(|(k, _)| k == "PMI_PORT").unwrap().1.clone();
-    // A stray connection speaking garbage is dropped without touching the job.
-    let mut stray = TcpStream::connect(&port).await.unwrap();
-    stray.write_all(b"hello there\n").await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stray.read_to_end(&mut buf))
-        .await
-        .unwrap()
-        .ok();
-    assert!(buf.is_empty());
-    // The real rank 1 connects and is told its rank and size.
-    let mut c = TcpStream::connect(&port).await.unwrap();
-    assert_eq!(
-        ask(&mut c, b"cmd=initack pmiid=1\n").await,
-        "cmd=initack rc=0"
-    );
-    assert_eq!(read_reply(&mut c).await, "cmd=set size=2");
-    assert_eq!(read_reply(&mut c).await, "cmd=set rank=1");
-    assert_eq!(read_reply(&mut c).await, "cmd=set debug=0");
-    assert_eq!(
-        ask(&mut c, b"cmd=get_my_kvsname\n").await,
-        "cmd=my_kvsname rc=0 kvsname=pmi-test"
-    );
-    assert!(agents[0].0.aborted().borrow().is_none());
     stop(agents).await;
 }
 

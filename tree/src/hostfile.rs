@@ -1,7 +1,7 @@
 //! Hostfiles as Open MPI (`host slots=N`), MPICH (`host:N`) and plain one-host-per-line tools
 //! write them; the host field may also be a Slurm hostlist expression.
 
-use crate::{Error, hostlist};
+use crate::{Error, hostlist, hostname};
 
 /// One host of a hostfile and the ranks it may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,13 +13,14 @@ pub struct HostSlots {
 }
 
 /// Parses a hostfile. Blank lines and `#` comments are skipped; a host named on several lines
-/// appears once, at its first line, with the slots of all its lines added up (Open MPI's rule).
+/// appears once, at its first line, with the slots of all its lines added up (Open MPI's rule,
+/// a line without a count giving one). Every name must pass [`hostname::check`].
 ///
 /// ```
-/// let text = "# rack 1\nn1 slots=4\nn2:2\nn[3-4]\nn1 slots=4\n";
+/// let text = "# rack 1\nn1 slots=4\nn2:2\nn[3-4]\nn1 slots=4\nn3\n";
 /// let hosts = greedy_tree::hostfile::parse(text).unwrap();
 /// let slots: Vec<_> = hosts.iter().map(|h| (h.host.as_str(), h.slots)).collect();
-/// assert_eq!(slots, [("n1", Some(8)), ("n2", Some(2)), ("n3", None), ("n4", None)]);
+/// assert_eq!(slots, [("n1", Some(8)), ("n2", Some(2)), ("n3", Some(2)), ("n4", None)]);
 /// ```
 pub fn parse(text: &str) -> Result<Vec<HostSlots>, Error> {
     let mut hosts: Vec<HostSlots> = Vec::new();
@@ -35,10 +36,14 @@ pub fn parse(text: &str) -> Result<Vec<HostSlots>, Error> {
             match index.get(&entry.host) {
                 Some(&i) => {
                     let known: &mut HostSlots = &mut hosts[i];
-                    known.slots = match (known.slots, entry.slots) {
-                        (None, None) => None,
-                        (a, b) => Some(a.unwrap_or(1).saturating_add(b.unwrap_or(1))),
-                    };
+                    // Each mention without a count is one slot (`-H n1,n1` is two, as
+                    // mpirun counts it).
+                    known.slots = Some(
+                        known
+                            .slots
+                            .unwrap_or(1)
+                            .saturating_add(entry.slots.unwrap_or(1)),
+                    );
                 }
                 None => {
                     index.insert(entry.host.clone(), hosts.len());
@@ -61,8 +66,9 @@ fn parse_line(line: &str) -> Result<Vec<HostSlots>, (usize, String)> {
     let Some((col, first)) = words.next() else {
         return Ok(Vec::new());
     };
-    // MPICH: `host:N`
+    // MPICH: `host:N` (an IPv6 literal has colons of its own and no count).
     let (name, mut slots) = match first.split_once(':') {
+        Some(_) if first.parse::<std::net::Ipv6Addr>().is_ok() => (first, None),
         Some((name, n)) => (name, Some(count(n, col + name.chars().count() + 1)?)),
         None => (first, None),
     };
@@ -82,6 +88,9 @@ fn parse_line(line: &str) -> Result<Vec<HostSlots>, (usize, String)> {
         Error::Hostlist { column, reason, .. } => (col + column - 1, reason),
         other => (col, other.to_string()),
     })?;
+    if let Some(reason) = names.iter().find_map(|n| hostname::check(n).err()) {
+        return Err((col, reason));
+    }
     Ok(names
         .into_iter()
         .map(|host| HostSlots { host, slots })
@@ -142,6 +151,11 @@ mod tests {
             &[("gpu01", Some(4)), ("gpu02", Some(4))],
         );
         check("n1\nn1 slots=2", &[("n1", Some(3))]);
+        check("n1\nn1", &[("n1", Some(2))]);
+        check(
+            "10.1.2.3:2\nfe80::1",
+            &[("10.1.2.3", Some(2)), ("fe80::1", None)],
+        );
     }
 
     #[test]
@@ -151,6 +165,13 @@ mod tests {
             ("n1 slots=0", 1, 10, "at least 1"),
             ("n1:x", 1, 4, "found \"x\""),
             ("ok\n\n  n[3-1] slots=1", 3, 7, "below its start"),
+            (
+                "n1\n  -oProxyCommand=sh slots=1",
+                2,
+                3,
+                "begin or end with '-'",
+            ),
+            ("a;b", 1, 1, "';' is not allowed"),
         ] {
             match parse(text) {
                 Err(Error::Hostfile {

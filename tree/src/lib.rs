@@ -38,6 +38,7 @@ mod error;
 mod greedy;
 pub mod hostfile;
 pub mod hostlist;
+pub mod hostname;
 mod model;
 mod topology;
 mod tree;

@@ -27,6 +27,7 @@ use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
 use crate::rendezvous::{SrunRendezvous, report_exit};
 use greedy_pmix::charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY};
 use greedy_pmix::overlay::{Overlay, OverlayConfig};
+use greedy_pmix::peer::JobProcesses;
 use greedy_pmix::pmix::{PmixConfig, PmixServer};
 use greedy_pmix::rendezvous::Fixed;
 use greedy_pmix::server::{PmiConfig, PmiServer};
@@ -436,7 +437,19 @@ impl Agent {
             &node,
         )
         .map_err(|e| io("charm stdio threads", e))?;
-        let mut config = CharmConfig::new(SocketAddr::new(my_ip, 0));
+        let IpAddr::V4(advertise) = my_ip else {
+            return Err(Error::Address {
+                host: node.clone(),
+                node,
+                reason: format!("Charm++ netlrts needs an IPv4 NodeAddr, not {my_ip}"),
+            });
+        };
+        // The tasks are this slurmstepd's children, running as the job's user.
+        let admit = match plan.job_uid {
+            Some(uid) => JobProcesses::descendants_of(std::process::id(), uid),
+            None => JobProcesses::of_this_process().map_err(|e| io("read slurmstepd's uid", e))?,
+        };
+        let mut config = CharmConfig::new(advertise, admit);
         // A rank that has not connected by then is reported like a fence that never completes.
         config.connect_timeout = plan.fence_timeout;
         config.scanf = Some(scanf_tx);
@@ -559,8 +572,6 @@ impl Service {
         let spec = plan.job_spec();
         let overlay = join(plan, self.my_ip, self.parent_ip).await.map_err(shim)?;
         let pmi_config = PmiConfig {
-            // Socketpairs only: a loopback port would let any local user claim a rank.
-            port_bind: None,
             fence_timeout: plan.fence_timeout,
             ..PmiConfig::default()
         };

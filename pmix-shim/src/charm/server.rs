@@ -1,9 +1,11 @@
 //! The netlrts service of one node agent: a TCP listener for its ranks, the node table over one allgather, runtime requests.
 //!
-//! Flow: [`CharmServer::start`] binds `config.bind` (the agent's cluster address: clients on
-//! this host connect to it, and the peer address of each connection is the IP the other hosts
-//! must use) → the launcher gives each rank [`CharmServer::env_for`] → each connection's
-//! `initnode` is checked against the local ranks → once all local ranks are in, one overlay
+//! Flow: [`CharmServer::start`] binds `config.bind` (loopback: only this host's processes can
+//! connect, and each connection is admitted only if its client socket is held by a process of
+//! the job, [`crate::peer`]; a stranger's connection is closed before a byte is read) → the
+//! launcher gives each rank [`CharmServer::env_for`] → each connection's `initnode` is checked
+//! against the local ranks, and the node table gives the ranks `config.advertise` (this
+//! host's cluster address, where the other hosts send their datagrams) → once all local ranks are in, one overlay
 //! allgather carries this node's [`Report`]s, every node builds the same table and sends it →
 //! `barrier`/`barrier0` are an overlay barrier once all local ranks entered → `ending`: once
 //! every local rank sent it, an overlay barrier (so no socket closes while a peer may still
@@ -21,7 +23,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::{IpAddr, SocketAddr},
+    net::{Ipv4Addr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -36,14 +38,19 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Action, ENTRY_LEN, Report, Session, decode, node_table, nodetab_frame};
-use crate::{AbortInfo, Error, JobSpec, listener, overlay::Overlay};
+use crate::{AbortInfo, Error, JobSpec, listener, overlay::Overlay, peer::JobProcesses};
 
 /// Settings of the netlrts service.
 #[derive(Debug, Clone)]
 pub struct CharmConfig {
-    /// Where to listen: an address of this host that its ranks reach and whose peer addresses
-    /// other hosts can send to (not loopback on a cluster).
+    /// Where to listen: loopback, since only this host's ranks connect (a netlrts client
+    /// reads the address from `NETSTART`, IPv4 only).
     pub bind: SocketAddr,
+    /// This host's cluster address: the node table tells the other hosts to send this
+    /// node's ranks their datagrams there.
+    pub advertise: Ipv4Addr,
+    /// Who may connect: the job's own processes.
+    pub admit: JobProcesses,
     /// How long, from start, the local ranks have to connect and send `initnode`. A client
     /// retries its connect for 30 minutes and hides its errors; this names it much sooner.
     pub connect_timeout: Duration,
@@ -69,10 +76,12 @@ pub struct ScanfRequest {
 }
 
 impl CharmConfig {
-    /// Defaults on `bind`.
-    pub fn new(bind: SocketAddr) -> CharmConfig {
+    /// Defaults: listen on an ephemeral loopback port, advertise `advertise`, admit `admit`.
+    pub fn new(advertise: Ipv4Addr, admit: JobProcesses) -> CharmConfig {
         CharmConfig {
-            bind,
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            advertise,
+            admit,
             connect_timeout: Duration::from_secs(120),
             early_close_grace: Duration::from_millis(500),
             scanf: None,
@@ -472,9 +481,11 @@ async fn watch(shared: Arc<Shared>) {
 }
 
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
-    // One connection per local rank; a few extra for strays, which are dropped at initnode.
+    // One connection per local rank; a few extra for strays of the job, which are dropped at
+    // initnode. A stranger holds a slot only for the kernel lookup that refuses it.
     let max = shared.job.local_ranks().len() + 8;
     let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
+    let local = shared.addr;
     listener::accept_loop(
         listener,
         max,
@@ -485,8 +496,12 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             let _ = stream.set_nodelay(true);
             let s = shared.clone();
             async move {
-                debug!(%peer, "netlrts client");
-                serve(s, stream, peer).await;
+                // Debug, not warn: a stranger's probe must not write into the job's stderr.
+                match s.config.admit.admit_async(peer, local).await {
+                    Ok(owner) => debug!(%peer, ?owner, "netlrts client"),
+                    Err(refused) => return debug!("netlrts connection refused: {refused}"),
+                }
+                serve(s, stream).await;
             }
             .instrument(info_span!("conn", %peer, rank = tracing::field::Empty))
         },
@@ -494,17 +509,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     .await
 }
 
-/// The IP other hosts should send this client's datagrams to: the connection's source address
-/// (the client bound its UDP port to INADDR_ANY), unless it is not IPv4 — then its own report.
-fn ip_of(peer: SocketAddr, reported: [u8; 4]) -> [u8; 4] {
-    match peer.ip() {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(reported, |v| v.octets()),
-    }
-}
-
 /// Serves one client connection until it is closed by either side or the server stops.
-async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
+async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
     let mut session = Session::new();
     let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
     let mut buf = BytesMut::with_capacity(4096);
@@ -586,7 +592,7 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
                                     dying = Some(tokio::time::Instant::now() + DIE_GRACE);
                                     break 'frames;
                                 }
-                                shared.reported(Report { rank: r, dataport: init.dataport, mach_id: init.mach_id, ip: ip_of(peer, init.ip) });
+                                shared.reported(Report { rank: r, dataport: init.dataport, mach_id: init.mach_id, ip: shared.config.advertise.octets() });
                             }
                             Action::Output { stderr, text } => {
                                 // An empty print would read as the end marker; it shows nothing anyway.
