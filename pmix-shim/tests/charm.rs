@@ -26,6 +26,14 @@ use tokio::{
 async fn agents(
     scanf: Option<mpsc::Sender<ScanfRequest>>,
 ) -> (Vec<(Overlay, CharmServer)>, mpsc::Receiver<Output>) {
+    agents_admitting(scanf, JobProcesses::of_this_process().unwrap()).await
+}
+
+/// [`agents`] whose servers admit `admit`'s processes.
+async fn agents_admitting(
+    scanf: Option<mpsc::Sender<ScanfRequest>>,
+    admit: JobProcesses,
+) -> (Vec<(Overlay, CharmServer)>, mpsc::Receiver<Output>) {
     let board = Memory::default();
     let secret = JobSecret::generate();
     let (tx, rx) = mpsc::channel(64);
@@ -46,7 +54,6 @@ async fn agents(
                 ..Default::default()
             };
             let overlay = Overlay::start(&job, config, &board).await.unwrap();
-            let admit = JobProcesses::of_this_process().unwrap();
             let mut config = CharmConfig::new(Ipv4Addr::LOCALHOST, admit);
             config.scanf = scanf;
             let charm = CharmServer::start(&job, overlay.clone(), config, tx)
@@ -245,4 +252,32 @@ async fn without_a_stdin_scanf_aborts_naming_the_rank() {
         c.shutdown().await;
         o.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_outside_the_job_is_closed_before_it_can_claim_a_rank_or_abort() {
+    // The servers admit the descendants of a `sleep` only; this test process is not one.
+    let mut job_root = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let me = JobProcesses::of_this_process().unwrap();
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let admit = JobProcesses::descendants_of(job_root.id(), uid.unwrap());
+    assert_ne!(admit, me);
+    let (agents, mut rx) = agents_admitting(None, admit).await;
+    let mut stranger = connect(&agents[0].1, 0).await;
+    let _ = stranger
+        .write_all(&charm::encode("abort", b"stranger's text\0"))
+        .await;
+    assert_eq!(frame(&mut stranger).await, None, "closed without a reply");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(agents[0].0.aborted().borrow().is_none(), "the job lives on");
+    assert!(rx.try_recv().is_err(), "nothing printed for the stranger");
+    for (overlay, charm) in agents {
+        charm.shutdown().await;
+        overlay.shutdown().await;
+    }
+    job_root.kill().unwrap();
+    job_root.wait().unwrap();
 }
