@@ -270,7 +270,7 @@ async fn run_edge(
                     None => break Err(None),
                 },
                 _ = tokio::time::sleep_until(deadline) => {
-                    let _ = child.start_kill();
+                    kill_shell(&mut child);
                     let _ = up.send(lost(format!(
                         "no hello from greedyd within {} s (waited for `{}` to start the agent){}",
                         cfg.hello_timeout.as_secs_f64(),
@@ -281,7 +281,7 @@ async fn run_edge(
                     return;
                 }
                 _ = kill.cancelled() => {
-                    let _ = child.start_kill();
+                    kill_shell(&mut child);
                     let _ = child.wait().await;
                     return;
                 }
@@ -296,7 +296,7 @@ async fn run_edge(
                 {
                     Ok(Ok(s)) => s.to_string(),
                     _ => {
-                        let _ = child.start_kill();
+                        kill_shell(&mut child);
                         "still running; killed".into()
                     }
                 };
@@ -351,14 +351,14 @@ async fn run_edge(
                         }
                         if up.send(msg).await.is_err() {
                             // Nobody listens any more: end this subtree.
-                            let _ = child.start_kill();
+                            kill_shell(&mut child);
                         }
                     }
                     Some(Err(_)) | None => break,
                 },
                 _ = kill.cancelled(), if !killed => {
                     killed = true;
-                    let _ = child.start_kill();
+                    kill_shell(&mut child);
                 }
             }
         }
@@ -366,7 +366,7 @@ async fn run_edge(
         let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
             Ok(Ok(s)) => s.to_string(),
             _ => {
-                let _ = child.start_kill();
+                kill_shell(&mut child);
                 let _ = child.wait().await;
                 "killed".into()
             }
@@ -414,4 +414,13 @@ async fn read_stderr(
             let _ = up.send(Up::Note { node, text: line }).await;
         }
     }
+}
+
+/// Kills a remote shell and everything it started here: it leads its own process group, and
+/// a wrapper script's children (or an ssh ProxyCommand) would outlive a kill of its pid alone.
+fn kill_shell(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        crate::signals::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = child.start_kill();
 }

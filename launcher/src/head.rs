@@ -35,6 +35,22 @@ const UP_CAPACITY: usize = 4096;
 const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
 /// How long a normal shutdown may take before the remote shells are killed.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Chunks of rank output queued for greedyrun's stdout before the loop stops reading frames
+/// (the tree's backpressure) — but never stops handling signals and deadlines.
+const STDOUT_QUEUE: usize = 64;
+/// After an interrupt or a failure, how long queued output may take to reach a stdout that
+/// is not being read before greedyrun exits anyway.
+const STDOUT_DRAIN: Duration = Duration::from_secs(1);
+
+/// Writes rank output to stdout, chunk by chunk, until the queue closes or a write fails.
+async fn write_stdout(mut chunks: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+    let mut stdout = tokio::io::stdout();
+    while let Some(chunk) = chunks.recv().await {
+        stdout.write_all(&chunk).await?;
+        stdout.flush().await?;
+    }
+    Ok(())
+}
 
 /// Everything greedyrun decided before the launch.
 #[derive(Debug, Clone)]
@@ -156,7 +172,12 @@ pub async fn run(cfg: JobConfig) -> Report {
     let mut n_up = 0usize;
     let mut finished_at = None;
     let mut tagger = Tagger::default();
-    let mut stdout = tokio::io::stdout();
+    // Its own task: a reader that stops reading (`greedyrun … | less`) must not stall
+    // Ctrl-C and the deadlines, only the flow of frames.
+    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(STDOUT_QUEUE);
+    let mut writer = tokio::spawn(write_stdout(out_rx));
+    let mut pending_out: Option<Vec<u8>> = None;
+    let mut dropped_out = 0usize;
     let mut stderr = tokio::io::stderr();
     let mut stdout_open = true;
     let launch_deadline = t0 + plan.timeout;
@@ -173,7 +194,7 @@ pub async fn run(cfg: JobConfig) -> Report {
     loop {
         let mut verdict = Verdict::Continue;
         tokio::select! {
-            m = up_rx.recv() => match m {
+            m = up_rx.recv(), if pending_out.is_none() => match m {
                 None => break,
                 Some(Up::Hello { node }) => {
                     if let Some(slot) = hello_at.get_mut(node as usize)
@@ -200,15 +221,13 @@ pub async fn run(cfg: JobConfig) -> Report {
                     }
                     let bytes = if cfg.tag_output { tagger.tag(rank, stream, &data) } else { data.to_vec() };
                     match stream {
-                        Stream::Stdout if stdout_open => {
-                            let r = async { stdout.write_all(&bytes).await?; stdout.flush().await }.await;
-                            if let Err(e) = r {
-                                stdout_open = false;
-                                if e.kind() == ErrorKind::BrokenPipe {
-                                    verdict = status.launcher_failed(code::BROKEN_PIPE, String::new());
-                                }
-                            }
-                        }
+                        Stream::Stdout if stdout_open => match out_tx.try_send(bytes) {
+                            Ok(()) => {}
+                            // Ending: what stdout does not take now is dropped, and counted.
+                            Err(mpsc::error::TrySendError::Full(b)) if end_deadline.is_some() => dropped_out += b.len(),
+                            Err(mpsc::error::TrySendError::Full(b)) => pending_out = Some(b),
+                            Err(mpsc::error::TrySendError::Closed(_)) => {}
+                        },
                         Stream::Stdout => {}
                         Stream::Stderr => {
                             let _ = async { stderr.write_all(&bytes).await?; stderr.flush().await }.await;
@@ -254,6 +273,17 @@ pub async fn run(cfg: JobConfig) -> Report {
                 }
                 Some(Up::Bye { .. }) => {}
             },
+            permit = out_tx.reserve(), if pending_out.is_some() => match permit {
+                Ok(p) => p.send(pending_out.take().unwrap_or_default()),
+                Err(_) => pending_out = None,
+            },
+            ended = &mut writer, if stdout_open => {
+                stdout_open = false;
+                pending_out = None;
+                if let Ok(Err(e)) = ended && e.kind() == ErrorKind::BrokenPipe {
+                    verdict = status.launcher_failed(code::BROKEN_PIPE, String::new());
+                }
+            }
             Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
                 verdict = status.interrupted(2);
@@ -302,6 +332,8 @@ pub async fn run(cfg: JobConfig) -> Report {
                 if !message.is_empty() {
                     say(message);
                 }
+                // From now on the frames (and the agents' byes) must keep flowing.
+                dropped_out += pending_out.take().map_or(0, |b| b.len());
                 fanout.route(None, Cmd::Teardown).await;
                 end_deadline.get_or_insert(Instant::now() + plan.grace + TEARDOWN_LINGER);
             }
@@ -310,7 +342,27 @@ pub async fn run(cfg: JobConfig) -> Report {
     if let Some(t) = stdin_task {
         t.abort();
     }
-    let _ = stdout.flush().await;
+    drop(out_tx);
+    if stdout_open {
+        // A clean end waits for the reader as long as it takes (any program would), but
+        // Ctrl-C still ends it; a failed or interrupted job gives it STDOUT_DRAIN.
+        let patience = status.tearing_down().then_some(STDOUT_DRAIN);
+        let drained = tokio::select! {
+            _ = &mut writer => true,
+            _ = async { match patience { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
+            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => false,
+            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => false,
+        };
+        if !drained {
+            writer.abort();
+            say("stdout is not being read: the rest of the ranks' output is dropped".into());
+        }
+    }
+    if dropped_out > 0 {
+        say(format!(
+            "{dropped_out} bytes of the ranks' output were dropped: stdout was not being read while the job was ending"
+        ));
+    }
     Report {
         exit_code: status.exit_code(),
         hello_at,

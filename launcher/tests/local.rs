@@ -27,7 +27,8 @@ fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::fs::write(
         &hang,
         format!(
-            "#!/bin/sh\n[ \"$1\" = b ] && exec sleep 4259\nexec {} \"$@\"\n",
+            // Not `exec`: the shell's own child must go too (its process group is killed).
+            "#!/bin/sh\nif [ \"$1\" = b ]; then sleep 4259; exit; fi\nexec {} \"$@\"\n",
             local.display()
         ),
     )
@@ -223,6 +224,39 @@ fn killed_agent_is_named_and_its_ranks_are_reaped_by_the_guard() {
 }
 
 #[test]
+fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
+    let (_d, local, _) = shells();
+    // Nobody reads greedyrun's stdout: its pipe fills within a moment.
+    let mut child = greedyrun(
+        &local,
+        &[
+            "-H", "a,b", "--pmi", "none", "--grace", "1", "--", "yes", "4253",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let took = t0.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    // Grace 1 s, then the stdout drain (1 s): not the 5 s + linger it took with stdout blocked.
+    assert!(took < Duration::from_secs(4), "took {took:?}: {err}");
+    assert!(err.contains("dropped"), "{err}");
+    assert_gone("yes 4253");
+}
+
+#[test]
 fn hanging_remote_shell_ends_the_job_within_the_timeout() {
     let (_d, _, hang) = shells();
     let (out, took) = run(
@@ -246,7 +280,8 @@ fn hanging_remote_shell_ends_the_job_within_the_timeout() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // The timeout is 2 s; killing the hung shell's process group takes no longer.
+    assert!(took < Duration::from_secs(6), "took {took:?}");
     assert_gone("sleep 4254");
     assert_gone("sleep 4259");
 }
