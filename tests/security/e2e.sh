@@ -30,8 +30,7 @@ BIN=$CARGO_TARGET_DIR/release
 source "$ROOT/tests/charm/charm4py.sh"
 source "$ROOT/tests/security/stranger.sh"
 source "$ROOT/tests/cluster/claim.sh"
-cluster_claim --nodes "$NODES"
-trap 'stranger_cleanup; "$TC" down >/dev/null 2>&1 || true' EXIT
+cluster_up --nodes "$NODES"
 stranger_setup
 eval "$("$TC" env)"
 WORK=$GREEDY_TC_SCRATCH/security

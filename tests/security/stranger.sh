@@ -10,7 +10,14 @@
 STRANGER=greedy-stranger
 STRANGER_TOOL=/var/tmp/greedy-stranger.py
 
+# Also puts stranger_cleanup in front of the script's EXIT trap.
 stranger_setup() {
+  local prev
+  prev=$(trap -p EXIT)
+  prev=${prev#"trap -- '"}
+  prev=${prev%"' EXIT"}
+  # shellcheck disable=SC2064 # the previous trap's text, expanded now
+  trap "stranger_cleanup; $prev" EXIT
   if ! id -u "$STRANGER" >/dev/null 2>&1; then
     useradd --system --no-create-home --shell /usr/sbin/nologin "$STRANGER" ||
       fail "useradd $STRANGER"

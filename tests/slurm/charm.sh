@@ -95,4 +95,26 @@ run plus-p ok +p8
 grep -q "+p8: srun passes it to every process" <<<"$ERR" || fail "+p8: $ERR"
 [[ -z $OUT ]] || fail "+p8: something ran: $OUT"
 pass "+p8 refused by srun with a reason"
+# stranger: another local user (tests/security/stranger.sh) sends `initnode` claiming rank 0,
+# then `abort`, PMI aborts and silent half headers to every port of n1 while the PEs start.
+source "$ROOT/tests/security/stranger.sh"
+stranger_setup
+set +e
+timeout -k 5 90 srun -l -N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2 --mpi=greedy \
+  sh -c "sleep 5; exec $CHARM/bin/python $WORK/prog.py ok" >"$WORK/stranger.out" 2>"$WORK/stranger.err" </dev/null &
+STEP=$!
+sleep 3
+STRANGER_LOG=$WORK/stranger.log stranger_attack n1 3
+stranger_wait
+wait "$STEP"
+RC=$?
+set -e
+OUT=$(<"$WORK/stranger.out")
+ERR=$(<"$WORK/stranger.err")
+((RC == 0)) || fail "stranger: srun exited $RC: $ERR; stranger: $(<"$WORK/stranger.log")"
+grep -q "^0: charm-e2e: pes=8 sum=252 hosts=4 ok$" <<<"$OUT" || fail "stranger: summary: $OUT $ERR"
+! grep -q "stranger" <<<"$OUT$ERR" || fail "stranger: the stranger's text reached the job's output: $OUT $ERR"
+! grep -qi "warn" <<<"$ERR" || fail "stranger: srun printed a warning about the stranger: $ERR"
+no_leftovers stranger
+pass "another user's initnode+abort to every port of n1 changed nothing; no warning in srun's stderr"
 echo "slurm-charm: all passed"

@@ -3,7 +3,7 @@
 //! followed here.
 
 /// What ranks started by greedyrun find in their environment (launcher/src/agent.rs and the
-/// servers' `env_for`/`port_env` in pmix-shim).
+/// servers' `env_for`/`socketpair_for` in pmix-shim).
 const RANK_ENV: &str = r#".SS "What every rank receives"
 greedyrun's own environment (less HOSTNAME, PWD, OLDPWD, SHLVL, _, SSH_CLIENT,
 SSH_CONNECTION, SSH_TTY, SSH_AUTH_SOCK, DISPLAY and XAUTHORITY), its working directory, and:
@@ -23,7 +23,7 @@ this rank's index among the ranks of its host, and their number.
 Then, by \fB\-\-pmi\fR:
 .TP
 .BR auto ", " pmi1 ", " pmi2
-.BR PMI_PORT " (host:port of the host agent's PMI listener), " PMI_ID ,
+.BR PMI_FD " (3: the rank's end of a socketpair to its host agent; nothing listens), "
 .BR PMI_RANK ", " PMI_SIZE ", " PMI_JOBID ", " MPI_LOCALNRANKS ", " MPI_LOCALRANKID .
 Never a \fBPMIX_\fR variable (MPICH 4.1 and later refuse a task that has both).
 .TP
@@ -35,7 +35,7 @@ knows). Never a \fBPMI_\fR variable.
 .TP
 .B charm
 .B NETSTART
-("rank ip port pid 0") and
+("rank 127.0.0.1 port pid 0": the agent admits only its own descendants) and
 .BR NETMAGIC ,
 as charmrun would give a netlrts Charm++ program.
 .TP
