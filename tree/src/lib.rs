@@ -47,4 +47,4 @@ pub use error::Error;
 pub use greedy::{greedy, greedy_with_heap};
 pub use model::LaunchModel;
 pub use topology::Topology;
-pub use tree::{Children, Tree};
+pub use tree::{Children, Position, Positions, Shape, Tree};

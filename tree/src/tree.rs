@@ -17,6 +17,79 @@ pub struct Tree {
     parents: OnceLock<Vec<u32>>,
 }
 
+/// What a summary of a tree says: [`Tree::shape`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    /// Largest depth (the root has depth 0).
+    pub depth: u32,
+    /// Largest number of children of any position.
+    pub max_fanout: usize,
+    /// Launch time of the whole tree, seconds (equation 2).
+    pub launch_time: f64,
+}
+
+/// One position of a tree as [`Tree::positions`] yields it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Position {
+    /// The position (host index) in preorder.
+    pub node_idx: usize,
+    /// Its parent (`None` for the root).
+    pub parent: Option<usize>,
+    /// 1-based launch order among its siblings (0 for the root).
+    pub child_index: u32,
+    /// Depth (the root has depth 0).
+    pub depth: u32,
+    /// Launch time under the walk's model, seconds (equation 1).
+    pub launch_time: f64,
+    /// One past the last position of its subtree.
+    pub subtree_end: usize,
+}
+
+/// The preorder walk of [`Tree::positions`].
+#[derive(Debug)]
+pub struct Positions<'a> {
+    sizes: &'a [u32],
+    model: &'a LaunchModel,
+    next: usize,
+    /// The open path from the root: (position, subtree end, depth, time, children so far).
+    path: Vec<(usize, usize, u32, f64, u32)>,
+}
+
+impl Iterator for Positions<'_> {
+    type Item = Position;
+
+    fn next(&mut self) -> Option<Position> {
+        let v = self.next;
+        let size = *self.sizes.get(v)? as usize;
+        self.next += 1;
+        while self.path.last().is_some_and(|o| o.1 <= v) {
+            self.path.pop();
+        }
+        let (parent, child_index, depth, time) = match self.path.last_mut() {
+            None => (None, 0, 0, 0.0),
+            Some(open) => {
+                open.4 += 1;
+                let time = open.3 + self.model.child_offset(open.4 as usize);
+                (Some(open.0), open.4, open.2 + 1, time)
+            }
+        };
+        self.path.push((v, v + size, depth, time, 0));
+        Some(Position {
+            node_idx: v,
+            parent,
+            child_index,
+            depth,
+            launch_time: time,
+            subtree_end: v + size,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.sizes.len() - self.next;
+        (left, Some(left))
+    }
+}
+
 impl PartialEq for Tree {
     fn eq(&self, other: &Tree) -> bool {
         self.sizes == other.sizes
@@ -232,7 +305,37 @@ impl Tree {
 
     /// Launch time of the whole tree under `model` (equation 2: the latest position), seconds.
     pub fn launch_time(&self, model: &LaunchModel) -> f64 {
-        self.launch_times(model).into_iter().fold(0.0, f64::max)
+        self.shape(model).launch_time
+    }
+
+    /// Depth, largest fan-out and launch time, from one pass of [`Tree::positions`] (memory
+    /// in the depth, not the size: a summary of 10^7 positions needs no per-position arrays).
+    pub fn shape(&self, model: &LaunchModel) -> Shape {
+        self.positions(model).fold(
+            Shape {
+                depth: 0,
+                max_fanout: 0,
+                launch_time: 0.0,
+            },
+            |s, p| Shape {
+                depth: s.depth.max(p.depth),
+                // A parent's last child carries its number of children.
+                max_fanout: s.max_fanout.max(p.child_index as usize),
+                launch_time: s.launch_time.max(p.launch_time),
+            },
+        )
+    }
+
+    /// Every position in preorder with its parent, child index, depth and launch time under
+    /// `model`, computed on the way: the walk keeps only the open path, so printing a plan of
+    /// any size needs no per-position arrays.
+    pub fn positions<'a>(&'a self, model: &'a LaunchModel) -> Positions<'a> {
+        Positions {
+            sizes: &self.sizes,
+            model,
+            next: 0,
+            path: Vec::new(),
+        }
     }
 
     /// The children of the root of this tree laid over `range` of a host list: each child's

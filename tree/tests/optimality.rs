@@ -168,6 +168,32 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     #[test]
+    fn shape_equals_the_per_position_arrays(
+        n in 1usize..600, seq in 0u32..50, rem in 1u32..200, c in 1u32..4, t in 0usize..6
+    ) {
+        let m = model(seq, rem, c);
+        let topology = ["greedy", "flat", "chain", "binomial", "kary:2", "kary:7"][t];
+        let tree = topology.parse::<greedy_tree::Topology>().unwrap().build(n, &m);
+        let shape = tree.shape(&m);
+        let latest = tree.launch_times(&m).into_iter().fold(0.0, f64::max);
+        prop_assert_eq!(shape.depth, tree.depths().into_iter().max().unwrap_or(0));
+        prop_assert_eq!(
+            shape.max_fanout,
+            (0..n).map(|v| tree.children(v).count()).max().unwrap_or(0)
+        );
+        prop_assert!(shape.launch_time == latest, "{} vs {}", shape.launch_time, latest);
+        let (times, index, depth) = (tree.launch_times(&m), tree.child_indices(), tree.depths());
+        for p in tree.positions(&m) {
+            let v = p.node_idx;
+            prop_assert_eq!(p.parent, tree.parent(v));
+            prop_assert_eq!((p.child_index, p.depth), (index[v], depth[v]));
+            prop_assert!(p.launch_time == times[v]);
+            prop_assert_eq!(p.subtree_end, tree.subtree_range(v).end);
+        }
+        prop_assert_eq!(tree.positions(&m).count(), n);
+    }
+
+    #[test]
     fn greedy_is_optimal_against_the_dp(
         n in 1usize..48, seq in 0u32..50, rem in 1u32..200, c in 1u32..4
     ) {

@@ -3,6 +3,8 @@
 mod render;
 mod svg;
 
+use render::Hosts;
+
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use greedy_tree::{LaunchModel, Topology, calibrate, hostfile, hostlist};
@@ -96,7 +98,8 @@ struct PlanArgs {
     /// Tree shape: greedy, flat, chain, binomial or kary:K.
     #[arg(long, value_name = "T", default_value = "greedy")]
     topology: String,
-    /// Output: one line per host, JSON, Graphviz, a one-line summary, or an SVG drawing.
+    /// Output: one line per host, JSON, Graphviz, a one-line summary (text or JSON), or an SVG
+    /// drawing. Per-host formats stream: memory stays at 4 bytes per host.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
 }
@@ -112,6 +115,8 @@ enum Format {
     Dot,
     /// Hosts, depth, largest fan-out and launch time.
     Summary,
+    /// The summary as one JSON object.
+    SummaryJson,
     /// A drawing: the tree and a launch timeline (a summary past 64 hosts).
     Svg,
 }
@@ -206,6 +211,7 @@ fn run(cli: Cli) -> Result<()> {
                 Format::Json => plan.json(&mut out)?,
                 Format::Dot => plan.dot(&mut out)?,
                 Format::Summary => plan.summary(&mut out)?,
+                Format::SummaryJson => plan.summary_json(&mut out)?,
                 Format::Svg => plan.svg(&mut out)?,
             }
         }
@@ -282,15 +288,15 @@ fn parse_launches(text: &str, concurrency: u32) -> Result<Vec<calibrate::Launch>
     Ok(launches)
 }
 
-fn read_hosts(args: &HostsArgs) -> Result<Vec<String>> {
+fn read_hosts(args: &HostsArgs) -> Result<Hosts> {
     if let Some(n) = args.nodes {
-        return Ok((0..n).map(|i| i.to_string()).collect());
+        return Ok(Hosts::Numbered(n));
     }
     if let Some(expr) = &args.hosts {
-        return Ok(hostlist::expand(expr)?);
+        return Ok(Hosts::Named(hostlist::expand(expr)?));
     }
     let path = args.hostfile.as_ref().context("no hosts given")?;
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let hosts = hostfile::parse(&text).with_context(|| format!("{}", path.display()))?;
-    Ok(hosts.into_iter().map(|h| h.host).collect())
+    Ok(Hosts::Named(hosts.into_iter().map(|h| h.host).collect()))
 }

@@ -1,73 +1,101 @@
 //! How `greedy-tree` prints plans and rankings: text, JSON, Graphviz.
 
-use greedy_tree::{LaunchModel, Topology, Tree};
+use greedy_tree::{LaunchModel, Position, Topology, Tree};
 use serde_json::json;
+use std::borrow::Cow;
 use std::io::{self, Write};
 
-/// A tree laid over a host list, ready to print.
+/// The hosts of a plan: named (`--hosts`, `--hostfile`), or numbered (`--nodes`, whose names
+/// are made when printed, so 10^7 hosts cost no memory).
+pub(crate) enum Hosts {
+    /// Names in host-list order.
+    Named(Vec<String>),
+    /// `0`, `1`, … `n-1`.
+    Numbered(usize),
+}
+
+impl Hosts {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Hosts::Named(h) => h.len(),
+            Hosts::Numbered(n) => *n,
+        }
+    }
+
+    pub(crate) fn name(&self, i: usize) -> Cow<'_, str> {
+        match self {
+            Hosts::Named(h) => Cow::Borrowed(h[i].as_str()),
+            Hosts::Numbered(_) => Cow::Owned(i.to_string()),
+        }
+    }
+
+    /// Every name, for the drawing (which details at most a few dozen hosts).
+    pub(crate) fn names(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.name(i).into_owned()).collect()
+    }
+}
+
+/// A tree laid over a host list, ready to print. Every per-host format streams from one
+/// preorder walk ([`Tree::positions`]): memory stays in the tree's 4 bytes per host.
 pub(crate) struct Plan<'a> {
-    pub(crate) hosts: &'a [String],
+    pub(crate) hosts: &'a Hosts,
     pub(crate) tree: &'a Tree,
     pub(crate) model: &'a LaunchModel,
     pub(crate) topology: Topology,
 }
 
 impl Plan<'_> {
-    fn parent_host(&self, v: usize) -> &str {
-        self.tree.parent(v).map_or("-", |p| self.hosts[p].as_str())
+    fn parent_host(&self, p: &Position) -> Cow<'_, str> {
+        p.parent.map_or(Cow::Borrowed("-"), |q| self.hosts.name(q))
     }
 
     pub(crate) fn text(&self, out: &mut impl Write) -> io::Result<()> {
-        let times = self.tree.launch_times(self.model);
-        let index = self.tree.child_indices();
-        let depth = self.tree.depths();
         writeln!(
             out,
             "# node_idx host parent child_index depth launch_time_s"
         )?;
-        for v in 0..self.tree.len() {
+        for p in self.tree.positions(self.model) {
             writeln!(
                 out,
-                "{v} {} {} {} {} {:.6}",
-                self.hosts[v],
-                self.parent_host(v),
-                index[v],
-                depth[v],
-                times[v]
+                "{} {} {} {} {} {:.6}",
+                p.node_idx,
+                self.hosts.name(p.node_idx),
+                self.parent_host(&p),
+                p.child_index,
+                p.depth,
+                p.launch_time
             )?;
         }
         Ok(())
     }
 
+    /// One JSON document, one host per line: the plan's fields, then `"nodes"`.
     pub(crate) fn json(&self, out: &mut impl Write) -> io::Result<()> {
-        let times = self.tree.launch_times(self.model);
-        let index = self.tree.child_indices();
-        let depth = self.tree.depths();
-        let nodes: Vec<_> = (0..self.tree.len())
-            .map(|v| {
-                json!({
-                    "node_idx": v,
-                    "host": self.hosts[v],
-                    "parent": self.tree.parent(v),
-                    "child_index": index[v],
-                    "depth": depth[v],
-                    "launch_time": times[v],
-                    "subtree": [v, self.tree.subtree_range(v).end],
-                })
-            })
-            .collect();
-        let plan = json!({
-            "topology": self.topology.to_string(),
-            "model": self.model,
-            "launch_time": times.iter().copied().fold(0.0, f64::max),
-            "nodes": nodes,
-        });
-        serde_json::to_writer_pretty(&mut *out, &plan)?;
-        writeln!(out)
+        let shape = self.tree.shape(self.model);
+        write!(
+            out,
+            "{{\"topology\": {}, \"model\": {}, \"launch_time\": {}, \"nodes\": [",
+            json!(self.topology.to_string()),
+            json!(self.model),
+            json!(shape.launch_time)
+        )?;
+        for p in self.tree.positions(self.model) {
+            let node = json!({
+                "node_idx": p.node_idx,
+                "host": self.hosts.name(p.node_idx),
+                "parent": p.parent,
+                "child_index": p.child_index,
+                "depth": p.depth,
+                "launch_time": p.launch_time,
+                "subtree": [p.node_idx, p.subtree_end],
+            });
+            let sep = if p.node_idx == 0 { "" } else { "," };
+            write!(out, "{sep}\n  {node}")?;
+        }
+        writeln!(out, "\n]}}")
     }
 
     pub(crate) fn dot(&self, out: &mut impl Write) -> io::Result<()> {
-        let times = self.tree.launch_times(self.model);
         writeln!(out, "digraph launch {{")?;
         writeln!(
             out,
@@ -77,33 +105,53 @@ impl Plan<'_> {
             self.model.rem()
         )?;
         writeln!(out, "  node [shape=box, fontname=monospace];")?;
-        for (v, (host, time)) in self.hosts.iter().zip(&times).enumerate() {
-            let host = host.replace('"', "\\\"");
-            writeln!(out, "  n{v} [label=\"{host}\\n{time:.3} s\"];")?;
-        }
-        for v in 0..self.tree.len() {
-            for (i, c) in self.tree.children(v).enumerate() {
-                writeln!(out, "  n{v} -> n{c} [label=\"{}\"];", i + 1)?;
+        for p in self.tree.positions(self.model) {
+            let host = self.hosts.name(p.node_idx).replace('"', "\\\"");
+            writeln!(
+                out,
+                "  n{} [label=\"{host}\\n{:.3} s\"];",
+                p.node_idx, p.launch_time
+            )?;
+            if let Some(parent) = p.parent {
+                writeln!(
+                    out,
+                    "  n{parent} -> n{} [label=\"{}\"];",
+                    p.node_idx, p.child_index
+                )?;
             }
         }
         writeln!(out, "}}")
     }
 
     pub(crate) fn svg(&self, out: &mut impl Write) -> io::Result<()> {
-        super::svg::write(out, self.hosts, self.tree, self.model, self.topology)
+        let names = self.hosts.names();
+        super::svg::write(out, &names, self.tree, self.model, self.topology)
     }
 
     pub(crate) fn summary(&self, out: &mut impl Write) -> io::Result<()> {
-        let depth = self.tree.depths().into_iter().max().unwrap_or(0);
+        let shape = self.tree.shape(self.model);
         writeln!(
             out,
             "topology {} nodes {} depth {} max_fanout {} launch_time {:.6} s",
             self.topology,
             self.tree.len(),
-            depth,
-            self.tree.max_fanout(),
-            self.tree.launch_time(self.model)
+            shape.depth,
+            shape.max_fanout,
+            shape.launch_time
         )
+    }
+
+    pub(crate) fn summary_json(&self, out: &mut impl Write) -> io::Result<()> {
+        let shape = self.tree.shape(self.model);
+        let summary = json!({
+            "topology": self.topology.to_string(),
+            "model": self.model,
+            "nodes": self.tree.len(),
+            "depth": shape.depth,
+            "max_fanout": shape.max_fanout,
+            "launch_time": shape.launch_time,
+        });
+        writeln!(out, "{summary}")
     }
 }
 
