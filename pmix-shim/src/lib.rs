@@ -55,6 +55,8 @@ pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;
+#[cfg(feature = "pmix")]
+mod tcp_owner;
 
 pub use error::{AbortInfo, Error};
 pub use job::{JobSecret, JobSpec};

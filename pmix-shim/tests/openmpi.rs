@@ -16,16 +16,18 @@
 #![cfg(feature = "pmix")]
 
 use std::{
-    net::SocketAddr,
+    collections::HashSet,
+    net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::Stdio,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec,
     overlay::{Overlay, OverlayConfig},
-    pmix::{PmixConfig, PmixServer},
+    pmix::{Admit, PmixConfig, PmixServer},
     rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command};
@@ -34,6 +36,8 @@ use tokio::{io::AsyncReadExt, process::Command};
 const JOB_DEADLINE: Duration = Duration::from_secs(150);
 /// An agent gives up (killing its ranks) before the test does, so it can still report.
 const AGENT_DEADLINE: Duration = Duration::from_secs(120);
+/// The agents' `finalize_timeout`.
+const FINALIZE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn compile(dir: &Path, mpicc: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
@@ -91,6 +95,9 @@ struct AgentSpec {
     /// Extra rank environment, `K=V` pairs; `{shm}` in a value is this node's own directory
     /// for shared-memory segments.
     rank_env: Vec<(String, String)>,
+    /// Before its ranks start, the agent itself (not a rank) connects to its PMIx port,
+    /// sends half a header and stays silent until the job is over.
+    stranger: bool,
 }
 
 impl AgentSpec {
@@ -113,6 +120,7 @@ impl AgentSpec {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join(" "),
+            u8::from(self.stranger).to_string(),
         ]
         .join("\n")
     }
@@ -135,6 +143,7 @@ impl AgentSpec {
                 .filter_map(|kv| kv.split_once('='))
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            stranger: f[8] == "1",
         }
     }
 }
@@ -149,6 +158,12 @@ struct AgentResult {
     fence_log: Vec<(bool, usize, usize, u64)>,
     /// (asked, answered) direct-modex requests.
     dmodex: (u64, u64),
+    /// How long `PmixServer::shutdown` took, in milliseconds.
+    shutdown_ms: u64,
+    /// Connections the accept gate refused.
+    refused: u64,
+    /// The stranger's connection was closed by the agent (None: no stranger).
+    stranger_closed: Option<bool>,
     output: String,
 }
 
@@ -167,6 +182,11 @@ impl AgentResult {
             s += &format!("fence {c} {l} {t} {us}\n");
         }
         s += &format!("dmodex {} {}\n", self.dmodex.0, self.dmodex.1);
+        s += &format!("shutdown {}\n", self.shutdown_ms);
+        s += &format!("refused {}\n", self.refused);
+        if let Some(closed) = self.stranger_closed {
+            s += &format!("stranger {closed}\n");
+        }
         s += "output\n";
         s += &self.output;
         s
@@ -198,12 +218,79 @@ impl AgentResult {
                     words[4].parse().unwrap(),
                 )),
                 "dmodex" => r.dmodex = (words[1].parse().unwrap(), words[2].parse().unwrap()),
+                "shutdown" => r.shutdown_ms = words[1].parse().unwrap(),
+                "refused" => r.refused = words[1].parse().unwrap(),
+                "stranger" => r.stranger_closed = Some(words[1] == "true"),
                 "output" => break,
                 _ => {}
             }
         }
         r.output = lines.collect();
         r
+    }
+}
+
+/// The pids of an agent's ranks: the stub of the embedders' admission policy.
+type Allowed = Arc<Mutex<HashSet<u32>>>;
+
+/// The inode of the client socket of the connection `peer` → `local` (`/proc/net/tcp`).
+fn socket_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    let parse = |s: &str| -> Option<SocketAddr> {
+        let (a, p) = s.split_once(':')?;
+        let a = u32::from_str_radix(a, 16).ok()?;
+        let p = u16::from_str_radix(p, 16).ok()?;
+        Some(SocketAddr::new(Ipv4Addr::from(a.to_le_bytes()).into(), p))
+    };
+    let text = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    text.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() >= 10 && parse(f[1]) == Some(peer) && parse(f[2]) == Some(local))
+            .then(|| f[9].parse().ok())
+            .flatten()
+            .filter(|&i| i != 0)
+    })
+}
+
+fn holds(pid: u32, inode: u64) -> bool {
+    let target = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|dir| {
+        dir.flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str()))
+    })
+}
+
+/// Admits a connection whose client socket is open in one of `allowed`; a rank may connect
+/// before its pid is recorded (spawn returns after exec), so look again for up to 2 s.
+fn rank_policy(allowed: &Allowed) -> Admit {
+    let allowed = allowed.clone();
+    Arc::new(move |peer, local| {
+        let started = Instant::now();
+        loop {
+            if let Some(inode) = socket_inode(peer, local) {
+                let pids: Vec<u32> = allowed.lock().unwrap().iter().copied().collect();
+                if pids.into_iter().any(|pid| holds(pid, inode)) {
+                    return true;
+                }
+            }
+            if started.elapsed() > Duration::from_secs(2) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+/// Whether the agent closed `s`: a read ends (EOF or reset) within 10 s.
+fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => n == 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
     }
 }
 
@@ -251,10 +338,12 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     .await
     .expect("overlay joins");
     let node_dir = spec.dir.join(format!("node{me}"));
+    let allowed = Allowed::default();
     let pmix_config = PmixConfig {
         // PMIx_server_finalize can hang after a rank was killed while connecting (see
         // PmixServer::shutdown); the agent then leaves it behind sooner.
-        finalize_timeout: Duration::from_secs(2),
+        finalize_timeout: FINALIZE_TIMEOUT,
+        admit: rank_policy(&allowed),
         ..PmixConfig::new(node_dir.join("pmix"))
     };
     let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
@@ -263,8 +352,25 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     let shm = node_dir.join("shm");
     std::fs::create_dir_all(&shm).unwrap();
     let mut children = Vec::new();
+    let mut envs = Vec::new();
     for &rank in job.local_ranks() {
-        let env = pmix.env_for(rank).await.expect("rank registers");
+        envs.push((rank, pmix.env_for(rank).await.expect("rank registers")));
+    }
+    let mut stranger = None;
+    if spec.stranger {
+        let uri = envs[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == "PMIX_SERVER_URI41")
+            .map(|(_, v)| v.clone())
+            .expect("a PMIx server URI");
+        let port: u16 = uri.rsplit(':').next().unwrap().parse().unwrap();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        use std::io::Write;
+        s.write_all(&[0, 0, 0, 64, 0, 0]).unwrap();
+        stranger = Some(s);
+    }
+    for (rank, env) in envs {
         if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
             eprintln!("env {rank}: {env:?}");
         }
@@ -309,6 +415,10 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
             }
         }
         let child = cmd.spawn().expect("spawn rank");
+        allowed
+            .lock()
+            .unwrap()
+            .insert(child.id().expect("a running rank"));
         children.push((rank, child));
     }
     let mut waits = tokio::task::JoinSet::new();
@@ -382,7 +492,12 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     if debug {
         eprintln!("agent {me}: shutting down");
     }
+    result.stranger_closed = stranger.as_mut().map(closed_by_peer);
+    let shutdown = Instant::now();
     pmix.shutdown().await;
+    result.shutdown_ms = shutdown.elapsed().as_millis() as u64;
+    result.refused = greedy_sys::pmix::gate::refused();
+    drop(stranger);
     if debug {
         eprintln!("agent {me}: pmix down");
     }
@@ -415,6 +530,8 @@ async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<AgentResult>, Dura
 struct Flavour {
     mpicc: String,
     rank_env: Vec<(String, String)>,
+    /// Every agent gets a stranger connection ([`AgentSpec::stranger`]).
+    stranger: bool,
 }
 
 impl Flavour {
@@ -436,6 +553,7 @@ impl Flavour {
                     "none".into(),
                 ),
             ],
+            stranger: false,
         }
     }
 }
@@ -468,6 +586,7 @@ async fn run_job_with(
             exe: exe.clone(),
             args: args.iter().map(|s| s.to_string()).collect(),
             rank_env: flavour.rank_env.clone(),
+            stranger: flavour.stranger,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -556,6 +675,35 @@ async fn openmpi_4_agents_x_4_ranks_block_placement() {
     eprintln!("Open MPI 4x4 block took {took:?}");
 }
 
+/// A process that is not a rank (the agent itself here) connects to every agent's PMIx port
+/// before the ranks start, sends half a header and stays silent: the accept gate closes it
+/// before libpmix reads a byte, so the job wires up in its normal time and every agent's
+/// PMIx shutdown returns within `finalize_timeout`. Without the gate libpmix's progress
+/// thread blocks reading the rest of the header: every rank hangs in `MPI_Init` and
+/// `PMIx_server_finalize` never returns (research/endpoint-security.md §2.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_wires_up_with_a_silent_stranger_on_every_pmix_port() {
+    let mut flavour = Flavour::debian_4_1();
+    flavour.stranger = true;
+    let (results, took) = run_job_with(&flavour, block(2, 2), &[]).await;
+    assert_all_ok(&results, 4);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(
+            r.stranger_closed,
+            Some(true),
+            "agent {i}: stranger not closed"
+        );
+        assert!(r.refused >= 1, "agent {i}: gate refused {}", r.refused);
+        assert!(
+            Duration::from_millis(r.shutdown_ms) <= FINALIZE_TIMEOUT + Duration::from_millis(500),
+            "agent {i}: shutdown took {} ms",
+            r.shutdown_ms
+        );
+    }
+    assert!(took < Duration::from_secs(60), "the job took {took:?}");
+    eprintln!("Open MPI 2x2 with strangers took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_mpi_abort_ends_the_job_with_its_code() {
     let (results, took) = run_job(cyclic(4, 2), &["abort-after-init=6:42"]).await;
@@ -620,6 +768,7 @@ fn openmpi5() -> Flavour {
             ("OMPI_MCA_btl_sm_backing_directory".into(), "{shm}".into()),
             ("OMPI_MCA_smsc".into(), "^cma,xpmem,knem".into()),
         ],
+        stranger: false,
     }
 }
 
