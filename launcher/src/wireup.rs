@@ -163,72 +163,76 @@ pub async fn start(
         ..OverlayConfig::default()
     };
     let overlay = Overlay::start(&spec, config, rendezvous).await?;
-    let service = if start.pmi == PmiMode::Pmix {
-        // PMIx's rendezvous files and the job's session directories, private to this agent
-        // (several agents of one job may share a machine).
-        let safe: String = start
-            .job_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let dir = std::env::temp_dir().join(format!(
-            "greedy-pmix.{safe}.{}.{}",
-            start.node_idx,
-            std::process::id()
-        ));
-        match PmixServer::start(&spec, overlay.clone(), PmixConfig::new(dir.clone())).await {
-            Ok(pmix) => Service::Pmix(pmix, dir),
-            Err(e) => {
-                overlay.shutdown().await;
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-        }
-    } else if start.pmi == PmiMode::Charm {
-        // Clients connect to this host's cluster address, so the peer address of each
-        // connection is one the other hosts can send datagrams to. Their prints take the
-        // ranks' stdout/stderr path up the tree.
-        let (out_tx, mut out_rx) =
-            mpsc::channel::<greedy_pmix::charm::server::Output>(OUTPUT_CAPACITY);
-        let up = rendezvous.up.clone();
-        tokio::spawn(async move {
-            while let Some(o) = out_rx.recv().await {
-                // The rank's own stdio pipes carry its end of output already.
-                if o.is_end() {
-                    continue;
-                }
-                let stream = if o.stderr {
-                    Stream::Stderr
-                } else {
-                    Stream::Stdout
-                };
-                let msg = Up::Output {
-                    rank: o.rank,
-                    stream,
-                    data: o.data,
-                };
-                if up.send(msg).await.is_err() {
-                    break;
+    let service =
+        if start.pmi == PmiMode::Pmix {
+            // PMIx's rendezvous files and the job's session directories, private to this agent
+            // (several agents of one job may share a machine): a fresh 0700 directory with an
+            // unguessable name, so its path reveals nothing (not even the namespace) and nobody
+            // could plant anything there.
+            let dir = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-pmix.")
+                .map_err(|source| Error::Io {
+                    what: "create the PMIx directory".into(),
+                    source,
+                })?;
+            // The ranks run as this process's user; other users never reach libpmix (until the
+            // ranks' own processes can be named: greedy_pmix::peer).
+            let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&dir).map_err(
+                |source| Error::Io {
+                    what: "read the PMIx directory".into(),
+                    source,
+                },
+            )?);
+            let config = PmixConfig {
+                admit: greedy_pmix::pmix::admit_user(uid),
+                ..PmixConfig::new(dir.clone())
+            };
+            match PmixServer::start(&spec, overlay.clone(), config).await {
+                Ok(pmix) => Service::Pmix(pmix, dir),
+                Err(e) => {
+                    overlay.shutdown().await;
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e.into());
                 }
             }
-        });
-        let config = CharmConfig::new(SocketAddr::new(ip, 0));
-        match CharmServer::start(&spec, overlay.clone(), config, out_tx).await {
-            Ok(charm) => Service::Charm(charm),
-            Err(e) => {
-                overlay.shutdown().await;
-                return Err(e.into());
+        } else if start.pmi == PmiMode::Charm {
+            // Clients connect to this host's cluster address, so the peer address of each
+            // connection is one the other hosts can send datagrams to. Their prints take the
+            // ranks' stdout/stderr path up the tree.
+            let (out_tx, mut out_rx) =
+                mpsc::channel::<greedy_pmix::charm::server::Output>(OUTPUT_CAPACITY);
+            let up = rendezvous.up.clone();
+            tokio::spawn(async move {
+                while let Some(o) = out_rx.recv().await {
+                    // The rank's own stdio pipes carry its end of output already.
+                    if o.is_end() {
+                        continue;
+                    }
+                    let stream = if o.stderr {
+                        Stream::Stderr
+                    } else {
+                        Stream::Stdout
+                    };
+                    let msg = Up::Output {
+                        rank: o.rank,
+                        stream,
+                        data: o.data,
+                    };
+                    if up.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let config = CharmConfig::new(SocketAddr::new(ip, 0));
+            match CharmServer::start(&spec, overlay.clone(), config, out_tx).await {
+                Ok(charm) => Service::Charm(charm),
+                Err(e) => {
+                    overlay.shutdown().await;
+                    return Err(e.into());
+                }
             }
-        }
-    } else {
-        Service::Pmi(PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?)
-    };
+        } else {
+            Service::Pmi(PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?)
+        };
     Ok((overlay, service))
 }
 

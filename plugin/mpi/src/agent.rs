@@ -357,21 +357,25 @@ impl Agent {
             .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
             .map_err(shim)?;
         // One directory per step and node: Open MPI names its shared-memory files after the
-        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, since it is handed to
-        // the job's user: whatever stands at that path (a stale step's, or a user's symlink in
-        // the shared /tmp) is removed, and a path planted again meanwhile fails the step.
-        let tmpdir = std::env::temp_dir().join(format!("greedy-pmix.{}", plan.kvsname));
+        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, 0700 and with an
+        // unguessable name (greedy_pmix::pmix::private_dir): it is handed to the job's user
+        // (PmixServer::start chowns it), and nothing can have been planted at its path.
         let io = Error::io(&node);
-        match std::fs::symlink_metadata(&tmpdir) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tmpdir),
-            Ok(_) => std::fs::remove_file(&tmpdir),
-            Err(_) => Ok(()),
-        }
-        .map_err(|e| io("remove a stale PMIx directory", e))?;
-        std::fs::create_dir(&tmpdir).map_err(|e| io("create the PMIx directory", e))?;
+        let tmpdir = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-pmix.")
+            .map_err(|e| io("create the PMIx directory", e))?;
         self.pmix_dir = Some(tmpdir.clone());
+        let owner = job_owner(plan);
+        // The ranks run as the job's user (or as this process's, when it is not root): no
+        // other user's connection reaches libpmix.
+        let ranks_uid = match owner {
+            Some((uid, _)) => uid,
+            None => std::os::unix::fs::MetadataExt::uid(
+                &std::fs::metadata(&tmpdir).map_err(|e| io("read the PMIx directory", e))?,
+            ),
+        };
         let config = PmixConfig {
-            owner: job_owner(plan),
+            owner,
+            admit: greedy_pmix::pmix::admit_user(ranks_uid),
             ..PmixConfig::new(tmpdir)
         };
         let rt = self.runtime.as_ref().expect("set in start");
