@@ -1053,6 +1053,24 @@ mod tests {
     }
 
     #[test]
+    fn private_dirs_are_fresh_0700_and_unguessable() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let a = private_dir(parent.path(), "greedy-pmix.").unwrap();
+        let b = private_dir(parent.path(), "greedy-pmix.").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            let meta = std::fs::symlink_metadata(d).unwrap();
+            assert!(meta.is_dir());
+            assert_eq!(meta.permissions().mode() & 0o7777, 0o700, "{d:?}");
+            let name = d.file_name().unwrap().to_str().unwrap();
+            assert_eq!(name.len(), "greedy-pmix.".len() + 24, "{name}");
+        }
+        // Nothing is reused: a parent we cannot write to fails, it does not fall back.
+        assert!(private_dir(&parent.path().join("missing"), "x.").is_err());
+    }
+
+    #[test]
     fn fences_must_span_every_node() {
         check(&[("j", RANK_WILDCARD)], true);
         check(&[("j", 0), ("j", 2), ("j", 3)], true);

@@ -566,6 +566,66 @@ impl Object {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::os::fd::AsRawFd;
+
+    /// One connection through `gated_accept` under `policy`: the descriptor (or -1 and errno)
+    /// and whether the client then sees its connection closed.
+    fn through_gate(policy: Option<Policy>) -> (c_int, i32, bool) {
+        *POLICY.write().unwrap() = policy;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        // SAFETY: a listening socket with a pending connection; NULL address and length are
+        // allowed by accept(2).
+        let fd = unsafe {
+            gated_accept(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        client
+            .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        let closed = matches!(client.read(&mut [0u8; 8]), Ok(0) | Err(_))
+            && fd < 0
+            && errno == libc::ECONNABORTED;
+        if fd >= 0 {
+            // SAFETY: the admitted descriptor is ours to close.
+            unsafe { libc::close(fd) };
+        }
+        (fd, errno, closed)
+    }
+
+    #[test]
+    fn the_gate_admits_only_what_the_policy_admits() {
+        let (fd, _, _) = through_gate(Some(Arc::new(|peer, local| {
+            peer.ip().is_loopback() && local.ip().is_loopback()
+        })));
+        assert!(fd >= 0);
+        // Refused, no policy, or a panicking policy: closed, ECONNABORTED.
+        for policy in [
+            Some(Arc::new(|_, _| false) as Policy),
+            None,
+            Some(
+                Arc::new(|_: SocketAddr, _: SocketAddr| -> bool { panic!("policy bug") }) as Policy,
+            ),
+        ] {
+            let (fd, errno, closed) = through_gate(policy);
+            assert_eq!((fd, errno), (-1, libc::ECONNABORTED));
+            assert!(closed);
+        }
+        *POLICY.write().unwrap() = None;
+    }
+
+    #[test]
+    fn a_unix_socket_is_refused() {
+        // A descriptor that is not TCP/IP is refused whatever the policy says.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(judge(a.as_raw_fd()).is_err());
+    }
 
     #[test]
     fn finds_libpmix_and_its_accept_slot() {
