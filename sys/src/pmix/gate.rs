@@ -620,6 +620,66 @@ mod tests {
         *POLICY.write().unwrap() = None;
     }
 
+    /// The permissions `/proc/self/maps` shows for the mapping holding `addr` (`r--p`, …).
+    fn perms_at(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find_map(|l| {
+                let (range, rest) = l.split_once(' ')?;
+                let (a, b) = range.split_once('-')?;
+                let (a, b) = (
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                );
+                (a <= addr && addr < b).then(|| rest[..4].to_string())
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_slot_in_relro_is_written_and_left_read_only() {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a fresh anonymous private mapping of two pages, ours alone.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let start = map as usize;
+        // SAFETY: the first page of our mapping, made read-only as a loader's RELRO would be.
+        assert_eq!(unsafe { libc::mprotect(map, page, libc::PROT_READ) }, 0);
+        let obj = Object {
+            name: "fake".into(),
+            base: start,
+            loads: vec![Segment {
+                start,
+                end: start + 2 * page,
+                writable: true,
+            }],
+            relro: Some((start, start + page + 64)),
+            dynamic: None,
+        };
+        let slot = start + 128;
+        obj.write_slot(slot, 0x1234_5678).unwrap();
+        // SAFETY: an aligned word inside our mapping.
+        assert_eq!(unsafe { *(slot as *const usize) }, 0x1234_5678);
+        assert_eq!(perms_at(slot), "r--p");
+        // Past the whole RELRO pages: written in place, still writable.
+        let slot = start + page + 8;
+        obj.write_slot(slot, 7).unwrap();
+        assert_eq!(perms_at(slot), "rw-p");
+        assert!(obj.write_slot(start + 4, 1).is_err(), "misaligned");
+        // SAFETY: unmapping what we mapped; nothing refers to it any more.
+        unsafe { libc::munmap(map, 2 * page) };
+    }
+
     #[test]
     fn a_unix_socket_is_refused() {
         // A descriptor that is not TCP/IP is refused whatever the policy says.
