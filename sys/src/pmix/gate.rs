@@ -75,6 +75,11 @@ pub enum GateError {
         /// The symbol, e.g. `accept4`.
         symbol: String,
     },
+    /// A PMIx object loaded after the gate was installed accepts past it.
+    Ungated {
+        /// The object's path.
+        library: String,
+    },
     /// The slot could not be made writable, or did not hold the gate after the store.
     Patch {
         /// The object's path.
@@ -105,6 +110,10 @@ impl fmt::Display for GateError {
             GateError::OtherAccept { library, symbol } => write!(
                 f,
                 "PMIx accept gate: {library} imports {symbol}, which the gate does not cover; refusing to serve PMIx unguarded"
+            ),
+            GateError::Ungated { library } => write!(
+                f,
+                "PMIx accept gate: {library} calls accept past the gate; refusing to serve PMIx unguarded"
             ),
             GateError::Patch { library, source } => {
                 write!(f, "PMIx accept gate: {library}: patching accept: {source}")
@@ -140,7 +149,10 @@ pub fn install(policy: Policy) -> Result<(), GateError> {
         return Ok(());
     }
     let (r_jump, r_glob) = reloc_types()?;
-    let objects = loaded_pmix_objects();
+    let objects: Vec<Object> = loaded_pmix_objects()
+        .into_iter()
+        .filter(|o| is_libpmix(&o.name))
+        .collect();
     if objects.is_empty() {
         return Err(GateError::NoLibrary);
     }
@@ -162,6 +174,27 @@ pub fn install(policy: Policy) -> Result<(), GateError> {
         tracing::debug!(library = obj.name, "PMIx accept gate installed");
     }
     *patched = true;
+    Ok(())
+}
+
+/// Checks, once `PMIx_server_init` has loaded its components, that every PMIx object that
+/// imports `accept` (libpmix, and any `pmix_mca_*` component: 4.2's TCP listener is built
+/// into libpmix, but a build could ship it as a plugin) calls the gate. An object that would
+/// accept past the gate is an error: the caller must not serve PMIx.
+pub fn verify() -> Result<(), GateError> {
+    let (r_jump, r_glob) = reloc_types()?;
+    let gate = gated_accept as *const () as usize;
+    for obj in loaded_pmix_objects() {
+        for slot in obj.accept_slots(r_jump, r_glob)? {
+            // SAFETY: `accept_slots` checked the word lies in the object's mapped segments;
+            // an atomic load reads it whole even if another thread stored it.
+            let target =
+                unsafe { AtomicUsize::from_ptr(slot as *mut usize) }.load(Ordering::SeqCst);
+            if target != gate {
+                return Err(GateError::Ungated { library: obj.name });
+            }
+        }
+    }
     Ok(())
 }
 
@@ -272,7 +305,18 @@ struct Object {
     dynamic: Option<(usize, usize)>,
 }
 
-/// Every loaded object whose path contains `libpmix.so`.
+/// libpmix itself, or one of the MCA components it `dlopen`s (`pmix_mca_<framework>_<name>.so`).
+fn is_pmix_object(path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    path.contains("libpmix.so") || file.starts_with("pmix_mca_")
+}
+
+/// Whether `path` is libpmix itself.
+fn is_libpmix(path: &str) -> bool {
+    path.contains("libpmix.so")
+}
+
+/// Every loaded libpmix and PMIx MCA component.
 fn loaded_pmix_objects() -> Vec<Object> {
     let mut found: Vec<Object> = Vec::new();
     // SAFETY: `collect` has the callback signature dl_iterate_phdr expects and only reads the
@@ -301,7 +345,7 @@ unsafe extern "C" fn collect(
         let name = unsafe { CStr::from_ptr(info.dlpi_name) }
             .to_string_lossy()
             .into_owned();
-        if !name.contains("libpmix.so") {
+        if !is_pmix_object(&name) {
             return;
         }
         // SAFETY: the loader hands dlpi_phnum program headers at dlpi_phdr.
@@ -695,9 +739,13 @@ mod tests {
             "libpmix is linked into the test binary"
         );
         let (j, g) = reloc_types().unwrap();
-        for obj in &objects {
+        for obj in objects.iter().filter(|o| is_libpmix(&o.name)) {
             let slots = obj.accept_slots(j, g).unwrap();
             assert_eq!(slots.len(), 1, "{obj:?}: {slots:x?}");
         }
+        assert!(is_pmix_object(
+            "/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_ptl_tcp.so"
+        ));
+        assert!(!is_pmix_object("/usr/lib/libmunge.so.2"));
     }
 }

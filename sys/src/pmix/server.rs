@@ -559,9 +559,13 @@ impl Server {
             *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
             return Err(InitError::Pmix(e));
         }
-        Ok(Server {
+        let server = Server {
             init_info: Some(init_info),
-        })
+        };
+        // PMIx_server_init may have loaded components: none may accept past the gate.
+        // (Dropping the server finalizes it in the background.)
+        gate::verify().map_err(InitError::Gate)?;
+        Ok(server)
     }
 
     /// Starts `PMIx_server_finalize` on a detached thread and returns at once; `done` runs
