@@ -189,24 +189,21 @@ pub async fn start(
     let overlay = Overlay::start(&spec, config, rendezvous).await?;
     let service = if start.pmi == PmiMode::Pmix {
         // PMIx's rendezvous files and the job's session directories, private to this agent
-        // (several agents of one job may share a machine).
-        let safe: String = start
-            .job_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let dir = std::env::temp_dir().join(format!(
-            "greedy-pmix.{safe}.{}.{}",
-            start.node_idx,
-            std::process::id()
-        ));
-        match PmixServer::start(&spec, overlay.clone(), PmixConfig::new(dir.clone())).await {
+        // (several agents of one job may share a machine): a fresh 0700 directory with an
+        // unguessable name, so its path reveals nothing (not even the namespace) and nobody
+        // could plant anything there.
+        let dir = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-pmix.").map_err(
+            |source| Error::Io {
+                what: "create the PMIx directory".into(),
+                source,
+            },
+        )?;
+        // Only this agent's descendants (its ranks) reach libpmix at all.
+        let config = PmixConfig {
+            admit: greedy_pmix::pmix::admit_job(admit_ranks()?),
+            ..PmixConfig::new(dir.clone())
+        };
+        match PmixServer::start(&spec, overlay.clone(), config).await {
             Ok(pmix) => Service::Pmix(pmix, dir),
             Err(e) => {
                 overlay.shutdown().await;
@@ -250,11 +247,7 @@ pub async fn start(
                 )));
             }
         };
-        let admit = JobProcesses::of_this_process().map_err(|source| Error::Io {
-            what: "read this agent's own uid".into(),
-            source,
-        })?;
-        let config = CharmConfig::new(advertise, admit);
+        let config = CharmConfig::new(advertise, admit_ranks()?);
         match CharmServer::start(&spec, overlay.clone(), config, out_tx).await {
             Ok(charm) => Service::Charm(charm),
             Err(e) => {
@@ -266,6 +259,15 @@ pub async fn start(
         Service::Pmi(PmiServer::start(&spec, overlay.clone(), PmiConfig::default()).await?)
     };
     Ok((overlay, service))
+}
+
+/// Who may reach this agent's PMIx and netlrts endpoints: its descendants (the ranks it
+/// forks), running as its own user.
+fn admit_ranks() -> Result<JobProcesses, Error> {
+    JobProcesses::of_this_process().map_err(|source| Error::Io {
+        what: "read this agent's own uid".into(),
+        source,
+    })
 }
 
 /// The overlay children of `node` in a job of `n_hosts` under `model`: where greedyrun routes

@@ -57,6 +57,6 @@ pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;
-
+#[cfg(feature = "pmix")]
 pub use error::{AbortInfo, Error};
 pub use job::{JobSecret, JobSpec};

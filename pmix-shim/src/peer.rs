@@ -63,7 +63,8 @@ pub enum Refused {
 }
 
 /// The processes a node's service admits: the embedder's descendants (greedyd's ranks, or
-/// the tasks slurmstepd forked for its step) running as the job's user.
+/// the tasks slurmstepd forked for its step) running as the job's user. Not the embedder
+/// itself: it is never a client of its own endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobProcesses {
     /// The embedder's pid: every rank descends from it.
@@ -88,7 +89,7 @@ impl JobProcesses {
     }
 
     /// Admits the connection from `peer` to our `local` address if its client socket belongs
-    /// to the job's user and is open in a descendant of the root. Blocking: one netlink round
+    /// to the job's user and is open in a descendant of the root (not the root itself). Blocking: one netlink round
     /// trip and a few `/proc` reads; [`JobProcesses::admit_async`] off the async threads.
     pub fn admit(&self, peer: SocketAddr, local: SocketAddr) -> Result<SocketOwner, Refused> {
         let owner = socket_owner(peer, local)
@@ -98,7 +99,7 @@ impl JobProcesses {
         if owner.uid == self.uid
             && process_tree(self.root)
                 .into_iter()
-                .any(|pid| holds(pid, &target))
+                .any(|pid| pid != self.root && holds(pid, &target))
         {
             Ok(owner)
         } else {
@@ -273,6 +274,22 @@ mod tests {
         ));
         drop(child.stdin.take());
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn the_root_itself_is_not_a_client() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(local).unwrap();
+        let (_server, peer) = listener.accept().unwrap();
+        let me = JobProcesses::of_this_process().unwrap();
+        assert!(matches!(
+            me.admit(peer, local),
+            Err(Refused::NotAJobProcess { .. })
+        ));
+        // Under its parent, this process is a descendant like any rank.
+        let parent = JobProcesses::descendants_of(std::os::unix::process::parent_id(), me.uid);
+        assert!(parent.admit(peer, local).is_ok());
     }
 
     #[test]

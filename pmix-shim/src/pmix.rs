@@ -48,10 +48,60 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::{AbortInfo, Error, JobSpec, departures::Departures, overlay::Overlay};
+use crate::{
+    AbortInfo, Error, JobSpec, departures::Departures, overlay::Overlay, peer::JobProcesses,
+};
+
+/// Decides which connections to the PMIx port may reach libpmix: `admit(peer, local)`, the
+/// client's address and ours. Runs on libpmix's listener thread, where it may block; a panic
+/// refuses (greedy-sys's accept gate, [`greedy_sys::pmix::gate`]).
+pub type Admit = greedy_sys::pmix::gate::Policy;
+
+/// The default [`PmixConfig::admit`]: nobody. An embedder must say who its ranks are.
+pub fn admit_nobody() -> Admit {
+    Arc::new(|_, _| false)
+}
+
+/// A [`PmixConfig::admit`] for the job's processes ([`crate::peer::JobProcesses`]): the
+/// client's socket must belong to the job's user and be open in a descendant of the embedder.
+/// Keeps out every other user (whom libpmix's own uid check lets in by trusting the bytes
+/// they send) and every process of the job's user outside the job.
+pub fn admit_job(procs: JobProcesses) -> Admit {
+    Arc::new(move |peer, local| match procs.admit(peer, local) {
+        Ok(_) => true,
+        Err(refused) => {
+            debug!("PMIx connection refused: {refused}");
+            false
+        }
+    })
+}
+
+/// Creates a fresh directory `<parent>/<prefix><random>` with mode 0700 for an agent's PMIx
+/// files ([`PmixConfig::tmpdir`]). The name is unguessable (96 random bits), so nobody can
+/// plant anything at it beforehand; `mkdir` fails rather than reuse or follow anything that
+/// stands there, and the result is checked to be a real directory with mode 0700.
+pub fn private_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let mut bytes = [0u8; 12];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = parent.join(format!("{prefix}{suffix}"));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    // The umask may have taken bits away, never added any; set exactly 0700.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    // In a sticky /tmp nobody else can rename or replace what we created; check anyway.
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.permissions().mode() & 0o7777 != 0o700 {
+        return Err(std::io::Error::other(format!(
+            "{}: not a private directory of ours after creating it",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
 
 /// Settings of the PMIx server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PmixConfig {
     /// This agent's own directory for PMIx rendezvous files and the job's session directories
     /// (`PMIX_SERVER_TMPDIR`, `PMIX_TMPDIR`, `PMIX_NSDIR`); created if missing. Must differ
@@ -72,10 +122,29 @@ pub struct PmixConfig {
     /// then be a fresh directory this process created (a path the ranks' user could have
     /// planted would let them redirect the `chown`).
     pub owner: Option<(u32, u32)>,
+    /// Which connections reach libpmix at all (the accept gate, checked before libpmix reads
+    /// a byte): a connection libpmix accepts has passed this policy. The default,
+    /// [`admit_nobody`], fails closed; embedders pass one that admits their ranks' sockets
+    /// only. libpmix cannot tell a stranger from a rank itself (research/endpoint-security.md
+    /// §2), and one silent stranger would freeze it.
+    pub admit: Admit,
+}
+
+impl std::fmt::Debug for PmixConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PmixConfig")
+            .field("tmpdir", &self.tmpdir)
+            .field("register_timeout", &self.register_timeout)
+            .field("finalize_timeout", &self.finalize_timeout)
+            .field("exit_grace", &self.exit_grace)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PmixConfig {
-    /// Defaults with `tmpdir` as the agent's directory.
+    /// Defaults with `tmpdir` as the agent's directory; admits no connection until
+    /// [`PmixConfig::admit`] is set.
     pub fn new(tmpdir: PathBuf) -> Self {
         PmixConfig {
             tmpdir,
@@ -83,6 +152,7 @@ impl PmixConfig {
             finalize_timeout: Duration::from_secs(10),
             exit_grace: Duration::from_millis(500),
             owner: None,
+            admit: admit_nobody(),
         }
     }
 }
@@ -411,9 +481,14 @@ impl PmixServer {
                 nodeid: me as u32,
                 server_nspace: format!("greedy-{}", job.job_id),
                 server_rank: me as u32,
+                admit: config.admit.clone(),
             },
         )
-        .map_err(|s| failed("PMIx_server_init", s))?;
+        .map_err(|e| Error::Pmix {
+            node: me,
+            what: "PMIx_server_init".into(),
+            status: e.to_string(),
+        })?;
         let server = Arc::new(server);
         let shared = Arc::new(Shared {
             job: job.clone(),
@@ -583,6 +658,9 @@ impl PmixServer {
     }
 
     /// Stops the tasks, then finalizes the PMIx server (which disconnects remaining clients).
+    /// Deregistering and finalizing together take at most `finalize_timeout`: a finalize
+    /// still running then is left behind on its own thread (greedy-sys never runs it on the
+    /// caller's), so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.tracker.close();
@@ -595,29 +673,40 @@ impl PmixServer {
             .take();
         let Some(server) = server else { return };
         let limit = self.inner.config.finalize_timeout;
+        let deadline = tokio::time::Instant::now() + limit;
         // Deregistering the namespace first makes PMIx drop the job's clients and data
         // before it finalizes, instead of racing a client that dies while connecting.
         let (tx, rx) = oneshot::channel();
         server.deregister_nspace(&self.inner.job.job_id, move |s| {
             let _ = tx.send(s);
         });
-        let _ = tokio::time::timeout(limit, rx).await;
+        let _ = tokio::time::timeout_at(deadline, rx).await;
         // PMIx_server_finalize blocks while PMIx's thread winds down, and can hang in
         // pmix_rte_finalize after clients were killed mid-connect (measured, 1 run in ~8 of
-        // the crash test). Run it on a thread of its own, detached, and wait at most
-        // finalize_timeout: a runtime blocking thread would keep the runtime (and the process)
-        // from exiting.
+        // the crash test). greedy-sys runs it on a detached thread of its own; wait at most
+        // until the deadline. A blocking thread of the runtime would keep the runtime (and
+        // the process) from exiting.
+        let server = match Arc::try_unwrap(server) {
+            Ok(s) => s,
+            // A PMIx_Get of a cancelled direct-modex answer still holds it: whoever drops it
+            // last starts the finalize (in the background, as here).
+            Err(shared) => {
+                debug!("PMIx server still referenced; finalized by its last holder");
+                return drop(shared);
+            }
+        };
         let (done_tx, done_rx) = oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("pmix-finalize".into())
-            .spawn(move || {
-                drop(server);
-                let _ = done_tx.send(());
-            });
-        if spawned.is_ok() && tokio::time::timeout(limit, done_rx).await.is_err() {
-            warn!(
+        server.finalize(move |status| {
+            let _ = done_tx.send(status);
+        });
+        match tokio::time::timeout_at(deadline, done_rx).await {
+            Ok(Ok(status)) if !status.is_success() => {
+                debug!(%status, "PMIx_server_finalize returned an error")
+            }
+            Ok(_) => {}
+            Err(_) => warn!(
                 "PMIx_server_finalize still running after finalize_timeout ({limit:?}); left behind"
-            );
+            ),
         }
     }
 }
@@ -963,6 +1052,24 @@ mod tests {
             })
             .collect();
         assert_eq!(spans_every_node(&job, &procs), expect, "{procs:?}");
+    }
+
+    #[test]
+    fn private_dirs_are_fresh_0700_and_unguessable() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let a = private_dir(parent.path(), "greedy-pmix.").unwrap();
+        let b = private_dir(parent.path(), "greedy-pmix.").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            let meta = std::fs::symlink_metadata(d).unwrap();
+            assert!(meta.is_dir());
+            assert_eq!(meta.permissions().mode() & 0o7777, 0o700, "{d:?}");
+            let name = d.file_name().unwrap().to_str().unwrap();
+            assert_eq!(name.len(), "greedy-pmix.".len() + 24, "{name}");
+        }
+        // Nothing is reused: a parent we cannot write to fails, it does not fall back.
+        assert!(private_dir(&parent.path().join("missing"), "x.").is_err());
     }
 
     #[test]

@@ -26,7 +26,12 @@ use tokio::{
 async fn agents(
     scanf: Option<mpsc::Sender<ScanfRequest>>,
 ) -> (Vec<(Overlay, CharmServer)>, mpsc::Receiver<Output>) {
-    agents_admitting(scanf, JobProcesses::of_this_process().unwrap()).await
+    // This test process plays every rank: admit it as a descendant of its parent.
+    let me = JobProcesses::of_this_process().unwrap();
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let admit = JobProcesses::descendants_of(std::os::unix::process::parent_id(), uid.unwrap());
+    assert_ne!(admit, me);
+    agents_admitting(scanf, admit).await
 }
 
 /// [`agents`] whose servers admit `admit`'s processes.
@@ -261,10 +266,8 @@ async fn a_process_outside_the_job_is_closed_before_it_can_claim_a_rank_or_abort
         .arg("30")
         .spawn()
         .unwrap();
-    let me = JobProcesses::of_this_process().unwrap();
     let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
     let admit = JobProcesses::descendants_of(job_root.id(), uid.unwrap());
-    assert_ne!(admit, me);
     let (agents, mut rx) = agents_admitting(None, admit).await;
     let mut stranger = connect(&agents[0].1, 0).await;
     let _ = stranger

@@ -25,7 +25,8 @@ use std::{
 use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec,
     overlay::{Overlay, OverlayConfig},
-    pmix::{PmixConfig, PmixServer},
+    peer::JobProcesses,
+    pmix::{PmixConfig, PmixServer, admit_job},
     rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command};
@@ -34,6 +35,8 @@ use tokio::{io::AsyncReadExt, process::Command};
 const JOB_DEADLINE: Duration = Duration::from_secs(150);
 /// An agent gives up (killing its ranks) before the test does, so it can still report.
 const AGENT_DEADLINE: Duration = Duration::from_secs(120);
+/// The agents' `finalize_timeout`.
+const FINALIZE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn compile(dir: &Path, mpicc: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
@@ -91,6 +94,9 @@ struct AgentSpec {
     /// Extra rank environment, `K=V` pairs; `{shm}` in a value is this node's own directory
     /// for shared-memory segments.
     rank_env: Vec<(String, String)>,
+    /// Before its ranks start, the agent itself (not a rank) connects to its PMIx port,
+    /// sends half a header and stays silent until the job is over.
+    stranger: bool,
 }
 
 impl AgentSpec {
@@ -113,6 +119,7 @@ impl AgentSpec {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join(" "),
+            u8::from(self.stranger).to_string(),
         ]
         .join("\n")
     }
@@ -135,6 +142,7 @@ impl AgentSpec {
                 .filter_map(|kv| kv.split_once('='))
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            stranger: f[8] == "1",
         }
     }
 }
@@ -149,6 +157,12 @@ struct AgentResult {
     fence_log: Vec<(bool, usize, usize, u64)>,
     /// (asked, answered) direct-modex requests.
     dmodex: (u64, u64),
+    /// How long `PmixServer::shutdown` took, in milliseconds.
+    shutdown_ms: u64,
+    /// Connections the accept gate refused.
+    refused: u64,
+    /// The stranger's connection was closed by the agent (None: no stranger).
+    stranger_closed: Option<bool>,
     output: String,
 }
 
@@ -167,6 +181,11 @@ impl AgentResult {
             s += &format!("fence {c} {l} {t} {us}\n");
         }
         s += &format!("dmodex {} {}\n", self.dmodex.0, self.dmodex.1);
+        s += &format!("shutdown {}\n", self.shutdown_ms);
+        s += &format!("refused {}\n", self.refused);
+        if let Some(closed) = self.stranger_closed {
+            s += &format!("stranger {closed}\n");
+        }
         s += "output\n";
         s += &self.output;
         s
@@ -198,12 +217,29 @@ impl AgentResult {
                     words[4].parse().unwrap(),
                 )),
                 "dmodex" => r.dmodex = (words[1].parse().unwrap(), words[2].parse().unwrap()),
+                "shutdown" => r.shutdown_ms = words[1].parse().unwrap(),
+                "refused" => r.refused = words[1].parse().unwrap(),
+                "stranger" => r.stranger_closed = Some(words[1] == "true"),
                 "output" => break,
                 _ => {}
             }
         }
         r.output = lines.collect();
         r
+    }
+}
+
+/// Whether the agent closed `s`: a read ends (EOF or reset) within 10 s.
+fn closed_by_peer(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => n == 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
     }
 }
 
@@ -254,7 +290,10 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     let pmix_config = PmixConfig {
         // PMIx_server_finalize can hang after a rank was killed while connecting (see
         // PmixServer::shutdown); the agent then leaves it behind sooner.
-        finalize_timeout: Duration::from_secs(2),
+        finalize_timeout: FINALIZE_TIMEOUT,
+        // What the embedders admit: this agent's descendants. The stranger below is the
+        // agent process itself, which is not one of them.
+        admit: admit_job(JobProcesses::of_this_process().unwrap()),
         ..PmixConfig::new(node_dir.join("pmix"))
     };
     let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
@@ -263,8 +302,25 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     let shm = node_dir.join("shm");
     std::fs::create_dir_all(&shm).unwrap();
     let mut children = Vec::new();
+    let mut envs = Vec::new();
     for &rank in job.local_ranks() {
-        let env = pmix.env_for(rank).await.expect("rank registers");
+        envs.push((rank, pmix.env_for(rank).await.expect("rank registers")));
+    }
+    let mut stranger = None;
+    if spec.stranger {
+        let uri = envs[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == "PMIX_SERVER_URI41")
+            .map(|(_, v)| v.clone())
+            .expect("a PMIx server URI");
+        let port: u16 = uri.rsplit(':').next().unwrap().parse().unwrap();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        use std::io::Write;
+        s.write_all(&[0, 0, 0, 64, 0, 0]).unwrap();
+        stranger = Some(s);
+    }
+    for (rank, env) in envs {
         if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
             eprintln!("env {rank}: {env:?}");
         }
@@ -382,7 +438,12 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     if debug {
         eprintln!("agent {me}: shutting down");
     }
+    result.stranger_closed = stranger.as_mut().map(closed_by_peer);
+    let shutdown = Instant::now();
     pmix.shutdown().await;
+    result.shutdown_ms = shutdown.elapsed().as_millis() as u64;
+    result.refused = greedy_sys::pmix::gate::refused();
+    drop(stranger);
     if debug {
         eprintln!("agent {me}: pmix down");
     }
@@ -415,6 +476,8 @@ async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<AgentResult>, Dura
 struct Flavour {
     mpicc: String,
     rank_env: Vec<(String, String)>,
+    /// Every agent gets a stranger connection ([`AgentSpec::stranger`]).
+    stranger: bool,
 }
 
 impl Flavour {
@@ -436,6 +499,7 @@ impl Flavour {
                     "none".into(),
                 ),
             ],
+            stranger: false,
         }
     }
 }
@@ -468,6 +532,7 @@ async fn run_job_with(
             exe: exe.clone(),
             args: args.iter().map(|s| s.to_string()).collect(),
             rank_env: flavour.rank_env.clone(),
+            stranger: flavour.stranger,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -556,6 +621,35 @@ async fn openmpi_4_agents_x_4_ranks_block_placement() {
     eprintln!("Open MPI 4x4 block took {took:?}");
 }
 
+/// A process that is not a rank (the agent itself here) connects to every agent's PMIx port
+/// before the ranks start, sends half a header and stays silent: the accept gate closes it
+/// before libpmix reads a byte, so the job wires up in its normal time and every agent's
+/// PMIx shutdown returns within `finalize_timeout`. Without the gate libpmix's progress
+/// thread blocks reading the rest of the header: every rank hangs in `MPI_Init` and
+/// `PMIx_server_finalize` never returns (research/endpoint-security.md §2.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_wires_up_with_a_silent_stranger_on_every_pmix_port() {
+    let mut flavour = Flavour::debian_4_1();
+    flavour.stranger = true;
+    let (results, took) = run_job_with(&flavour, block(2, 2), &[]).await;
+    assert_all_ok(&results, 4);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(
+            r.stranger_closed,
+            Some(true),
+            "agent {i}: stranger not closed"
+        );
+        assert!(r.refused >= 1, "agent {i}: gate refused {}", r.refused);
+        assert!(
+            Duration::from_millis(r.shutdown_ms) <= FINALIZE_TIMEOUT + Duration::from_millis(500),
+            "agent {i}: shutdown took {} ms",
+            r.shutdown_ms
+        );
+    }
+    assert!(took < Duration::from_secs(60), "the job took {took:?}");
+    eprintln!("Open MPI 2x2 with strangers took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_mpi_abort_ends_the_job_with_its_code() {
     let (results, took) = run_job(cyclic(4, 2), &["abort-after-init=6:42"]).await;
@@ -620,6 +714,7 @@ fn openmpi5() -> Flavour {
             ("OMPI_MCA_btl_sm_backing_directory".into(), "{shm}".into()),
             ("OMPI_MCA_smsc".into(), "^cma,xpmem,knem".into()),
         ],
+        stranger: false,
     }
 }
 

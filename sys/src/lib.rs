@@ -8,7 +8,9 @@
 //!   plugin loader demands. The build refuses a release whose ABI is not declared.
 //!
 //! - [`pmix`] (feature `pmix`): safe wrappers over the PMIx server API: owned info arrays,
-//!   the server (init once per process, finalize on drop), module callbacks that catch panics
+//!   the accept gate below libpmix's listener (a connection reaches libpmix only if the
+//!   embedder's policy admits it), the server (init once per process, finalize on a detached
+//!   thread that nobody waits on for longer than they choose), module callbacks that catch panics
 //!   and forward to a Rust [`pmix::server::Handler`], completions that call PMIx back exactly
 //!   once and keep returned buffers alive until PMIx releases them.
 //! - [`slurm`] (feature `slurm`): safe wrappers over those exports: Slurm's logger, owned
@@ -17,7 +19,8 @@
 //! Safe wrappers that own C handles and free them in `Drop` are added beside the raw layer as
 //! the crates above need them; policy (what to register, when) stays in those crates.
 //!
-//! **Non-goals:** no threads, no tokio, no logging policy, no decisions.
+//! **Non-goals:** no threads (but the one that runs `PMIx_server_finalize`, which may never
+//! return), no tokio, no logging policy, no decisions (the gate's policy is the embedder's).
 
 #![deny(missing_docs)]
 

@@ -358,21 +358,21 @@ impl Agent {
             .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
             .map_err(shim)?;
         // One directory per step and node: Open MPI names its shared-memory files after the
-        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, since it is handed to
-        // the job's user: whatever stands at that path (a stale step's, or a user's symlink in
-        // the shared /tmp) is removed, and a path planted again meanwhile fails the step.
-        let tmpdir = std::env::temp_dir().join(format!("greedy-pmix.{}", plan.kvsname));
+        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, 0700 and with an
+        // unguessable name (greedy_pmix::pmix::private_dir): it is handed to the job's user
+        // (PmixServer::start chowns it), and nothing can have been planted at its path.
         let io = Error::io(&node);
-        match std::fs::symlink_metadata(&tmpdir) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&tmpdir),
-            Ok(_) => std::fs::remove_file(&tmpdir),
-            Err(_) => Ok(()),
-        }
-        .map_err(|e| io("remove a stale PMIx directory", e))?;
-        std::fs::create_dir(&tmpdir).map_err(|e| io("create the PMIx directory", e))?;
+        let tmpdir = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-pmix.")
+            .map_err(|e| io("create the PMIx directory", e))?;
         self.pmix_dir = Some(tmpdir.clone());
+        let owner = job_owner(plan);
+        // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach
+        // libpmix at all.
         let config = PmixConfig {
-            owner: job_owner(plan),
+            owner,
+            admit: greedy_pmix::pmix::admit_job(
+                step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?,
+            ),
             ..PmixConfig::new(tmpdir)
         };
         let rt = self.runtime.as_ref().expect("set in start");
@@ -444,11 +444,7 @@ impl Agent {
                 reason: format!("Charm++ netlrts needs an IPv4 NodeAddr, not {my_ip}"),
             });
         };
-        // The tasks are this slurmstepd's children, running as the job's user.
-        let admit = match plan.job_uid {
-            Some(uid) => JobProcesses::descendants_of(std::process::id(), uid),
-            None => JobProcesses::of_this_process().map_err(|e| io("read slurmstepd's uid", e))?,
-        };
+        let admit = step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?;
         let mut config = CharmConfig::new(advertise, admit);
         // A rank that has not connected by then is reported like a fence that never completes.
         config.connect_timeout = plan.fence_timeout;
@@ -633,6 +629,15 @@ async fn join(
             let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret().as_bytes());
             Overlay::start(&spec, config, &rdv).await
         }
+    }
+}
+
+/// Who may reach the step's PMIx and netlrts endpoints: the tasks, which are this
+/// slurmstepd's descendants running as the job's user.
+fn step_processes(plan: &StepPlan) -> std::io::Result<JobProcesses> {
+    match plan.job_uid {
+        Some(uid) => Ok(JobProcesses::descendants_of(std::process::id(), uid)),
+        None => JobProcesses::of_this_process(),
     }
 }
 

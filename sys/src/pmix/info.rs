@@ -83,6 +83,12 @@ pub mod key {
         SERVER_TMPDIR = PMIX_SERVER_TMPDIR;
         /// `pmix.sys.tmpdir` (string).
         SYSTEM_TMPDIR = PMIX_SYSTEM_TMPDIR;
+        /// `pmix.srvr.tool` (bool): accept tool connections, write their rendezvous files.
+        SERVER_TOOL_SUPPORT = PMIX_SERVER_TOOL_SUPPORT;
+        /// `pmix.srvr.sys` (bool): act as the node's system server (rendezvous file).
+        SERVER_SYSTEM_SUPPORT = PMIX_SERVER_SYSTEM_SUPPORT;
+        /// `pmix.srvr.remote` (bool): listen beyond loopback.
+        SERVER_REMOTE_CONNECTIONS = PMIX_SERVER_REMOTE_CONNECTIONS;
         /// `pmix.srv.nspace` (string).
         SERVER_NSPACE = PMIX_SERVER_NSPACE;
         /// `pmix.srv.rank` (rank).

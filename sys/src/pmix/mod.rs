@@ -4,7 +4,9 @@
 //! - [`Proc`]: an owned `pmix_proc_t` (namespace, rank).
 //! - [`info`]: [`info::InfoArray`], an owned `pmix_info_t[]` built from Rust values and
 //!   destructed on drop; [`info::key`] holds the `PMIX_*` keys as `&CStr`.
-//! - [`server`]: [`server::Server`] (init once per process, finalize on drop), the
+//! - [`gate`]: the accept gate below libpmix's listener: a connection reaches libpmix only if
+//!   the embedder's policy admits it ([`gate::install`], done by [`server::Server::init`]).
+//! - [`server`]: [`server::Server`] (init once per process, finalize off-thread), the
 //!   [`server::Handler`] trait that the module callbacks forward to, and the completion objects
 //!   that call PMIx's callback exactly once and keep returned data alive until PMIx releases it.
 //!
@@ -15,6 +17,7 @@ use std::fmt;
 
 use crate::raw::pmix as raw;
 
+pub mod gate;
 pub mod info;
 pub mod server;
 

@@ -20,15 +20,22 @@
 //! until then. Calls without callback block and must never be made from a callback.
 //!
 //! Module entries left NULL (publish, lookup, spawn, connect, job control, …) are answered
-//! `PMIX_ERR_NOT_SUPPORTED` by the library itself.
+//! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool.
+//!
+//! Lifecycle: [`Server::init`] installs the accept gate ([`super::gate`]) before libpmix
+//! starts listening, and fails if it cannot; finalize runs on a detached thread
+//! ([`Server::finalize`], [`Server::finalize_within`], and drop), so no caller, `Drop`
+//! included, can be held by a `PMIx_server_finalize` that never returns.
 
 use std::any::Any;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, mpsc};
+use std::time::Duration;
 
+use super::gate::{self, GateError, Policy};
 use super::info::{InfoArray, Value, find_bool, find_string, key};
 use super::{Proc, Status, check, take_c_string};
 use crate::raw::pmix as raw;
@@ -175,7 +182,7 @@ unsafe extern "C" fn release_vec(cbdata: *mut c_void) {
     drop(unsafe { Box::from_raw(cbdata.cast::<Vec<u8>>()) });
 }
 
-/// The handler the trampolines forward to; set by [`Server::init`], cleared on drop.
+/// The handler the trampolines forward to; set by [`Server::init`], cleared once finalize returns.
 static HANDLER: RwLock<Option<Arc<dyn Handler>>> = RwLock::new(None);
 /// PMIx supports one server per process, initialised once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -238,6 +245,30 @@ unsafe extern "C" fn on_client_connected(
     });
     done.complete(Status::SUCCESS);
     Status::SUCCESS.0
+}
+
+/// `tool_connected`: every tool is refused. With the entry NULL, libpmix 4.2 accepts a tool
+/// that names itself (`process_tool_request`, ptl_base_connection_hdlr.c@v4.2.2 l.795–806:
+/// "just process it locally"), attached to a registered rank if it claims one. Only
+/// connections the accept gate admitted get this far; tool support (rendezvous files) stays
+/// off ([`Server::init`]). Note: libpmix's refusal path (`process_cbfunc`'s `error:`) unlinks
+/// the namespace the tool claimed, so a job process that poses as a tool can break its own
+/// job; it cannot reach another.
+///
+/// # Safety
+/// Called by PMIx with its callback and cbdata for this one request.
+unsafe extern "C" fn on_tool_connected(
+    _info: *mut raw::pmix_info_t,
+    _ninfo: usize,
+    cbfunc: raw::pmix_tool_connection_cbfunc_t,
+    cbdata: *mut c_void,
+) {
+    let Some(cb) = cbfunc else { return };
+    // `cnct_cbfunc` reads the proc's name before thread-shifting: hand it a valid empty one.
+    let mut nobody = raw::pmix_proc_t::default();
+    // SAFETY: PMIx's callback and cbdata for this request, called once; `cnct_cbfunc`
+    // copies `nobody` and thread-shifts, so calling it from inside the upcall is allowed.
+    unsafe { cb(Status::NOT_SUPPORTED.0, &mut nobody, cbdata) };
 }
 
 unsafe extern "C" fn on_client_finalized(
@@ -383,8 +414,8 @@ unsafe extern "C" fn dmodex_done(
     }
 }
 
-/// Identity and directories of the server.
-#[derive(Debug, Clone)]
+/// Identity, directories and admission policy of the server.
+#[derive(Clone)]
 pub struct ServerConfig {
     /// `PMIX_SERVER_TMPDIR` and `PMIX_SYSTEM_TMPDIR`: where PMIx puts its rendezvous files;
     /// one per server, so several servers on one machine do not meet.
@@ -397,21 +428,104 @@ pub struct ServerConfig {
     pub server_nspace: String,
     /// `PMIX_SERVER_RANK`: the server's rank in that namespace.
     pub server_rank: u32,
+    /// Which connections may reach libpmix at all ([`gate`]): `admit(peer, local)`.
+    pub admit: Policy,
 }
 
-/// The process's PMIx server: initialised by [`Server::init`], finalized on drop.
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("tmpdir", &self.tmpdir)
+            .field("hostname", &self.hostname)
+            .field("nodeid", &self.nodeid)
+            .field("server_nspace", &self.server_nspace)
+            .field("server_rank", &self.server_rank)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Server::init`] failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InitError {
+    /// A PMIx server already ran in this process (PMIx keeps process-wide state).
+    AlreadyInitialized,
+    /// The environment would weaken PMIx's own checks (`PMIX_MCA_psec` naming `none`).
+    InsecureEnvironment(String),
+    /// The accept gate could not be installed: serving PMIx unguarded is refused.
+    Gate(GateError),
+    /// PMIx refused (building the init info, or `PMIx_server_init`).
+    Pmix(Status),
+}
+
+impl std::fmt::Display for InitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InitError::AlreadyInitialized => {
+                write!(f, "a PMIx server already ran in this process")
+            }
+            InitError::InsecureEnvironment(why) => write!(f, "refusing to start PMIx: {why}"),
+            InitError::Gate(e) => e.fmt(f),
+            InitError::Pmix(s) => write!(f, "PMIx_server_init: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for InitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InitError::Gate(e) => Some(e),
+            InitError::Pmix(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl From<Status> for InitError {
+    fn from(s: Status) -> Self {
+        InitError::Pmix(s)
+    }
+}
+
+/// `PMIX_MCA_psec` in this process's environment selects the server's security modules;
+/// `none` accepts any client without a credential (research/endpoint-security.md §2.2).
+fn check_psec_env() -> Result<(), InitError> {
+    match std::env::var("PMIX_MCA_psec") {
+        // `^a,b` excludes the listed modules; any other list includes them.
+        Ok(v) if !v.trim_start().starts_with('^') && v.split(',').any(|m| m.trim() == "none") => {
+            Err(InitError::InsecureEnvironment(format!(
+                "PMIX_MCA_psec={v} names the `none` security module; unset it"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The process's PMIx server: initialised by [`Server::init`]; finalized by
+/// [`Server::finalize`] or [`Server::finalize_within`], or on drop, always on a thread of its
+/// own so that no caller can be held by it.
 #[derive(Debug)]
 pub struct Server {
-    _init_info: InfoArray,
+    /// The init info (PMIx may keep pointers into it); `None` once finalize has started.
+    init_info: Option<InfoArray>,
 }
 
 impl Server {
     /// Initialises the PMIx server (once per process) with `handler` behind its callbacks.
-    pub fn init(handler: Arc<dyn Handler>, config: &ServerConfig) -> Result<Server, Status> {
+    ///
+    /// First installs the accept gate with `config.admit` ([`gate::install`]): libpmix's
+    /// listener starts inside `PMIx_server_init`, so the gate is in place before any client
+    /// can connect, and a gate that cannot be installed fails the init (fail closed). Tool
+    /// connections are refused (`tool_connected`), and no tool or system rendezvous file is
+    /// written (`PMIX_SERVER_TOOL_SUPPORT`, `PMIX_SERVER_SYSTEM_SUPPORT` false); the listener
+    /// stays on loopback (`PMIX_SERVER_REMOTE_CONNECTIONS` false).
+    pub fn init(handler: Arc<dyn Handler>, config: &ServerConfig) -> Result<Server, InitError> {
+        check_psec_env()?;
         if INITIALIZED.swap(true, Ordering::SeqCst) {
             // PMIx keeps process-wide state: a second server (even after finalize) is refused.
-            return Err(Status::NOT_SUPPORTED);
+            return Err(InitError::AlreadyInitialized);
         }
+        gate::install(config.admit.clone()).map_err(InitError::Gate)?;
         let tmp = config.tmpdir.to_string_lossy().into_owned();
         let mut init_info = InfoArray::new(&[
             (key::SERVER_TMPDIR, Value::Str(tmp.clone())),
@@ -420,6 +534,9 @@ impl Server {
             (key::NODEID, Value::U32(config.nodeid)),
             (key::SERVER_NSPACE, Value::Str(config.server_nspace.clone())),
             (key::SERVER_RANK, Value::Rank(config.server_rank)),
+            (key::SERVER_TOOL_SUPPORT, Value::Bool(false)),
+            (key::SERVER_SYSTEM_SUPPORT, Value::Bool(false)),
+            (key::SERVER_REMOTE_CONNECTIONS, Value::Bool(false)),
         ])?;
         *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
         let module = raw::pmix_server_module_t {
@@ -428,6 +545,7 @@ impl Server {
             abort: Some(on_abort),
             fence_nb: Some(on_fence),
             direct_modex: Some(on_direct_modex),
+            tool_connected: Some(on_tool_connected),
             ..Default::default()
         };
         // PMIx copies the module table (`pmix_host_server = *module`); leak one anyway, so the
@@ -439,11 +557,54 @@ impl Server {
         let rc = unsafe { raw::PMIx_server_init(module, init_info.as_mut_ptr(), n) };
         if let Err(e) = check(rc) {
             *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
-            return Err(e);
+            return Err(InitError::Pmix(e));
         }
-        Ok(Server {
-            _init_info: init_info,
-        })
+        let server = Server {
+            init_info: Some(init_info),
+        };
+        // PMIx_server_init may have loaded components: none may accept past the gate.
+        // (Dropping the server finalizes it in the background.)
+        gate::verify().map_err(InitError::Gate)?;
+        Ok(server)
+    }
+
+    /// Starts `PMIx_server_finalize` on a detached thread and returns at once; `done` runs
+    /// on that thread with its status once it returns, which may be never: libpmix's
+    /// finalize waits for its progress thread, which a client can hold (a blocking read in
+    /// libpmix ≤ 6.1's connection handler, research/endpoint-security.md §2.3). Nobody ever
+    /// joins the thread. If no thread can be started, finalize is skipped and `done` is
+    /// dropped uncalled.
+    pub fn finalize(mut self, done: impl FnOnce(Status) + Send + 'static) {
+        self.start_finalize(done);
+    }
+
+    /// [`Server::finalize`], waiting at most `limit`: `Some(status)` if it returned in time,
+    /// `None` if it was left behind.
+    pub fn finalize_within(self, limit: Duration) -> Option<Status> {
+        let (tx, rx) = mpsc::channel();
+        self.finalize(move |s| {
+            let _ = tx.send(s);
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    fn start_finalize(&mut self, done: impl FnOnce(Status) + Send + 'static) {
+        let Some(init_info) = self.init_info.take() else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("pmix-finalize".into())
+            .spawn(move || {
+                // SAFETY: the server was initialised by `init`; this runs once (the info was
+                // taken above) and on a thread of its own, never from a PMIx callback.
+                let rc = unsafe { raw::PMIx_server_finalize() };
+                *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
+                drop(init_info);
+                done(Status(rc));
+            });
+        // Without a thread, finalizing here could block the caller for ever: skip it (the
+        // process's exit ends libpmix's threads).
+        let _ = spawned;
     }
 
     /// Leaks `ctx` as cbdata for `call`, reclaiming it when the call does not call back.
@@ -684,11 +845,8 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Finalizes in the background ([`Server::finalize`]): dropping never blocks.
     fn drop(&mut self) {
-        // SAFETY: the server was initialised by `init`; finalize is called once (Server is not
-        // Clone) and from the owner's thread, not from a PMIx callback.
-        let rc = unsafe { raw::PMIx_server_finalize() };
-        let _ = rc;
-        *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.start_finalize(|_| {});
     }
 }
