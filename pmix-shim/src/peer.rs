@@ -96,10 +96,15 @@ impl JobProcesses {
             .map_err(|source| Refused::Lookup { peer, source })?
             .ok_or(Refused::NoSocket { peer })?;
         let target = format!("socket:[{}]", owner.inode);
+        let held = |pid: u32| pid != self.root && holds(pid, &target);
+        // The children lists are fast but may skip a child while others are created or
+        // reaped; before refusing one of the job user's sockets, look at every process of
+        // that user and walk up from the holder instead.
         if owner.uid == self.uid
-            && process_tree(self.root)
-                .into_iter()
-                .any(|pid| pid != self.root && holds(pid, &target))
+            && (process_tree(self.root).into_iter().any(held)
+                || processes_of(self.uid)
+                    .into_iter()
+                    .any(|pid| held(pid) && descends_from(pid, self.root)))
         {
             Ok(owner)
         } else {
@@ -214,6 +219,51 @@ fn process_tree(root: u32) -> Vec<u32> {
     seen.into_iter().collect()
 }
 
+/// Every process whose `/proc` entry belongs to `uid`.
+fn processes_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .parse::<u32>()
+                .ok()
+                .map(|pid| (pid, e))
+        })
+        .filter(|(_, e)| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Whether `root` is an ancestor of `pid` (following `PPid` in `/proc/<pid>/stat`).
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..256 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid …": comm may hold anything, so split after its last ')'.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        if ppid == root {
+            return true;
+        }
+        if ppid <= 1 {
+            return false;
+        }
+        pid = ppid;
+    }
+    false
+}
+
 /// Whether process `pid` has a descriptor whose link is `target` (`socket:[inode]`).
 fn holds(pid: u32, target: &str) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -290,6 +340,14 @@ mod tests {
         // Under its parent, this process is a descendant like any rank.
         let parent = JobProcesses::descendants_of(std::os::unix::process::parent_id(), me.uid);
         assert!(parent.admit(peer, local).is_ok());
+    }
+
+    #[test]
+    fn ancestry_follows_ppid() {
+        let me = std::process::id();
+        assert!(descends_from(me, std::os::unix::process::parent_id()));
+        assert!(!descends_from(me, me));
+        assert!(processes_of(JobProcesses::of_this_process().unwrap().uid).contains(&me));
     }
 
     #[test]
