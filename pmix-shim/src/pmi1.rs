@@ -59,10 +59,12 @@ pub enum Request {
     BarrierIn,
     /// `cmd=finalize`.
     Finalize,
-    /// `cmd=abort [exitcode=N]`.
+    /// `cmd=abort [exitcode=N] [message=TEXT]`.
     Abort {
         /// Exit code the client asks for.
         exitcode: i32,
+        /// The client's reason (MPICH ≥ 4.2 sends `MPI_Abort`'s text, spaces and all).
+        message: Option<String>,
     },
     /// A well-formed line with a command we do not serve (publish_name, spawn, …).
     Unsupported {
@@ -128,6 +130,14 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
     }
     let line = std::str::from_utf8(line).map_err(|_| ParseError::NotText)?;
     let line = line.trim_end_matches(['\n', '\r']);
+    // `message=` is the last field of an abort and runs to the end of the line: it is free
+    // text ("application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1").
+    let (line, message) = match line.find(" message=") {
+        Some(at) if line.starts_with("cmd=abort ") => {
+            (&line[..at], Some(&line[at + " message=".len()..]))
+        }
+        _ => (line, None),
+    };
     let mut fields: Vec<(&str, &str)> = Vec::new();
     for token in line.split(' ').filter(|t| !t.is_empty()) {
         let kv = token
@@ -213,6 +223,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
                 }
                 Err(_) => 1,
             },
+            message: message.map(|m| m.chars().take(VALLEN_MAX).collect()),
         },
         other => Request::Unsupported { cmd: other.into() },
     })
@@ -336,8 +347,15 @@ mod tests {
         );
         check("cmd=barrier_in", "BarrierIn");
         check("cmd=finalize", "Finalize");
-        check("cmd=abort exitcode=7", "Abort { exitcode: 7 }");
-        check("cmd=abort", "Abort { exitcode: 1 }");
+        check(
+            "cmd=abort exitcode=7",
+            "Abort { exitcode: 7, message: None }",
+        );
+        check("cmd=abort", "Abort { exitcode: 1, message: None }");
+        check(
+            "cmd=abort exitcode=7 message=application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1",
+            r#"Abort { exitcode: 7, message: Some("application called MPI_Abort(MPI_COMM_WORLD, 7) - process 1") }"#,
+        );
         check("cmd=initack pmiid=3", "InitAck { pmiid: 3 }");
         check(
             "cmd=publish_name service=a port=b",

@@ -295,9 +295,9 @@ impl Session {
                 out.extend(send(Reply::FinalizeAck));
                 out
             }
-            Request::Abort { exitcode } => vec![Action::Abort {
+            Request::Abort { exitcode, message } => vec![Action::Abort {
                 code: exitcode,
-                msg: "PMI_Abort".into(),
+                msg: message.unwrap_or_else(|| "PMI_Abort".into()),
             }],
             Request::Unsupported { cmd } => send(Reply::Unsupported(cmd)),
         })
