@@ -19,7 +19,10 @@
 //!    (`Hooks::kill_step`), which ends every task on every node.
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
-//!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`).
+//!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`). A short step (`srun
+//!    /bin/true`) can get there before its node has joined: the join is let finish first,
+//!    else left saying `Bye`, since the other nodes take a link closed without one as a
+//!    crash and abort the job.
 
 use crate::Error;
 use crate::charm::{self, Stdio};
@@ -37,6 +40,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span};
 
 /// slurm.conf's NodeAddr for a NodeName.
@@ -144,6 +149,10 @@ pub struct Agent {
     pmix_dir: Option<std::path::PathBuf>,
     node: String,
     shutdown_timeout: Duration,
+    /// Cancelled by [`Agent::shutdown`]: a join still in flight leaves the overlay saying `Bye`.
+    leave: CancellationToken,
+    /// PMI: the background join and server start, which shutdown lets finish first.
+    service: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -272,12 +281,14 @@ impl Agent {
             .map_err(|e| io("start the runtime", e))?;
         let span = info_span!("mpi", job = %plan.kvsname, node = %node);
         let joined: Joined = Arc::default();
-        let agent = Agent {
+        let mut agent = Agent {
             runtime: Some(runtime),
             joined: joined.clone(),
             pmix_dir: None,
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
+            leave: CancellationToken::new(),
+            service: None,
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
         if plan.protocol == Protocol::Pmix {
@@ -323,12 +334,15 @@ impl Agent {
             ours,
             joined,
             kill_step: hooks.kill_step.clone(),
+            leave: agent.leave.clone(),
         };
-        agent
-            .runtime
-            .as_ref()
-            .expect("set above")
-            .spawn(service.run().instrument(span));
+        agent.service = Some(
+            agent
+                .runtime
+                .as_ref()
+                .expect("set above")
+                .spawn(service.run().instrument(span)),
+        );
         Ok((
             agent,
             TaskTable {
@@ -354,7 +368,7 @@ impl Agent {
         let shim = Error::shim(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
             .map_err(shim)?;
         // One directory per step and node: Open MPI names its shared-memory files after the
         // node's local ranks there (greedy-pmix's PmixConfig). Fresh, since it is handed to
@@ -419,7 +433,7 @@ impl Agent {
         let io = Error::io(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
             .map_err(shim)?;
         let local = &plan.ranks[plan.node_idx];
         let (task_side, agent_side) =
@@ -502,12 +516,32 @@ impl Agent {
 
     /// Stops the PMI server and the overlay, then the runtime; all within
     /// `GreedyShutdownTimeout`, after which remaining threads are left to die with the process.
+    /// A join still in flight (PMI: it runs in the background, and a step such as `srun
+    /// /bin/true` can end before it completes) gets `GreedyShutdownTimeout` to finish first,
+    /// then leaves the overlay saying `Bye`, within `GreedyShutdownTimeout` again.
     pub fn shutdown(mut self) {
         let Some(rt) = self.runtime.take() else {
             return;
         };
-        let joined = lock(&self.joined).service.take();
         let deadline = self.shutdown_timeout;
+        if let Some(mut service) = self.service.take() {
+            // Every node is still there to finish the join (a stepd's fini comes after its own
+            // tasks end, not the others'), and a joined node leaves cleanly; leaving mid-join
+            // would leave the others' join waiting for this node's part until their
+            // GreedyJoinTimeout ends the step, if their tasks still run by then.
+            let (node, leave) = (self.node.clone(), self.leave.clone());
+            rt.block_on(async move {
+                if tokio::time::timeout(deadline, &mut service).await.is_ok() {
+                    return;
+                }
+                info!(node = %node, "mpi/greedy: overlay join not complete within GreedyShutdownTimeout ({deadline:?}) after the local tasks ended; leaving it");
+                leave.cancel();
+                if tokio::time::timeout(deadline, service).await.is_err() {
+                    error!(node = %node, "mpi/greedy: overlay join not left within GreedyShutdownTimeout ({deadline:?})");
+                }
+            });
+        }
+        let joined = lock(&self.joined).service.take();
         if let Some((overlay, pmi)) = joined {
             let fences = pmi.fences();
             let stopped = rt.block_on(async move {
@@ -538,12 +572,26 @@ struct Service {
     ours: Vec<(u32, std::os::unix::net::UnixStream)>,
     joined: Joined,
     kill_step: Arc<KillStepFn>,
+    /// Cancelled when the node leaves (fini) before this service is up.
+    leave: CancellationToken,
 }
 
 impl Service {
     async fn run(self) {
-        let (plan, kill) = (self.plan.clone(), self.kill_step.clone());
+        let (plan, kill, leave) = (
+            self.plan.clone(),
+            self.kill_step.clone(),
+            self.leave.clone(),
+        );
         if let Err(e) = self.serve().await {
+            if leave.is_cancelled() {
+                // The local tasks have all ended; the join was left on purpose, saying Bye.
+                info!(
+                    "mpi/greedy: step {}.{}: left before the overlay join completed: {e}",
+                    plan.job_id, plan.step_id
+                );
+                return;
+            }
             error!(
                 "mpi/greedy: step {}.{}: {e}; ending the step",
                 plan.job_id, plan.step_id
@@ -557,7 +605,9 @@ impl Service {
         let node = plan.node().to_string();
         let shim = Error::shim(&node);
         let spec = plan.job_spec();
-        let overlay = join(plan, self.my_ip, self.parent_ip).await.map_err(shim)?;
+        let overlay = join(plan, self.my_ip, self.parent_ip, &self.leave)
+            .await
+            .map_err(shim)?;
         let pmi_config = PmiConfig {
             // Socketpairs only: a loopback port would let any local user claim a rank.
             port_bind: None,
@@ -592,11 +642,13 @@ impl Service {
 }
 
 /// Joins the overlay of `plan` as this node (`my_ip`), finding the parent by reserved port
-/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun.
+/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun; cancelling `leave` leaves
+/// it, mid-join too, saying `Bye`.
 async fn join(
     plan: &StepPlan,
     my_ip: IpAddr,
     parent_ip: Option<(usize, IpAddr)>,
+    leave: &CancellationToken,
 ) -> Result<Overlay, greedy_pmix::Error> {
     let spec = plan.job_spec();
     let mut config = OverlayConfig {
@@ -615,12 +667,12 @@ async fn join(
                 .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
                 .into_iter()
                 .collect();
-            Overlay::start(&spec, config, &Fixed(known)).await
+            Overlay::start_or_leave(&spec, config, &Fixed(known), leave).await
         }
         Choice::Srun { addr } => {
             config.bind = SocketAddr::new(my_ip, 0);
             let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret().as_bytes());
-            Overlay::start(&spec, config, &rdv).await
+            Overlay::start_or_leave(&spec, config, &rdv, leave).await
         }
     }
 }
@@ -775,7 +827,121 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::TaskRecord;
+    use super::{Agent, Hooks, TaskRecord};
+    use crate::plan::{Protocol, Rendezvous, StepPlan};
+    use greedy_tree::LaunchModel;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    /// A launch model whose 4-node tree is not a star (SEQ much longer than REM): node 0's
+    /// first child launches the third node.
+    fn deep() -> LaunchModel {
+        LaunchModel::new(1.0, 0.001).unwrap()
+    }
+
+    /// Node `node_idx` of a 4-node PMI step `5.0` (4/2/1/1 ranks, as `srun -N4 -n8` packs them)
+    /// whose nodes n1..n4 listen on 127.0.0.1..4 at `port`; srun is unreachable.
+    fn plan(node_idx: usize, port: u16, join_timeout: Duration) -> StepPlan {
+        StepPlan {
+            job_id: 5,
+            step_id: 0,
+            kvsname: "5.0".into(),
+            hosts: (1..=4).map(|i| format!("n{i}")).collect(),
+            node_idx,
+            ranks: vec![vec![0, 1, 2, 3], vec![4, 5], vec![6], vec![7]],
+            secret_hex: "ab".repeat(16),
+            model: deep(),
+            protocol: Protocol::Pmi,
+            rendezvous: Rendezvous::Ports { port },
+            srun: "127.0.0.1:9".parse().unwrap(),
+            job_uid: None,
+            job_gid: None,
+            join_timeout,
+            fence_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_millis(500),
+        }
+    }
+
+    /// Starts node `node_idx`'s agent as prefork does; `kills` records every step it ends.
+    fn start(plan: &StepPlan, kills: &Arc<Mutex<Vec<(u32, u32)>>>) -> Agent {
+        let kills = kills.clone();
+        let hooks = Hooks {
+            node_addr: Box::new(|host| Some(format!("127.0.0.{}", host.strip_prefix('n')?))),
+            kill_step: Arc::new(move |job, step| {
+                kills.lock().unwrap().push((job, step));
+                true
+            }),
+        };
+        let (agent, _tasks) = Agent::start(plan, &hooks).expect("agent starts");
+        agent
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// `srun --mpi=greedy -N4 -n8 /bin/true`: three nodes' tasks end (fini) while the join is
+    /// still in flight, node 0's run on. Their leaving must not end the step (issue 15: a
+    /// node that dropped its links mid-join made the others abort with "lost overlay link").
+    #[test]
+    fn nodes_ending_before_the_join_completes_do_not_end_the_step() {
+        let port = free_port();
+        let join_timeout = Duration::from_secs(2);
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let agents: Vec<Agent> = (0..4)
+            .map(|i| start(&plan(i, port, join_timeout), &kills))
+            .collect();
+        let mut agents = agents.into_iter();
+        let node0 = agents.next().unwrap();
+        for agent in agents {
+            agent.shutdown();
+        }
+        // Past node 0's join timeout: a join left incomplete would end the step by now.
+        std::thread::sleep(join_timeout + Duration::from_millis(500));
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+        node0.shutdown();
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+    }
+
+    /// A node whose join cannot complete (node 0 never starts) leaves it saying Bye: the node
+    /// it was linked to goes on waiting for the join, and does not take it as a crash.
+    #[test]
+    fn a_node_leaving_mid_join_says_bye() {
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let tree = greedy_tree::greedy(4, &deep());
+        // A node linked to another node than the missing node 0.
+        let leaver = (1..4)
+            .find(|&i| tree.parent(i).is_some_and(|p| p != 0))
+            .expect("a 4-node tree has a node below node 1, 2 or 3");
+        let others: Vec<Agent> = (1..4)
+            .filter(|&i| i != leaver)
+            .map(|i| start(&plan(i, port, Duration::from_secs(20)), &kills))
+            .collect();
+        let agent = start(&plan(leaver, port, Duration::from_secs(20)), &kills);
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        agent.shutdown();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "left in {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            *kills.lock().unwrap(),
+            [],
+            "the leaver's link was taken for a crash"
+        );
+        for agent in others {
+            agent.shutdown();
+        }
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+    }
 
     #[test]
     fn task_records_round_trip() {
