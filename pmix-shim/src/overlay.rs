@@ -572,7 +572,9 @@ async fn run_engine(
         let mut out = Vec::new();
         let deadline = engine.next_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
+            // Requests first: an abort a local server sent just before this node leaves goes
+            // out ahead of the Bye.
+            biased;
             Some(request) = requests.recv() => match request {
                 Request::Start { op, blob, timeout, reply } => {
                     // Only the join passes its own timeout; it must stay on the tree, since
@@ -606,6 +608,7 @@ async fn run_engine(
                     }
                 }
             },
+            _ = shared.shutdown.cancelled() => break,
             Some(event) = events.recv() => match event {
                 Event::Frame { from, msg: Message::Request { id, body } } => deliver(from, id, body, &mut out),
                 Event::Frame { from: _, msg: Message::Response { id, body } } => {

@@ -42,6 +42,7 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span};
 
 /// slurm.conf's NodeAddr for a NodeName.
@@ -231,6 +232,12 @@ impl Client {
 struct JoinState {
     service: Option<(Overlay, Client)>,
     early_exits: Vec<(u32, i32)>,
+    /// The client server taking task exits, which shutdown lets finish: an exit that aborts
+    /// the job must reach the overlay before this node says `Bye`.
+    exits: TaskTracker,
+    /// Watches for the job's abort; on the node it started on, it reports to srun and kills
+    /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
+    abort_watch: Option<JoinHandle<()>>,
 }
 
 type Joined = Arc<std::sync::Mutex<JoinState>>;
@@ -241,14 +248,14 @@ fn lock(joined: &Joined) -> std::sync::MutexGuard<'_, JoinState> {
 
 /// Records this node's service as joined and hands it the task exits seen before.
 fn set_joined(joined: &Joined, overlay: Overlay, client: Client, rt: &tokio::runtime::Handle) {
-    let early = {
+    let (early, exits) = {
         let mut st = lock(joined);
         st.service = Some((overlay, client.clone()));
-        std::mem::take(&mut st.early_exits)
+        (std::mem::take(&mut st.early_exits), st.exits.clone())
     };
     for (rank, code) in early {
         let client = client.clone();
-        rt.spawn(async move { client.rank_exited(rank, code).await });
+        exits.spawn_on(async move { client.rank_exited(rank, code).await }, rt);
     }
 }
 
@@ -398,7 +405,9 @@ impl Agent {
             Client::Pmix(pmix.clone()),
             rt.handle(),
         );
-        rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
+        let watch =
+            rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
+        lock(&self.joined).abort_watch = Some(watch);
         let mut ranks = HashMap::new();
         for &rank in &plan.ranks[plan.node_idx] {
             let env = rt.block_on(pmix.env_for(rank)).map_err(shim)?;
@@ -482,7 +491,7 @@ impl Agent {
         // status; the exit report to srun and the step kill (for ranks still starting) follow
         // after the grace.
         let (p, kill) = (plan.clone(), hooks.kill_step.clone());
-        rt.spawn(
+        let watch = rt.spawn(
             async move {
                 charm_abort_note(p.clone(), overlay.clone(), stdio).await;
                 tokio::time::sleep(CHARM_KILL_GRACE).await;
@@ -490,6 +499,7 @@ impl Agent {
             }
             .instrument(span),
         );
+        lock(&self.joined).abort_watch = Some(watch);
         let ranks = local
             .iter()
             .map(|&rank| {
@@ -541,13 +551,21 @@ impl Agent {
                 }
             });
         }
-        let joined = lock(&self.joined).service.take();
+        let (joined, exits, abort_watch) = {
+            let mut st = lock(&self.joined);
+            (st.service.take(), st.exits.clone(), st.abort_watch.take())
+        };
         if let Some((overlay, pmi)) = joined {
             let fences = pmi.fences();
+            exits.close();
+            let stopping = overlay.clone();
             let stopped = rt.block_on(async move {
                 tokio::time::timeout(deadline, async {
+                    // A rank that failed as this node's last tasks ended: its abort goes out
+                    // ahead of the Bye.
+                    exits.wait().await;
                     pmi.shutdown().await;
-                    overlay.shutdown().await;
+                    stopping.shutdown().await;
                 })
                 .await
             });
@@ -555,6 +573,20 @@ impl Agent {
                 error!(node = %self.node, "mpi/greedy: service did not stop within GreedyShutdownTimeout ({deadline:?})");
             } else {
                 info!(node = %self.node, fences, "mpi/greedy: service stopped");
+            }
+            let ours = overlay
+                .aborted()
+                .borrow()
+                .as_ref()
+                .is_some_and(|a| a.origin_node == overlay.node_idx());
+            if let (true, Some(watch)) = (ours, abort_watch) {
+                // This node reports the job's code to srun and kills the step: without it the
+                // other nodes' tasks run on, and srun learns nothing.
+                let limit = REPORT_TIMEOUT + deadline;
+                let ended = rt.block_on(async { tokio::time::timeout(limit, watch).await });
+                if ended.is_err() {
+                    error!(node = %self.node, "mpi/greedy: the step's end not reported within {limit:?}");
+                }
             }
         }
         rt.shutdown_timeout(Duration::from_millis(50));
@@ -623,7 +655,10 @@ impl Service {
             Client::Pmi(pmi.clone()),
             &tokio::runtime::Handle::current(),
         );
-        tokio::spawn(watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span());
+        let watch = tokio::spawn(
+            watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span(),
+        );
+        lock(&self.joined).abort_watch = Some(watch);
         // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
         // ways, so a rank that dies still closes its PMI connection, and an abort still
         // closes the rank's socket.
@@ -803,16 +838,19 @@ impl Agent {
                         TaskRecord::Forked(rank) => drop(held.remove(&rank)),
                         TaskRecord::Exited(rank, code) => {
                             exits += 1;
-                            let client = {
+                            let (client, exits) = {
                                 let mut st = lock(&joined);
                                 let client = st.service.as_ref().map(|(_, c)| c.clone());
                                 if client.is_none() {
                                     st.early_exits.push((rank, code));
                                 }
-                                client
+                                (client, st.exits.clone())
                             };
                             if let Some(client) = client {
-                                handle.spawn(async move { client.rank_exited(rank, code).await });
+                                exits.spawn_on(
+                                    async move { client.rank_exited(rank, code).await },
+                                    &handle,
+                                );
                             }
                         }
                     }
@@ -827,9 +865,10 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::{Agent, Hooks, TaskRecord};
+    use super::{Agent, Hooks, TaskRecord, TaskTable};
     use crate::plan::{Protocol, Rendezvous, StepPlan};
     use greedy_tree::LaunchModel;
+    use std::io::Write;
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
@@ -864,6 +903,13 @@ mod tests {
 
     /// Starts node `node_idx`'s agent as prefork does; `kills` records every step it ends.
     fn start(plan: &StepPlan, kills: &Arc<Mutex<Vec<(u32, u32)>>>) -> Agent {
+        start_with_tasks(plan, kills).0
+    }
+
+    fn start_with_tasks(
+        plan: &StepPlan,
+        kills: &Arc<Mutex<Vec<(u32, u32)>>>,
+    ) -> (Agent, TaskTable) {
         let kills = kills.clone();
         let hooks = Hooks {
             node_addr: Box::new(|host| Some(format!("127.0.0.{}", host.strip_prefix('n')?))),
@@ -872,8 +918,7 @@ mod tests {
                 true
             }),
         };
-        let (agent, _tasks) = Agent::start(plan, &hooks).expect("agent starts");
-        agent
+        Agent::start(plan, &hooks).expect("agent starts")
     }
 
     fn free_port() -> u16 {
@@ -953,6 +998,41 @@ mod tests {
             TaskRecord::Exited(3, 139),
         ] {
             assert_eq!(TaskRecord::decode(r.encode()), r);
+        }
+    }
+
+    /// A node's only rank fails (exit 3) and its slurmstepd tears down right after reaping
+    /// it, while the node is still reporting to srun (which is slow to answer here): the node
+    /// where the abort started must still end the step, else the other nodes' tasks run on.
+    #[test]
+    fn a_rank_failing_as_its_node_tears_down_still_ends_the_step() {
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        // An srun that takes the connection (backlog) and never answers the report.
+        let srun = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut agents: Vec<(Agent, TaskTable)> = (0..4)
+            .map(|i| {
+                let mut p = plan(i, port, Duration::from_secs(20));
+                p.srun = srun.local_addr().unwrap();
+                start_with_tasks(&p, &kills)
+            })
+            .collect();
+        // Joined (loopback: milliseconds).
+        std::thread::sleep(Duration::from_millis(500));
+        let (node3, tasks3) = agents.pop().unwrap();
+        (&tasks3.notify)
+            .write_all(&TaskRecord::Exited(7, 3).encode())
+            .unwrap();
+        // slurmstepd reaps the task and sends its exit before its teardown.
+        std::thread::sleep(Duration::from_millis(100));
+        node3.shutdown();
+        assert_eq!(
+            *kills.lock().unwrap(),
+            [(5, 0)],
+            "node 3 did not end the step"
+        );
+        for (agent, _) in agents {
+            agent.shutdown();
         }
     }
 }
