@@ -13,7 +13,7 @@
 //! | `GreedyRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
 //! | `GreedyJoinTimeout` | seconds every node has to join the overlay (slow stepd starts included) | 60 |
 //! | `GreedyFenceTimeout` | seconds the ranks of a node have to all enter a PMI fence | 300 |
-//! | `GreedyShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 0.5 |
+//! | `GreedyShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop (and first for a join still in flight) | 0.5 |
 //!
 //! The override of `GreedyProtocol` for one step is `SLURM_GREEDY_PROTOCOL` in srun's
 //! environment. A malformed line or bad value makes srun refuse the step with one error line
