@@ -9,7 +9,10 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::{JobSecret, frame::Link};
+use crate::{
+    JobSecret, JobSpec,
+    frame::{Link, Message},
+};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -132,6 +135,93 @@ pub fn verify_server(
     )
     .verify_slice(proof)
     .is_ok()
+}
+
+/// A client the server let in: who it is, which link it opens, and the [`Message::Welcome`] proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The client's node index (checked to be a node of the job other than the server).
+    pub peer: usize,
+    /// The link it opens.
+    pub link: Link,
+    /// The server's proof for the welcome.
+    pub proof: [u8; 32],
+}
+
+/// The server's side of the handshake after its challenge: checks the client's first frame
+/// (`hello`) over `server_nonce` — the job, the proof, then whether that node may open that link
+/// to this node (a child link only from a child in the tree, `parent` giving a node's parent).
+/// The error is the log line's reason.
+pub fn accept_hello(
+    job: &JobSpec,
+    parent: impl Fn(usize) -> Option<usize>,
+    server_nonce: &[u8; 32],
+    hello: &Message,
+) -> Result<Accepted, String> {
+    let me = job.node_idx;
+    let &Message::Hello {
+        ref job_id,
+        node_idx,
+        link,
+        ref nonce,
+        ref mac,
+    } = hello
+    else {
+        return Err(format!("expected hello, got {}", hello.kind()));
+    };
+    let peer = node_idx as usize;
+    if *job_id != job.job_id {
+        return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
+    }
+    if !verify_client(
+        &job.secret,
+        &job.job_id,
+        node_idx,
+        link,
+        server_nonce,
+        nonce,
+        mac,
+    ) {
+        return Err(format!(
+            "claims node {node_idx} but fails the job-secret proof"
+        ));
+    }
+    if peer >= job.n_nodes() || peer == me || (link == Link::Child && parent(peer) != Some(me)) {
+        return Err(format!(
+            "node {node_idx} may not open a {link:?} link to node {me}"
+        ));
+    }
+    let proof = server_proof(&job.secret, &job.job_id, me as u32, server_nonce, nonce);
+    Ok(Accepted { peer, link, proof })
+}
+
+/// The client's side after its hello: checks the server's answer (`welcome`) proves the secret
+/// for node `peer` over both nonces. The error is the reason the link is refused.
+pub fn check_welcome(
+    job: &JobSpec,
+    peer: usize,
+    server_nonce: &[u8; 32],
+    client_nonce: &[u8; 32],
+    welcome: &Message,
+) -> Result<(), String> {
+    let &Message::Welcome { node_idx, ref mac } = welcome else {
+        return Err(format!("expected welcome, got {}", welcome.kind()));
+    };
+    if node_idx as usize != peer
+        || !verify_server(
+            &job.secret,
+            &job.job_id,
+            node_idx,
+            server_nonce,
+            client_nonce,
+            mac,
+        )
+    {
+        return Err(format!(
+            "server claiming node {node_idx} fails the job-secret proof"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
