@@ -259,4 +259,49 @@ mod tests {
         assert!(!verify_server(&other, "j", 0, &s, &c, &sp));
         assert_ne!(nonce(), nonce());
     }
+
+    #[test]
+    fn a_hello_is_accepted_only_from_a_node_allowed_that_link() {
+        let job = JobSpec {
+            job_id: "j".into(),
+            hosts: (0..4).map(|i| format!("n{i}")).collect(),
+            node_idx: 1,
+            model: Default::default(),
+            ranks: (0..4).map(|r| vec![r]).collect(),
+            secret: JobSecret::from_bytes(&[7; 32]).unwrap(),
+        };
+        let (s, c) = ([1; 32], [2; 32]);
+        // Node 3's parent is node 1; node 2's is not.
+        let parent = |n: usize| Some(if n == 3 { 1 } else { 0 });
+        let hello = |node: u32, link: Link| Message::Hello {
+            job_id: "j".into(),
+            node_idx: node,
+            link,
+            nonce: c,
+            mac: client_proof(&job.secret, "j", node, link, &s, &c),
+        };
+        let ok = accept_hello(&job, parent, &s, &hello(3, Link::Child)).unwrap();
+        assert_eq!((ok.peer, ok.link), (3, Link::Child));
+        let welcome = Message::Welcome {
+            node_idx: 1,
+            mac: ok.proof,
+        };
+        let client = JobSpec {
+            node_idx: 3,
+            ..job.clone()
+        };
+        assert_eq!(check_welcome(&client, 1, &s, &c, &welcome), Ok(()));
+        assert!(check_welcome(&client, 2, &s, &c, &welcome).is_err());
+        assert!(accept_hello(&job, parent, &s, &hello(2, Link::Direct)).is_ok());
+        for (node, link, why) in [
+            (2, Link::Child, "may not open"),
+            (1, Link::Direct, "may not open"),
+            (4, Link::Direct, "may not open"),
+        ] {
+            let e = accept_hello(&job, parent, &s, &hello(node, link)).unwrap_err();
+            assert!(e.contains(why), "{node} {link:?}: {e}");
+        }
+        let e = accept_hello(&job, parent, &s, &Message::Bye).unwrap_err();
+        assert_eq!(e, "expected hello, got bye");
+    }
 }

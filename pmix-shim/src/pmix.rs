@@ -979,6 +979,41 @@ mod tests {
     }
 
     #[test]
+    fn dmodex_requests_name_a_local_rank_of_this_job() {
+        let job = JobSpec {
+            job_id: "j".into(),
+            hosts: vec!["n0".into(), "n1".into()],
+            node_idx: 1,
+            model: Default::default(),
+            ranks: vec![vec![0], vec![1, 2]],
+            secret: JobSecret::generate(),
+        };
+        let ask = |nspace: &str, rank, key: Option<&str>| {
+            let p = Proc {
+                nspace: nspace.into(),
+                rank,
+            };
+            decode_dmodex_request(
+                &job,
+                &encode_dmodex_request(&p, key.map(Into::into)).unwrap(),
+            )
+        };
+        let (p, key) = ask("j", 2, Some("btl.tcp")).unwrap();
+        assert_eq!((p.rank, key.as_deref()), (2, Some("btl.tcp")));
+        assert!(
+            ask("j", 0, None)
+                .unwrap_err()
+                .contains("rank 0 of \"j\" is not here")
+        );
+        assert!(ask("k", 1, None).is_err());
+        assert!(
+            decode_dmodex_request(&job, b"\xff")
+                .unwrap_err()
+                .contains("bad dmodex request")
+        );
+    }
+
+    #[test]
     fn fences_must_span_every_node() {
         check(&[("j", RANK_WILDCARD)], true);
         check(&[("j", 0), ("j", 2), ("j", 3)], true);
