@@ -195,7 +195,8 @@ impl RankEnd {
     pub fn code(self) -> i32 {
         match self {
             RankEnd::Exited(c) => c,
-            RankEnd::Signaled(s) => 128 + s,
+            // Saturating: the number comes off the wire, and 128 + i32::MAX overflowed.
+            RankEnd::Signaled(s) => 128i32.saturating_add(s),
             RankEnd::NotStarted => 127,
         }
     }
@@ -483,5 +484,6 @@ mod tests {
         assert_eq!(RankEnd::Signaled(15).code(), 143);
         assert_eq!(RankEnd::NotStarted.code(), 127);
         assert!(!RankEnd::Exited(0).failed());
+        assert_eq!(RankEnd::Signaled(i32::MAX).code(), i32::MAX);
     }
 }
