@@ -776,42 +776,8 @@ async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Res
         .map_err(|_| "challenge not sent within handshake_timeout".to_string())?
         .map_err(|e| e.to_string())?;
     let hello = next_frame(shared, &mut reader, "hello").await?;
-    let Message::Hello {
-        job_id,
-        node_idx,
-        link,
-        nonce,
-        mac,
-    } = hello
-    else {
-        return Err(format!("expected hello, got {}", kind(&hello)));
-    };
-    let peer = node_idx as usize;
-    if job_id != job.job_id {
-        return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
-    }
-    if !auth::verify_client(
-        &job.secret,
-        &job.job_id,
-        node_idx,
-        link,
-        &server_nonce,
-        &nonce,
-        &mac,
-    ) {
-        return Err(format!(
-            "claims node {node_idx} but fails the job-secret proof"
-        ));
-    }
-    if peer >= job.n_nodes()
-        || peer == me
-        || (link == Link::Child && shared.topo.parent(peer) != Some(me))
-    {
-        return Err(format!(
-            "node {node_idx} may not open a {link:?} link to node {me}"
-        ));
-    }
-    let proof = auth::server_proof(&job.secret, &job.job_id, me as u32, &server_nonce, &nonce);
+    let auth::Accepted { peer, link, proof } =
+        auth::accept_hello(job, |n| shared.topo.parent(n), &server_nonce, &hello)?;
     writer
         .send(Message::Welcome {
             node_idx: me as u32,
@@ -876,7 +842,7 @@ async fn connect(
     else {
         return Err(refused(format!(
             "expected challenge, got {}",
-            kind(&challenge)
+            challenge.kind()
         )));
     };
     let nonce = auth::nonce();
@@ -902,43 +868,12 @@ async fn connect(
     let welcome = next_frame(shared, &mut reader, "welcome")
         .await
         .map_err(refused)?;
-    let Message::Welcome { node_idx, mac } = welcome else {
-        return Err(refused(format!("expected welcome, got {}", kind(&welcome))));
-    };
-    if node_idx as usize != peer
-        || !auth::verify_server(
-            &job.secret,
-            &job.job_id,
-            node_idx,
-            &server_nonce,
-            &nonce,
-            &mac,
-        )
-    {
-        return Err(refused(format!(
-            "server claiming node {node_idx} fails the job-secret proof"
-        )));
-    }
+    auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome).map_err(refused)?;
     debug!(peer, %addr, ?link, "link up");
     shared
         .tracker
         .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
     Ok(())
-}
-
-fn kind(msg: &Message) -> &'static str {
-    match msg {
-        Message::Challenge { .. } => "challenge",
-        Message::Hello { .. } => "hello",
-        Message::Welcome { .. } => "welcome",
-        Message::Up { .. } => "up",
-        Message::Down { .. } => "down",
-        Message::Ring { .. } => "ring",
-        Message::Abort(_) => "abort",
-        Message::Request { .. } => "request",
-        Message::Response { .. } => "response",
-        Message::Bye => "bye",
-    }
 }
 
 /// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
@@ -1028,7 +963,7 @@ async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: W
                 Some(Ok(other)) => {
                     return (
                         false,
-                        format!("unexpected {} on an established link", kind(&other)),
+                        format!("unexpected {} on an established link", other.kind()),
                     );
                 }
             }
