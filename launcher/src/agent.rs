@@ -21,7 +21,7 @@ use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
-    proto::{ChildCodec, Cmd, Down, PROTOCOL_VERSION, PmiMode, RankEnd, Start, Stream, Up},
+    proto::{ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, Up},
     signals, spawn, stdio, wireup,
 };
 
@@ -66,15 +66,12 @@ pub async fn run() -> Result<i32, Error> {
         }
     };
     let node = start.node_idx;
-    if start.version != PROTOCOL_VERSION {
+    if let Err(what) = start.check() {
         let _ = up_w
             .send(Up::Failed {
                 node,
                 code: crate::status::code::LAUNCHER,
-                what: format!(
-                    "greedyd speaks protocol {PROTOCOL_VERSION}, greedyrun {}: install the same version on every host",
-                    start.version
-                ),
+                what,
             })
             .await;
         return Ok(1);
@@ -119,7 +116,8 @@ struct Rank {
 
 impl Agent {
     fn new(start: Start, up: mpsc::Sender<Up>) -> Agent {
-        let grace = Duration::from_secs_f64(start.grace_s.max(0.0));
+        // Start::check made both timeouts durations.
+        let grace = Duration::from_secs_f64(start.grace_s);
         Agent {
             node: start.node_idx,
             start,

@@ -36,6 +36,9 @@ pub mod agent;
 pub mod calibrate;
 mod error;
 pub mod fanout;
+// The fuzz targets' bodies, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod head;
 pub mod plan;

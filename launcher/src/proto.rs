@@ -13,6 +13,8 @@
 //! This is a boundary: the types here are the only serialised launcher types, and an agent
 //! refuses a [`Start`] of another [`PROTOCOL_VERSION`].
 
+use std::time::Duration;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{Decoder, Encoder};
@@ -91,6 +93,41 @@ pub struct Start {
 }
 
 impl Start {
+    /// What an agent checks before it uses a Start (it indexes and converts these fields): the
+    /// protocol version, this node among the hosts, one rank list per host, the launch subtree
+    /// inside the host list, and timeouts that are durations. The error is for the user.
+    pub fn check(&self) -> Result<(), String> {
+        if self.version != PROTOCOL_VERSION {
+            return Err(format!(
+                "greedyd speaks protocol {PROTOCOL_VERSION}, greedyrun {}: install the same version on every host",
+                self.version
+            ));
+        }
+        let n = self.hosts.len();
+        if self.node_idx as usize >= n || self.ranks.len() != n {
+            return Err(format!(
+                "bad Start: node {} of {n} hosts with {} rank lists",
+                self.node_idx,
+                self.ranks.len()
+            ));
+        }
+        if self.subtree_hosts().end > n {
+            return Err(format!(
+                "bad Start: launch subtree {:?} beyond {n} hosts",
+                self.subtree_hosts()
+            ));
+        }
+        for (what, s) in [
+            ("hello timeout", self.hello_timeout_s),
+            ("grace", self.grace_s),
+        ] {
+            if Duration::try_from_secs_f64(s).is_err() {
+                return Err(format!("bad Start: {what} of {s} s"));
+            }
+        }
+        Ok(())
+    }
+
     /// The host range `[first, end)` of this agent's launch subtree.
     pub fn subtree_hosts(&self) -> std::ops::Range<usize> {
         let first = self.node_idx as usize;
@@ -158,7 +195,8 @@ impl RankEnd {
     pub fn code(self) -> i32 {
         match self {
             RankEnd::Exited(c) => c,
-            RankEnd::Signaled(s) => 128 + s,
+            // Saturating: the number comes off the wire, and 128 + i32::MAX overflowed.
+            RankEnd::Signaled(s) => 128i32.saturating_add(s),
             RankEnd::NotStarted => 127,
         }
     }
@@ -400,10 +438,52 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_refuses_a_start_it_could_not_use() {
+        let good = Start {
+            version: PROTOCOL_VERSION,
+            job_id: "j1".into(),
+            node_idx: 1,
+            hosts: vec!["n1".into(), "n2".into(), "n3".into()],
+            ranks: vec![vec![0], vec![1], vec![2]],
+            launch_sizes: vec![2, 1],
+            argv: vec!["hostname".into()],
+            env: vec![],
+            cwd: "/".into(),
+            rsh: vec!["rsh".into()],
+            agent: vec!["greedyd".into()],
+            batch: 8,
+            retries: 2,
+            hello_timeout_s: 30.0,
+            grace_s: 3.0,
+            model: (0.01, 0.1, 1),
+            pmi: PmiMode::Auto,
+            secret_hex: "00".repeat(32),
+            stdin_rank: Some(0),
+            log: String::new(),
+        };
+        assert_eq!(good.check(), Ok(()));
+        let bad = |f: &dyn Fn(&mut Start), want: &str| {
+            let mut s = good.clone();
+            f(&mut s);
+            let e = s.check().unwrap_err();
+            assert!(e.contains(want), "{e}");
+        };
+        bad(&|s| s.version = 1, "protocol 2, greedyrun 1");
+        bad(&|s| s.node_idx = 3, "node 3 of 3 hosts");
+        bad(&|s| s.ranks.pop().map(drop).unwrap_or(()), "2 rank lists");
+        bad(&|s| s.launch_sizes = vec![3, 1, 1], "beyond 3 hosts");
+        // Duration::from_secs_f64 panics on these; the agent used to call it unchecked.
+        bad(&|s| s.grace_s = 1e300, "grace");
+        bad(&|s| s.hello_timeout_s = f64::NAN, "hello timeout");
+        bad(&|s| s.grace_s = -1.0, "grace");
+    }
+
+    #[test]
     fn rank_end_codes() {
         assert_eq!(RankEnd::Exited(3).code(), 3);
         assert_eq!(RankEnd::Signaled(15).code(), 143);
         assert_eq!(RankEnd::NotStarted.code(), 127);
         assert!(!RankEnd::Exited(0).failed());
+        assert_eq!(RankEnd::Signaled(i32::MAX).code(), i32::MAX);
     }
 }

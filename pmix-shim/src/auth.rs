@@ -9,7 +9,10 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::{JobSecret, frame::Link};
+use crate::{
+    JobSecret, JobSpec,
+    frame::{Link, Message},
+};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -134,6 +137,93 @@ pub fn verify_server(
     .is_ok()
 }
 
+/// A client the server let in: who it is, which link it opens, and the [`Message::Welcome`] proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The client's node index (checked to be a node of the job other than the server).
+    pub peer: usize,
+    /// The link it opens.
+    pub link: Link,
+    /// The server's proof for the welcome.
+    pub proof: [u8; 32],
+}
+
+/// The server's side of the handshake after its challenge: checks the client's first frame
+/// (`hello`) over `server_nonce` — the job, the proof, then whether that node may open that link
+/// to this node (a child link only from a child in the tree, `parent` giving a node's parent).
+/// The error is the log line's reason.
+pub fn accept_hello(
+    job: &JobSpec,
+    parent: impl Fn(usize) -> Option<usize>,
+    server_nonce: &[u8; 32],
+    hello: &Message,
+) -> Result<Accepted, String> {
+    let me = job.node_idx;
+    let &Message::Hello {
+        ref job_id,
+        node_idx,
+        link,
+        ref nonce,
+        ref mac,
+    } = hello
+    else {
+        return Err(format!("expected hello, got {}", hello.kind()));
+    };
+    let peer = node_idx as usize;
+    if *job_id != job.job_id {
+        return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
+    }
+    if !verify_client(
+        &job.secret,
+        &job.job_id,
+        node_idx,
+        link,
+        server_nonce,
+        nonce,
+        mac,
+    ) {
+        return Err(format!(
+            "claims node {node_idx} but fails the job-secret proof"
+        ));
+    }
+    if peer >= job.n_nodes() || peer == me || (link == Link::Child && parent(peer) != Some(me)) {
+        return Err(format!(
+            "node {node_idx} may not open a {link:?} link to node {me}"
+        ));
+    }
+    let proof = server_proof(&job.secret, &job.job_id, me as u32, server_nonce, nonce);
+    Ok(Accepted { peer, link, proof })
+}
+
+/// The client's side after its hello: checks the server's answer (`welcome`) proves the secret
+/// for node `peer` over both nonces. The error is the reason the link is refused.
+pub fn check_welcome(
+    job: &JobSpec,
+    peer: usize,
+    server_nonce: &[u8; 32],
+    client_nonce: &[u8; 32],
+    welcome: &Message,
+) -> Result<(), String> {
+    let &Message::Welcome { node_idx, ref mac } = welcome else {
+        return Err(format!("expected welcome, got {}", welcome.kind()));
+    };
+    if node_idx as usize != peer
+        || !verify_server(
+            &job.secret,
+            &job.job_id,
+            node_idx,
+            server_nonce,
+            client_nonce,
+            mac,
+        )
+    {
+        return Err(format!(
+            "server claiming node {node_idx} fails the job-secret proof"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +258,50 @@ mod tests {
         assert!(verify_server(&secret, "j", 0, &s, &c, &sp));
         assert!(!verify_server(&other, "j", 0, &s, &c, &sp));
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_hello_is_accepted_only_from_a_node_allowed_that_link() {
+        let job = JobSpec {
+            job_id: "j".into(),
+            hosts: (0..4).map(|i| format!("n{i}")).collect(),
+            node_idx: 1,
+            model: Default::default(),
+            ranks: (0..4).map(|r| vec![r]).collect(),
+            secret: JobSecret::from_bytes(&[7; 32]).unwrap(),
+        };
+        let (s, c) = ([1; 32], [2; 32]);
+        // Node 3's parent is node 1; node 2's is not.
+        let parent = |n: usize| Some(if n == 3 { 1 } else { 0 });
+        let hello = |node: u32, link: Link| Message::Hello {
+            job_id: "j".into(),
+            node_idx: node,
+            link,
+            nonce: c,
+            mac: client_proof(&job.secret, "j", node, link, &s, &c),
+        };
+        let ok = accept_hello(&job, parent, &s, &hello(3, Link::Child)).unwrap();
+        assert_eq!((ok.peer, ok.link), (3, Link::Child));
+        let welcome = Message::Welcome {
+            node_idx: 1,
+            mac: ok.proof,
+        };
+        let client = JobSpec {
+            node_idx: 3,
+            ..job.clone()
+        };
+        assert_eq!(check_welcome(&client, 1, &s, &c, &welcome), Ok(()));
+        assert!(check_welcome(&client, 2, &s, &c, &welcome).is_err());
+        assert!(accept_hello(&job, parent, &s, &hello(2, Link::Direct)).is_ok());
+        for (node, link, why) in [
+            (2, Link::Child, "may not open"),
+            (1, Link::Direct, "may not open"),
+            (4, Link::Direct, "may not open"),
+        ] {
+            let e = accept_hello(&job, parent, &s, &hello(node, link)).unwrap_err();
+            assert!(e.contains(why), "{node} {link:?}: {e}");
+        }
+        let e = accept_hello(&job, parent, &s, &Message::Bye).unwrap_err();
+        assert_eq!(e, "expected hello, got bye");
     }
 }

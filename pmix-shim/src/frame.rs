@@ -120,6 +120,24 @@ pub enum Message {
     Bye,
 }
 
+impl Message {
+    /// The message's name in log lines (`hello`, `up`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Challenge { .. } => "challenge",
+            Message::Hello { .. } => "hello",
+            Message::Welcome { .. } => "welcome",
+            Message::Up { .. } => "up",
+            Message::Down { .. } => "down",
+            Message::Ring { .. } => "ring",
+            Message::Abort(_) => "abort",
+            Message::Request { .. } => "request",
+            Message::Response { .. } => "response",
+            Message::Bye => "bye",
+        }
+    }
+}
+
 /// Why a frame was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

@@ -46,6 +46,9 @@ pub mod collectives;
 mod departures;
 mod error;
 pub mod frame;
+// The fuzz targets' bodies, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod job;
 mod listener;
 pub mod overlay;

@@ -9,8 +9,9 @@
 //! Tasks (mini-redis style): one accept loop; one reader and one writer per link; one engine
 //! task owning the [`Engine`] and every link's sender. Readers feed the engine through one
 //! bounded channel; the engine feeds each writer through its own bounded channel. Shutdown is
-//! explicit: [`Overlay::shutdown`] cancels a token, the engine says `Bye` on every link so that
-//! peers take the close as clean, and every task is awaited.
+//! explicit: [`Overlay::shutdown`] (or the embedder's `leave` token, which works mid-join too)
+//! cancels a token, the engine says `Bye` on every link so that peers take the close as clean
+//! (a link's writer says it if the engine never saw the link), and every task is awaited.
 //!
 //! Every link is authenticated ([`crate::auth`]): a stranger, a peer from another job, or one
 //! speaking another overlay version is refused with a log line and gets nothing but a nonce.
@@ -242,6 +243,21 @@ impl Overlay {
         config: OverlayConfig,
         rendezvous: &R,
     ) -> Result<Overlay, Error> {
+        Self::start_or_leave(job, config, rendezvous, &CancellationToken::new()).await
+    }
+
+    /// As [`Overlay::start`], and cancelling `leave` makes this node leave the overlay, during
+    /// the join or after it: it says `Bye` on every link it has, so that its peers take the
+    /// departure as clean, not as a crash; a join still in progress then fails with
+    /// [`Error::Shutdown`]. An embedder that may have to stop before its node has joined
+    /// (slurmstepd ending a step whose tasks are already gone) needs this: dropping the
+    /// `start` future instead would close the links without a word, and abort the job.
+    pub async fn start_or_leave<R: Rendezvous>(
+        job: &JobSpec,
+        config: OverlayConfig,
+        rendezvous: &R,
+        leave: &CancellationToken,
+    ) -> Result<Overlay, Error> {
         job.validate()?;
         let me = job.node_idx;
         let span = info_span!("overlay", job = %job.job_id, node = me);
@@ -278,7 +294,7 @@ impl Overlay {
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
         let (aborted_tx, aborted_rx) = watch::channel(None);
         let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_CAPACITY);
-        let shutdown = CancellationToken::new();
+        let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
         let shared = Shared {
             job: Arc::new(job.clone()),
@@ -323,14 +339,15 @@ impl Overlay {
 
         let joined = async {
             if let Some(parent) = topo.parent(me) {
-                let addr = rendezvous
-                    .lookup(parent)
-                    .await
-                    .map_err(|reason| Error::Rendezvous {
+                // (The lookup is cancel-safe: leaving drops it.)
+                let addr = tokio::select! {
+                    found = rendezvous.lookup(parent) => found.map_err(|reason| Error::Rendezvous {
                         node: me,
                         peer_node: parent,
                         reason,
-                    })?;
+                    })?,
+                    _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
+                };
                 connect(&shared, parent, addr, Link::Child, Some(join_deadline)).await?;
             }
             // The join: one allgather of listener addresses, which also proves the tree is whole.
@@ -376,6 +393,12 @@ impl Overlay {
                 Err(_) => Err(join_timeout()),
             };
         if let Err(e) = result {
+            // Leaving mid-join makes whatever the join was waiting for fail; say why instead.
+            let e = if overlay.inner.shutdown.is_cancelled() {
+                Error::Shutdown { node: me }
+            } else {
+                e
+            };
             overlay.shutdown().await;
             return Err(e);
         }
@@ -549,7 +572,9 @@ async fn run_engine(
         let mut out = Vec::new();
         let deadline = engine.next_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
+            // Requests first: an abort a local server sent just before this node leaves goes
+            // out ahead of the Bye.
+            biased;
             Some(request) = requests.recv() => match request {
                 Request::Start { op, blob, timeout, reply } => {
                     // Only the join passes its own timeout; it must stay on the tree, since
@@ -583,6 +608,7 @@ async fn run_engine(
                     }
                 }
             },
+            _ = shared.shutdown.cancelled() => break,
             Some(event) = events.recv() => match event {
                 Event::Frame { from, msg: Message::Request { id, body } } => deliver(from, id, body, &mut out),
                 Event::Frame { from: _, msg: Message::Response { id, body } } => {
@@ -750,42 +776,8 @@ async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Res
         .map_err(|_| "challenge not sent within handshake_timeout".to_string())?
         .map_err(|e| e.to_string())?;
     let hello = next_frame(shared, &mut reader, "hello").await?;
-    let Message::Hello {
-        job_id,
-        node_idx,
-        link,
-        nonce,
-        mac,
-    } = hello
-    else {
-        return Err(format!("expected hello, got {}", kind(&hello)));
-    };
-    let peer = node_idx as usize;
-    if job_id != job.job_id {
-        return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
-    }
-    if !auth::verify_client(
-        &job.secret,
-        &job.job_id,
-        node_idx,
-        link,
-        &server_nonce,
-        &nonce,
-        &mac,
-    ) {
-        return Err(format!(
-            "claims node {node_idx} but fails the job-secret proof"
-        ));
-    }
-    if peer >= job.n_nodes()
-        || peer == me
-        || (link == Link::Child && shared.topo.parent(peer) != Some(me))
-    {
-        return Err(format!(
-            "node {node_idx} may not open a {link:?} link to node {me}"
-        ));
-    }
-    let proof = auth::server_proof(&job.secret, &job.job_id, me as u32, &server_nonce, &nonce);
+    let auth::Accepted { peer, link, proof } =
+        auth::accept_hello(job, |n| shared.topo.parent(n), &server_nonce, &hello)?;
     writer
         .send(Message::Welcome {
             node_idx: me as u32,
@@ -809,9 +801,13 @@ async fn connect(
     let job = &shared.job;
     let me = job.node_idx;
     let mut backoff = Duration::from_millis(10);
+    let leaving = || Error::Shutdown { node: me };
     let stream = loop {
-        let attempt =
-            tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)).await;
+        // A node that leaves stops retrying; no link exists yet, so nobody waits for a bye.
+        let attempt = tokio::select! {
+            a = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)) => a,
+            _ = shared.shutdown.cancelled() => return Err(leaving()),
+        };
         let err = match attempt {
             Ok(Ok(s)) => break s,
             Ok(Err(e)) => e,
@@ -825,7 +821,10 @@ async fn connect(
                 source: err,
             });
         }
-        tokio::time::sleep(backoff).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shared.shutdown.cancelled() => return Err(leaving()),
+        }
         backoff = (backoff * 2).min(Duration::from_millis(500));
     };
     let refused = |reason: String| Error::Handshake {
@@ -843,7 +842,7 @@ async fn connect(
     else {
         return Err(refused(format!(
             "expected challenge, got {}",
-            kind(&challenge)
+            challenge.kind()
         )));
     };
     let nonce = auth::nonce();
@@ -869,43 +868,12 @@ async fn connect(
     let welcome = next_frame(shared, &mut reader, "welcome")
         .await
         .map_err(refused)?;
-    let Message::Welcome { node_idx, mac } = welcome else {
-        return Err(refused(format!("expected welcome, got {}", kind(&welcome))));
-    };
-    if node_idx as usize != peer
-        || !auth::verify_server(
-            &job.secret,
-            &job.job_id,
-            node_idx,
-            &server_nonce,
-            &nonce,
-            &mac,
-        )
-    {
-        return Err(refused(format!(
-            "server claiming node {node_idx} fails the job-secret proof"
-        )));
-    }
+    auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome).map_err(refused)?;
     debug!(peer, %addr, ?link, "link up");
     shared
         .tracker
         .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
     Ok(())
-}
-
-fn kind(msg: &Message) -> &'static str {
-    match msg {
-        Message::Challenge { .. } => "challenge",
-        Message::Hello { .. } => "hello",
-        Message::Welcome { .. } => "welcome",
-        Message::Up { .. } => "up",
-        Message::Down { .. } => "down",
-        Message::Ring { .. } => "ring",
-        Message::Abort(_) => "abort",
-        Message::Request { .. } => "request",
-        Message::Response { .. } => "response",
-        Message::Bye => "bye",
-    }
 }
 
 /// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
@@ -916,22 +884,41 @@ async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: W
         .next_link_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Message>(LINK_CAPACITY);
-    if shared
-        .events
-        .send(Event::Linked { node: peer, id, tx })
-        .await
-        .is_err()
+    // A link that comes up while this node leaves (its handshake was under way) is one the
+    // engine never says goodbye on: the writer below says it, else the peer would take the
+    // close as a crash.
+    let stopping = shared.shutdown.clone();
+    if stopping.is_cancelled()
+        || shared
+            .events
+            .send(Event::Linked { node: peer, id, tx })
+            .await
+            .is_err()
     {
+        let bye = async {
+            writer.send(Message::Bye).await?;
+            writer.close().await
+        };
+        let _ = tokio::time::timeout(shared.config.handshake_timeout, bye).await;
         return;
     }
     let span = info_span!("link", peer);
     shared.tracker.spawn(
         async move {
+            let mut said_bye = false;
             while let Some(msg) = rx.recv().await {
+                let bye = matches!(msg, Message::Bye);
                 if let Err(e) = writer.send(msg).await {
                     debug!("write failed: {e}");
-                    break;
+                    let _ = writer.close().await;
+                    return;
                 }
+                said_bye |= bye;
+            }
+            // The engine dropped this link's sender: the link closed, or this node is leaving
+            // and the engine stopped before it saw the link (then no bye came from it).
+            if stopping.is_cancelled() && !said_bye {
+                let _ = writer.send(Message::Bye).await;
             }
             let _ = writer.close().await;
         }
@@ -976,7 +963,7 @@ async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: W
                 Some(Ok(other)) => {
                     return (
                         false,
-                        format!("unexpected {} on an established link", kind(&other)),
+                        format!("unexpected {} on an established link", other.kind()),
                     );
                 }
             }

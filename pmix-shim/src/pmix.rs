@@ -204,6 +204,35 @@ struct DmodexReq {
     key: Option<String>,
 }
 
+/// The overlay request body asking `proc_`'s node for its data (and for `key` to be posted).
+pub fn encode_dmodex_request(proc_: &Proc, key: Option<String>) -> Result<Bytes, String> {
+    postcard::to_stdvec(&DmodexReq {
+        nspace: proc_.nspace.clone(),
+        rank: proc_.rank,
+        key,
+    })
+    .map(Bytes::from)
+    .map_err(|e| e.to_string())
+}
+
+/// What a remote node's direct-modex request asks for (its bytes are untrusted until here): a
+/// rank of this node and the key its client needs. The error is the reply to the asker.
+pub fn decode_dmodex_request(job: &JobSpec, body: &[u8]) -> Result<(Proc, Option<String>), String> {
+    let asked =
+        postcard::from_bytes::<DmodexReq>(body).map_err(|e| format!("bad dmodex request: {e}"))?;
+    if asked.nspace != job.job_id || !job.local_ranks().contains(&asked.rank) {
+        return Err(format!(
+            "node {}: rank {} of {:?} is not here",
+            job.node_idx, asked.rank, asked.nspace
+        ));
+    }
+    let proc_ = Proc {
+        nspace: asked.nspace,
+        rank: asked.rank,
+    };
+    Ok((proc_, asked.key))
+}
+
 /// How long the owning node holds a direct-modex answer for a key its rank has not posted
 /// yet. A rank may commit more than once: Open MPI 4.1 commits during its runtime set-up and
 /// again after opening its transports, and PMIx answers a direct modex from the first commit
@@ -358,12 +387,7 @@ impl Handler for Bridge {
         let shutdown = self.shutdown.clone();
         let rank = proc_.rank;
         lock(&self.state).dmodex.asked += 1;
-        let body = postcard::to_stdvec(&DmodexReq {
-            nspace: proc_.nspace,
-            rank,
-            key,
-        })
-        .map(Bytes::from);
+        let body = encode_dmodex_request(&proc_, key);
         self.tracker.spawn_on(
             async move {
                 let body = match body {
@@ -935,25 +959,14 @@ async fn dmodex_server(
         let state = shared.state.clone();
         shared.tracker.spawn(
             async move {
-                let asked = match postcard::from_bytes::<DmodexReq>(&req.body) {
-                    Ok(a) => a,
-                    Err(e) => return req.respond(Err(format!("bad dmodex request: {e}"))).await,
+                let (proc_, key) = match decode_dmodex_request(&job, &req.body) {
+                    Ok(asked) => asked,
+                    Err(reason) => return req.respond(Err(reason)).await,
                 };
-                if asked.nspace != job.job_id || !job.local_ranks().contains(&asked.rank) {
-                    let reason = format!(
-                        "node {}: rank {} of {:?} is not here",
-                        job.node_idx, asked.rank, asked.nspace
-                    );
-                    return req.respond(Err(reason)).await;
-                }
                 let Some(server) = server else {
                     return req.respond(Err("PMIx server stopped".into())).await;
                 };
-                let proc_ = Proc {
-                    nspace: asked.nspace,
-                    rank: asked.rank,
-                };
-                if let Some(key) = asked.key {
+                if let Some(key) = key {
                     tokio::select! {
                         _ = shutdown.cancelled() => {
                             return req.respond(Err("node shutting down".into())).await;
@@ -1070,6 +1083,41 @@ mod tests {
         }
         // Nothing is reused: a parent we cannot write to fails, it does not fall back.
         assert!(private_dir(&parent.path().join("missing"), "x.").is_err());
+    }
+
+    #[test]
+    fn dmodex_requests_name_a_local_rank_of_this_job() {
+        let job = JobSpec {
+            job_id: "j".into(),
+            hosts: vec!["n0".into(), "n1".into()],
+            node_idx: 1,
+            model: Default::default(),
+            ranks: vec![vec![0], vec![1, 2]],
+            secret: JobSecret::generate(),
+        };
+        let ask = |nspace: &str, rank, key: Option<&str>| {
+            let p = Proc {
+                nspace: nspace.into(),
+                rank,
+            };
+            decode_dmodex_request(
+                &job,
+                &encode_dmodex_request(&p, key.map(Into::into)).unwrap(),
+            )
+        };
+        let (p, key) = ask("j", 2, Some("btl.tcp")).unwrap();
+        assert_eq!((p.rank, key.as_deref()), (2, Some("btl.tcp")));
+        assert!(
+            ask("j", 0, None)
+                .unwrap_err()
+                .contains("rank 0 of \"j\" is not here")
+        );
+        assert!(ask("k", 1, None).is_err());
+        assert!(
+            decode_dmodex_request(&job, b"\xff")
+                .unwrap_err()
+                .contains("bad dmodex request")
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
+use tokio_util::sync::CancellationToken;
 
 /// Everything logged by this test binary, to check the refusal log lines.
 fn log() -> Arc<Mutex<Vec<u8>>> {
@@ -354,4 +355,94 @@ async fn requests_reach_any_node_and_come_back() {
     assert!(err.to_string().contains("no node 9 in this job"), "{err}");
     assert!(overlays.iter().all(|o| o.aborted().borrow().is_none()));
     shutdown(overlays).await;
+}
+
+/// `srun /bin/true`: a node's tasks can end before the join completes, and its embedder makes
+/// it leave. It says Bye: the node it was linked to does not abort, and the others' join only
+/// waits on for the leaver's part (here until join_timeout, node 0 coming late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_leaving_mid_join_says_bye_and_aborts_nobody() {
+    let n = 4;
+    // SEQ much longer than REM: not a star, so the leaver is linked below node 0.
+    let model = greedy_tree::LaunchModel::new(1.0, 0.001).unwrap();
+    let tree = greedy_tree::greedy(n, &model);
+    let leaver = (1..n)
+        .find(|&i| tree.parent(i).is_some_and(|p| p != 0))
+        .expect("a node below node 1, 2 or 3");
+    let board = Memory::default();
+    let secret = JobSecret::generate();
+    let config = OverlayConfig {
+        join_timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let start = |i: usize, leave: CancellationToken| {
+        let job = JobSpec {
+            model,
+            ..job(n, i, &secret)
+        };
+        let (board, config) = (board.clone(), config.clone());
+        tokio::spawn(async move { Overlay::start_or_leave(&job, config, &board, &leave).await })
+    };
+    // Node 0 comes late: the others are mid-join.
+    let others: Vec<_> = (1..n)
+        .filter(|&i| i != leaver)
+        .map(|i| start(i, CancellationToken::new()))
+        .collect();
+    let leave = CancellationToken::new();
+    let leaving = start(leaver, leave.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    leave.cancel();
+    let left = tokio::time::timeout(Duration::from_secs(1), leaving)
+        .await
+        .expect("left at once")
+        .unwrap();
+    assert!(
+        matches!(left, Err(Error::Shutdown { node }) if node == leaver),
+        "{left:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        others.iter().all(|t| !t.is_finished()),
+        "a node took the leaver's bye for a crash"
+    );
+    // The join completes if the leaver (a leaf) had sent its part up before it left, else it
+    // times out; either way nobody aborts.
+    let node0 = start(0, CancellationToken::new());
+    for t in others.into_iter().chain([node0]) {
+        let joined = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("join ends by join_timeout")
+            .unwrap();
+        match joined {
+            Ok(overlay) => {
+                assert_eq!(*overlay.aborted().borrow(), None);
+                overlay.shutdown().await;
+            }
+            Err(e) => assert!(
+                !matches!(e, Error::Aborted(_)) && !e.to_string().contains("lost overlay link"),
+                "{e}"
+            ),
+        }
+    }
+}
+
+/// A node still looking up its parent (which never published) leaves at once, with no link to
+/// say goodbye on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_stops_a_rendezvous_lookup() {
+    let secret = JobSecret::generate();
+    let leave = CancellationToken::new();
+    let joining = {
+        let (job, leave) = (job(2, 1, &secret), leave.clone());
+        tokio::spawn(async move {
+            Overlay::start_or_leave(&job, config(), &Memory::default(), &leave).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    leave.cancel();
+    let left = tokio::time::timeout(Duration::from_secs(1), joining)
+        .await
+        .expect("left at once")
+        .unwrap();
+    assert!(matches!(left, Err(Error::Shutdown { node: 1 })), "{left:?}");
 }

@@ -13,6 +13,8 @@
 #   abort      MPI_Abort(3) in rank 5, each MPI: srun exits 3 fast, the step is gone
 #   nonmpi     steps that never speak PMI (hostname, staggered exits) run as usual; a task
 #              exiting 3 ends the step and srun exits 3
+#   true       100 consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failing (issue 15:
+#              nodes whose tasks end before the overlay join completes must leave cleanly)
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid)
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
@@ -24,7 +26,7 @@
 #
 # The cluster is shared with other engineers' tests: wait for a free one, take down only ours.
 # Env: CARGO_TARGET_DIR (default <repo>/target), GREEDY_MPICH5 (default /var/tmp/greedy-mpich5),
-# MPI_REPEAT (default 50).
+# MPI_REPEAT (default 50), MPI_TRUE_REPEAT (default 100).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,6 +34,7 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 NODES=8
 REPEAT=${MPI_REPEAT:-50}
+TRUE_REPEAT=${MPI_TRUE_REPEAT:-100}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $CARGO_TARGET_DIR == /tmp/* ]] && { echo "mpi: CARGO_TARGET_DIR under /tmp is not visible to the hosts" >&2; exit 1; }
 
@@ -156,6 +159,17 @@ run nonmpi-fail 60 -N2 -n4 bash -c '[ "$SLURM_PROCID" = 2 ] && exit 3; exec slee
 ((RC == 3)) || fail "nonmpi-fail: task 2 exited 3 but srun exited $RC: $ERR"
 no_leftovers nonmpi-fail
 pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits ok; a task exiting 3 ends the step, srun exits 3"
+
+# Tasks that end within milliseconds: a node's slurmstepd may tear down (fini) before its overlay
+# join is complete. It must finish or leave the join saying Bye: a link closed without one is a
+# crash to the others, which end the step (issue 15: 8 of 200 such steps failed).
+t0=$(ms)
+for i in $(seq "$TRUE_REPEAT"); do
+  run "true-$i" 60 -N4 -n8 --mpi=greedy /bin/true
+  ((RC == 0)) || fail "true $i of $TRUE_REPEAT: srun -N4 -n8 --mpi=greedy /bin/true exited $RC: $ERR"
+  rm -f "$WORK/true-$i".{out,err}
+done
+pass "$TRUE_REPEAT consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failed, $(($(ms) - t0)) ms in all"
 
 # A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
 # the uid it was registered with, and Open MPI writes into the step's PMIx directory).

@@ -15,6 +15,11 @@ use std::fmt::Write as _;
 /// exhaust memory instead of failing.
 pub const MAX_HOSTS: usize = 1 << 24;
 
+/// Most bytes of host names one expression may expand to: [`MAX_HOSTS`] alone does not bound
+/// memory, since every name repeats the expression's text (a 144-byte hostfile line made 11
+/// million names of 140 bytes). 2^24 names of 16 bytes fit.
+pub const MAX_NAME_BYTES: usize = 1 << 28;
+
 /// The host names of a hostlist expression, in order.
 ///
 /// ```
@@ -22,8 +27,16 @@ pub const MAX_HOSTS: usize = 1 << 24;
 /// assert_eq!(hosts, ["n1", "n2", "n3", "n7", "gpu01", "gpu02"]);
 /// ```
 pub fn expand(expr: &str) -> Result<Vec<String>, Error> {
+    expand_at_most(expr, MAX_HOSTS)
+}
+
+/// [`expand`] with at most `max_hosts` (≤ [`MAX_HOSTS`]) hosts: the fuzz targets use a small
+/// cap, so that legal lists of millions of hosts do not take their time.
+pub fn expand_at_most(expr: &str, max_hosts: usize) -> Result<Vec<String>, Error> {
+    let max_hosts = max_hosts.min(MAX_HOSTS);
     let chars: Vec<char> = expr.chars().collect();
     let mut hosts = Vec::new();
+    let mut bytes = 0;
     let mut pos = 0;
     loop {
         while pos < chars.len() && is_separator(chars[pos]) {
@@ -33,7 +46,7 @@ pub fn expand(expr: &str) -> Result<Vec<String>, Error> {
             break;
         }
         let (parts, next) = parse_one(expr, &chars, pos)?;
-        expand_parts(&parts, &mut hosts, expr, pos)?;
+        expand_parts(&parts, &mut hosts, &mut bytes, max_hosts, expr, pos)?;
         pos = next;
     }
     if hosts.is_empty() {
@@ -171,9 +184,12 @@ fn number(chars: &[char], pos: usize) -> Option<(u64, usize, usize)> {
     Some((value, end - pos, end))
 }
 
+/// Appends the names of `parts` to `hosts`; `bytes` counts (a bound on) the name bytes so far.
 fn expand_parts(
     parts: &[Part],
     hosts: &mut Vec<String>,
+    bytes: &mut usize,
+    max_hosts: usize,
     expr: &str,
     start: usize,
 ) -> Result<(), Error> {
@@ -186,14 +202,36 @@ fn expand_parts(
             acc.checked_mul(n)
         }
     });
-    match count {
-        Some(c) if c.saturating_add(hosts.len()) <= MAX_HOSTS => {}
+    let too_many = |reason: String| Error::Hostlist {
+        expr: expr.to_string(),
+        column: start + 1,
+        reason,
+    };
+    let count = match count {
+        Some(c) if c.saturating_add(hosts.len()) <= max_hosts => c,
+        _ => return Err(too_many(format!("expands to more than {max_hosts} hosts"))),
+    };
+    // The longest name: each range's number has the digits of its end or its padding width.
+    let longest: usize = parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.len(),
+            Part::Ranges(rs) => rs
+                .iter()
+                .map(|&(_, hi, w)| w.max(hi.checked_ilog10().map_or(1, |d| d as usize + 1)))
+                .max()
+                .unwrap_or(0),
+        })
+        .sum();
+    match count
+        .checked_mul(longest)
+        .and_then(|b| b.checked_add(*bytes))
+    {
+        Some(b) if b <= MAX_NAME_BYTES => *bytes = b,
         _ => {
-            return Err(Error::Hostlist {
-                expr: expr.to_string(),
-                column: start + 1,
-                reason: format!("expands to more than {MAX_HOSTS} hosts"),
-            });
+            return Err(too_many(format!(
+                "expands to more than {MAX_NAME_BYTES} bytes of host names"
+            )));
         }
     }
     let mut names = vec![String::new()];
@@ -314,6 +352,17 @@ mod tests {
             ("n1]", 3, "without '['"),
             ("n[a]", 3, "expected a number"),
             ("n[0-99999999]x[0-99999999]", 1, "more than"),
+            // Found by the hostfile fuzz target (out of memory): long names times many hosts.
+            (
+                &format!("{}[0-999][0-9999]", "y".repeat(100)),
+                1,
+                "bytes of host names",
+            ),
+            (
+                &format!("a1,{}[0-9999][0-999]", "b".repeat(30)),
+                4,
+                "bytes of host names",
+            ),
         ] {
             match expand(expr) {
                 Err(Error::Hostlist {
@@ -328,5 +377,10 @@ mod tests {
             }
         }
         assert!(matches!(expand(" , "), Err(Error::NoHosts { .. })));
+    }
+
+    #[test]
+    fn the_largest_lists_still_expand() {
+        assert_eq!(expand("n[0-16777215]").unwrap().len(), MAX_HOSTS);
     }
 }

@@ -35,6 +35,9 @@ pub mod calibrate;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod error;
+// The fuzz targets' bodies, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod greedy;
 pub mod hostfile;
 pub mod hostlist;

@@ -23,6 +23,9 @@
 
 pub mod conf;
 mod error;
+// The fuzz target's body, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 
 pub use error::ConfError;

@@ -19,7 +19,10 @@
 //!    (`Hooks::kill_step`), which ends every task on every node.
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
-//!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`).
+//!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`). A short step (`srun
+//!    /bin/true`) can get there before its node has joined: the join is let finish first,
+//!    else left saying `Bye`, since the other nodes take a link closed without one as a
+//!    crash and abort the job.
 
 use crate::Error;
 use crate::charm::{self, Stdio};
@@ -38,6 +41,9 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span};
 
 /// slurm.conf's NodeAddr for a NodeName.
@@ -145,6 +151,10 @@ pub struct Agent {
     pmix_dir: Option<std::path::PathBuf>,
     node: String,
     shutdown_timeout: Duration,
+    /// Cancelled by [`Agent::shutdown`]: a join still in flight leaves the overlay saying `Bye`.
+    leave: CancellationToken,
+    /// PMI: the background join and server start, which shutdown lets finish first.
+    service: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -223,6 +233,12 @@ impl Client {
 struct JoinState {
     service: Option<(Overlay, Client)>,
     early_exits: Vec<(u32, i32)>,
+    /// The client server taking task exits, which shutdown lets finish: an exit that aborts
+    /// the job must reach the overlay before this node says `Bye`.
+    exits: TaskTracker,
+    /// Watches for the job's abort; on the node it started on, it reports to srun and kills
+    /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
+    abort_watch: Option<JoinHandle<()>>,
 }
 
 type Joined = Arc<std::sync::Mutex<JoinState>>;
@@ -233,14 +249,14 @@ fn lock(joined: &Joined) -> std::sync::MutexGuard<'_, JoinState> {
 
 /// Records this node's service as joined and hands it the task exits seen before.
 fn set_joined(joined: &Joined, overlay: Overlay, client: Client, rt: &tokio::runtime::Handle) {
-    let early = {
+    let (early, exits) = {
         let mut st = lock(joined);
         st.service = Some((overlay, client.clone()));
-        std::mem::take(&mut st.early_exits)
+        (std::mem::take(&mut st.early_exits), st.exits.clone())
     };
     for (rank, code) in early {
         let client = client.clone();
-        rt.spawn(async move { client.rank_exited(rank, code).await });
+        exits.spawn_on(async move { client.rank_exited(rank, code).await }, rt);
     }
 }
 
@@ -273,12 +289,14 @@ impl Agent {
             .map_err(|e| io("start the runtime", e))?;
         let span = info_span!("mpi", job = %plan.kvsname, node = %node);
         let joined: Joined = Arc::default();
-        let agent = Agent {
+        let mut agent = Agent {
             runtime: Some(runtime),
             joined: joined.clone(),
             pmix_dir: None,
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
+            leave: CancellationToken::new(),
+            service: None,
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
         if plan.protocol == Protocol::Pmix {
@@ -324,12 +342,15 @@ impl Agent {
             ours,
             joined,
             kill_step: hooks.kill_step.clone(),
+            leave: agent.leave.clone(),
         };
-        agent
-            .runtime
-            .as_ref()
-            .expect("set above")
-            .spawn(service.run().instrument(span));
+        agent.service = Some(
+            agent
+                .runtime
+                .as_ref()
+                .expect("set above")
+                .spawn(service.run().instrument(span)),
+        );
         Ok((
             agent,
             TaskTable {
@@ -355,7 +376,7 @@ impl Agent {
         let shim = Error::shim(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
             .map_err(shim)?;
         // One directory per step and node: Open MPI names its shared-memory files after the
         // node's local ranks there (greedy-pmix's PmixConfig). Fresh, 0700 and with an
@@ -385,7 +406,9 @@ impl Agent {
             Client::Pmix(pmix.clone()),
             rt.handle(),
         );
-        rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
+        let watch =
+            rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
+        lock(&self.joined).abort_watch = Some(watch);
         let mut ranks = HashMap::new();
         for &rank in &plan.ranks[plan.node_idx] {
             let env = rt.block_on(pmix.env_for(rank)).map_err(shim)?;
@@ -420,7 +443,7 @@ impl Agent {
         let io = Error::io(&node);
         let rt = self.runtime.as_ref().expect("set in start");
         let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip).instrument(span.clone()))
+            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
             .map_err(shim)?;
         let local = &plan.ranks[plan.node_idx];
         let (task_side, agent_side) =
@@ -477,7 +500,7 @@ impl Agent {
         // status; the exit report to srun and the step kill (for ranks still starting) follow
         // after the grace.
         let (p, kill) = (plan.clone(), hooks.kill_step.clone());
-        rt.spawn(
+        let watch = rt.spawn(
             async move {
                 charm_abort_note(p.clone(), overlay.clone(), stdio).await;
                 tokio::time::sleep(CHARM_KILL_GRACE).await;
@@ -485,6 +508,7 @@ impl Agent {
             }
             .instrument(span),
         );
+        lock(&self.joined).abort_watch = Some(watch);
         let ranks = local
             .iter()
             .map(|&rank| {
@@ -511,18 +535,46 @@ impl Agent {
 
     /// Stops the PMI server and the overlay, then the runtime; all within
     /// `GreedyShutdownTimeout`, after which remaining threads are left to die with the process.
+    /// A join still in flight (PMI: it runs in the background, and a step such as `srun
+    /// /bin/true` can end before it completes) gets `GreedyShutdownTimeout` to finish first,
+    /// then leaves the overlay saying `Bye`, within `GreedyShutdownTimeout` again.
     pub fn shutdown(mut self) {
         let Some(rt) = self.runtime.take() else {
             return;
         };
-        let joined = lock(&self.joined).service.take();
         let deadline = self.shutdown_timeout;
+        if let Some(mut service) = self.service.take() {
+            // Every node is still there to finish the join (a stepd's fini comes after its own
+            // tasks end, not the others'), and a joined node leaves cleanly; leaving mid-join
+            // would leave the others' join waiting for this node's part until their
+            // GreedyJoinTimeout ends the step, if their tasks still run by then.
+            let (node, leave) = (self.node.clone(), self.leave.clone());
+            rt.block_on(async move {
+                if tokio::time::timeout(deadline, &mut service).await.is_ok() {
+                    return;
+                }
+                info!(node = %node, "mpi/greedy: overlay join not complete within GreedyShutdownTimeout ({deadline:?}) after the local tasks ended; leaving it");
+                leave.cancel();
+                if tokio::time::timeout(deadline, service).await.is_err() {
+                    error!(node = %node, "mpi/greedy: overlay join not left within GreedyShutdownTimeout ({deadline:?})");
+                }
+            });
+        }
+        let (joined, exits, abort_watch) = {
+            let mut st = lock(&self.joined);
+            (st.service.take(), st.exits.clone(), st.abort_watch.take())
+        };
         if let Some((overlay, pmi)) = joined {
             let fences = pmi.fences();
+            exits.close();
+            let stopping = overlay.clone();
             let stopped = rt.block_on(async move {
                 tokio::time::timeout(deadline, async {
+                    // A rank that failed as this node's last tasks ended: its abort goes out
+                    // ahead of the Bye.
+                    exits.wait().await;
                     pmi.shutdown().await;
-                    overlay.shutdown().await;
+                    stopping.shutdown().await;
                 })
                 .await
             });
@@ -530,6 +582,20 @@ impl Agent {
                 error!(node = %self.node, "mpi/greedy: service did not stop within GreedyShutdownTimeout ({deadline:?})");
             } else {
                 info!(node = %self.node, fences, "mpi/greedy: service stopped");
+            }
+            let ours = overlay
+                .aborted()
+                .borrow()
+                .as_ref()
+                .is_some_and(|a| a.origin_node == overlay.node_idx());
+            if let (true, Some(watch)) = (ours, abort_watch) {
+                // This node reports the job's code to srun and kills the step: without it the
+                // other nodes' tasks run on, and srun learns nothing.
+                let limit = REPORT_TIMEOUT + deadline;
+                let ended = rt.block_on(async { tokio::time::timeout(limit, watch).await });
+                if ended.is_err() {
+                    error!(node = %self.node, "mpi/greedy: the step's end not reported within {limit:?}");
+                }
             }
         }
         rt.shutdown_timeout(Duration::from_millis(50));
@@ -547,12 +613,26 @@ struct Service {
     ours: Vec<(u32, std::os::unix::net::UnixStream)>,
     joined: Joined,
     kill_step: Arc<KillStepFn>,
+    /// Cancelled when the node leaves (fini) before this service is up.
+    leave: CancellationToken,
 }
 
 impl Service {
     async fn run(self) {
-        let (plan, kill) = (self.plan.clone(), self.kill_step.clone());
+        let (plan, kill, leave) = (
+            self.plan.clone(),
+            self.kill_step.clone(),
+            self.leave.clone(),
+        );
         if let Err(e) = self.serve().await {
+            if leave.is_cancelled() {
+                // The local tasks have all ended; the join was left on purpose, saying Bye.
+                info!(
+                    "mpi/greedy: step {}.{}: left before the overlay join completed: {e}",
+                    plan.job_id, plan.step_id
+                );
+                return;
+            }
             error!(
                 "mpi/greedy: step {}.{}: {e}; ending the step",
                 plan.job_id, plan.step_id
@@ -566,7 +646,9 @@ impl Service {
         let node = plan.node().to_string();
         let shim = Error::shim(&node);
         let spec = plan.job_spec();
-        let overlay = join(plan, self.my_ip, self.parent_ip).await.map_err(shim)?;
+        let overlay = join(plan, self.my_ip, self.parent_ip, &self.leave)
+            .await
+            .map_err(shim)?;
         let pmi_config = PmiConfig {
             fence_timeout: plan.fence_timeout,
             ..PmiConfig::default()
@@ -580,7 +662,10 @@ impl Service {
             Client::Pmi(pmi.clone()),
             &tokio::runtime::Handle::current(),
         );
-        tokio::spawn(watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span());
+        let watch = tokio::spawn(
+            watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span(),
+        );
+        lock(&self.joined).abort_watch = Some(watch);
         // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
         // ways, so a rank that dies still closes its PMI connection, and an abort still
         // closes the rank's socket.
@@ -599,11 +684,13 @@ impl Service {
 }
 
 /// Joins the overlay of `plan` as this node (`my_ip`), finding the parent by reserved port
-/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun.
+/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun; cancelling `leave` leaves
+/// it, mid-join too, saying `Bye`.
 async fn join(
     plan: &StepPlan,
     my_ip: IpAddr,
     parent_ip: Option<(usize, IpAddr)>,
+    leave: &CancellationToken,
 ) -> Result<Overlay, greedy_pmix::Error> {
     let spec = plan.job_spec();
     let mut config = OverlayConfig {
@@ -622,12 +709,12 @@ async fn join(
                 .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
                 .into_iter()
                 .collect();
-            Overlay::start(&spec, config, &Fixed(known)).await
+            Overlay::start_or_leave(&spec, config, &Fixed(known), leave).await
         }
         Choice::Srun { addr } => {
             config.bind = SocketAddr::new(my_ip, 0);
             let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret().as_bytes());
-            Overlay::start(&spec, config, &rdv).await
+            Overlay::start_or_leave(&spec, config, &rdv, leave).await
         }
     }
 }
@@ -767,16 +854,19 @@ impl Agent {
                         TaskRecord::Forked(rank) => drop(held.remove(&rank)),
                         TaskRecord::Exited(rank, code) => {
                             exits += 1;
-                            let client = {
+                            let (client, exits) = {
                                 let mut st = lock(&joined);
                                 let client = st.service.as_ref().map(|(_, c)| c.clone());
                                 if client.is_none() {
                                     st.early_exits.push((rank, code));
                                 }
-                                client
+                                (client, st.exits.clone())
                             };
                             if let Some(client) = client {
-                                handle.spawn(async move { client.rank_exited(rank, code).await });
+                                exits.spawn_on(
+                                    async move { client.rank_exited(rank, code).await },
+                                    &handle,
+                                );
                             }
                         }
                     }
@@ -791,7 +881,128 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::TaskRecord;
+    use super::{Agent, Hooks, TaskRecord, TaskTable};
+    use crate::plan::{Protocol, Rendezvous, StepPlan};
+    use greedy_tree::LaunchModel;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    /// A launch model whose 4-node tree is not a star (SEQ much longer than REM): node 0's
+    /// first child launches the third node.
+    fn deep() -> LaunchModel {
+        LaunchModel::new(1.0, 0.001).unwrap()
+    }
+
+    /// Node `node_idx` of a 4-node PMI step `5.0` (4/2/1/1 ranks, as `srun -N4 -n8` packs them)
+    /// whose nodes n1..n4 listen on 127.0.0.1..4 at `port`; srun is unreachable.
+    fn plan(node_idx: usize, port: u16, join_timeout: Duration) -> StepPlan {
+        StepPlan {
+            job_id: 5,
+            step_id: 0,
+            kvsname: "5.0".into(),
+            hosts: (1..=4).map(|i| format!("n{i}")).collect(),
+            node_idx,
+            ranks: vec![vec![0, 1, 2, 3], vec![4, 5], vec![6], vec![7]],
+            secret_hex: "ab".repeat(16),
+            model: deep(),
+            protocol: Protocol::Pmi,
+            rendezvous: Rendezvous::Ports { port },
+            srun: "127.0.0.1:9".parse().unwrap(),
+            job_uid: None,
+            job_gid: None,
+            join_timeout,
+            fence_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_millis(500),
+        }
+    }
+
+    /// Starts node `node_idx`'s agent as prefork does; `kills` records every step it ends.
+    fn start(plan: &StepPlan, kills: &Arc<Mutex<Vec<(u32, u32)>>>) -> Agent {
+        start_with_tasks(plan, kills).0
+    }
+
+    fn start_with_tasks(
+        plan: &StepPlan,
+        kills: &Arc<Mutex<Vec<(u32, u32)>>>,
+    ) -> (Agent, TaskTable) {
+        let kills = kills.clone();
+        let hooks = Hooks {
+            node_addr: Box::new(|host| Some(format!("127.0.0.{}", host.strip_prefix('n')?))),
+            kill_step: Arc::new(move |job, step| {
+                kills.lock().unwrap().push((job, step));
+                true
+            }),
+        };
+        Agent::start(plan, &hooks).expect("agent starts")
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// `srun --mpi=greedy -N4 -n8 /bin/true`: three nodes' tasks end (fini) while the join is
+    /// still in flight, node 0's run on. Their leaving must not end the step (issue 15: a
+    /// node that dropped its links mid-join made the others abort with "lost overlay link").
+    #[test]
+    fn nodes_ending_before_the_join_completes_do_not_end_the_step() {
+        let port = free_port();
+        let join_timeout = Duration::from_secs(2);
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let agents: Vec<Agent> = (0..4)
+            .map(|i| start(&plan(i, port, join_timeout), &kills))
+            .collect();
+        let mut agents = agents.into_iter();
+        let node0 = agents.next().unwrap();
+        for agent in agents {
+            agent.shutdown();
+        }
+        // Past node 0's join timeout: a join left incomplete would end the step by now.
+        std::thread::sleep(join_timeout + Duration::from_millis(500));
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+        node0.shutdown();
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+    }
+
+    /// A node whose join cannot complete (node 0 never starts) leaves it saying Bye: the node
+    /// it was linked to goes on waiting for the join, and does not take it as a crash.
+    #[test]
+    fn a_node_leaving_mid_join_says_bye() {
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let tree = greedy_tree::greedy(4, &deep());
+        // A node linked to another node than the missing node 0.
+        let leaver = (1..4)
+            .find(|&i| tree.parent(i).is_some_and(|p| p != 0))
+            .expect("a 4-node tree has a node below node 1, 2 or 3");
+        let others: Vec<Agent> = (1..4)
+            .filter(|&i| i != leaver)
+            .map(|i| start(&plan(i, port, Duration::from_secs(20)), &kills))
+            .collect();
+        let agent = start(&plan(leaver, port, Duration::from_secs(20)), &kills);
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        agent.shutdown();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "left in {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            *kills.lock().unwrap(),
+            [],
+            "the leaver's link was taken for a crash"
+        );
+        for agent in others {
+            agent.shutdown();
+        }
+        assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+    }
 
     #[test]
     fn task_records_round_trip() {
@@ -803,6 +1014,41 @@ mod tests {
             TaskRecord::Exited(3, 139),
         ] {
             assert_eq!(TaskRecord::decode(r.encode()), r);
+        }
+    }
+
+    /// A node's only rank fails (exit 3) and its slurmstepd tears down right after reaping
+    /// it, while the node is still reporting to srun (which is slow to answer here): the node
+    /// where the abort started must still end the step, else the other nodes' tasks run on.
+    #[test]
+    fn a_rank_failing_as_its_node_tears_down_still_ends_the_step() {
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        // An srun that takes the connection (backlog) and never answers the report.
+        let srun = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut agents: Vec<(Agent, TaskTable)> = (0..4)
+            .map(|i| {
+                let mut p = plan(i, port, Duration::from_secs(20));
+                p.srun = srun.local_addr().unwrap();
+                start_with_tasks(&p, &kills)
+            })
+            .collect();
+        // Joined (loopback: milliseconds).
+        std::thread::sleep(Duration::from_millis(500));
+        let (node3, tasks3) = agents.pop().unwrap();
+        (&tasks3.notify)
+            .write_all(&TaskRecord::Exited(7, 3).encode())
+            .unwrap();
+        // slurmstepd reaps the task and sends its exit before its teardown.
+        std::thread::sleep(Duration::from_millis(100));
+        node3.shutdown();
+        assert_eq!(
+            *kills.lock().unwrap(),
+            [(5, 0)],
+            "node 3 did not end the step"
+        );
+        for (agent, _) in agents {
+            agent.shutdown();
         }
     }
 }

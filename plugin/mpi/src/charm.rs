@@ -132,7 +132,7 @@ pub fn send_stdio(
 
 /// Receives one task's record: its rank and its three descriptors.
 fn recv_stdio(sock: &UnixDatagram) -> std::io::Result<(u32, TaskStdio)> {
-    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, recvmsg};
     let mut bytes = [0u8; 4];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -148,13 +148,13 @@ fn recv_stdio(sock: &UnixDatagram) -> std::io::Result<(u32, TaskStdio)> {
             fds.extend(received);
         }
     }
-    if got.bytes != 4 || fds.len() != 3 {
-        return Err(std::io::Error::other(format!(
-            "malformed stdio record ({} bytes, {} descriptors)",
-            got.bytes,
-            fds.len()
-        )));
-    }
+    // A longer datagram, or more descriptors than fit, arrives cut: refuse it rather than
+    // read a prefix.
+    let cut = got
+        .flags
+        .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
+    let rank = decode_stdio_record(&bytes[..got.bytes.min(bytes.len())], cut, fds.len())
+        .map_err(std::io::Error::other)?;
     let mut files = fds.into_iter().map(File::from);
     let (Some(stdin), Some(stdout), Some(stderr)) = (files.next(), files.next(), files.next())
     else {
@@ -165,7 +165,21 @@ fn recv_stdio(sock: &UnixDatagram) -> std::io::Result<(u32, TaskStdio)> {
         stdout,
         stderr,
     };
-    Ok((u32::from_le_bytes(bytes), task))
+    Ok((rank, task))
+}
+
+/// Reads a task hook's stdio record as it arrived: its bytes (the rank, 4 bytes little-endian,
+/// as [`send_stdio`] sends it), whether the datagram or its descriptors were cut, and how many
+/// descriptors came with it (3). Gives the rank.
+pub fn decode_stdio_record(bytes: &[u8], cut: bool, fds: usize) -> Result<u32, String> {
+    match <[u8; 4]>::try_from(bytes) {
+        Ok(rank) if !cut && fds == 3 => Ok(u32::from_le_bytes(rank)),
+        _ => Err(format!(
+            "malformed stdio record ({} bytes{}, {fds} descriptors)",
+            bytes.len(),
+            if cut { ", cut" } else { "" }
+        )),
+    }
 }
 
 impl Stdio {
@@ -403,6 +417,32 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn stdio_records_of_another_size_are_refused() {
+        assert_eq!(decode_stdio_record(&7u32.to_le_bytes(), false, 3), Ok(7));
+        assert!(decode_stdio_record(&[7, 0, 0], false, 3).is_err());
+        assert!(decode_stdio_record(&7u32.to_le_bytes(), true, 3).is_err());
+        assert!(decode_stdio_record(&7u32.to_le_bytes(), false, 2).is_err());
+        // An 8-byte datagram arrives cut to the 4 bytes of a rank: refused, not read as one.
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+        let (task_side, agent_side) = stdio_channel().unwrap();
+        let t = task();
+        let fds = [t.ends[0].as_fd(), t.ends[1].as_fd(), t.ends[2].as_fd()];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+        let long = [7u8, 0, 0, 0, 1, 2, 3, 4];
+        sendmsg(
+            &task_side,
+            &[IoSlice::new(&long)],
+            &mut control,
+            SendFlags::empty(),
+        )
+        .unwrap();
+        let e = recv_stdio(&agent_side).err().expect("refused");
+        assert!(e.to_string().contains("cut"), "{e}");
     }
 
     /// Prints reach the rank's own descriptors, in order, through the real socket hand-over;

@@ -13,7 +13,7 @@
 //! | `GreedyRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
 //! | `GreedyJoinTimeout` | seconds every node has to join the overlay (slow stepd starts included) | 60 |
 //! | `GreedyFenceTimeout` | seconds the ranks of a node have to all enter a PMI fence | 300 |
-//! | `GreedyShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop | 0.5 |
+//! | `GreedyShutdownTimeout` | seconds slurmstepd's `fini` waits for the service to stop (and first for a join still in flight) | 0.5 |
 //!
 //! The override of `GreedyProtocol` for one step is `SLURM_GREEDY_PROTOCOL` in srun's
 //! environment. A malformed line or bad value makes srun refuse the step with one error line
@@ -97,7 +97,16 @@ impl MpiConfig {
                     .filter(|v| v.is_finite() && *v > 0.0)
                     .ok_or_else(|| bad("expected a positive number of seconds"))
             };
-            let duration = || seconds().map(Duration::from_secs_f64);
+            // At least 1 ns and representable: what srun accepts, every stepd must accept
+            // when it reads the value back from the step's environment.
+            let duration = || {
+                seconds().and_then(|v| {
+                    Duration::try_from_secs_f64(v)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| bad("expected seconds between 1 ns and 10^19"))
+                })
+            };
             if e.is("GreedyProtocol") {
                 cfg.protocol = e.value.parse().map_err(|r: String| bad(&r))?;
             } else if e.is("GreedyRendezvous") {
@@ -112,7 +121,11 @@ impl MpiConfig {
                 cfg.fence_timeout = duration()?;
             } else if e.is("GreedyShutdownTimeout") {
                 cfg.shutdown_timeout = duration()?;
-            } else if e.key.len() >= 6 && e.key[..6].eq_ignore_ascii_case("Greedy") {
+            } else if e
+                .key
+                .get(..6)
+                .is_some_and(|p| p.eq_ignore_ascii_case("Greedy"))
+            {
                 return Err(bad("unknown Greedy* key"));
             }
         }
@@ -168,6 +181,11 @@ mod tests {
         fault("GreedyBogus=1", "unknown Greedy* key");
         fault("nonsense", "expected Key=Value");
         fault("GreedySeq=0.5\nGreedyRem=0.1\nx", "line 3");
+        // Durations a stepd could not read back (or Duration could not hold) are refused, and
+        // a key whose 6th byte is inside a character is just another plugin's key.
+        fault("GreedyJoinTimeout=1e300", "between 1 ns");
+        fault("GreedyFenceTimeout=1e-10", "between 1 ns");
+        assert_eq!(check("Greedé=1").unwrap(), MpiConfig::default());
     }
 
     #[test]

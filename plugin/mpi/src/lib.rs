@@ -45,6 +45,9 @@ mod error;
 #[cfg(not(test))]
 #[allow(unsafe_code)]
 mod exports;
+// The fuzz targets' bodies, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logging;
 pub mod plan;
 pub mod rendezvous;

@@ -284,7 +284,8 @@ pub fn encode_ranks(ranks: &[Vec<u32>]) -> String {
         while j < node.len() {
             let start = node[j];
             let mut end = start;
-            while j + 1 < node.len() && node[j + 1] == end + 1 {
+            // checked_add: a rank u32::MAX ends every range (no overflow).
+            while j + 1 < node.len() && Some(node[j + 1]) == end.checked_add(1) {
                 j += 1;
                 end += 1;
             }
@@ -303,8 +304,13 @@ pub fn encode_ranks(ranks: &[Vec<u32>]) -> String {
     out
 }
 
+/// Most ranks [`decode_ranks`] expands, over all nodes: far above any step, and it bounds what
+/// a few bytes of ranges can make a stepd allocate (`0-16777215,` repeated would be gigabytes).
+pub const MAX_RANKS: usize = 1 << 24;
+
 /// Parses [`encode_ranks`]'s form.
 pub fn decode_ranks(text: &str) -> Result<Vec<Vec<u32>>, String> {
+    let mut total = 0usize;
     text.split(';')
         .map(|node| {
             let mut ranks = Vec::new();
@@ -314,8 +320,12 @@ pub fn decode_ranks(text: &str) -> Result<Vec<Vec<u32>>, String> {
                     a.parse().map_err(|_| format!("bad rank {a:?}"))?,
                     b.parse().map_err(|_| format!("bad rank {b:?}"))?,
                 );
-                if b < a || b - a > 1 << 24 {
+                if b < a {
                     return Err(format!("bad range {part:?}"));
+                }
+                total += (b - a) as usize + 1;
+                if total > MAX_RANKS {
+                    return Err(format!("more than {MAX_RANKS} ranks"));
                 }
                 ranks.extend(a..=b);
             }
@@ -498,10 +508,11 @@ impl StepPlan {
         let t: Vec<Duration> = t_text
             .split(',')
             .map(|s| {
+                // try_: a huge number of seconds is refused, not a panic.
                 s.parse::<f64>()
                     .ok()
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .map(Duration::from_secs_f64)
+                    .and_then(|v| Duration::try_from_secs_f64(v).ok())
+                    .filter(|d| !d.is_zero())
             })
             .collect::<Option<_>>()
             .filter(|v: &Vec<Duration>| v.len() == 3)

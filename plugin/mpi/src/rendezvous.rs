@@ -56,6 +56,10 @@ pub fn mac(secret: &[u8], job: &str, node: usize, what: &dyn Display) -> String 
 
 /// Checks a `mac` in constant time.
 pub fn verify(secret: &[u8], job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
+    // Hex digits only: from_str_radix alone would take "+f" for "0f".
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return false;
+    }
     let Some(bytes) = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
@@ -82,6 +86,18 @@ pub enum Line {
     Answer(usize, SocketAddr, String),
     /// `X node code mac reason`.
     Exit(usize, i32, String, String),
+}
+
+impl Display for Line {
+    /// The wire form, without the newline.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Line::Publish(node, addr, mac) => write!(f, "P {node} {addr} {mac}"),
+            Line::Lookup(node) => write!(f, "L {node}"),
+            Line::Answer(node, addr, mac) => write!(f, "A {node} {addr} {mac}"),
+            Line::Exit(node, code, mac, reason) => write!(f, "X {node} {code} {mac} {reason}"),
+        }
+    }
 }
 
 /// Parses one line (without its newline).
@@ -261,7 +277,7 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                     notified.await;
                 };
                 let mac = mac(&board.secret, &board.job, node, &addr);
-                w.write_all(format!("A {node} {addr} {mac}\n").as_bytes())
+                w.write_all(format!("{}\n", Line::Answer(node, addr, mac)).as_bytes())
                     .await
                     .map_err(|e| e.to_string())?;
             }
@@ -306,7 +322,7 @@ pub async fn report_exit(
         .await
         .map_err(|e| format!("connect to srun {srun}: {e}"))?;
     let (r, mut w) = stream.into_split();
-    w.write_all(format!("X {node} {code} {mac} {reason}\n").as_bytes())
+    w.write_all(format!("{}\n", Line::Exit(node, code, mac, reason)).as_bytes())
         .await
         .map_err(|e| format!("write to srun {srun}: {e}"))?;
     let mut ack = String::new();
@@ -382,7 +398,7 @@ impl SrunRendezvous {
 impl Rendezvous for SrunRendezvous {
     async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
         let mac = mac(&self.secret, &self.job, node_idx, &addr);
-        self.send(format!("P {node_idx} {addr} {mac}\n"), false)
+        self.send(format!("{}\n", Line::Publish(node_idx, addr, mac)), false)
             .await
             .map(drop)
     }
@@ -392,7 +408,7 @@ impl Rendezvous for SrunRendezvous {
     /// overlay drops it only when `join_timeout` has passed and the join fails anyway.
     async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
         let answer = self
-            .send(format!("L {node_idx}\n"), true)
+            .send(format!("{}\n", Line::Lookup(node_idx)), true)
             .await?
             .unwrap_or_default();
         match parse(&answer)? {
@@ -429,6 +445,27 @@ mod tests {
         for bad in ["", "X 1", "L", "L x", "P 1 nope m", "L 1 extra"] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+        // Each line prints back to itself.
+        for line in [
+            format!("P 3 {a} {m}"),
+            "L 12".into(),
+            format!("X 2 7 {m} a b"),
+        ] {
+            assert_eq!(parse(&line).unwrap().to_string(), line);
+        }
+        // Only hex digits: from_str_radix alone reads "+f" as 0x0f.
+        let (node, m) = (0..)
+            .map(|n| (n, mac(b"0123456789abcdef", "7.0", n, &a)))
+            .find(|(_, m)| m.starts_with('0'))
+            .unwrap();
+        assert!(verify(b"0123456789abcdef", "7.0", node, &a, &m));
+        assert!(!verify(
+            b"0123456789abcdef",
+            "7.0",
+            node,
+            &a,
+            &format!("+{}", &m[1..])
+        ));
     }
 
     const SECRET: &[u8] = b"0123456789abcdef0123";

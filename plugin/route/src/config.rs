@@ -85,7 +85,11 @@ impl RouteConfig {
                     "no" | "false" | "0" => false,
                     _ => return Err(bad("expected yes or no")),
                 };
-            } else if e.key.len() >= 5 && e.key[..5].eq_ignore_ascii_case("route") {
+            } else if e
+                .key
+                .get(..5)
+                .is_some_and(|p| p.eq_ignore_ascii_case("route"))
+            {
                 return Err(bad(
                     "unknown key (RouteSeq, RouteRem, RouteConcurrency, RouteLogSplits)",
                 ));
@@ -160,6 +164,9 @@ mod tests {
         check("RouteWidth=4", Err("unknown key"));
         check("RouteLogSplits=maybe", Err("yes or no"));
         check("RouteSeq 0.01", Err("line 1: expected Key=Value"));
+        // A key whose 5th byte is inside a character is another plugin's key, not a panic
+        // (found by the route_conf fuzz target).
+        check("\0\0\0R\u{91}NSplits=1", Ok(d.clone()));
     }
 
     #[test]

@@ -34,5 +34,8 @@ pub mod config;
 #[cfg(not(test))]
 #[allow(unsafe_code)]
 mod exports;
+// The fuzz target's body, shared with the corpus replay test; not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod split;
 pub mod state;

@@ -1,18 +1,5 @@
-//! Fuzzes the overlay frame decoder: garbage and hostile lengths are refused, never a panic.
+//! Fuzzes the overlay frame decoder.
+//! The body is `greedy_pmix::fuzzing::overlay_frame`, which `tests/fuzz_corpus.rs` replays.
 #![no_main]
 
-use bytes::BytesMut;
-use greedy_pmix::frame::FrameCodec;
-use libfuzzer_sys::fuzz_target;
-use tokio_util::codec::{Decoder, Encoder};
-
-fuzz_target!(|data: &[u8]| {
-    let mut codec = FrameCodec { max_body: 1 << 16 };
-    let mut buf = BytesMut::from(data);
-    while let Ok(Some(msg)) = codec.decode(&mut buf) {
-        // Whatever decodes re-encodes to something that decodes to the same message.
-        let mut out = BytesMut::new();
-        codec.encode(msg.clone(), &mut out).expect("re-encode");
-        assert_eq!(codec.decode(&mut out).expect("decode").expect("whole"), msg);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| greedy_pmix::fuzzing::overlay_frame(data));

@@ -1,15 +1,5 @@
-//! Fuzzes hostlist expressions: errors, never panics; what expands compresses back losslessly.
+//! Fuzzes Slurm hostlist expressions (expand, then compress back).
+//! The body is `greedy_tree::fuzzing::hostlist`, which `tests/fuzz_corpus.rs` replays.
 #![no_main]
 
-use greedy_tree::hostlist::{MAX_HOSTS, compress, expand};
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(expr) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(hosts) = expand(expr) {
-        assert!(!hosts.is_empty() && hosts.len() <= MAX_HOSTS);
-        assert_eq!(expand(&compress(&hosts)).expect("compressed form parses"), hosts);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| greedy_tree::fuzzing::hostlist(data));

@@ -40,6 +40,27 @@ fn ranks_round_trip_compactly() {
     check(vec![vec![0], vec![1, 2, 3, 7]], "0;1-3,7");
     assert!(decode_ranks("3-1").is_err());
     assert!(decode_ranks("x").is_err());
+    // The largest rank ends a range: encoding it must not overflow (it panicked in debug).
+    check(
+        vec![vec![u32::MAX, 0], vec![u32::MAX - 1, u32::MAX]],
+        "4294967295,0;4294967294-4294967295",
+    );
+}
+
+#[test]
+fn a_few_bytes_of_ranges_cannot_allocate_gigabytes() {
+    let huge = "0-16777215,".repeat(2);
+    assert_eq!(decode_ranks(&huge[..11]).unwrap()[0].len(), MAX_RANKS);
+    assert!(decode_ranks(&huge).unwrap_err().contains("more than"));
+    assert!(decode_ranks("0-4294967295").is_err());
+}
+
+#[test]
+fn timeouts_too_large_or_too_small_are_refused_not_a_panic() {
+    for t in ["1e300,1,1", "1,1e-10,1", "1,1,nan", "1,1,-1", "1,1"] {
+        let e = plan(&stepd_env(&[(VAR_TIMEOUTS, t)])).unwrap_err();
+        assert!(e.contains("GREEDY_MPI_TIMEOUTS"), "{t}: {e}");
+    }
 }
 
 #[test]

@@ -1,0 +1,67 @@
+//! The bodies of the cargo-fuzz targets in `fuzz/`, one function per target, so that the fuzz
+//! binaries and the stable corpus replay (`tests/fuzz_corpus.rs`) run the same checks. Each
+//! takes arbitrary bytes and panics only when an invariant of the code under test breaks.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::proto::{Down, FrameCodec, Up};
+use crate::wireup;
+
+/// A fuzz target: the name of its binary and corpus directory, and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target of this crate.
+pub const TARGETS: &[Target] = &[("proto_down", proto_down), ("proto_up", proto_up)];
+
+/// Decodes every frame of `data` as `T`, checking each re-encodes to one canonical form: the
+/// encoding of what decodes is a fixed point (floats may be NaN, so values are compared as
+/// bytes), and it decodes whole.
+fn frames<T: DeserializeOwned + Serialize + Clone>(data: &[u8], mut each: impl FnMut(T)) {
+    let mut dec = FrameCodec::<T, T>::default();
+    let mut buf = BytesMut::from(data);
+    while let Ok(Some(msg)) = dec.decode(&mut buf) {
+        let mut once = BytesMut::new();
+        dec.encode(msg.clone(), &mut once).expect("re-encode");
+        let again = dec
+            .decode(&mut once.clone())
+            .expect("own frame decodes")
+            .expect("whole");
+        let mut twice = BytesMut::new();
+        dec.encode(again, &mut twice).expect("re-encode");
+        assert_eq!(once, twice);
+        each(msg);
+    }
+}
+
+/// The frames a parent sends down an edge, as an agent reads them (the codec is [`crate::proto::ChildCodec`]'s): no panic,
+/// canonical re-encoding, and a Start that passes [`crate::proto::Start::check`] is safe to use
+/// the way the agent does.
+pub fn proto_down(data: &[u8]) {
+    frames::<Down>(data, |msg| {
+        let Down::Start(start) = msg else { return };
+        if start.check().is_err() {
+            return;
+        }
+        let node = start.node_idx as usize;
+        let _ = (&start.hosts[node], &start.ranks[node]);
+        let _ = &start.hosts[start.subtree_hosts()];
+        let _ = Duration::from_secs_f64(start.grace_s);
+        let _ = Duration::from_secs_f64(start.hello_timeout_s.max(0.001));
+        let _ = wireup::job_spec(&start);
+    });
+}
+
+/// The frames an agent sends up an edge, as its parent reads them (the codec is [`crate::proto::ParentCodec`]'s): no panic,
+/// canonical re-encoding.
+pub fn proto_up(data: &[u8]) {
+    frames::<Up>(data, |msg| {
+        if let Up::Exit { end, .. } = msg {
+            let _ = end.failed();
+        }
+    });
+}

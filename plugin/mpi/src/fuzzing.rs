@@ -1,0 +1,157 @@
+//! The bodies of the cargo-fuzz targets in `fuzz/`, one function per target, so that the fuzz
+//! binaries and the stable corpus replay (`tests/fuzz_corpus.rs`) run the same checks. Each
+//! takes arbitrary bytes and panics only when an invariant of the code under test breaks.
+
+use std::path::Path;
+use std::time::Duration;
+
+use greedy_slurm::conf;
+
+use crate::agent::TaskRecord;
+use crate::charm::decode_stdio_record;
+use crate::config::MpiConfig;
+use crate::plan::{self, Protocol, StepLayout, StepPlan};
+use crate::rendezvous::{self, Line};
+
+/// A fuzz target: the name of its binary and corpus directory, and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target of this crate.
+pub const TARGETS: &[Target] = &[
+    ("rendezvous_line", rendezvous_line),
+    ("step_plan", step_plan),
+    ("task_record", task_record),
+    ("stdio_record", stdio_record),
+    ("mpi_conf", mpi_conf),
+];
+
+/// A line srun's listener (or a stepd) reads: no panic; what parses prints back to a line that
+/// parses the same; a MAC check of any text is false, never a panic.
+pub fn rendezvous_line(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(line) = rendezvous::parse(text) else {
+        return;
+    };
+    assert_eq!(rendezvous::parse(&line.to_string()).as_ref(), Ok(&line));
+    let secret = b"0123456789abcdef";
+    let checked = match &line {
+        Line::Publish(node, addr, mac) | Line::Answer(node, addr, mac) => {
+            rendezvous::verify(secret, "1.0", *node, addr, mac)
+        }
+        Line::Exit(node, code, mac, reason) => {
+            rendezvous::verify(secret, "1.0", *node, &format!("exit {code} {reason}"), mac)
+        }
+        Line::Lookup(_) => false,
+    };
+    assert!(!checked, "a MAC without the secret verified: {line:?}");
+}
+
+/// The variables [`step_plan`] fills, one input line each, in this order (fewer lines: the
+/// rest are unset).
+const PLAN_VARS: [&str; 14] = [
+    "SLURM_TOPOLOGY_ADDR",
+    plan::VAR_JOB,
+    plan::VAR_HOSTS,
+    plan::VAR_RANKS,
+    plan::VAR_SECRET,
+    plan::VAR_MODEL,
+    plan::VAR_PROTOCOL,
+    plan::VAR_RENDEZVOUS,
+    plan::VAR_SRUN,
+    "SLURM_SRUN_COMM_HOST",
+    plan::VAR_TIMEOUTS,
+    "SLURM_STEP_RESV_PORTS",
+    "SLURM_JOB_UID",
+    "SLURM_JOB_GID",
+];
+
+/// A stepd's `GREEDY_MPI_*` environment (one value per line, [`PLAN_VARS`] order): a plan or
+/// an error, never a panic; a plan's indices are in range, everything prefork derives from it
+/// can be computed, and its rank lists survive the trip through the launch env's text form.
+pub fn step_plan(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let values: Vec<&str> = text.split('\n').collect();
+    let get = |var: &str| {
+        let i = PLAN_VARS.iter().position(|v| *v == var)?;
+        values.get(i).map(|v| v.to_string())
+    };
+    let Ok(step) = StepPlan::from_env(get) else {
+        return;
+    };
+    assert!(step.node_idx < step.hosts.len() && step.ranks.len() == step.hosts.len());
+    let _ = (step.describe(), step.parent(), step.secret());
+    let _ = step.job_spec().validate();
+    let ranks = plan::decode_ranks(&plan::encode_ranks(&step.ranks)).expect("own ranks decode");
+    assert_eq!(ranks, step.ranks);
+}
+
+/// The task hooks' records as the agent's watcher reads them, 8 bytes at a time: every record
+/// decodes, and encodes back to its bytes.
+pub fn task_record(data: &[u8]) {
+    for chunk in data.chunks_exact(8) {
+        let record: [u8; 8] = chunk.try_into().expect("8 bytes");
+        assert_eq!(TaskRecord::decode(record).encode(), record);
+    }
+}
+
+/// A task hook's stdio record as received (byte 0: descriptors received in bits 0–2, cut in bit
+/// 3; the rest: the datagram's bytes): a rank exactly when 4 whole bytes came with 3
+/// descriptors, the rank [`crate::charm::send_stdio`] sent.
+pub fn stdio_record(data: &[u8]) {
+    let Some((&meta, bytes)) = data.split_first() else {
+        return;
+    };
+    let (fds, cut) = (usize::from(meta & 7), meta & 8 != 0);
+    let rank = decode_stdio_record(bytes, cut, fds);
+    assert_eq!(rank.is_ok(), bytes.len() == 4 && !cut && fds == 3);
+    if let Ok(rank) = rank {
+        assert_eq!(rank.to_le_bytes(), bytes);
+    }
+}
+
+/// mpi.conf as srun reads it: a configuration or one error naming the line, never a panic; an
+/// accepted configuration prints (`scontrol show config`) to text that reads back to the same
+/// printout, and its values, sent to every stepd in the launch env, are accepted there.
+pub fn mpi_conf(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let path = Path::new("mpi.conf");
+    let Ok(cfg) = MpiConfig::from_conf(&conf::parse(text), path) else {
+        return;
+    };
+    let printed: String = cfg
+        .printable()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    let again = MpiConfig::from_conf(&conf::parse(&printed), path).expect("printout reads back");
+    assert_eq!(again.printable(), cfg.printable());
+
+    let layout = StepLayout {
+        job_id: 7,
+        step_id: 0,
+        node_list: "n[1-2]".into(),
+        ranks: vec![vec![0, 1], vec![2, 3]],
+    };
+    let protocol = match cfg.protocol {
+        Protocol::Auto => Protocol::Pmi,
+        p => p,
+    };
+    let env = plan::prelaunch_env(&layout, &"ab".repeat(16), &cfg, protocol, 4000, true);
+    let get = |k: &str| match k {
+        "SLURM_TOPOLOGY_ADDR" => Some("n2".to_string()),
+        "SLURM_SRUN_COMM_HOST" => Some("10.0.0.1".to_string()),
+        _ => env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()),
+    };
+    let step = StepPlan::from_env(get).expect("what srun accepts, a stepd accepts");
+    let close =
+        |a: Duration, b: Duration| a.abs_diff(b) <= Duration::from_micros(1).max(a / 1_000_000);
+    assert!(close(step.join_timeout, cfg.join_timeout));
+    assert!(close(step.fence_timeout, cfg.fence_timeout));
+    assert!(close(step.shutdown_timeout, cfg.shutdown_timeout));
+}

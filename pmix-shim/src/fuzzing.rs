@@ -1,0 +1,311 @@
+//! The bodies of the cargo-fuzz targets in `fuzz/`, one function per target, so that the fuzz
+//! binaries and the stable corpus replay (`tests/fuzz_corpus.rs`) run the same checks. Each
+//! takes arbitrary bytes and panics only when an invariant of the code under test breaks.
+
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::{
+    JobSecret, JobSpec, auth, charm,
+    frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
+    pmi1, pmi2,
+    session::{Action, Node, Session},
+};
+
+/// A fuzz target: the name of its binary and corpus directory, and its body.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target of this crate.
+pub const TARGETS: &[Target] = &[
+    ("pmi1_parse", pmi1_parse),
+    ("pmi2_decode", pmi2_decode),
+    ("session", session),
+    ("overlay_frame", overlay_frame),
+    ("charm_frame", charm_frame),
+    ("overlay_handshake", overlay_handshake),
+    #[cfg(feature = "pmix")]
+    ("dmodex_request", dmodex_request),
+];
+
+/// The PMI-1 line parser and the reply encoder: no panic, and what parses re-encodes.
+pub fn pmi1_parse(data: &[u8]) {
+    if let Ok(pmi1::Request::Unsupported { cmd }) = pmi1::parse(data) {
+        let line = pmi1::Reply::Unsupported(cmd).encode();
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+    }
+}
+
+/// The PMI-2 frame decoder: no panic, a frame never claims more bytes than given, and a reply
+/// echoing its fields decodes again.
+pub fn pmi2_decode(data: &[u8]) {
+    if let Ok(Some((command, used))) = pmi2::decode(data) {
+        assert!(used <= data.len());
+        let mut reply = pmi2::Reply::new("x-response", 0, Some(&command));
+        for (k, v) in &command.fields {
+            reply = reply.field(k, v);
+        }
+        let bytes = reply.encode();
+        let (again, n) = pmi2::decode(&bytes)
+            .expect("own reply decodes")
+            .expect("whole");
+        assert_eq!(n, bytes.len());
+        assert_eq!(again.cmd, "x-response");
+    }
+}
+
+/// A node of 4 ranks for [`session`].
+#[derive(Default)]
+struct FakeNode {
+    kvs: HashMap<String, String>,
+    attrs: HashMap<String, String>,
+    claimed: Vec<u32>,
+}
+
+impl Node for FakeNode {
+    fn job_id(&self) -> &str {
+        "fuzz"
+    }
+    fn n_ranks(&self) -> u32 {
+        4
+    }
+    fn get(&self, key: &str) -> Option<String> {
+        self.kvs.get(key).cloned()
+    }
+    fn job_attr(&self, key: &str) -> Option<String> {
+        (key == "PMI_process_mapping").then(|| "(vector,(0,1,4))".into())
+    }
+    fn node_attr(&self, key: &str) -> Option<String> {
+        self.attrs.get(key).cloned()
+    }
+    fn put(&mut self, _rank: u32, key: String, value: String) {
+        self.kvs.insert(key, value);
+    }
+    fn put_node_attr(&mut self, key: String, value: String) {
+        self.attrs.insert(key, value);
+    }
+    fn claim(&mut self, rank: u32) -> bool {
+        rank < 4 && !self.claimed.contains(&rank) && {
+            self.claimed.push(rank);
+            true
+        }
+    }
+}
+
+/// A whole rank session (PMI-1, the switch to PMI-2, PMI-2 frames) fed in arbitrary chunks.
+/// First byte: rank known (fd mode) or not (port mode); second: chunk size.
+pub fn session(data: &[u8]) {
+    let (Some(&mode), Some(&chunk)) = (data.first(), data.get(1)) else {
+        return;
+    };
+    let data = &data[2..];
+    let mut node = FakeNode::default();
+    let mut session = Session::new((mode & 1 == 0).then_some(0));
+    let mut buf = BytesMut::new();
+    for piece in data.chunks(usize::from(chunk.max(1))) {
+        buf.extend_from_slice(piece);
+        loop {
+            match session.poll(&mut buf, &mut node) {
+                Ok(None) => break,
+                Ok(Some(actions)) => {
+                    for a in actions {
+                        match a {
+                            Action::Fence => {
+                                session.fence_done();
+                            }
+                            Action::WaitNodeAttr(k) => {
+                                session.node_attr_ready(&k, "v");
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        // The buffer stays bounded: a session never hoards more than one message's worth.
+        assert!(buf.len() <= 70 * 1024, "buffer grew to {}", buf.len());
+    }
+}
+
+/// The overlay frame decoder: garbage and hostile lengths are refused, and whatever decodes
+/// re-encodes to something that decodes to the same message.
+pub fn overlay_frame(data: &[u8]) {
+    let mut codec = FrameCodec { max_body: 1 << 16 };
+    let mut buf = BytesMut::from(data);
+    while let Ok(Some(msg)) = codec.decode(&mut buf) {
+        let mut out = BytesMut::new();
+        codec.encode(msg.clone(), &mut out).expect("re-encode");
+        assert_eq!(codec.decode(&mut out).expect("decode").expect("whole"), msg);
+    }
+}
+
+/// The netlrts frame decoder and session: no panic, frames re-encode to the bytes consumed.
+pub fn charm_frame(data: &[u8]) {
+    let mut buf = BytesMut::from(data);
+    let mut session = charm::Session::new();
+    loop {
+        let before = buf.len();
+        match charm::decode(&mut buf) {
+            Ok(Some(frame)) => {
+                let again = charm::encode(&frame.kind, &frame.payload);
+                assert_eq!(again.len(), before - buf.len());
+                match session.handle(&frame) {
+                    Ok(actions) => {
+                        for a in actions {
+                            if let charm::Action::Init(i) = a {
+                                session.accept(i.node_no.unsigned_abs());
+                            }
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+/// The job both ends of [`overlay_handshake`] belong to: 8 nodes in the greedy tree, this
+/// node 1 (a child of 0, with children of its own).
+fn handshake_job() -> JobSpec {
+    let hosts: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+    JobSpec {
+        job_id: "fuzz".into(),
+        ranks: (0..8).map(|i| vec![i]).collect(),
+        hosts,
+        node_idx: 1,
+        model: greedy_tree::LaunchModel::new(0.001, 0.004).expect("model"),
+        secret: JobSecret::from_bytes(&[7; 32]).expect("secret"),
+    }
+}
+
+/// The overlay handshake as the bytes of a stranger's connection: frames decoded with the
+/// handshake's body limit, then the server's check of a hello or the client's check of a
+/// welcome. Byte 0: bit 0 picks the side, bit 1 replaces the frame's MAC with the right one, so
+/// the fuzzer reaches the checks after the proof. What is accepted must be exactly what the
+/// rules allow: the right job, a valid proof, a node of the job other than this one, and a
+/// child link only from a child in the tree.
+pub fn overlay_handshake(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let job = handshake_job();
+    let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
+    let (server_nonce, client_nonce) = ([1u8; 32], [2u8; 32]);
+    let mut codec = FrameCodec {
+        max_body: HANDSHAKE_MAX_BODY,
+    };
+    let mut buf = BytesMut::from(rest);
+    let Ok(Some(mut msg)) = codec.decode(&mut buf) else {
+        return;
+    };
+    let sign = mode & 2 != 0;
+    if mode & 1 == 0 {
+        if let (
+            true,
+            Message::Hello {
+                job_id,
+                node_idx,
+                link,
+                nonce,
+                mac,
+            },
+        ) = (sign, &mut msg)
+        {
+            *mac = auth::client_proof(&job.secret, job_id, *node_idx, *link, &server_nonce, nonce);
+        }
+        let verdict = auth::accept_hello(&job, |n| tree.parent(n), &server_nonce, &msg);
+        let allowed = match &msg {
+            Message::Hello {
+                job_id,
+                node_idx,
+                link,
+                nonce,
+                mac,
+            } => {
+                let peer = *node_idx as usize;
+                *job_id == job.job_id
+                    && *mac
+                        == auth::client_proof(
+                            &job.secret,
+                            job_id,
+                            *node_idx,
+                            *link,
+                            &server_nonce,
+                            nonce,
+                        )
+                    && peer < job.n_nodes()
+                    && peer != job.node_idx
+                    && (*link == Link::Direct || tree.parent(peer) == Some(job.node_idx))
+            }
+            _ => false,
+        };
+        assert_eq!(verdict.is_ok(), allowed, "{msg:?}: {verdict:?}");
+        if let (Ok(accepted), Message::Hello { nonce, .. }) = (verdict, &msg) {
+            // The welcome the server sends passes the client's check.
+            let welcome = Message::Welcome {
+                node_idx: job.node_idx as u32,
+                mac: accepted.proof,
+            };
+            let client = JobSpec {
+                node_idx: accepted.peer,
+                ..job.clone()
+            };
+            auth::check_welcome(&client, job.node_idx, &server_nonce, nonce, &welcome)
+                .expect("the server's own welcome");
+        }
+    } else {
+        let peer = 0;
+        if let (true, Message::Welcome { node_idx, mac }) = (sign, &mut msg) {
+            *mac = auth::server_proof(
+                &job.secret,
+                &job.job_id,
+                *node_idx,
+                &server_nonce,
+                &client_nonce,
+            );
+        }
+        let verdict = auth::check_welcome(&job, peer, &server_nonce, &client_nonce, &msg);
+        let allowed = match &msg {
+            Message::Welcome { node_idx, mac } => {
+                *node_idx as usize == peer
+                    && *mac
+                        == auth::server_proof(
+                            &job.secret,
+                            &job.job_id,
+                            *node_idx,
+                            &server_nonce,
+                            &client_nonce,
+                        )
+            }
+            _ => false,
+        };
+        assert_eq!(verdict.is_ok(), allowed, "{msg:?}: {verdict:?}");
+    }
+}
+
+/// A remote node's direct-modex request body as this node decodes it: no panic, only this
+/// node's ranks of this job are accepted, and an accepted request re-encodes to one that
+/// decodes the same.
+#[cfg(feature = "pmix")]
+pub fn dmodex_request(data: &[u8]) {
+    use crate::pmix::{decode_dmodex_request, encode_dmodex_request};
+    // Node 1 of 3 holds ranks 2 and 3.
+    let job = JobSpec {
+        job_id: "fuzz".into(),
+        hosts: vec!["n0".into(), "n1".into(), "n2".into()],
+        node_idx: 1,
+        model: greedy_tree::LaunchModel::new(0.001, 0.004).expect("model"),
+        ranks: vec![vec![0, 1], vec![2, 3], vec![4]],
+        secret: JobSecret::from_bytes(&[7; 32]).expect("secret"),
+    };
+    if let Ok((proc_, key)) = decode_dmodex_request(&job, data) {
+        assert_eq!(proc_.nspace, job.job_id);
+        assert!(job.local_ranks().contains(&proc_.rank));
+        let again = encode_dmodex_request(&proc_, key.clone()).expect("encode");
+        let (proc2, key2) = decode_dmodex_request(&job, &again).expect("own request decodes");
+        assert!(proc2 == proc_ && key2 == key);
+    }
+}
