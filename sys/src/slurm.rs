@@ -209,10 +209,12 @@ impl Drop for HostlistArray {
 }
 
 /// Slurm's own TreeWidth split (route/default), for when the caller's plan cannot be trusted.
+/// Only in releases with a route plugin interface (22.05, 23.02).
 ///
 /// # Safety
 /// The arguments must be those Slurm passed to `route_p_split_hostlist`: a live `hl` no other
 /// thread uses, and writable `sp_hl` and `count`.
+#[cfg(slurm_22_05)]
 pub unsafe fn split_hostlist_treewidth(
     hl: raw::hostlist_t,
     sp_hl: *mut *mut raw::hostlist_t,
@@ -373,11 +375,35 @@ pub fn primary_gid(uid: u32) -> Option<u32> {
 }
 
 /// Asks slurmctld to send `signal` to every task of step `job_id.step_id` on every node;
-/// false when the request failed.
+/// false when the request failed. (The C signature differs per release: 24.11 added `flags`,
+/// 25.11 takes a `slurm_step_id_t *`; this is the same request in each.)
 pub fn kill_job_step(job_id: u32, step_id: u32, signal: u16) -> bool {
+    #[cfg(slurm_22_05)]
     // SAFETY: plain values; the call only sends an RPC with them.
-    unsafe { raw::slurm_kill_job_step(job_id, step_id, signal) == raw::SLURM_SUCCESS }
+    let rc = unsafe { raw::slurm_kill_job_step(job_id, step_id, signal) };
+    #[cfg(slurm_24_11)]
+    // SAFETY: plain values (`flags` 0: no KILL_* flag); the call only sends an RPC with them.
+    let rc = unsafe { raw::slurm_kill_job_step(job_id, step_id, signal, 0) };
+    #[cfg(slurm_26_05)]
+    let rc = {
+        // As Slurm's own slurm_pmi_kill_job_step fills it (src/api/slurm_pmi.c@slurm-26-05-3-1):
+        // no sluid, not a het component.
+        let mut id = raw::slurm_step_id_t {
+            sluid: 0,
+            job_id,
+            step_het_comp: NO_VAL,
+            step_id,
+        };
+        // SAFETY: `id` is a live, initialised slurm_step_id_t of this release's layout; the
+        // call only copies it into the request (cancel.c) and sends an RPC.
+        unsafe { raw::slurm_kill_job_step(&mut id, signal, 0) }
+    };
+    rc == raw::SLURM_SUCCESS
 }
+
+/// Slurm's `NO_VAL`: "no value" in a `uint32_t` field (slurm.h).
+#[cfg(slurm_26_05)]
+const NO_VAL: u32 = 0xffff_fffe;
 
 /// What `mpi_p_client_prelaunch` needs from srun's step: its id and where its ranks run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -396,10 +422,11 @@ pub struct StepLayout {
 /// `None` when a pointer in it is NULL.
 ///
 /// # Safety
-/// `info` must be NULL or point to the live `mpi_plugin_client_info_t` of the running hook,
+/// `info` must be NULL or point to the live client info of the running hook
+/// (`mpi_plugin_client_info_t` in 22.05, `mpi_step_info_t` since 23.02),
 /// whose `step_layout` (when non-NULL) has `node_cnt` entries in `tasks` and `tids`, and
 /// `tasks[i]` entries in `tids[i]` (slurm_step_layout.c builds it so).
-pub unsafe fn client_step_layout(info: *const raw::mpi_plugin_client_info_t) -> Option<StepLayout> {
+pub unsafe fn client_step_layout(info: *const raw::mpi_step_info_t) -> Option<StepLayout> {
     // SAFETY: NULL or live (contract).
     let info = unsafe { info.as_ref() }?;
     // SAFETY: NULL or the live layout (contract).
@@ -443,8 +470,10 @@ pub struct TaskInfo {
 /// Copies the task info `mpi_p_slurmstepd_task` receives; `None` for NULL.
 ///
 /// # Safety
-/// `info` must be NULL or point to the live `mpi_plugin_task_info_t` of the running hook.
-pub unsafe fn task_info(info: *const raw::mpi_plugin_task_info_t) -> Option<TaskInfo> {
+/// `info` must be NULL or point to the live task info of the running hook
+/// (`mpi_plugin_task_info_t` in 22.05, `mpi_task_info_t` since 23.02, without `self` since
+/// 23.11: the release's own declaration in [`raw`] is used, so the fields read are right).
+pub unsafe fn task_info(info: *const raw::mpi_task_info_t) -> Option<TaskInfo> {
     // SAFETY: NULL or live (contract).
     let info = unsafe { info.as_ref() }?;
     Some(TaskInfo {

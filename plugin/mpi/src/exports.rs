@@ -17,7 +17,7 @@ use crate::plan::{self, StepPlan};
 use crate::srun::Client;
 use greedy_slurm::guard;
 use greedy_sys::raw::slurm::{
-    SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, mpi_plugin_client_info_t, mpi_plugin_task_info_t,
+    SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, mpi_step_info_t, mpi_task_info_t,
 };
 use greedy_sys::slurm::{self, Env, log};
 use std::ffi::{c_char, c_int, c_void};
@@ -78,7 +78,7 @@ pub extern "C" fn fini() -> c_int {
 /// private variables into the launch env.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_client_prelaunch(
-    info: *const mpi_plugin_client_info_t,
+    info: *const mpi_step_info_t,
     env: *mut *mut *mut c_char,
 ) -> *mut c_void {
     guard::catch(
@@ -225,7 +225,7 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
 /// Each forked task (job uid, just before exec): its own PMI variables and socket.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_slurmstepd_task(
-    info: *const mpi_plugin_task_info_t,
+    info: *const mpi_task_info_t,
     env: *mut *mut *mut c_char,
 ) -> c_int {
     guard::catch(

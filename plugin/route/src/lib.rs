@@ -30,8 +30,9 @@
 pub mod calibrate;
 pub mod config;
 // The C entry points reference symbols only Slurm processes define, so test binaries, which
-// are not loaded by Slurm, leave them out.
-#[cfg(not(test))]
+// are not loaded by Slurm, leave them out; so does a build for a Slurm without the route
+// plugin interface (≥ 23.11; build.rs).
+#[cfg(all(not(test), route_interface))]
 #[allow(unsafe_code)]
 mod exports;
 // The fuzz target's body, shared with the corpus replay test; not an API.

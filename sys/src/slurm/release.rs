@@ -44,6 +44,7 @@ pub fn mismatch(plugin: &str, built: u32, running: u32) -> Option<String> {
 }
 
 /// Plugins Slurm builds in every configuration; the first found tells the running release.
+/// `mpi_none.so` is gone from 23.11 on; `auth_none.so` is there in Debian's 24.11.5 and 26.05.5.
 const WITNESSES: [&CStr; 2] = [c"mpi_none.so", c"auth_none.so"];
 
 /// The release of the Slurm this process runs (its `SLURM_VERSION_NUMBER`), or `None` outside

@@ -1,9 +1,13 @@
 //! The Slurm plugin ABI of the release whose headers were found at build time.
 //!
-//! Public types (`slurm.h`) and the internal MPI-plugin structs (`src/common/slurm_mpi.h`,
-//! which Debian does not ship) are declared per release in a module gated by its cfg; the
+//! Public types (`slurm.h`) and the internal MPI-plugin structs (`src/common/slurm_mpi.h`, from
+//! 23.02 `src/interfaces/mpi.h`, which Debian does not ship) are declared per release in a
+//! module gated by its cfg (`v22_05`, `v24_11`, `v26_05`), with `const` size/offset asserts
+//! that `sys/abi/offsets.c` prints from the release's real headers; every module names the
+//! hook structs by their 23.02 names, [`mpi_step_info_t`] and [`mpi_task_info_t`]. The
 //! functions are libslurmfull exports that slurmd, slurmstepd, srun and slurmctld already
-//! carry, resolved when the plugin is loaded (research/slurm-plugin-api.md §3).
+//! carry, resolved when the plugin is loaded (research/slurm-plugin-api.md §3); those whose
+//! signature changed between releases (`slurm_kill_job_step`) are declared in the modules.
 
 #![allow(non_camel_case_types)]
 
@@ -13,6 +17,14 @@ use std::ffi::{c_char, c_int, c_void};
 mod v22_05;
 #[cfg(slurm_22_05)]
 pub use v22_05::*;
+#[cfg(slurm_24_11)]
+mod v24_11;
+#[cfg(slurm_24_11)]
+pub use v24_11::*;
+#[cfg(slurm_26_05)]
+mod v26_05;
+#[cfg(slurm_26_05)]
+pub use v26_05::*;
 
 /// `SLURM_VERSION_NUMBER` of the Slurm built against: a plugin's `plugin_version` must equal it.
 pub const VERSION_NUMBER: u32 = parse_u32(env!("GREEDY_SLURM_VERSION_NUMBER"));
@@ -23,7 +35,9 @@ pub const VERSION: &str = env!("GREEDY_SLURM_VERSION");
 /// Opaque `hostlist_t` (`struct hostlist *`).
 pub type hostlist_t = *mut c_void;
 
-// libslurmfull exports (env.c aliases and slurm.h), unchanged from 22.05 to 26.05.
+// libslurmfull exports (env.c, hostlist.c, list.c, xstring.c, read_config.c aliases and
+// slurm.h), unchanged from 22.05 to 26.05 (checked at slurm-24-11-5-1 and slurm-26-05-3-1;
+// `hostlist_t` became a struct type whose pointer the functions take, the same ABI).
 unsafe extern "C" {
     /// Sets `name=value` in an xmalloc'd env array; 1 on success.
     pub fn slurm_env_array_overwrite(
@@ -61,8 +75,6 @@ unsafe extern "C" {
     pub fn slurm_xfree(item: *mut *mut c_void);
     /// NodeAddr of a NodeName from slurm.conf, xmalloc'd; NULL when unknown.
     pub fn slurm_conf_get_address(node_name: *const c_char) -> *mut c_char;
-    /// Asks slurmctld to send `signal` to every task of a step (public `slurm.h`); 0 = sent.
-    pub fn slurm_kill_job_step(job_id: u32, step_id: u32, signal: u16) -> c_int;
     /// A new Slurm `List` whose items `destroy` frees (public `slurm.h`).
     pub fn slurm_list_create(destroy: Option<unsafe extern "C" fn(*mut c_void)>) -> *mut c_void;
     /// Appends `item` to `list`; returns `item`.
@@ -98,7 +110,8 @@ unsafe extern "C" {
 }
 
 // The route plugin interface of 22.05 and 23.02 (src/common/slurm_route.c@slurm-22-05-8-1);
-// the route plugin was removed in 23.11.
+// the route plugin was removed in 23.11, and with it this function.
+#[cfg(slurm_22_05)]
 unsafe extern "C" {
     /// Slurm's own TreeWidth split (what route/default does): consumes `hl`, sets `*sp_hl` to an
     /// xmalloc'd array of `*count` hostlists the caller destroys; returns 0.

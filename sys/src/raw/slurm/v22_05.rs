@@ -1,10 +1,10 @@
-//! Slurm 22.05 (and 23.02, same layouts) plugin ABI, from `slurm/slurm.h` and
-//! `src/common/slurm_mpi.h:61-78@slurm-22-05-8-1`; offsets checked below against the layouts
-//! research/slurm-plugin-api.md §2.1 measured.
+//! Slurm 22.05 plugin ABI, from `slurm/slurm.h` and
+//! `src/common/slurm_mpi.h:61-78@slurm-22-05-8-1`; the asserts below are `sys/abi/offsets.c`
+//! compiled against the release's installed slurm.h (Debian 12: 22.05.8).
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
 /// `slurm_addr_t`.
 pub type slurm_addr_t = libc::sockaddr_storage;
@@ -83,14 +83,40 @@ pub struct mpi_plugin_task_info_t {
     pub step_id: slurm_step_id_t,
 }
 
-// Layouts as compiled from the 22.05.8 headers (x86_64).
+/// The name 23.02 gave [`mpi_plugin_client_info_t`] (same layout): what every release's
+/// module calls the prelaunch hook's struct.
+pub type mpi_step_info_t = mpi_plugin_client_info_t;
+/// The name 23.02 gave [`mpi_plugin_task_info_t`] (same layout until 23.11 removed `self`).
+pub type mpi_task_info_t = mpi_plugin_task_info_t;
+
+unsafe extern "C" {
+    /// Asks slurmctld to send `signal` to every task of a step (public `slurm.h:3560`); 0 = sent.
+    pub fn slurm_kill_job_step(job_id: u32, step_id: u32, signal: u16) -> c_int;
+}
+
 const _: () = {
+    use super::config_key_pair_t;
     use std::mem::{offset_of, size_of};
+    // sys/abi/offsets.c against slurm.h of Slurm 22.05.8 (x86_64)
     assert!(size_of::<slurm_step_id_t>() == 12);
-    assert!(offset_of!(mpi_plugin_client_info_t, step_layout) == 24);
-    assert!(size_of::<mpi_plugin_client_info_t>() == 32);
-    assert!(offset_of!(mpi_plugin_task_info_t, step_id) == 40);
-    assert!(size_of::<mpi_plugin_task_info_t>() == 56);
+    assert!(offset_of!(slurm_step_id_t, job_id) == 0);
+    assert!(offset_of!(slurm_step_id_t, step_het_comp) == 4);
+    assert!(offset_of!(slurm_step_id_t, step_id) == 8);
+    assert!(size_of::<slurm_step_layout_t>() == 56);
+    assert!(offset_of!(slurm_step_layout_t, node_cnt) == 8);
+    assert!(offset_of!(slurm_step_layout_t, node_list) == 16);
     assert!(offset_of!(slurm_step_layout_t, tasks) == 32);
+    assert!(offset_of!(slurm_step_layout_t, task_cnt) == 40);
     assert!(offset_of!(slurm_step_layout_t, tids) == 48);
+    assert!(size_of::<mpi_plugin_client_info_t>() == 32);
+    assert!(offset_of!(mpi_plugin_client_info_t, step_id) == 8);
+    assert!(offset_of!(mpi_plugin_client_info_t, step_layout) == 24);
+    assert!(size_of::<mpi_plugin_task_info_t>() == 56);
+    assert!(offset_of!(mpi_plugin_task_info_t, gtaskid) == 8);
+    assert!(offset_of!(mpi_plugin_task_info_t, ltaskid) == 12);
+    assert!(offset_of!(mpi_plugin_task_info_t, nodeid) == 24);
+    assert!(offset_of!(mpi_plugin_task_info_t, ntasks) == 28);
+    assert!(offset_of!(mpi_plugin_task_info_t, step_id) == 40);
+    assert!(size_of::<config_key_pair_t>() == 16);
+    assert!(offset_of!(config_key_pair_t, value) == 8);
 };
