@@ -64,7 +64,7 @@ clean_of_stranger() { # clean_of_stranger NAME: the stranger's text reached no o
 # --- pmi: a plain job, PMI served to every rank ----------------------------------------------
 run pmi -- sh -c 'sleep 6; echo "done $GREEDY_RANK"'
 sleep 2
-STRANGER_LOG=$WORK/pmi.stranger stranger_attack n1 3
+stranger_attack n1 3 $WORK/pmi.stranger
 stranger_wait
 finish pmi
 ((RC == 0)) || fail "pmi: exit $RC (77 = the stranger's PMI abort): $ERR; stranger: $(<"$WORK/pmi.stranger")"
@@ -77,7 +77,7 @@ pass "pmi: the stranger probed $(grep -c '^stranger: ' "$WORK/pmi.stranger") por
 cp "$ROOT/tests/charm/prog.py" "$WORK/prog.py"
 run charm --pmi charm -- sh -c "sleep 5; exec $CHARM/bin/python $WORK/prog.py ok"
 sleep 2
-STRANGER_LOG=$WORK/charm.stranger stranger_attack n1 3
+stranger_attack n1 3 $WORK/charm.stranger
 stranger_wait
 finish charm
 ((RC == 0)) || fail "charm: exit $RC: $ERR; stranger: $(<"$WORK/charm.stranger")"
@@ -93,7 +93,7 @@ LEAK=/tmp/greedy-security-leak # n1's private /tmp: the stranger on n1 reads it
 # Rank 1 publishes its PMIx variables (as a careless job might) and starts late.
 printf '%s\n' '#!/bin/sh' \
   'if [ "$GREEDY_RANK" = 1 ]; then' \
-  "  env | grep '^PMIX_' >$LEAK.tmp; chmod 644 $LEAK.tmp; mv $LEAK.tmp $LEAK" \
+  "  env | grep -E '^(PMIX_|FLUX_JOB_ID)' >$LEAK.tmp; chmod 644 $LEAK.tmp; mv $LEAK.tmp $LEAK" \
   '  sleep 6' \
   'fi' \
   "exec env OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp EXPECT_SIZE=4 $OMPI" >"$WORK/late.sh"
@@ -109,7 +109,7 @@ done
 # The stranger's Open MPI rank 1, then silent half headers to every port.
 as_stranger n1 sh -c "set -a; . $LEAK; set +a; exec timeout 20 $OMPI" >"$WORK/pmix.client" 2>&1 &
 CLIENT=$!
-STRANGER_LOG=$WORK/pmix.stranger stranger_attack n1 8
+stranger_attack n1 8 $WORK/pmix.stranger
 stranger_wait
 finish pmix
 kill "$CLIENT" 2>/dev/null || true

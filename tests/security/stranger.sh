@@ -2,9 +2,9 @@
 # emulated host (issue 15). Needs $ROOT, $TC and a fail function.
 #   stranger_setup       creates the user (removed again by stranger_cleanup) and installs the
 #                        attack tool where every host sees it
-#   stranger_attack N H  runs tests/security/stranger.py as that user on host N in the
+#   stranger_attack N H LOG  runs tests/security/stranger.py as that user on host N in the
 #                        background, holding its silent connections H seconds; sets
-#                        STRANGER_PID and writes its report to $STRANGER_LOG
+#                        STRANGER_PID and writes its report to LOG
 #   stranger_wait        waits for the attack (killing it after 30 s) and checks it reached
 #                        at least one port
 STRANGER=greedy-stranger
@@ -35,11 +35,13 @@ stranger_cleanup() {
 as_stranger() {
   local node=$1
   shift
-  "$TC" exec "$node" -- setpriv --reuid="$STRANGER" --regid="$STRANGER" --clear-groups -- "$@"
+  # A clean environment: root's (pyenv shims under /root, the job's variables) is not theirs.
+  "$TC" exec "$node" -- setpriv --reuid="$STRANGER" --regid="$STRANGER" --clear-groups -- \
+    env -i PATH=/usr/bin:/bin HOME=/ "$@"
 }
 
 stranger_attack() {
-  STRANGER_LOG=${STRANGER_LOG:-$WORK/stranger.log}
+  STRANGER_LOG=$3
   as_stranger "$1" python3 "$STRANGER_TOOL" "$2" >"$STRANGER_LOG" 2>&1 &
   STRANGER_PID=$!
 }

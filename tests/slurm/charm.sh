@@ -104,7 +104,7 @@ timeout -k 5 90 srun -l -N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2 --mpi=gr
   sh -c "sleep 5; exec $CHARM/bin/python $WORK/prog.py ok" >"$WORK/stranger.out" 2>"$WORK/stranger.err" </dev/null &
 STEP=$!
 sleep 3
-STRANGER_LOG=$WORK/stranger.log stranger_attack n1 3
+stranger_attack n1 3 $WORK/stranger.log
 stranger_wait
 wait "$STEP"
 RC=$?

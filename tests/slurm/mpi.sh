@@ -8,6 +8,8 @@
 #   greedy     srun -N8 -n16 --mpi=greedy, each MPI: 16 ranks, size and allreduce checked
 #   default    the same with no --mpi flag (MpiDefault=greedy)
 #   protocol   a task gets PMI_* or PMIX_* variables, never both; SLURM_GREEDY_PROTOCOL overrides
+#   stranger   another local user with a real task's PMIX_* variables, and probes of every port
+#              of n1, reach nothing: the Open MPI step ends 0 (issue 15, docs/security.md)
 #   config     srun --mpi=list shows greedy; scontrol show config shows mpi.conf's Greedy* keys
 #   exitcode   a rank exiting 7 before MPI_Init, each MPI: the job ends fast, srun exits 7
 #   abort      MPI_Abort(3) in rank 5, each MPI: srun exits 3 fast, the step is gone
@@ -197,6 +199,52 @@ for proto in pmi pmix; do
   esac
 done
 pass "SLURM_GREEDY_PROTOCOL=pmi gives PMI_* only, =pmix gives PMIX_* only"
+
+# stranger (issue 15): task 1 publishes its PMIx variables (as a careless job might) and starts
+# late; another local user (tests/security/stranger.sh) runs Open MPI with them first and
+# probes every port of n1 (PMI and Charm++ aborts, silent PMIx half headers). libpmix never
+# sees them: the step wires up and ends 0, and srun prints nothing about them.
+source "$ROOT/tests/security/stranger.sh"
+stranger_setup
+chmod 755 "$WORK"
+cp "$OMPI" "$WORK/wireup-ompi"
+LEAK=/tmp/greedy-security-leak # n1's own /tmp
+printf '%s\n' '#!/bin/sh' \
+  'if [ "$SLURM_PROCID" = 1 ]; then' \
+  "  env | grep -E '^(PMIX_|FLUX_JOB_ID)' >$LEAK.tmp; chmod 644 $LEAK.tmp; mv $LEAK.tmp $LEAK" \
+  '  sleep 6' \
+  'fi' \
+  "exec env EXPECT_SIZE=4 $WORK/wireup-ompi" >"$WORK/late.sh"
+chmod 755 "$WORK/late.sh"
+"$TC" exec n1 -- rm -f "$LEAK"
+SLURM_GREEDY_PROTOCOL=pmix timeout -k 5 90 srun -N2 -n4 --ntasks-per-node=2 --mpi=greedy \
+  "$WORK/late.sh" >"$WORK/stranger.out" 2>"$WORK/stranger.err" </dev/null &
+STEP=$!
+for _ in $(seq 100); do
+  "$TC" exec n1 -- test -s "$LEAK" && break
+  sleep 0.2
+done
+"$TC" exec n1 -- test -s "$LEAK" || fail "stranger: task 1 did not publish its variables"
+as_stranger n1 sh -c "set -a; . $LEAK; set +a; exec timeout 20 $WORK/wireup-ompi" \
+  >"$WORK/stranger.client" 2>&1 &
+CLIENT=$!
+stranger_attack n1 8 "$WORK/stranger.log"
+stranger_wait
+set +e
+wait "$STEP"
+RC=$?
+set -e
+kill "$CLIENT" 2>/dev/null || true
+wait "$CLIENT" 2>/dev/null || true
+"$TC" exec n1 -- rm -f "$LEAK"
+OUT=$(<"$WORK/stranger.out")
+ERR=$(<"$WORK/stranger.err")
+((RC == 0)) || fail "stranger: srun exited $RC: $ERR; the stranger's client: $(<"$WORK/stranger.client")"
+[[ $(grep -c " of 4: ok" <<<"$OUT") == 4 ]] || fail "stranger: expected 4 ok lines: $OUT $ERR"
+grep -q "of 4: ok" "$WORK/stranger.client" && fail "stranger: the stranger's Open MPI wired up as a rank"
+! grep -qi "warn\|stranger" <<<"$ERR" || fail "stranger: srun printed something about the stranger: $ERR"
+no_leftovers stranger
+pass "another user's Open MPI with task 1's PMIx variables and probes of every port of n1: refused, the step ended 0"
 
 # A rank that dies by a signal while the others sit in MPI: the server sees its socket close.
 run crash 90 "${PPN[@]}" --mpi=greedy bash -c \
