@@ -10,6 +10,30 @@ pub type Target = (&'static str, fn(&[u8]));
 /// Every target of this crate.
 pub const TARGETS: &[Target] = &[("hostlist", hostlist), ("hostfile", hostfile)];
 
+/// Replays every committed input of `targets` (`FUZZ_DIR/corpus/TARGET/` and the crashes kept
+/// in `FUZZ_DIR/regressions/TARGET/`) through its body: each crate's `tests/fuzz_corpus.rs`,
+/// so stable `cargo test` keeps every finding fixed. Panics (naming the file) on a failing
+/// input, and when a target has no committed input at all.
+pub fn replay(fuzz_dir: &std::path::Path, targets: &[Target]) {
+    for &(target, body) in targets {
+        let mut inputs = 0;
+        for dir in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(fuzz_dir.join(dir).join(target)) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.expect("corpus entry").path();
+                let data = std::fs::read(&path).expect("corpus file");
+                // A panic names the file: replay it with `cargo fuzz run {target} FILE`.
+                eprintln!("{}", path.display());
+                body(&data);
+                inputs += 1;
+            }
+        }
+        assert!(inputs > 0, "no committed corpus for fuzz target {target}");
+    }
+}
+
 /// Most hosts an input may expand to: the code is the same for any cap (`expand` is
 /// `expand_at_most(MAX_HOSTS)`), and legal lists of 2^24 hosts took a second each, leaving the
 /// fuzzer a few hundred executions a minute.
