@@ -46,18 +46,7 @@ ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 
 # --- build -------------------------------------------------------------------------------------
-cargo build -q --release -p greedy-slurm-mpi
-PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
-mkdir -p "$PLUGDIR"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
-mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-. "$ROOT/tests/mpi/mpich5.sh"
-BINDIR=$CARGO_TARGET_DIR/mpi-test
-mkdir -p "$BINDIR"
-"$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup" "$ROOT/tests/mpi/wireup.c"
-mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
-WIREUP=$BINDIR/wireup
-OMPI=$BINDIR/wireup-ompi
+. "$ROOT/tests/slurm/mpi-build.sh"
 
 # mpi.conf: mpi/greedy's keys beside another plugin's (which it must leave alone).
 MPICONF=$BINDIR/mpi.conf

@@ -32,16 +32,7 @@ ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 
 # --- build (as tests/slurm/mpi.sh) -------------------------------------------------------------
-cargo build -q --release -p greedy-slurm-mpi
-PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
-mkdir -p "$PLUGDIR"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
-mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-. "$ROOT/tests/mpi/mpich5.sh"
-BINDIR=$CARGO_TARGET_DIR/mpi-test
-mkdir -p "$BINDIR"
-"$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup" "$ROOT/tests/mpi/wireup.c"
-mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
+. "$ROOT/tests/slurm/mpi-build.sh"
 MPICONF=$BINDIR/soak-mpi.conf
 printf '%s\n' '# mpi/greedy soak settings' 'GreedyFenceTimeout=120' >"$MPICONF"
 
@@ -115,8 +106,8 @@ steps() {
 }
 true_step() { timeout -k 5 60 srun --mpi=greedy -N"$NODES" -n$((2 * NODES)) /bin/true; }
 mpi_step() { # alternating: odd steps Open MPI, even steps MPICH; 8 correct ranks or a failure
-  local prog=$BINDIR/wireup-ompi out
-  (($1 % 2)) || prog=$BINDIR/wireup
+  local prog=$OMPI out
+  (($1 % 2)) || prog=$WIREUP
   out=$(timeout -k 5 90 srun --mpi=greedy -N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2 \
     env EXPECT_SIZE=$((2 * NODES)) "$prog") || return
   [[ $(grep -c " of $((2 * NODES)): ok" <<<"$out") == $((2 * NODES)) ]] || { echo "$out" >&2; return 1; }
