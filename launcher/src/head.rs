@@ -178,6 +178,7 @@ pub async fn run(cfg: JobConfig) -> Report {
     let mut writer = tokio::spawn(write_stdout(out_rx));
     let mut pending_out: Option<Vec<u8>> = None;
     let mut dropped_out = 0usize;
+    let mut interrupted = false;
     let mut stderr = tokio::io::stderr();
     let mut stdout_open = true;
     let launch_deadline = t0 + plan.timeout;
@@ -223,8 +224,10 @@ pub async fn run(cfg: JobConfig) -> Report {
                     match stream {
                         Stream::Stdout if stdout_open => match out_tx.try_send(bytes) {
                             Ok(()) => {}
-                            // Ending: what stdout does not take now is dropped, and counted.
-                            Err(mpsc::error::TrySendError::Full(b)) if end_deadline.is_some() => dropped_out += b.len(),
+                            // After Ctrl-C, or once the teardown deadline killed the shells,
+                            // what stdout does not take now is dropped, and counted; before,
+                            // a slow reader only slows the frames.
+                            Err(mpsc::error::TrySendError::Full(b)) if interrupted || killed_at.is_some() => dropped_out += b.len(),
                             Err(mpsc::error::TrySendError::Full(b)) => pending_out = Some(b),
                             Err(mpsc::error::TrySendError::Closed(_)) => {}
                         },
@@ -286,10 +289,14 @@ pub async fn run(cfg: JobConfig) -> Report {
             }
             Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
+                interrupted = true;
+                dropped_out += pending_out.take().map_or(0, |b| b.len());
                 verdict = status.interrupted(2);
             }
             Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
+                interrupted = true;
+                dropped_out += pending_out.take().map_or(0, |b| b.len());
                 verdict = status.interrupted(15);
             }
             _ = tick.tick() => {
@@ -314,6 +321,7 @@ pub async fn run(cfg: JobConfig) -> Report {
                     debug!("end deadline passed: killing remote shells");
                     fanout.kill_all();
                     killed_at = Some(now);
+                    dropped_out += pending_out.take().map_or(0, |b| b.len());
                 }
                 if let Some(k) = killed_at
                     && now >= k + Duration::from_secs(5)
@@ -332,8 +340,6 @@ pub async fn run(cfg: JobConfig) -> Report {
                 if !message.is_empty() {
                     say(message);
                 }
-                // From now on the frames (and the agents' byes) must keep flowing.
-                dropped_out += pending_out.take().map_or(0, |b| b.len());
                 fanout.route(None, Cmd::Teardown).await;
                 end_deadline.get_or_insert(Instant::now() + plan.grace + TEARDOWN_LINGER);
             }

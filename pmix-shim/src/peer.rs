@@ -5,10 +5,11 @@
 //! clients can only connect over TCP, and any local user can find a loopback port. The kernel
 //! knows who created the client's socket: one exact `NETLINK_SOCK_DIAG` lookup of the client
 //! end (source = the peer's address, destination = ours) gives its owner uid and inode, and
-//! the connection is admitted only if that inode is open in a process of the job — one of the
-//! ranks the embedder started or a descendant of one (`/proc/<pid>/fd`, walking
-//! `/proc/<pid>/task/<tid>/children`). Everything fails closed: a socket that cannot be found
-//! (the client already closed, another network namespace) is refused.
+//! the connection is admitted only if that uid is the job's and that inode is open in a
+//! process of the job: a descendant of the embedder, which forked the ranks (`/proc/<pid>/fd`,
+//! walking `/proc/<pid>/task/<tid>/children`, or up the `PPid`s from the user's processes).
+//! Everything fails closed: a socket that cannot be found (the client already closed, another
+//! network namespace) is refused.
 //! (research/endpoint-security.md §5; the same lookup `ss` and oidentd make.)
 
 use std::{
@@ -89,8 +90,9 @@ impl JobProcesses {
     }
 
     /// Admits the connection from `peer` to our `local` address if its client socket belongs
-    /// to the job's user and is open in a descendant of the root (not the root itself). Blocking: one netlink round
-    /// trip and a few `/proc` reads; [`JobProcesses::admit_async`] off the async threads.
+    /// to the job's user and is open in a descendant of the root (not the root itself).
+    /// Blocking: one netlink round trip and a few `/proc` reads; [`JobProcesses::admit_async`]
+    /// runs it off the async threads.
     pub fn admit(&self, peer: SocketAddr, local: SocketAddr) -> Result<SocketOwner, Refused> {
         let owner = socket_owner(peer, local)
             .map_err(|source| Refused::Lookup { peer, source })?
