@@ -356,17 +356,9 @@ mod tests {
         assert!(src.is_empty());
     }
 
-    #[test]
-    fn frames_roundtrip_in_pieces() {
-        roundtrip_down(Down::Route {
-            to: Some(3),
-            cmd: Cmd::Stdin(Bytes::from_static(b"hello\n")),
-        });
-        roundtrip_down(Down::Route {
-            to: None,
-            cmd: Cmd::Teardown,
-        });
-        roundtrip_down(Down::Start(Box::new(Start {
+    /// A well-formed Start for node 2 of three hosts.
+    fn sample_start() -> Start {
+        Start {
             version: PROTOCOL_VERSION,
             job_id: "j1".into(),
             node_idx: 2,
@@ -387,7 +379,20 @@ mod tests {
             secret_hex: "00".repeat(32),
             stdin_rank: Some(0),
             log: String::new(),
-        })));
+        }
+    }
+
+    #[test]
+    fn frames_roundtrip_in_pieces() {
+        roundtrip_down(Down::Route {
+            to: Some(3),
+            cmd: Cmd::Stdin(Bytes::from_static(b"hello\n")),
+        });
+        roundtrip_down(Down::Route {
+            to: None,
+            cmd: Cmd::Teardown,
+        });
+        roundtrip_down(Down::Start(Box::new(sample_start())));
     }
 
     #[test]
@@ -440,26 +445,9 @@ mod tests {
     #[test]
     fn an_agent_refuses_a_start_it_could_not_use() {
         let good = Start {
-            version: PROTOCOL_VERSION,
-            job_id: "j1".into(),
             node_idx: 1,
-            hosts: vec!["n1".into(), "n2".into(), "n3".into()],
-            ranks: vec![vec![0], vec![1], vec![2]],
             launch_sizes: vec![2, 1],
-            argv: vec!["hostname".into()],
-            env: vec![],
-            cwd: "/".into(),
-            rsh: vec!["rsh".into()],
-            agent: vec!["greedyd".into()],
-            batch: 8,
-            retries: 2,
-            hello_timeout_s: 30.0,
-            grace_s: 3.0,
-            model: (0.01, 0.1, 1),
-            pmi: PmiMode::Auto,
-            secret_hex: "00".repeat(32),
-            stdin_rank: Some(0),
-            log: String::new(),
+            ..sample_start()
         };
         assert_eq!(good.check(), Ok(()));
         let bad = |f: &dyn Fn(&mut Start), want: &str| {
