@@ -96,12 +96,13 @@ pass "ssh and rsh between hosts (n2 -> n5, n5 -> n2 -> n8)"
 [[ $("$TC" exec n4 -- cat "$STATE/scratch/smoke") == shared ]] || fail "scratch not shared"
 pass "private /tmp per host, shared scratch"
 
-# Delay: median TCP connect time (SYN in, SYN-ACK back). Host to host crosses two host
-# ingresses (2*DELAY); login to host one (DELAY). Tolerance: +-10 % low, +8 ms high (2 cores
-# and a busy CI machine add scheduling latency, never remove any).
-connect_ms() { # from-node(or login) to-name; prints the median of 7 connects to :22 in ms
+# Delay: fastest of 7 TCP connects (SYN in, SYN-ACK back). Host to host crosses two host
+# ingresses (2*DELAY); login to host one (DELAY). Scheduling on 2 busy cores only adds latency,
+# never removes any, so the minimum is the delay itself; a median failed CI at +9 ms. Tolerance:
+# -10 % low, +8 ms high.
+connect_ms() { # from-node(or login) to-name; prints the fastest of 7 connects to :22 in ms
   # shellcheck disable=SC2016  # expanded by the inner bash
-  local script='for k in 1 2 3 4 5 6 7; do s=${EPOCHREALTIME/./}; exec 3<>/dev/tcp/$0/22 || exit 1; e=${EPOCHREALTIME/./}; exec 3<&-; echo $(( (e - s) / 10 )); done | sort -n | sed -n 4p'
+  local script='for k in 1 2 3 4 5 6 7; do s=${EPOCHREALTIME/./}; exec 3<>/dev/tcp/$0/22 || exit 1; e=${EPOCHREALTIME/./}; exec 3<&-; echo $(( (e - s) / 10 )); done | sort -n | sed -n 1p'
   if [[ $1 == login ]]; then bash -c "$script" "$2"; else "$TC" exec "$1" -- bash -c "$script" "$2"; fi
 }
 check_rtt() { # from to expected_ms
