@@ -37,7 +37,7 @@ pub fn replay(fuzz_dir: &std::path::Path, targets: &[Target]) {
 /// Most hosts an input may expand to: the code is the same for any cap (`expand` is
 /// `expand_at_most(MAX_HOSTS)`), and legal lists of 2^24 hosts took a second each, leaving the
 /// fuzzer a few hundred executions a minute.
-const FUZZ_MAX_HOSTS: usize = 1 << 12;
+pub const FUZZ_MAX_HOSTS: usize = 1 << 12;
 
 /// Hostlist expressions: errors, never panics; what expands compresses back losslessly.
 pub fn hostlist(data: &[u8]) {
