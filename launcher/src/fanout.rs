@@ -8,7 +8,9 @@
 //! 1. spawn `RSH host AGENT` (own process group, so a terminal Ctrl-C reaches only greedyrun,
 //!    which forwards it in order), write [`Down::Start`];
 //! 2. wait for [`Up::Hello`] within `hello_timeout`; if the shell exits first with an sshd
-//!    "too many startups" complaint, retry up to `retries` times with back-off;
+//!    "too many startups" complaint, retry up to `retries` times with back-off; if no hello
+//!    comes (or the job ends first), kill the shell and clean the host up through a second
+//!    one ([`crate::reap`]), since sshd and rshd leave what the first started there running;
 //! 3. relay: routed [`Down`] frames in, every [`Up`] frame of the subtree out;
 //! 4. EOF of the shell's stdout without the child's [`Up::Bye`] reports [`Up::Lost`] naming
 //!    the host and the shell's last stderr line.
@@ -28,7 +30,7 @@ use std::{
 use futures_util::{SinkExt, StreamExt};
 use greedy_tree::Tree;
 use tokio::{
-    io::{AsyncBufReadExt, BufReader},
+    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
     process::Command,
     sync::{Semaphore, mpsc},
 };
@@ -41,7 +43,7 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::{
     proto::{Cmd, Down, ParentCodec, Start, Up},
-    ssh,
+    reap, ssh,
 };
 
 /// Frames queued towards one child: a few hundred control frames or stdin chunks; beyond
@@ -50,6 +52,9 @@ pub const EDGE_CAPACITY: usize = 256;
 
 /// Lines of a remote shell's stderr kept for the message when it fails.
 const STDERR_TAIL: usize = 3;
+
+/// How long a parent waits for `greedyd --reap` on a host whose agent never said hello.
+const REAP_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How a parent starts its children.
 #[derive(Debug, Clone)]
@@ -215,7 +220,10 @@ async fn run_edge(
     };
     let mut permit = Some(permit);
     let mut attempt = 0;
-    let argv = ssh::command_line(&cfg.rsh, &host, &cfg.agent);
+    let token = reap::token(&start.job_id, node);
+    let mut agent = cfg.agent.clone();
+    agent.extend([reap::LAUNCH_FLAG.to_string(), token.clone()]);
+    let argv = ssh::command_line(&cfg.rsh, &host, &agent);
     let shell = cfg.rsh.first().cloned().unwrap_or_default();
     loop {
         let mut child = match Command::new(&argv[0])
@@ -271,18 +279,20 @@ async fn run_edge(
                 },
                 _ = tokio::time::sleep_until(deadline) => {
                     kill_shell(&mut child);
+                    let _ = child.wait().await;
                     let _ = up.send(lost(format!(
                         "no hello from greedyd within {} s (waited for `{}` to start the agent){}",
                         cfg.hello_timeout.as_secs_f64(),
                         argv[..argv.len() - 1].join(" "),
                         match tail_text(&tail) { t if t.is_empty() => String::new(), t => format!(": {t}") }
                     ))).await;
-                    let _ = child.wait().await;
+                    reap_remote(&cfg, node, &host, &token, &up).await;
                     return;
                 }
                 _ = kill.cancelled() => {
                     kill_shell(&mut child);
                     let _ = child.wait().await;
+                    reap_remote(&cfg, node, &host, &token, &up).await;
                     return;
                 }
             }
@@ -387,6 +397,68 @@ async fn run_edge(
         }
         return;
     }
+}
+
+/// Runs `AGENT --reap TOKEN` on a host whose agent never said hello (see [`reap`]), through
+/// a second remote shell; reports [`Up::Unclean`] if that cannot be done.
+async fn reap_remote(cfg: &EdgeConfig, node: u32, host: &str, token: &str, up: &mpsc::Sender<Up>) {
+    let mut agent = cfg.agent.clone();
+    agent.extend([reap::REAP_FLAG.to_string(), token.to_string()]);
+    let argv = ssh::command_line(&cfg.rsh, host, &agent);
+    let mut child = match Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let what = format!("cannot run the remote shell to clean it up: {e}");
+            let _ = up.send(Up::Unclean { node, what }).await;
+            return;
+        }
+    };
+    let (mut stdout, mut stderr) = (
+        child.stdout.take().expect("piped"),
+        child.stderr.take().expect("piped"),
+    );
+    let finished = tokio::time::timeout(REAP_TIMEOUT, async {
+        let (mut out, mut err) = (String::new(), String::new());
+        let _ = tokio::join!(
+            stdout.read_to_string(&mut out),
+            stderr.read_to_string(&mut err)
+        );
+        child.wait().await.map(|status| (status, out, err))
+    })
+    .await;
+    let what = match finished {
+        Ok(Ok((status, out, _))) if status.success() => {
+            debug!(
+                host,
+                "reaped {} processes left by a remote shell",
+                out.trim()
+            );
+            return;
+        }
+        Ok(Ok((status, _, err))) => format!(
+            "`{}` failed ({status}): {}",
+            agent.join(" "),
+            err.trim().replace('\n', " / ")
+        ),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => {
+            kill_shell(&mut child);
+            let _ = child.wait().await;
+            format!(
+                "a second remote shell did not answer within {} s either",
+                REAP_TIMEOUT.as_secs()
+            )
+        }
+    };
+    let _ = up.send(Up::Unclean { node, what }).await;
 }
 
 /// Keeps the last lines of a remote shell's stderr; after hello, forwards each as a note.

@@ -275,6 +275,10 @@ pub async fn run(cfg: JobConfig) -> Report {
                     }
                 }
                 Some(Up::Bye { .. }) => {}
+                Some(Up::Unclean { node, what }) => say(format!(
+                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
+                    host(node)
+                )),
             },
             permit = out_tx.reserve(), if pending_out.is_some() => match permit {
                 Ok(p) => p.send(pending_out.take().unwrap_or_default()),

@@ -5,7 +5,7 @@
 //! each tree edge), [`fanout`] (a parent starting its children over remote shells and routing
 //! to them), [`agent`] (greedyd: its subtree, its ranks, teardown), [`head`] (greedyrun's loop),
 //! [`status`] (which event ends the job with which code), and the smaller pieces: [`ssh`],
-//! [`spawn`], [`stdio`], [`signals`], [`guard`], [`wireup`] (greedy-pmix embedded),
+//! [`spawn`], [`stdio`], [`signals`], [`guard`], [`reap`], [`wireup`] (greedy-pmix embedded),
 //! [`calibrate`].
 //!
 //! Every edge of the launch tree is a remote shell: a parent runs `ssh host greedyd` and talks
@@ -43,6 +43,7 @@ pub mod guard;
 pub mod head;
 pub mod plan;
 pub mod proto;
+pub mod reap;
 pub mod signals;
 pub mod spawn;
 pub mod ssh;

@@ -268,6 +268,14 @@ pub enum Up {
         /// Host index.
         node: u32,
     },
+    /// A host whose agent never said hello could not be cleaned up ([`crate::reap`]): what
+    /// its remote shell started there may still run. Printed even during teardown.
+    Unclean {
+        /// Host index.
+        node: u32,
+        /// Why not.
+        what: String,
+    },
 }
 
 /// Length-delimited postcard frames of type `T` in and `U` out.

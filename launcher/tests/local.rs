@@ -27,8 +27,10 @@ fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::fs::write(
         &hang,
         format!(
-            // Not `exec`: the shell's own child must go too (its process group is killed).
-            "#!/bin/sh\nif [ \"$1\" = b ]; then sleep 4259; exit; fi\nexec {} \"$@\"\n",
+            // Host b hangs before its agent starts. What it started "there" leaves the shell's
+            // session, as on a real host, where killing the local ssh does not reach it; the
+            // shell's own child (not `exec`) goes with its process group.
+            "#!/bin/sh\nif [ \"$1\" = b ]; then case \"$2\" in *--reap*) ;; *)\n  setsid sh -c \"sleep 4259; exec $2\" </dev/null >/dev/null 2>&1 &\n  sleep 4260; exit;; esac; fi\nexec {} \"$@\"\n",
             local.display()
         ),
     )
@@ -37,6 +39,21 @@ fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
         Command::new("chmod").arg("+x").arg(p).status().unwrap();
     }
     (dir, local, hang)
+}
+
+/// A fake remote shell whose host b never answers at all, not even to clean up.
+fn dead_host_shell(dir: &Path, local: &Path) -> PathBuf {
+    let dead = dir.join("deadsh");
+    std::fs::write(
+        &dead,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = b ]; then sleep 4261; exit; fi\nexec {} \"$@\"\n",
+            local.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&dead).status().unwrap();
+    dead
 }
 
 fn greedyrun(rsh: &Path, args: &[&str]) -> Command {
@@ -280,10 +297,50 @@ fn hanging_remote_shell_ends_the_job_within_the_timeout() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    // The timeout is 2 s; killing the hung shell's process group takes no longer.
+    // The timeout is 2 s; killing the hung shell's process group and reaping b take no longer.
     assert!(took < Duration::from_secs(6), "took {took:?}");
     assert_gone("sleep 4254");
+    // What the shell started "on b" outlived it; `greedyd --reap` through a second shell
+    // killed it.
     assert_gone("sleep 4259");
+    assert_gone("sleep 4260");
+}
+
+#[test]
+fn a_host_that_cannot_be_cleaned_up_is_named() {
+    let (d, local, _) = shells();
+    let dead = dead_host_shell(d.path(), &local);
+    let (out, took) = run(
+        &dead,
+        &[
+            "-H",
+            "a,b,c",
+            "--pmi",
+            "none",
+            "--timeout",
+            "2",
+            "--",
+            "sleep",
+            "4262",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(matches!(out.status.code(), Some(124 | 125)), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the timeout and the host left unclean: {stderr}"
+    );
+    assert!(
+        lines[1].contains("could not clean up b ")
+            && lines[1].contains("did not answer within 3 s"),
+        "{stderr}"
+    );
+    // 2 s timeout, 3 s for the second shell.
+    assert!(took < Duration::from_secs(9), "took {took:?}");
+    assert_gone("sleep 4261");
+    assert_gone("sleep 4262");
 }
 
 #[test]

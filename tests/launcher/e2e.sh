@@ -11,6 +11,7 @@
 #   sigterm   SIGTERM, ranks ignoring SIGTERM are SIGKILLed after --grace: exit 143
 #   nosshd    sshd of n5 stopped: exit 125 within --timeout, one line naming n5
 #   hang      a remote shell that hangs (n6): exit 124/125 within --timeout, naming n6
+#   stall     a remote shell that stalls on n7 before greedyd starts: what it started is reaped
 #   agentkill an agent SIGKILLed mid-job: exit 125 naming the host, its ranks reaped by its guard
 #   mpich     MPI hello + allreduce, 8 hosts x 2 ranks, wire-up across hosts through greedy-pmix
 #             (MPICH build: see MPICH below)
@@ -212,7 +213,7 @@ cases() {
   for _ in $(seq 100); do
     if (($(count_procs sleep 4243) >= 16)); then
       for p in $(ip netns pids gtc-n4); do
-        [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == "$BIN/greedyd " ]] && victim=$p
+        [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == "$BIN/greedyd --launch "* ]] && victim=$p
       done
       [[ -n $victim ]] && break
     fi
@@ -292,12 +293,31 @@ EOF
   ((RC == 124 || RC == 125)) || fail "$tag hang: expected 124/125, got $RC: $ERR"
   grep -q "launch: 7/8 hosts up after .* waiting for n6" <<<"$ERR" || fail "$tag hang: no progress line naming n6: $ERR"
   ERR=$(grep -v "launch: 7/8" <<<"$ERR")
-  [[ $(wc -l <<<"$ERR") == 1 ]] || fail "$tag hang: expected one line besides progress: $ERR"
-  grep -q "n6" <<<"$ERR" || fail "$tag hang: message does not name n6: $ERR"
+  # The timeout naming n6, then: the second remote shell, to clean n6 up, hung too.
+  [[ $(wc -l <<<"$ERR") == 2 ]] || fail "$tag hang: expected two lines besides progress: $ERR"
+  grep -q "timed out.*n6" <<<"$ERR" || fail "$tag hang: message does not name n6: $ERR"
+  grep -q "could not clean up n6 .*did not answer within 3 s" <<<"$ERR" ||
+    fail "$tag hang: n6 not named as left unclean: $ERR"
   ((SECS <= 15)) || fail "$tag hang: took ${SECS}s with --timeout 5"
   JOB_RE="$JOB_RE|sleep 424[56]" no_orphans "$tag hang"
   pgrep -f 'sleep 4245' >/dev/null && fail "$tag hang: the hung remote shell was not killed"
   pass "$tag: hanging remote shell to n6: exit $RC in ${SECS}s: $(head -1 <<<"$ERR")"
+
+  # --- a remote shell that reaches n7 but stalls there before greedyd starts ---------------------
+  cat >"$WORK/stallsh" <<'EOF'
+#!/bin/sh
+# On n7 the remote command stalls before greedyd starts (as a hung login script or filesystem
+# would); rshd does not signal it when the client goes. `greedyd --reap` goes through.
+if [ "$1" = n7 ]; then case "$2" in *--reap*) ;; *) exec rsh n7 "sleep 4247; $2" ;; esac; fi
+exec rsh "$@"
+EOF
+  chmod +x "$WORK/stallsh"
+  run stall -n 8 --hosts "$HOSTS" --pmi none --rsh "$WORK/stallsh" --timeout 5 -- sleep 4248
+  ((RC == 124 || RC == 125)) || fail "$tag stall: expected 124/125, got $RC: $ERR"
+  [[ $(wc -l <<<"$ERR") == 1 ]] && grep -q "n7" <<<"$ERR" || fail "$tag stall: expected one line naming n7: $ERR"
+  ((SECS <= 15)) || fail "$tag stall: took ${SECS}s with --timeout 5"
+  JOB_RE="$JOB_RE|sleep 424[78]" no_orphans "$tag stall"
+  pass "$tag: remote shell stalled on n7 before greedyd: exit $RC in ${SECS}s, nothing left on n7"
 }
 
 up

@@ -13,12 +13,31 @@ pub(crate) struct Args {
     /// SECS) if the agent dies.
     #[arg(long, value_name = "SECS")]
     guard: Option<f64>,
+
+    /// Internal: marks this agent (and the remote shell that started it) for `--reap`.
+    #[arg(long, value_name = "TOKEN")]
+    launch: Option<String>,
+
+    /// Internal: kill this user's processes marked `--launch TOKEN` on this host, with their
+    /// descendants, and print how many; run by a parent that gave up on this host's agent.
+    #[arg(long, value_name = "TOKEN")]
+    reap: Option<String>,
 }
 
 fn main() {
     let args = Args::parse();
     if let Some(grace) = args.guard {
         greedy_launcher::guard::run(Duration::from_secs_f64(grace.max(0.0)));
+        return;
+    }
+    if let Some(token) = args.reap {
+        match greedy_launcher::reap::reap(&token) {
+            Ok(n) => println!("{n}"),
+            Err(e) => {
+                eprintln!("greedyd --reap: {e}");
+                std::process::exit(1);
+            }
+        }
         return;
     }
     // Logs go to stderr, which the parent forwards to greedyrun as notes: keep it quiet unless
