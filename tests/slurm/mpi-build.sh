@@ -1,15 +1,35 @@
 # Sourced by the Slurm MPI tests (mpi.sh, soak.sh): builds mpi_greedy.so (release) into
-# $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PyPI MPICH 5, PMI-1) and $OMPI
-# (Debian Open MPI 4.1, PMIx), in $BINDIR. Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
-cargo build -q --release -p greedy-slurm-mpi
-PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
-mkdir -p "$PLUGDIR"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
+# $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1) and $OMPI (PMIx), in $BINDIR.
+# Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
+#
+# The machine's Slurm: the plugin from the workspace build, PyPI MPICH 5 and Debian's Open MPI
+# 4.1. With $RELEASE_ROOT (a Slurm root of slurm-conf/release-root, release $RELEASE): the
+# plugin built against that root's Slurm and libpmix (in $CARGO_TARGET_DIR/slurm-$RELEASE),
+# and the program built with that root's own MPICH and Open MPI, as a site on it would.
+if [[ -n ${RELEASE_ROOT:-} ]]; then
+  (eval "$("$ROOT/slurm-conf/release-root" --build-env "$RELEASE")" &&
+    CARGO_TARGET_DIR=$CARGO_TARGET_DIR/slurm-$RELEASE cargo build -q --release -p greedy-slurm-mpi) ||
+    fail "building mpi_greedy.so for Slurm $RELEASE"
+  PLUGIN=$CARGO_TARGET_DIR/slurm-$RELEASE/release/libmpi_greedy.so
+  PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir-$RELEASE
+  BINDIR=$CARGO_TARGET_DIR/mpi-test-$RELEASE
+else
+  cargo build -q --release -p greedy-slurm-mpi
+  PLUGIN=$CARGO_TARGET_DIR/release/libmpi_greedy.so
+  PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
+  BINDIR=$CARGO_TARGET_DIR/mpi-test
+fi
+mkdir -p "$PLUGDIR" "$BINDIR"
+cp "$PLUGIN" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-. "$ROOT/tests/mpi/mpich5.sh"
-BINDIR=$CARGO_TARGET_DIR/mpi-test
-mkdir -p "$BINDIR"
-"$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup" "$ROOT/tests/mpi/wireup.c"
-mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
 WIREUP=$BINDIR/wireup
 OMPI=$BINDIR/wireup-ompi
+if [[ -n ${RELEASE_ROOT:-} ]]; then
+  in_root() { "$ROOT/slurm-conf/release-chroot" "$RELEASE_ROOT" "$ROOT" "$BINDIR" -- "$@"; }
+  in_root mpicc.mpich -O1 -o "$WIREUP" "$ROOT/tests/mpi/wireup.c" || fail "mpicc.mpich in the $RELEASE root"
+  in_root mpicc.openmpi -O1 -o "$OMPI" "$ROOT/tests/mpi/wireup.c" || fail "mpicc.openmpi in the $RELEASE root"
+else
+  . "$ROOT/tests/mpi/mpich5.sh"
+  "$MPICH5/bin/mpicc" -O1 -o "$WIREUP" "$ROOT/tests/mpi/wireup.c"
+  mpicc.openmpi -O1 -o "$OMPI" "$ROOT/tests/mpi/wireup.c"
+fi

@@ -81,10 +81,11 @@ pub fn step_plan(data: &[u8]) {
     };
     // A legal list of 2^24 hosts takes seconds to expand; the hostlist target fuzzes expansion,
     // here lists past the tree targets' cap are skipped so the plan logic gets the executions.
-    if let Some(hosts) = get(plan::VAR_HOSTS) {
-        if greedy_tree::hostlist::expand_at_most(&hosts, greedy_tree::fuzzing::FUZZ_MAX_HOSTS).is_err() {
-            return;
-        }
+    if let Some(hosts) = get(plan::VAR_HOSTS)
+        && greedy_tree::hostlist::expand_at_most(&hosts, greedy_tree::fuzzing::FUZZ_MAX_HOSTS)
+            .is_err()
+    {
+        return;
     }
     let Ok(step) = StepPlan::from_env(get) else {
         return;
