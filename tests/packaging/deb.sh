@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# tests/packaging/deb.sh: greedy installed the way a site installs it, as Debian packages.
+# tests/packaging/deb.sh [--release R]: greedy installed the way a site installs it, as Debian
+# packages, on the machine's Slurm or (--release 24.11|26.05) on a cluster of that release, whose
+# hosts all run from its Debian root (testcluster up --release): there the packages are built
+# with build-debs --release R and installed into that root; `greedyrun`, the man pages and the
+# `release` case are checked on the machine's release only.
 #
 #   build     packaging/build-debs builds greedy-slurm and greedy-tools
 #   refuse    a greedy-slurm built for another slurmd version: `dpkg -i` refuses it, naming
@@ -27,31 +31,53 @@ export GREEDY_TC_QUIET=1
 NODES=4
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 FAKE_RELEASE=0x170207 # 23.02.7: a release this machine's Slurm is not
+RELEASE="" RELEASE_ROOT=""
+if [[ ${1:-} == --release ]]; then
+  RELEASE=${2:?--release needs 22.05, 24.11 or 26.05}
+  v=$(/usr/sbin/slurmd -V 2>/dev/null || true) v=${v##* }
+  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
+fi
+TAG=deb${RELEASE:+ $RELEASE}
 
-fail() { echo "deb: FAIL: $*" >&2; exit 1; }
-pass() { echo "deb: ok: $*"; }
+fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
+pass() { echo "$TAG: ok: $*"; }
+# system CMD...: runs CMD on the system the packages go to: this machine, or the release root
+# (seeing the repo and the target dir). FS is that system's / as seen from here.
+system() {
+  if [[ -n $RELEASE_ROOT ]]; then
+    "$ROOT/slurm-conf/release-chroot" "$RELEASE_ROOT" "$ROOT" "$CARGO_TARGET_DIR" -- "$@"
+  else
+    "$@"
+  fi
+}
+FS=$RELEASE_ROOT
 [[ $EUID -eq 0 ]] || fail "must run as root"
 [[ $CARGO_TARGET_DIR != /tmp/* ]] || fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
 # build-debs builds against the installed Slurm (testcluster would install it only at `up`).
-if ! dpkg-query -W -f='${db:Status-Abbrev}' slurmd 2>/dev/null | grep -q '^ii'; then
+if [[ -z $RELEASE_ROOT ]] && ! dpkg-query -W -f='${db:Status-Abbrev}' slurmd 2>/dev/null | grep -q '^ii'; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
     --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null || fail "installing Slurm"
 fi
-PLUGINDIR=$(dirname "$(dpkg -L slurm-wlm-basic-plugins | grep -m1 '/mpi_none.so$')")
-# Not ours to touch: a greedy someone installed by hand.
+PLUGINDIR=$(system dpkg -L slurm-wlm-basic-plugins | grep '/mpi_pmi2.so$')
+PLUGINDIR=$(dirname "${PLUGINDIR%%$'\n'*}")
+# A release root is ours (a run killed mid-way may have left the packages there); the machine's
+# greedy is not ours to touch: one someone installed by hand.
+if [[ -n $RELEASE_ROOT ]]; then
+  system dpkg --purge greedy-slurm greedy-tools >/dev/null 2>&1 || true
+fi
 for p in greedy-slurm greedy-tools; do
-  ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^[a-z]i' ||
+  ! system dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^[a-z]i' ||
     fail "$p is already installed on this machine; remove it first"
 done
-[[ ! -e $PLUGINDIR/mpi_greedy.so && ! -e /usr/bin/greedyrun ]] ||
-  fail "a greedy plugin or greedyrun is already installed by hand ($PLUGINDIR, /usr/bin)"
+[[ ! -e $FS$PLUGINDIR/mpi_greedy.so && ! -e $FS/usr/bin/greedyrun ]] ||
+  fail "a greedy plugin or greedyrun is already installed by hand ($FS$PLUGINDIR, $FS/usr/bin)"
 
 WORK=$(mktemp -d /var/tmp/greedy-deb-test.XXXXXX)
 INSTALLED=0 # we ran dpkg -i: purge on exit
 OURS=0      # the cluster is ours: take it down on exit
 cleanup() {
   if ((INSTALLED)); then
-    dpkg --purge greedy-slurm greedy-tools >/dev/null 2>&1 || true
+    system dpkg --purge greedy-slurm greedy-tools >/dev/null 2>&1 || true
   fi
   if ((OURS)); then
     "$TC" down >/dev/null 2>&1 || true
@@ -62,43 +88,41 @@ trap cleanup EXIT
 
 # --- build ------------------------------------------------------------------------------------
 t0=$SECONDS
-mapfile -t DEBS < <("$ROOT/packaging/build-debs")
+mapfile -t DEBS < <("$ROOT/packaging/build-debs" ${RELEASE:+--release "$RELEASE"})
 ((${#DEBS[@]} == 2)) || fail "build-debs made ${#DEBS[@]} packages: ${DEBS[*]}"
-SLURM_DEB=$(dpkg-query -W -f='${Version}' slurmd)
+SLURM_DEB=$(system dpkg-query -W -f='${Version}' slurmd)
+[[ ${DEBS[0]} == *"+slurm${SLURM_DEB%%-*}_"* ]] || fail "greedy-slurm is not named for Slurm ${SLURM_DEB%%-*}: ${DEBS[0]}"
+
 DEPENDS=$(dpkg-deb -f "${DEBS[0]}" Depends)
 [[ $DEPENDS == *"slurmd (= $SLURM_DEB)"* ]] || fail "greedy-slurm Depends lacks slurmd (= $SLURM_DEB): $DEPENDS"
 pass "packaging/build-debs: $(basename -a "${DEBS[@]}" | tr '\n' ' ')in $((SECONDS - t0)) s; Depends: $DEPENDS"
 
 # --- refuse: built for another slurmd ---------------------------------------------------------
-"$ROOT/packaging/build-debs" --out "$WORK/other" --slurm-deb-version 22.05.7-1 >/dev/null
+"$ROOT/packaging/build-debs" ${RELEASE:+--release "$RELEASE"} --out "$WORK/other" --slurm-deb-version 22.05.7-1 >/dev/null
 INSTALLED=1
 set +e
-OUT=$(dpkg -i "$WORK"/other/greedy-slurm_*.deb 2>&1)
+OUT=$(system dpkg -i "$WORK"/other/greedy-slurm_*.deb 2>&1)
 RC=$?
 set -e
 ((RC != 0)) || fail "dpkg -i of a package for slurmd 22.05.7-1 succeeded"
 [[ $OUT == *"built for Slurm 22.05.7-1, but slurmd $SLURM_DEB is installed"* ]] ||
   fail "dpkg -i refused, but not naming both versions: $OUT"
-st=$(dpkg-query -W -f='${db:Status-Abbrev}' greedy-slurm 2>/dev/null || true)
-[[ $st != ?i* && ! -e $PLUGINDIR/mpi_greedy.so ]] ||
+st=$(system dpkg-query -W -f='${db:Status-Abbrev}' greedy-slurm 2>/dev/null || true)
+[[ $st != ?i* && ! -e $FS$PLUGINDIR/mpi_greedy.so ]] ||
   fail "the refused package left state '$st' or files behind"
-dpkg --purge greedy-slurm >/dev/null 2>&1 || true
+system dpkg --purge greedy-slurm >/dev/null 2>&1 || true
 INSTALLED=0
 pass "dpkg -i of greedy-slurm built for slurmd 22.05.7-1 refused: $(grep -m1 'built for' <<<"$OUT")"
 
-# --- MPI test programs (as tests/slurm/mpi.sh builds them) ------------------------------------
-. "$ROOT/tests/mpi/mpich5.sh"
-BIN=$CARGO_TARGET_DIR/deb-test
-mkdir -p "$BIN"
-"$MPICH5/bin/mpicc" -O1 -o "$BIN/wireup" "$ROOT/tests/mpi/wireup.c"
-mpicc.openmpi -O1 -o "$BIN/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
+# --- MPI test programs (tests/slurm/mpi.sh's: $WIREUP for MPICH, $OMPI for Open MPI) ----------
+. "$ROOT/tests/slurm/mpi-build.sh"
 
 # --- cluster: no greedy plugin of its own; an extra, empty PluginDir for the release phase -----
 FAKEDIR=$WORK/plugins
 mkdir -p "$FAKEDIR"
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
-cluster_up --nodes "$NODES" --slurm --plugindir "$FAKEDIR"
+cluster_up --nodes "$NODES" --slurm --plugindir "$FAKEDIR" ${RELEASE:+--release "$RELEASE"}
 OURS=1
 trap cleanup EXIT # claim.sh's trap only takes the cluster down; ours also removes the packages
 eval "$("$TC" env)"
@@ -125,7 +149,7 @@ reconfigure() {
   for _ in $(seq 100); do
     n=0
     for pid in $(pgrep -x slurmd); do
-      grep -q " $PLUGINDIR/mpi_greedy.so$" "/proc/$pid/maps" 2>/dev/null && n=$((n + 1))
+      grep -q " $FS$PLUGINDIR/mpi_greedy.so$" "/proc/$pid/maps" 2>/dev/null && n=$((n + 1))
     done
     if [[ ($1 == yes && $n == "$NODES") || ($1 == no && $n == 0) ]] &&
       [[ $(sinfo -h -o '%T' | sort -u) == idle ]]; then
@@ -143,13 +167,19 @@ slurmds_alive() {
 
 # --- install ----------------------------------------------------------------------------------
 INSTALLED=1
-dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/install.log")"
-for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
-  /usr/bin/greedyd /usr/bin/greedy-tree /usr/bin/greedy-route \
-  /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree \
-  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/share/doc/greedy-slurm/examples/mpi_greedy.slurm.conf; do
-  [[ -f $f ]] || fail "dpkg -i installed no $f"
+system dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/install.log")"
+files=("$PLUGINDIR/mpi_greedy.so" /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-tree
+  /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree
+  /usr/share/fish/vendor_completions.d/greedyd.fish)
+# No route plugins from 23.11; the release roots keep no /usr/share/doc (release-root).
+[[ -n $RELEASE_ROOT ]] || files+=("$PLUGINDIR/route_greedy.so" /usr/bin/greedy-route
+  /usr/share/doc/greedy-slurm/examples/mpi_greedy.slurm.conf)
+for f in "${files[@]}"; do
+  [[ -f $FS$f ]] || fail "dpkg -i installed no $f"
 done
+[[ -z $RELEASE_ROOT || ! -e $FS$PLUGINDIR/route_greedy.so ]] || fail "a route plugin packaged for Slurm $RELEASE"
+system greedyrun --version >/dev/null || fail "the packaged greedyrun does not run"
+
 LIST=$(srun --mpi=list 2>&1)
 grep -qw greedy <<<"$LIST" || fail "srun --mpi=list does not show greedy after dpkg -i: $LIST"
 reconfigure yes
@@ -157,8 +187,8 @@ pass "dpkg -i greedy-slurm greedy-tools; srun --mpi=list shows greedy; scontrol 
 
 PPN=(-N"$NODES" -n$((2 * NODES)) --ntasks-per-node=2)
 for mpi in ompi mpich; do
-  prog=$BIN/wireup
-  [[ $mpi == ompi ]] && prog=$BIN/wireup-ompi
+  prog=$WIREUP
+  [[ $mpi == ompi ]] && prog=$OMPI
   run "greedy-$mpi" 90 "${PPN[@]}" --mpi=greedy env EXPECT_SIZE=$((2 * NODES)) "$prog"
   ((RC == 0)) || fail "$mpi under the installed plugin: srun exited $RC: $ERR $OUT"
   [[ $(grep -c " of $((2 * NODES)): ok" <<<"$OUT") == $((2 * NODES)) ]] ||
@@ -166,6 +196,7 @@ for mpi in ompi mpich; do
   pass "$mpi: srun ${PPN[*]} --mpi=greedy with the packaged plugin: $((2 * NODES))/$((2 * NODES)) ranks ok"
 done
 
+if [[ -z $RELEASE_ROOT ]]; then # the hosts' sshd runs the machine's /usr/bin, not the root's
 OUT=$(timeout 60 greedyrun -n "$NODES" --hosts "n[1-$NODES]" --pmi none hostname 2>&1) ||
   fail "packaged greedyrun: $OUT"
 [[ $(sort <<<"$OUT" | tr '\n' ' ') == "$(seq -f 'n%g' 1 "$NODES" | tr '\n' ' ')" ]] ||
@@ -187,23 +218,32 @@ G7=$(page 7 greedy)
 [[ $(page 8 greedyd) == *GREEDY_LOG* ]] || fail "man greedyd lacks GREEDY_LOG"
 [[ $(page greedy-tree-plan) == *--topology* ]] || fail "man greedy-tree-plan lacks --topology"
 pass "man greedyrun, mpi_greedy, 7 greedy, greedyd, greedy-tree-plan render from the installed files"
+fi
 
 # --- remove -----------------------------------------------------------------------------------
-dpkg -r greedy-slurm greedy-tools >"$WORK/remove.log" 2>&1 || fail "dpkg -r: $(cat "$WORK/remove.log")"
-dpkg --purge greedy-slurm greedy-tools >>"$WORK/remove.log" 2>&1 || fail "dpkg --purge: $(cat "$WORK/remove.log")"
+system dpkg -r greedy-slurm greedy-tools >"$WORK/remove.log" 2>&1 || fail "dpkg -r: $(cat "$WORK/remove.log")"
+system dpkg --purge greedy-slurm greedy-tools >>"$WORK/remove.log" 2>&1 || fail "dpkg --purge: $(cat "$WORK/remove.log")"
 INSTALLED=0
 for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
   /usr/share/man/man8/mpi_greedy.8.gz /usr/share/doc/greedy-slurm; do
-  [[ ! -e $f ]] || fail "$f left after dpkg --purge"
+  [[ ! -e $FS$f ]] || fail "$f left after dpkg --purge"
 done
 reconfigure no
 LIST=$(srun --mpi=list 2>&1)
 ! grep -qw greedy <<<"$LIST" || fail "srun --mpi=list still shows greedy after removal: $LIST"
-run pmix-after 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$BIN/wireup-ompi"
+# Slurm's own plugin still runs jobs: pmix with Open MPI, or pmi2 with MPICH where Debian
+# builds Slurm without PMIx (26.05).
+own=pmix prog=$OMPI
+grep -qw pmix <<<"$LIST" || own=pmi2 prog=$WIREUP
+run own-after 90 -N2 -n4 --mpi=$own env EXPECT_SIZE=4 "$prog"
 ((RC == 0)) && [[ $(grep -c " of 4: ok" <<<"$OUT") == 4 ]] ||
-  fail "srun --mpi=pmix after removal: exit $RC: $ERR $OUT"
+  fail "srun --mpi=$own after removal: exit $RC: $ERR $OUT"
 slurmds_alive remove
-pass "dpkg -r and --purge leave no file; Slurm runs an Open MPI job with --mpi=pmix"
+pass "dpkg -r and --purge leave no file; Slurm runs an MPI job with --mpi=$own"
+if [[ -n $RELEASE_ROOT ]]; then
+  echo "$TAG: all passed (the release case runs on the machine's release only)"
+  exit 0
+fi
 
 # --- release: a plugin built for another Slurm --------------------------------------------------
 # set_plugin_version SO HEX: writes HEX over the plugin_version symbol's 4 bytes (little endian).
@@ -239,10 +279,10 @@ grep -q "Incompatible Slurm plugin $FAKEDIR/mpi_greedy.so version (23.02.7)" "$S
   fail "slurmd did not log Slurm's own refusal"
 grep -q "mpi/greedy: this plugin was $BOTH" "$SLOG"/slurmd-n1.log || fail "slurmd did not log both releases"
 slurmds_alive release
-run pmix-release 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$BIN/wireup-ompi"
+run pmix-release 90 -N2 -n4 --mpi=pmix env EXPECT_SIZE=4 "$OMPI"
 ((RC == 0)) || fail "srun --mpi=pmix beside the 23.02.7 plugin: exit $RC: $ERR"
 pass "mpi_greedy.so patched to 23.02.7: srun --mpi=list, srun (refused, exit $REFUSED_RC) and slurmd log '$BOTH'; slurmd keeps running, --mpi=pmix runs"
-echo "deb:   srun:   $(grep -m1 "$BOTH" "$WORK/release.err")"
-echo "deb:   slurmd: $(grep -m1 'Incompatible Slurm plugin' "$SLOG"/slurmd-n1.log | cut -c1-160)"
-echo "deb:   slurmd: $(grep -m1 "$BOTH" "$SLOG"/slurmd-n1.log | cut -c1-160)"
-echo "deb: all passed"
+echo "$TAG:   srun:   $(grep -m1 "$BOTH" "$WORK/release.err")"
+echo "$TAG:   slurmd: $(grep -m1 'Incompatible Slurm plugin' "$SLOG"/slurmd-n1.log | cut -c1-160)"
+echo "$TAG:   slurmd: $(grep -m1 "$BOTH" "$SLOG"/slurmd-n1.log | cut -c1-160)"
+echo "$TAG: all passed"
