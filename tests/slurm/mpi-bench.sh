@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark for docs/benchmarks.md: srun --mpi=greedy vs --mpi=pmi2 with MPICH (PyPI mpich
-# 5.0.2, PMI-1 client) and vs --mpi=pmix with Open MPI (Debian 4.1, PMIx) on the emulated Slurm
-# 22.05 cluster. For each (delay, nodes, MPI) it runs REPS steps of tests/slurm/init_time.c per
+# 5.0.2, PMI-1 client), vs --mpi=pmix with Open MPI (Debian 4.1, PMIx), and vs --mpi=none on
+# /bin/true (MPI `true`: the plugin's overhead on a step that speaks no PMI) on the emulated
+# Slurm 22.05 cluster; with --release 24.11|26.05 on a cluster of that release, with its own
+# MPICH and Open MPI (where the release has no mpi_pmix, as Debian's 26.05, that pair is skipped). For each (delay, nodes, MPI) it runs REPS steps of tests/slurm/init_time.c per
 # plugin, alternating the plugins so that drift of the machine's load hits both alike, and
 # measures from srun's start
 #   init: until the last rank is past MPI_Init (ranks print CLOCK_REALTIME; one machine clock)
@@ -10,7 +12,8 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi"] [--mpi-conf FILE] [--csv FILE]
+#                                  [--mpis "mpich ompi true"] [--mpi-conf FILE] [--csv FILE]
+#                                  [--release R]
 # --mpi-conf FILE: mpi.conf for the cluster (e.g. GreedyRem for a high-latency network).
 # --csv FILE: also append every timed step to FILE
 #   (delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok; a header if FILE is new; greedy-bench reads it).
@@ -22,6 +25,7 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=() csv=/dev/null
+RELEASE="" RELEASE_ROOT=""
 while (($#)); do
   case $1 in
     --reps) reps=$2; shift 2 ;;
@@ -31,6 +35,7 @@ while (($#)); do
     --mpis) mpis=$2; shift 2 ;;
     --mpi-conf) gconf=(--mpi-conf "$(realpath "$2")"); shift 2 ;;
     --csv) csv=$(realpath "$2"); shift 2 ;;
+    --release) RELEASE=$2; shift 2 ;;
     *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
   esac
 done
@@ -39,15 +44,14 @@ fail() { echo "mpi-bench: FAIL: $*" >&2; exit 1; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 [[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok" >"$csv"
 
-cargo build -q --release -p greedy-slurm-mpi -p greedy-netdelay || fail "cargo build"
+if [[ -n $RELEASE ]]; then
+  v=$(/usr/sbin/slurmd -V) v=${v##* }
+  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
+fi
+cargo build -q --release -p greedy-netdelay || fail "cargo build"
 export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
-PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
-mkdir -p "$PLUGDIR" "$CARGO_TARGET_DIR/mpi-test"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
-mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-. "$ROOT/tests/mpi/mpich5.sh"
-"$MPICH5/bin/mpicc" -O1 -o "$CARGO_TARGET_DIR/mpi-test/init_time" "$ROOT/tests/slurm/init_time.c"
-mpicc.openmpi -O1 -o "$CARGO_TARGET_DIR/mpi-test/init_time-ompi" "$ROOT/tests/slurm/init_time.c"
+. "$ROOT/tests/slurm/mpi-build.sh"
+build_mpi_prog "$ROOT/tests/slurm/init_time.c" init_time
 
 busy() {
   "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
@@ -87,7 +91,9 @@ for n in $nodes_list; do ((n > maxn)) && maxn=$n; done
 for delay in $delays; do
   wait_free
   ours=1
-  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" "${gconf[@]}" >/dev/null || fail "up --delay $delay"
+  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" "${gconf[@]}" \
+    ${RELEASE:+--release "$RELEASE"} >/dev/null || fail "up --delay $delay"
+
   eval "$("$TC" env)"
   work=$GREEDY_TC_SCRATCH/mpi-bench
   mkdir -p "$work"
@@ -95,10 +101,15 @@ for delay in $delays; do
   for n in $nodes_list; do
     np=$((n * ppn))
     for mpi in $mpis; do
-      if [[ $mpi == mpich ]]; then
-        PROG=$CARGO_TARGET_DIR/mpi-test/init_time other=pmi2
-      else
-        PROG=$CARGO_TARGET_DIR/mpi-test/init_time-ompi other=pmix
+      case $mpi in
+        mpich) PROG=$BINDIR/init_time other=pmi2 metrics="init exit" ;;
+        ompi) PROG=$BINDIR/init_time-ompi other=pmix metrics="init exit" ;;
+        true) PROG=/bin/true other=none metrics=exit ;;
+        *) fail "--mpis: $mpi is not mpich, ompi or true" ;;
+      esac
+      if [[ $other != none ]] && ! grep -qw "$other" <<<"$(srun --mpi=list 2>&1)"; then
+        echo "| ${delay} ms | ${n} x ${np} | $mpi: greedy vs $other | (this Slurm has no mpi/$other) | | | |"
+        continue
       fi
       for plugin in greedy $other; do : >"$work/$plugin.init"; : >"$work/$plugin.exit"; : >"$work/$plugin.failed"; done
       # One unmeasured step per plugin: the first step after up pays for page-cache misses.
@@ -114,19 +125,19 @@ for delay in $delays; do
           # A failed step is counted, not timed: Open MPI 4.1 at 32 ranks on 2 cores fails
           # now and then whatever the launcher (slurm-testcluster.md §7.4).
           if ! timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >"$work/out" 2>"$work/err" ||
-            [[ $(grep -c '^init ' "$work/out") != "$np" ]]; then
+            [[ $mpi != true && $(grep -c '^init ' "$work/out") != "$np" ]]; then
             echo "mpi-bench: $mpi $plugin -N$n rep $r failed: $(tail -2 "$work/err" | tr '\n' ' ')" >&2
             echo x >>"$work/$plugin.failed"
             echo "$delay,$n,$np,$mpi,$plugin,$r,,,0" >>"$csv"
             continue
           fi
           t1=$(ms)
-          awk -v t0="$t0s" '$1 == "init" && $4 > m { m = $4 } END { printf "%.0f\n", (m - t0) * 1000 }' "$work/out" >>"$work/$plugin.init"
+          awk -v t0="$t0s" '$1 == "init" && $4 > m { m = $4 } END { printf "%.0f\n", m ? (m - t0) * 1000 : 0 }' "$work/out" >>"$work/$plugin.init"
           echo $((t1 - t0)) >>"$work/$plugin.exit"
           echo "$delay,$n,$np,$mpi,$plugin,$r,$(tail -1 "$work/$plugin.init"),$((t1 - t0)),1" >>"$csv"
         done
       done
-      for metric in init exit; do
+      for metric in $metrics; do
         read -r gm gl gh <<<"$(stats "$work/greedy.$metric")"
         read -r pm pl ph <<<"$(stats "$work/$other.$metric")"
         ratio=$(awk -v a="$gm" -v b="$pm" 'BEGIN { printf "%.2f", a / b }')

@@ -1,5 +1,6 @@
-# Sourced by the Slurm MPI tests (mpi.sh, soak.sh): builds mpi_greedy.so (release) into
-# $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1) and $OMPI (PMIx), in $BINDIR.
+# Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, packaging/deb.sh): builds
+# mpi_greedy.so (release) into $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1)
+# and $OMPI (PMIx), in $BINDIR; build_mpi_prog builds another program the same way.
 # Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
 #
 # The machine's Slurm: the plugin from the workspace build, PyPI MPICH 5 and Debian's Open MPI
@@ -22,14 +23,20 @@ fi
 mkdir -p "$PLUGDIR" "$BINDIR"
 cp "$PLUGIN" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
-WIREUP=$BINDIR/wireup
-OMPI=$BINDIR/wireup-ompi
+# build_mpi_prog SRC NAME: $BINDIR/NAME with MPICH, $BINDIR/NAME-ompi with Open MPI.
 if [[ -n ${RELEASE_ROOT:-} ]]; then
   in_root() { "$ROOT/slurm-conf/release-chroot" "$RELEASE_ROOT" "$ROOT" "$BINDIR" -- "$@"; }
-  in_root mpicc.mpich -O1 -o "$WIREUP" "$ROOT/tests/mpi/wireup.c" || fail "mpicc.mpich in the $RELEASE root"
-  in_root mpicc.openmpi -O1 -o "$OMPI" "$ROOT/tests/mpi/wireup.c" || fail "mpicc.openmpi in the $RELEASE root"
+  build_mpi_prog() {
+    in_root mpicc.mpich -O1 -o "$BINDIR/$2" "$1" || fail "mpicc.mpich in the $RELEASE root"
+    in_root mpicc.openmpi -O1 -o "$BINDIR/$2-ompi" "$1" || fail "mpicc.openmpi in the $RELEASE root"
+  }
 else
   . "$ROOT/tests/mpi/mpich5.sh"
-  "$MPICH5/bin/mpicc" -O1 -o "$WIREUP" "$ROOT/tests/mpi/wireup.c"
-  mpicc.openmpi -O1 -o "$OMPI" "$ROOT/tests/mpi/wireup.c"
+  build_mpi_prog() {
+    "$MPICH5/bin/mpicc" -O1 -o "$BINDIR/$2" "$1" || fail "PyPI MPICH's mpicc"
+    mpicc.openmpi -O1 -o "$BINDIR/$2-ompi" "$1" || fail "mpicc.openmpi"
+  }
 fi
+build_mpi_prog "$ROOT/tests/mpi/wireup.c" wireup
+WIREUP=$BINDIR/wireup
+OMPI=$BINDIR/wireup-ompi
