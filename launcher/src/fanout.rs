@@ -221,20 +221,10 @@ async fn run_edge(
     let mut permit = Some(permit);
     let mut attempt = 0;
     let token = reap::token(&start.job_id, node);
-    let mut agent = cfg.agent.clone();
-    agent.extend([reap::LAUNCH_FLAG.to_string(), token.clone()]);
-    let argv = ssh::command_line(&cfg.rsh, &host, &agent);
     let shell = cfg.rsh.first().cloned().unwrap_or_default();
     loop {
-        let mut child = match Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-        {
+        let (argv, child) = spawn_agent(&cfg, &host, reap::LAUNCH_FLAG, &token, Stdio::piped());
+        let mut child = match child {
             Ok(c) => c,
             Err(e) => {
                 let _ = up
@@ -399,21 +389,34 @@ async fn run_edge(
     }
 }
 
-/// Runs `AGENT --reap TOKEN` on a host whose agent never said hello (see [`reap`]), through
-/// a second remote shell; reports [`Up::Unclean`] if that cannot be done.
-async fn reap_remote(cfg: &EdgeConfig, node: u32, host: &str, token: &str, up: &mpsc::Sender<Up>) {
+/// Starts `RSH host AGENT FLAG TOKEN` (`--launch` or `--reap`, see [`reap`]) in a process
+/// group of its own, stdout and stderr piped; returns its argv for messages.
+fn spawn_agent(
+    cfg: &EdgeConfig,
+    host: &str,
+    flag: &str,
+    token: &str,
+    stdin: Stdio,
+) -> (Vec<String>, std::io::Result<tokio::process::Child>) {
     let mut agent = cfg.agent.clone();
-    agent.extend([reap::REAP_FLAG.to_string(), token.to_string()]);
+    agent.extend([flag.to_string(), token.to_string()]);
     let argv = ssh::command_line(&cfg.rsh, host, &agent);
-    let mut child = match Command::new(&argv[0])
+    let child = Command::new(&argv[0])
         .args(&argv[1..])
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
-        .spawn()
-    {
+        .spawn();
+    (argv, child)
+}
+
+/// Runs `AGENT --reap TOKEN` on a host whose agent never said hello (see [`reap`]), through
+/// a second remote shell; reports [`Up::Unclean`] if that cannot be done.
+async fn reap_remote(cfg: &EdgeConfig, node: u32, host: &str, token: &str, up: &mpsc::Sender<Up>) {
+    let (argv, child) = spawn_agent(cfg, host, reap::REAP_FLAG, token, Stdio::null());
+    let mut child = match child {
         Ok(c) => c,
         Err(e) => {
             let what = format!("cannot run the remote shell to clean it up: {e}");
@@ -445,7 +448,7 @@ async fn reap_remote(cfg: &EdgeConfig, node: u32, host: &str, token: &str, up: &
         }
         Ok(Ok((status, _, err))) => format!(
             "`{}` failed ({status}): {}",
-            agent.join(" "),
+            argv.join(" "),
             err.trim().replace('\n', " / ")
         ),
         Ok(Err(e)) => e.to_string(),

@@ -273,11 +273,10 @@ fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
     assert_gone("yes 4253");
 }
 
-#[test]
-fn hanging_remote_shell_ends_the_job_within_the_timeout() {
-    let (_d, _, hang) = shells();
-    let (out, took) = run(
-        &hang,
+/// `sleep SECS` on hosts a, b and c through `rsh`, with a 2 s launch timeout.
+fn hosts_abc_timeout_2(rsh: &Path, secs: &str) -> (Output, Duration) {
+    run(
+        rsh,
         &[
             "-H",
             "a,b,c",
@@ -287,9 +286,15 @@ fn hanging_remote_shell_ends_the_job_within_the_timeout() {
             "2",
             "--",
             "sleep",
-            "4254",
+            secs,
         ],
-    );
+    )
+}
+
+#[test]
+fn hanging_remote_shell_ends_the_job_within_the_timeout() {
+    let (_d, _, hang) = shells();
+    let (out, took) = hosts_abc_timeout_2(&hang, "4254");
     let stderr = text(&out.stderr);
     assert!(matches!(out.status.code(), Some(124 | 125)), "{stderr}");
     assert!(
@@ -310,20 +315,7 @@ fn hanging_remote_shell_ends_the_job_within_the_timeout() {
 fn a_host_that_cannot_be_cleaned_up_is_named() {
     let (d, local, _) = shells();
     let dead = dead_host_shell(d.path(), &local);
-    let (out, took) = run(
-        &dead,
-        &[
-            "-H",
-            "a,b,c",
-            "--pmi",
-            "none",
-            "--timeout",
-            "2",
-            "--",
-            "sleep",
-            "4262",
-        ],
-    );
+    let (out, took) = hosts_abc_timeout_2(&dead, "4262");
     let stderr = text(&out.stderr);
     assert!(matches!(out.status.code(), Some(124 | 125)), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
