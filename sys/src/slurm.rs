@@ -107,6 +107,19 @@ impl Drop for Hostlist {
     }
 }
 
+/// Number of hosts in a hostlist the caller does not own.
+///
+/// # Safety
+/// `hl` must be NULL or a live hostlist that no other thread uses during the call.
+pub unsafe fn hostlist_count(hl: raw::hostlist_t) -> usize {
+    if hl.is_null() {
+        return 0;
+    }
+    // SAFETY: hl is live and ours for the call (contract above).
+    let n = unsafe { raw::slurm_hostlist_count(hl) };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// Shifts every host out of a hostlist the caller does not own, in order, leaving it empty
 /// (what a route plugin's split must do with its input, slurm_route.c@slurm-22-05-8-1).
 ///

@@ -32,11 +32,8 @@ NODES=4
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 FAKE_RELEASE=0x170207 # 23.02.7: a release this machine's Slurm is not
 RELEASE="" RELEASE_ROOT=""
-if [[ ${1:-} == --release ]]; then
-  RELEASE=${2:?--release needs 22.05, 24.11 or 26.05}
-  v=$(/usr/sbin/slurmd -V 2>/dev/null || true) v=${v##* }
-  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
-fi
+. "$ROOT/tests/slurm/release.sh"
+[[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=deb${RELEASE:+ $RELEASE}
 
 fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }

@@ -23,11 +23,8 @@ export GREEDY_TC_QUIET=1
 NODES=4
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 RELEASE="" RELEASE_ROOT=""
-if [[ ${1:-} == --release ]]; then
-  RELEASE=${2:?--release needs 22.05, 24.11 or 26.05}
-  v=$(/usr/sbin/slurmd -V) v=${v##* }
-  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
-fi
+. "$ROOT/tests/slurm/release.sh"
+[[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=slurm-charm${RELEASE:+ $RELEASE}
 
 fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }

@@ -44,10 +44,8 @@ fail() { echo "mpi-bench: FAIL: $*" >&2; exit 1; }
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 [[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok" >"$csv"
 
-if [[ -n $RELEASE ]]; then
-  v=$(/usr/sbin/slurmd -V) v=${v##* }
-  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
-fi
+. "$ROOT/tests/slurm/release.sh"
+[[ -z $RELEASE ]] || release_select "$RELEASE"
 cargo build -q --release -p greedy-netdelay || fail "cargo build"
 export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
 . "$ROOT/tests/slurm/mpi-build.sh"

@@ -40,11 +40,8 @@ TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 NODES=8
 RELEASE="" RELEASE_ROOT=""
-if [[ ${1:-} == --release ]]; then
-  RELEASE=${2:?--release needs 22.05, 24.11 or 26.05}
-  v=$(/usr/sbin/slurmd -V) v=${v##* }
-  [[ $RELEASE == "${v%.*}" ]] || RELEASE_ROOT=$("$ROOT/slurm-conf/release-root" "$RELEASE")
-fi
+. "$ROOT/tests/slurm/release.sh"
+[[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=mpi${RELEASE:+ $RELEASE}
 REPEAT=${MPI_REPEAT:-50}
 TRUE_REPEAT=${MPI_TRUE_REPEAT:-$([[ -n $RELEASE_ROOT ]] && echo 50 || echo 100)}

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Checks that a Slurm launch followed a planned tree (tests/slurm/route.sh).
 
-usage: route_tree.py PLAN.json TREE_WIDTH SRUN_STDERR LOGDIR OFFSETS
+usage: route_tree.py PLAN.json TREE_WIDTH SRUN_STDERR LOGDIR OFFSETS [PLUGIN]
 
 PLAN.json is `greedy-tree plan --hosts "srun,<hosts>" --format json`: position 0 is srun, the
-rest the sorted host list. route/greedy logs every split it makes as
-`route/greedy: split M hosts FIRST..LAST tree_width W greedy into K: HEAD+REST ...`
+rest the sorted host list. route/greedy (PLUGIN, the default; or topology/greedy) logs every
+split it makes as `route/greedy: split M hosts FIRST..LAST tree_width W greedy into K: HEAD+REST ...`
 (RouteLogSplits=yes): srun's on its stderr, each forwarding slurmd's in slurmd-HOST.log. For every
 planned node with children, the line it must have logged is derived from the plan and looked
 up in that node's log, reading only what was written after OFFSETS (a file of `HOST BYTES`
@@ -19,6 +19,7 @@ import sys
 
 def main():
     plan_path, tree_width, srun_err, logdir, offsets_path = sys.argv[1:6]
+    plugin = sys.argv[6] if len(sys.argv) > 6 else "route/greedy"
     plan = json.load(open(plan_path))["nodes"]
     offsets = {}
     for line in open(offsets_path):
@@ -37,7 +38,7 @@ def main():
         if n["parent"] is not None:
             children[n["parent"]].append(n["node_idx"])
     srun_text = open(srun_err).read()
-    splits_by_srun = re.findall(r"route/greedy: split .*", srun_text)
+    splits_by_srun = re.findall(re.escape(plugin) + r": split .*", srun_text)
     if len(splits_by_srun) != 1:
         fail(f"srun logged {len(splits_by_srun)} splits, expected 1: {splits_by_srun}")
     checked = 0
@@ -46,13 +47,13 @@ def main():
             continue
         start, end = plan[v]["subtree"]
         tail = " ".join(f"{host[c]}+{plan[c]['subtree'][1] - plan[c]['subtree'][0] - 1}" for c in kids)
-        want = (f"route/greedy: split {end - start - 1} hosts {host[start + 1]}..{host[end - 1]} "
+        want = (f"{plugin}: split {end - start - 1} hosts {host[start + 1]}..{host[end - 1]} "
                 f"tree_width {tree_width} greedy into {len(kids)}: {tail}")
         text = srun_text if v == 0 else new_log(host[v])
         found = [l for l in text.splitlines() if l.endswith(want)]
         where = "srun" if v == 0 else f"slurmd-{host[v]}.log"
         if not found:
-            got = [l.split("route/greedy: ", 1)[1] for l in text.splitlines() if "route/greedy: split" in l]
+            got = [l.split(f"{plugin}: ", 1)[1] for l in text.splitlines() if f"{plugin}: split" in l]
             fail(f"{host[v]} did not split as planned\n  want: {want}\n  got in {where}: {got}")
         print(f"  {host[v]:>5} -> {tail}")
         checked += 1

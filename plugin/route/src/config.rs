@@ -116,7 +116,7 @@ impl RouteConfig {
             Err(e) => {
                 let d = RouteConfig::default();
                 let line = format!(
-                    "route/greedy: {e}; ignoring the file, using RouteSeq={} RouteRem={}",
+                    "{e}; ignoring the file, using RouteSeq={} RouteRem={}",
                     d.seq, d.rem
                 );
                 (d, Some(line))

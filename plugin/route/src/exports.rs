@@ -37,9 +37,9 @@ pub extern "C" fn init() -> c_int {
     guard::catch("route/greedy init", SLURM_SUCCESS, log::error, || {
         let (fault, in_force) = state::reload();
         if let Some(line) = fault {
-            log::error(&line);
+            log::error(&format!("route/greedy: {line}"));
         }
-        log::verbose(&in_force);
+        log::verbose(&format!("route/greedy: {in_force}"));
         SLURM_SUCCESS
     })
 }
@@ -106,7 +106,7 @@ pub extern "C" fn route_p_split_hostlist(
 fn plan(hosts: &[CString], tree_width: u16) -> Split {
     let (cfg, fault) = state::current();
     if let Some(line) = fault {
-        log::error(&line);
+        log::error(&format!("route/greedy: {line}"));
     }
     let model = cfg.model().map_err(SplitError::from);
     let (planned, why) = split::split(hosts.len(), model, tree_width);
@@ -118,7 +118,7 @@ fn plan(hosts: &[CString], tree_width: u16) -> Split {
     }
     if cfg.log_splits {
         let names: Vec<_> = hosts.iter().map(|h| h.to_string_lossy()).collect();
-        log::info(&split::render(&names, tree_width, &planned));
+        log::info(&split::render("route/greedy", &names, tree_width, &planned));
     }
     planned
 }

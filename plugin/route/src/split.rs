@@ -106,11 +106,21 @@ pub fn greedy_ranges(
     model: &LaunchModel,
     tree_width: u16,
 ) -> Result<Vec<Range<usize>>, SplitError> {
+    greedy_plan(n, model, tree_width).map(|(ranges, _)| ranges)
+}
+
+/// [`greedy_ranges`] and the depth of the tree below the sender (its levels of forwarding:
+/// 1 when the sender contacts every host itself), what a topology plugin's split returns.
+pub fn greedy_plan(
+    n: usize,
+    model: &LaunchModel,
+    tree_width: u16,
+) -> Result<(Vec<Range<usize>>, u32), SplitError> {
     if n > MAX_HOSTS {
         return Err(SplitError::TooManyHosts { n });
     }
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     let model = if tree_width > 0 {
         model.with_max_fanout(u32::from(tree_width))?
@@ -125,7 +135,8 @@ pub fn greedy_ranges(
         .map(|r| r.start - 1..r.end - 1)
         .collect();
     check_partition(&ranges, n, tree_width)?;
-    Ok(ranges)
+    let depth = tree.depths().into_iter().max().unwrap_or(0);
+    Ok((ranges, depth))
 }
 
 /// Slurm's TreeWidth split, as route/default computes it (`set_span`,
@@ -210,7 +221,8 @@ pub fn check_partition(
 /// sub-list, its head and how many hosts the head forwards to.
 ///
 /// `route/greedy: split 16 hosts n1..n16 tree_width 50 greedy into 3: n1+0 n2+2 n5+11`
-pub fn render<S: AsRef<str>>(hosts: &[S], tree_width: u16, split: &Split) -> String {
+/// (`plugin` is the first word: route/greedy or topology/greedy).
+pub fn render<S: AsRef<str>>(plugin: &str, hosts: &[S], tree_width: u16, split: &Split) -> String {
     use std::fmt::Write;
     let (first, last) = match (hosts.first(), hosts.last()) {
         (Some(f), Some(l)) => (f.as_ref(), l.as_ref()),
@@ -221,7 +233,7 @@ pub fn render<S: AsRef<str>>(hosts: &[S], tree_width: u16, split: &Split) -> Str
         Shape::TreeWidth => "treewidth",
     };
     let mut line = format!(
-        "route/greedy: split {} hosts {first}..{last} tree_width {tree_width} {shape} into {}:",
+        "{plugin}: split {} hosts {first}..{last} tree_width {tree_width} {shape} into {}:",
         hosts.len(),
         split.ranges.len()
     );
@@ -365,7 +377,7 @@ mod tests {
             shape: Shape::Greedy,
         };
         assert_eq!(
-            render(&hosts, 50, &s),
+            render("route/greedy", &hosts, 50, &s),
             "route/greedy: split 6 hosts n1..n6 tree_width 50 greedy into 3: n1+0 n2+1 n4+2"
         );
     }

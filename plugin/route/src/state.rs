@@ -10,12 +10,12 @@ static CURRENT: RwLock<Option<Arc<RouteConfig>>> = RwLock::new(None);
 
 /// Rereads greedy.conf from its place ([`greedy_slurm::conf::path_from_env`]); returns the line
 /// to log at error level if the file was ignored, and one to log at verbose level saying what
-/// is in force.
+/// is in force (both without the plugin's name, which the caller puts first).
 pub fn reload() -> (Option<String>, String) {
     let path = greedy_slurm::conf::path_from_env();
     let (cfg, fault) = RouteConfig::load(&path);
     let in_force = format!(
-        "route/greedy: RouteSeq={} RouteRem={} RouteConcurrency={} (config {})",
+        "RouteSeq={} RouteRem={} RouteConcurrency={} (config {})",
         cfg.seq,
         cfg.rem,
         cfg.concurrency,
