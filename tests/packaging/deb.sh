@@ -168,9 +168,14 @@ system dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$
 files=("$PLUGINDIR/mpi_greedy.so" /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-tree
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree
   /usr/share/fish/vendor_completions.d/greedyd.fish)
-# No route plugins from 23.11; the release roots keep no /usr/share/doc (release-root).
-[[ -n $RELEASE_ROOT ]] || files+=("$PLUGINDIR/route_greedy.so" /usr/bin/greedy-route
-  /usr/share/doc/greedy-slurm/examples/mpi_greedy.slurm.conf)
+# No route plugins from 23.11 (topology/greedy instead); the release roots keep no
+# /usr/share/doc (release-root).
+if [[ -n $RELEASE_ROOT ]]; then
+  files+=("$PLUGINDIR/topology_greedy.so")
+else
+  files+=("$PLUGINDIR/route_greedy.so" /usr/bin/greedy-route
+    /usr/share/doc/greedy-slurm/examples/mpi_greedy.slurm.conf)
+fi
 for f in "${files[@]}"; do
   [[ -f $FS$f ]] || fail "dpkg -i installed no $f"
 done
@@ -221,8 +226,8 @@ fi
 system dpkg -r greedy-slurm greedy-tools >"$WORK/remove.log" 2>&1 || fail "dpkg -r: $(cat "$WORK/remove.log")"
 system dpkg --purge greedy-slurm greedy-tools >>"$WORK/remove.log" 2>&1 || fail "dpkg --purge: $(cat "$WORK/remove.log")"
 INSTALLED=0
-for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" /usr/bin/greedyrun \
-  /usr/share/man/man8/mpi_greedy.8.gz /usr/share/doc/greedy-slurm; do
+for f in "$PLUGINDIR/mpi_greedy.so" "$PLUGINDIR/route_greedy.so" "$PLUGINDIR/topology_greedy.so" \
+  /usr/bin/greedyrun /usr/share/man/man8/mpi_greedy.8.gz /usr/share/doc/greedy-slurm; do
   [[ ! -e $FS$f ]] || fail "$f left after dpkg --purge"
 done
 reconfigure no
