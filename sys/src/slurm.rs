@@ -187,6 +187,25 @@ impl HostlistArray {
         Some(HostlistArray { ptr, len })
     }
 
+    /// One hostlist per range of `hosts`, in order: the sub-lists a forwarding split returns.
+    /// `None` if a range is out of bounds or Slurm could not allocate or take a name.
+    pub fn from_ranges(
+        hosts: &[CString],
+        ranges: &[std::ops::Range<usize>],
+    ) -> Option<HostlistArray> {
+        let mut lists = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let mut list = Hostlist::new()?;
+            for host in hosts.get(r.clone())? {
+                if !list.push(host) {
+                    return None;
+                }
+            }
+            lists.push(list);
+        }
+        HostlistArray::new(lists)
+    }
+
     /// Number of hostlists.
     pub fn len(&self) -> usize {
         self.len

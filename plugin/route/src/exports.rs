@@ -15,7 +15,7 @@ use crate::split::{self, Shape, Split, SplitError};
 use crate::state;
 use greedy_slurm::guard;
 use greedy_sys::raw::slurm::{SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, hostlist_t};
-use greedy_sys::slurm::{Hostlist, HostlistArray, drain_hostlist, log, split_hostlist_treewidth};
+use greedy_sys::slurm::{HostlistArray, drain_hostlist, log, split_hostlist_treewidth};
 use std::ffi::{CString, c_int};
 
 /// `plugin_name`: free text shown in logs.
@@ -87,7 +87,7 @@ pub extern "C" fn route_p_split_hostlist(
         shape: Shape::TreeWidth,
     });
     let array = guard::catch("route/greedy split", None, log::error, || {
-        build(&hosts, &planned)
+        HostlistArray::from_ranges(&hosts, &planned.ranges)
     });
     let Some(array) = array else {
         log::error("route/greedy: could not allocate the sub-lists");
@@ -121,19 +121,4 @@ fn plan(hosts: &[CString], tree_width: u16) -> Split {
         log::info(&split::render("route/greedy", &names, tree_width, &planned));
     }
     planned
-}
-
-/// The sub-lists as Slurm hostlists in an xmalloc'd array.
-fn build(hosts: &[CString], planned: &Split) -> Option<HostlistArray> {
-    let mut lists = Vec::with_capacity(planned.ranges.len());
-    for r in &planned.ranges {
-        let mut list = Hostlist::new()?;
-        for host in hosts.get(r.clone())? {
-            if !list.push(host) {
-                return None;
-            }
-        }
-        lists.push(list);
-    }
-    HostlistArray::new(lists)
 }

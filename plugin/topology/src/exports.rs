@@ -18,8 +18,8 @@ use crate::delegate::{self, Delegate};
 use crate::split;
 use greedy_slurm::guard;
 use greedy_sys::raw::slurm::{SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, hostlist_t};
-use greedy_sys::slurm::{Hostlist, HostlistArray, drain_hostlist, hostlist_count, log};
-use std::ffi::{CString, c_char, c_int, c_void};
+use greedy_sys::slurm::{HostlistArray, drain_hostlist, hostlist_count, log};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `plugin_name`: free text shown in logs.
@@ -248,7 +248,7 @@ fn split_hostlist(
         if let Some(line) = split::describe(&names, tree_width, &planned) {
             log::info(&line);
         }
-        build(&hosts, &planned.ranges)
+        HostlistArray::from_ranges(&hosts, &planned.ranges)
     });
     let Some(array) = array else {
         log::error("topology/greedy: could not allocate the sub-lists");
@@ -286,19 +286,4 @@ pub extern "C" fn topology_p_split_hostlist(
     tctx: Ptr,
 ) -> c_int {
     split_hostlist(hl, sp_hl, count, tree_width, tctx)
-}
-
-/// The sub-lists as Slurm hostlists in an xmalloc'd array.
-fn build(hosts: &[CString], ranges: &[std::ops::Range<usize>]) -> Option<HostlistArray> {
-    let mut lists = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        let mut list = Hostlist::new()?;
-        for host in hosts.get(r.clone())? {
-            if !list.push(host) {
-                return None;
-            }
-        }
-        lists.push(list);
-    }
-    HostlistArray::new(lists)
 }
