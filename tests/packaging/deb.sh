@@ -179,7 +179,8 @@ fi
 for f in "${files[@]}"; do
   [[ -f $FS$f ]] || fail "dpkg -i installed no $f"
 done
-[[ -z $RELEASE_ROOT || ! -e $FS$PLUGINDIR/route_greedy.so ]] || fail "a route plugin packaged for Slurm $RELEASE"
+[[ -z $RELEASE_ROOT || ! ( -e $FS$PLUGINDIR/route_greedy.so || -e $FS/usr/bin/greedy-route ) ]] ||
+  fail "route/greedy packaged for Slurm $RELEASE"
 system greedyrun --version >/dev/null || fail "the packaged greedyrun does not run"
 
 LIST=$(srun --mpi=list 2>&1)
