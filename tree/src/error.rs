@@ -24,6 +24,12 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// A Slurm release that is not `YY.MM`.
+    #[error("Slurm release {name:?}: expected YY.MM, e.g. 26.05")]
+    Release {
+        /// The release as given.
+        name: String,
+    },
     /// A hostlist expression that does not parse.
     #[error("hostlist column {column}: {reason} in {expr:?}")]
     Hostlist {

@@ -25,8 +25,10 @@
 //! # Ok::<(), greedy_tree::Error>(())
 //! ```
 //!
+//! [`treewidth`] holds Slurm's own TreeWidth splits, the shape the greedy plan replaces.
+//!
 //! **Non-goals:** no I/O (callers read files and print), no process launching, no knowledge
-//! of Slurm or ssh beyond the hostlist syntax. Every node computes the same plan from
+//! of Slurm or ssh beyond the hostlist syntax and the TreeWidth split. Every node computes the same plan from
 //! (hosts, model) without messages.
 
 #![forbid(unsafe_code)]
@@ -45,6 +47,7 @@ pub mod hostname;
 mod model;
 mod topology;
 mod tree;
+pub mod treewidth;
 
 pub use error::Error;
 pub use greedy::{greedy, greedy_with_heap};

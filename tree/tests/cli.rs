@@ -216,3 +216,81 @@ fn plan_svg_draws_every_host_and_summarises_large_trees() {
     );
     assert!(big.contains("Hosts per depth") && big.contains("Hosts by fan-out"));
 }
+
+#[test]
+fn slurm_release_plans_follow_each_releases_forwarding() {
+    let plan = |release: &str, topology: &str| {
+        stdout(&[
+            "plan",
+            "--hosts",
+            "srun,n[1-16]",
+            "--seq",
+            "0.01",
+            "--rem",
+            "0.015",
+            "--max-fanout",
+            "4",
+            "--slurm-release",
+            release,
+            "--topology",
+            topology,
+        ])
+    };
+    // "node_idx host parent …" lines: the hosts srun itself contacts.
+    let srun_children = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some("srun"))
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+            .collect()
+    };
+    // 26.05: srun's own split is Slurm's (four lists of four at TreeWidth 4); below it, the
+    // greedy plan (n1 hands n3 to n2 rather than contacting three hosts).
+    let greedy = plan("26.05", "greedy");
+    assert_eq!(srun_children(&greedy), ["n1", "n5", "n9", "n13"]);
+    assert!(greedy.contains("\n3 n3 n2 1 3 "), "{greedy}");
+    let slurm = plan("26.05", "treewidth");
+    assert_eq!(srun_children(&slurm), ["n1", "n5", "n9", "n13"]);
+    assert!(slurm.contains("\n3 n3 n1 2 2 "), "{slurm}");
+    // 24.11: srun's split is the plugin's too, so srun's fan-out is the greedy one.
+    assert_ne!(
+        srun_children(&plan("24.11", "greedy")),
+        srun_children(&slurm)
+    );
+    let json = stdout(&[
+        "plan",
+        "--nodes",
+        "5",
+        "--slurm-release",
+        "26.05",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        json.contains("\"srun_splits_with_plugin\": false"),
+        "{json}"
+    );
+    for bad in [
+        &["plan", "--nodes", "5", "--slurm-release", "26.5"][..],
+        &[
+            "plan",
+            "--nodes",
+            "5",
+            "--slurm-release",
+            "26.05",
+            "--topology",
+            "flat",
+        ],
+        &[
+            "plan",
+            "--nodes",
+            "5",
+            "--slurm-release",
+            "26.05",
+            "--max-fanout",
+            "70000",
+        ],
+    ] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}

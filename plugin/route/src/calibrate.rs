@@ -2,7 +2,7 @@
 //!
 //! `srun -N N true` takes a constant overhead (allocation, step creation, task exit) plus the
 //! launch RPC's trip down and back up Slurm's forwarding tree. With route/default that tree is
-//! known exactly: the sender (srun) splits with [`kary_ranges`] and every head re-splits its
+//! known exactly: the sender (srun) splits with [`crate::split::kary_ranges`] and every head re-splits its
 //! forward list the same way ([`slurm_tree`]). So a launch's time is modelled as
 //! `overhead + T(tree; SEQ, REM)` with T the tree crate's launch time (equation 2). For a
 //! fixed ratio SEQ/REM that is linear in (overhead, REM); the ratio is found by a search.
@@ -12,10 +12,10 @@
 //! The measurement-file format (`tests/slurm/route-calibrate.sh` writes it): one launch per
 //! line, `TREEWIDTH HOSTS SECONDS`, `#` starts a comment.
 
-use crate::split::kary_ranges;
 use greedy_tree::Tree;
 pub use greedy_tree::calibrate::Fit;
 use greedy_tree::calibrate::{self, Launch};
+use greedy_tree::treewidth::{self, SplitRule};
 use thiserror::Error;
 
 /// One timed launch.
@@ -50,16 +50,7 @@ pub enum CalibrationError {
 /// The forwarding tree route/default uses to reach `hosts` hosts at `tree_width`: position 0 is
 /// the sender, hosts follow in depth-first preorder.
 pub fn slurm_tree(hosts: usize, tree_width: u16) -> Tree {
-    let mut sizes = vec![0u32; hosts + 1];
-    // (position, forward-list length); a position's subtree is itself plus its list.
-    let mut work = vec![(0usize, hosts)];
-    while let Some((pos, list)) = work.pop() {
-        sizes[pos] = (list + 1) as u32;
-        for r in kary_ranges(list, tree_width) {
-            work.push((pos + 1 + r.start, r.len() - 1));
-        }
-    }
-    Tree::from_subtree_sizes(sizes).expect("kary_ranges partitions every list")
+    treewidth::tree(SplitRule::Rounds, hosts, tree_width)
 }
 
 /// Parses `TREEWIDTH HOSTS SECONDS` lines.

@@ -20,6 +20,7 @@
 //! what route/default does) with the reason, so the message still reaches every host.
 
 use greedy_tree::LaunchModel;
+use greedy_tree::treewidth::{self, SplitRule};
 use std::ops::Range;
 use thiserror::Error;
 
@@ -139,50 +140,10 @@ pub fn greedy_plan(
     Ok((ranges, depth))
 }
 
-/// Slurm's TreeWidth split, as route/default computes it (`set_span`,
-/// src/common/slurm_protocol_api.c:2889@slurm-22-05-8-1): up to `tree_width` hosts are each
-/// contacted directly; past that, every head's forward list grows by up to `tree_width` hosts
-/// per round, head after head, and the last round hands out what is left, so the sub-lists
-/// are nearly equal with the remainder on the early ones. `tree_width` 0 contacts every host
-/// directly.
+/// Slurm 22.05's own TreeWidth split, what route/default does: greedy-tree's
+/// [`treewidth::split`] under [`SplitRule::Rounds`]. `tree_width` 0 contacts every host directly.
 pub fn kary_ranges(n: usize, tree_width: u16) -> Vec<Range<usize>> {
-    let width = usize::from(tree_width);
-    if width == 0 || n <= width {
-        return (0..n).map(|i| i..i + 1).collect();
-    }
-    // Forward-list length of each head; heads not yet given hosts count as still unplaced.
-    let mut extra = vec![0usize; width];
-    let mut left = n;
-    'rounds: while left > 0 {
-        for (i, head) in extra.iter_mut().enumerate() {
-            let head_unplaced = usize::from(*head == 0);
-            if width - i >= left {
-                // The rest fit as heads of their own: one per remaining slot.
-                if *head != 0 {
-                    *head += left;
-                }
-                break 'rounds;
-            }
-            if left <= width {
-                // The last round: this head takes everything left (itself included).
-                *head += left - head_unplaced;
-                break 'rounds;
-            }
-            left -= head_unplaced;
-            *head += width;
-            left -= width;
-        }
-    }
-    let mut ranges = Vec::with_capacity(width);
-    let mut start = 0;
-    let mut slot = 0;
-    while start < n {
-        let len = (1 + extra.get(slot).copied().unwrap_or(0)).min(n - start);
-        ranges.push(start..start + len);
-        start += len;
-        slot += 1;
-    }
-    ranges
+    treewidth::split(SplitRule::Rounds, n, tree_width)
 }
 
 /// Checks that `ranges` are contiguous, non-empty, in order, cover `0..n`, and are at most
@@ -304,35 +265,6 @@ mod tests {
                     let want = parents(&greedy_tree::greedy(n + 1, &capped));
                     assert_eq!(got, want, "n {n} tree_width {tree_width} model {m:?}");
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn kary_matches_slurm_set_span_examples() {
-        // Worked by hand from set_span (slurm_protocol_api.c:2889@slurm-22-05-8-1).
-        let sizes = |n, w| {
-            kary_ranges(n, w)
-                .iter()
-                .map(|r| r.len())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(sizes(16, 50), vec![1; 16]);
-        assert_eq!(sizes(16, 16), vec![1; 16]);
-        assert_eq!(sizes(16, 4), [5, 5, 5, 1]);
-        assert_eq!(sizes(17, 4), [5, 5, 5, 2]);
-        assert_eq!(sizes(50, 4), [13, 13, 13, 11]);
-        assert_eq!(sizes(5, 4), [5]);
-        assert_eq!(sizes(6, 4), [5, 1]);
-        assert_eq!(sizes(3, 1), [3]);
-        assert_eq!(sizes(0, 4), Vec::<usize>::new());
-    }
-
-    #[test]
-    fn kary_is_always_a_partition_within_treewidth() {
-        for w in 0..=64u16 {
-            for n in 0..=400 {
-                check_partition(&kary_ranges(n, w), n, w).unwrap();
             }
         }
     }

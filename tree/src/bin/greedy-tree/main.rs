@@ -7,7 +7,8 @@ use render::Hosts;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use greedy_tree::{LaunchModel, Topology, calibrate, hostfile, hostlist};
+use greedy_tree::treewidth::{self, SlurmRelease};
+use greedy_tree::{LaunchModel, Topology, Tree, calibrate, hostfile, hostlist};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,9 +96,16 @@ struct PlanArgs {
     hosts: HostsArgs,
     #[command(flatten)]
     model: ModelArgs,
-    /// Tree shape: greedy, flat, chain, binomial or kary:K.
+    /// Tree shape: greedy, flat, chain, binomial or kary:K; with --slurm-release, greedy or
+    /// treewidth (Slurm's own fan-out).
     #[arg(long, value_name = "T", default_value = "greedy")]
     topology: String,
+    /// The tree a Slurm launch of this release follows: host 0 is srun, the rest the sorted
+    /// node list, --max-fanout is TreeWidth (default: the release's). With greedy, every split
+    /// is topology/greedy's (route/greedy's on 22.05) except srun's own from 25.05, which is
+    /// Slurm's; with treewidth, every split is Slurm's.
+    #[arg(long, value_name = "YY.MM")]
+    slurm_release: Option<SlurmRelease>,
     /// Output: one line per host, JSON, Graphviz, a one-line summary (text or JSON), or an SVG
     /// drawing. Per-host formats stream: memory stays at 4 bytes per host.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -177,6 +185,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The largest TreeWidth slurm.conf accepts.
+const MAX_TREE_WIDTH: u16 = 65533;
+
 /// `--nodes`: a whole number of at least 1 (the root counts).
 fn node_count(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -196,15 +207,25 @@ fn run(cli: Cli) -> Result<()> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     match cli.command {
         Command::Plan(args) => {
-            let model = args.model.model()?;
-            let topology: Topology = args.topology.parse()?;
             let hosts = read_hosts(&args.hosts)?;
-            let tree = topology.build(hosts.len(), &model);
+            let (tree, model, name) = match args.slurm_release {
+                None => {
+                    let model = args.model.model()?;
+                    let topology: Topology = args.topology.parse()?;
+                    (
+                        topology.build(hosts.len(), &model),
+                        model,
+                        topology.to_string(),
+                    )
+                }
+                Some(release) => slurm_plan(&args, release, hosts.len())?,
+            };
             let plan = render::Plan {
                 hosts: &hosts,
                 tree: &tree,
                 model: &model,
-                topology,
+                topology: &name,
+                slurm: args.slurm_release,
             };
             match args.format {
                 Format::Text => plan.text(&mut out)?,
@@ -258,6 +279,38 @@ fn run(cli: Cli) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// The tree, the model (capped at TreeWidth) and the shape's name of `plan --slurm-release`
+/// over `n` positions, srun first.
+fn slurm_plan(
+    args: &PlanArgs,
+    release: SlurmRelease,
+    n: usize,
+) -> Result<(Tree, LaunchModel, String)> {
+    let tree_width = match args.model.max_fanout {
+        None => release.default_tree_width(),
+        Some(k) => u16::try_from(k)
+            .ok()
+            .filter(|&k| k <= MAX_TREE_WIDTH)
+            .ok_or_else(|| {
+                BadInput(format!(
+                    "TreeWidth {k}: Slurm allows at most {MAX_TREE_WIDTH}"
+                ))
+            })?,
+    };
+    let model = args.model.model()?.with_max_fanout(u32::from(tree_width))?;
+    let tree = match args.topology.as_str() {
+        "greedy" => release.greedy_plan(n - 1, tree_width, &model),
+        "treewidth" => treewidth::tree(release.split_rule(), n - 1, tree_width),
+        other => {
+            return Err(BadInput(format!(
+                "--topology {other:?} with --slurm-release: expected greedy or treewidth"
+            ))
+            .into());
+        }
+    };
+    Ok((tree, model, format!("slurm-{release}:{}", args.topology)))
 }
 
 /// `TOPOLOGY NODES SECONDS` lines; the trees are built with any model (shapes other than

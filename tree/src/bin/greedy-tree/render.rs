@@ -1,5 +1,6 @@
 //! How `greedy-tree` prints plans and rankings: text, JSON, Graphviz.
 
+use greedy_tree::treewidth::SlurmRelease;
 use greedy_tree::{LaunchModel, Position, Topology, Tree};
 use serde_json::json;
 use std::borrow::Cow;
@@ -41,7 +42,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) hosts: &'a Hosts,
     pub(crate) tree: &'a Tree,
     pub(crate) model: &'a LaunchModel,
-    pub(crate) topology: Topology,
+    /// The shape's name: a [`Topology`], or `slurm-YY.MM:greedy|treewidth`.
+    pub(crate) topology: &'a str,
+    /// The release whose forwarding the tree follows (`--slurm-release`).
+    pub(crate) slurm: Option<SlurmRelease>,
 }
 
 impl Plan<'_> {
@@ -74,11 +78,22 @@ impl Plan<'_> {
         let shape = self.tree.shape(self.model);
         write!(
             out,
-            "{{\"topology\": {}, \"model\": {}, \"launch_time\": {}, \"nodes\": [",
-            json!(self.topology.to_string()),
+            "{{\"topology\": {}, \"model\": {}, \"launch_time\": {}, ",
+            json!(self.topology),
             json!(self.model),
             json!(shape.launch_time)
         )?;
+        if let Some(r) = self.slurm {
+            // Whether position 0's split is the plugin's (a checker expects it logged) or
+            // Slurm's own.
+            write!(
+                out,
+                "\"slurm_release\": {}, \"srun_splits_with_plugin\": {}, ",
+                json!(r.to_string()),
+                r.plugin_splits_srun()
+            )?;
+        }
+        write!(out, "\"nodes\": [")?;
         for p in self.tree.positions(self.model) {
             let node = json!({
                 "node_idx": p.node_idx,
@@ -144,7 +159,7 @@ impl Plan<'_> {
     pub(crate) fn summary_json(&self, out: &mut impl Write) -> io::Result<()> {
         let shape = self.tree.shape(self.model);
         let summary = json!({
-            "topology": self.topology.to_string(),
+            "topology": self.topology,
             "model": self.model,
             "nodes": self.tree.len(),
             "depth": shape.depth,

@@ -3,7 +3,7 @@
 //! the drawing needs no font or graphics library. Past [`DETAIL_LIMIT`] hosts the drawing
 //! would be unreadable, so it becomes a summary: hosts per depth and launches over time.
 
-use greedy_tree::{LaunchModel, Topology, Tree};
+use greedy_tree::{LaunchModel, Tree};
 use std::io::{self, Write};
 
 /// Most hosts drawn one by one.
@@ -32,7 +32,7 @@ pub(crate) fn write(
     hosts: &[String],
     tree: &Tree,
     model: &LaunchModel,
-    topology: Topology,
+    topology: &str,
 ) -> io::Result<()> {
     let times = tree.launch_times(model);
     let end = times.iter().copied().fold(0.0, f64::max);
