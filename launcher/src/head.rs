@@ -25,7 +25,6 @@ use crate::{
     proto::{Cmd, PROTOCOL_VERSION, Start, Stream, Up},
     status::{JobStatus, Verdict, code},
     stdio::Tagger,
-    wireup,
 };
 
 /// Frames from the whole tree into greedyrun's loop.
@@ -121,9 +120,9 @@ pub async fn run(cfg: JobConfig) -> Report {
         retries: cfg.retries,
         hello_timeout_s: plan.timeout.as_secs_f64(),
         grace_s: plan.grace.as_secs_f64(),
-        model: (plan.model.seq(), plan.model.rem(), plan.model.concurrency()),
+        model: plan.model,
         pmi: plan.pmi,
-        secret_hex: secret.to_hex(),
+        secret,
         stdin_rank: cfg.stdin_rank,
         log: String::new(),
     };
@@ -142,8 +141,7 @@ pub async fn run(cfg: JobConfig) -> Report {
         up_tx.clone(),
     ));
     drop(up_tx);
-    let overlay_tree: Tree =
-        greedy_tree::greedy(n, &wireup::model_of(&start).unwrap_or(plan.model));
+    let overlay_tree: Tree = greedy_pmix::overlay::tree(n, &start.model);
 
     // stdin → the stdin rank's host.
     let stdin_task = cfg

@@ -19,10 +19,13 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{Decoder, Encoder};
 
+use greedy_pmix::JobSecret;
+use greedy_tree::LaunchModel;
+
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -80,12 +83,12 @@ pub struct Start {
     pub hello_timeout_s: f64,
     /// Seconds between SIGTERM and SIGKILL on teardown.
     pub grace_s: f64,
-    /// Launch model of the overlay tree (seq, rem, concurrency).
-    pub model: (f64, f64, u32),
+    /// Launch model of the overlay tree.
+    pub model: LaunchModel,
     /// How ranks reach the wire-up service.
     pub pmi: PmiMode,
-    /// Per-job secret (hex) for the overlay's authentication; never logged.
-    pub secret_hex: String,
+    /// Per-job secret for the overlay's authentication; never logged (its `Debug` redacts).
+    pub secret: JobSecret,
     /// The rank whose stdin is greedyrun's stdin; every other rank reads /dev/null.
     pub stdin_rank: Option<u32>,
     /// Log filter for the agent (`RUST_LOG` syntax) or empty.
@@ -382,9 +385,9 @@ mod tests {
             retries: 2,
             hello_timeout_s: 30.0,
             grace_s: 3.0,
-            model: (0.01, 0.1, 1),
+            model: LaunchModel::new(0.01, 0.1).unwrap(),
             pmi: PmiMode::Auto,
-            secret_hex: "00".repeat(32),
+            secret: JobSecret::from_bytes(&[0; 32]).unwrap(),
             stdin_rank: Some(0),
             log: String::new(),
         }
@@ -464,7 +467,7 @@ mod tests {
             let e = s.check().unwrap_err();
             assert!(e.contains(want), "{e}");
         };
-        bad(&|s| s.version = 1, "protocol 2, greedyrun 1");
+        bad(&|s| s.version = 1, "protocol 3, greedyrun 1");
         bad(&|s| s.node_idx = 3, "node 3 of 3 hosts");
         bad(&|s| s.ranks.pop().map(drop).unwrap_or(()), "2 rank lists");
         bad(&|s| s.launch_sizes = vec![3, 1, 1], "beyond 3 hosts");

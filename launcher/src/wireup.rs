@@ -10,7 +10,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use greedy_pmix::{
-    JobSecret, JobSpec,
+    JobSpec,
     charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY},
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
@@ -18,7 +18,6 @@ use greedy_pmix::{
     rendezvous::{Memory, Rendezvous},
     server::{PmiConfig, PmiServer},
 };
-use greedy_tree::LaunchModel;
 use tokio::sync::mpsc;
 
 use crate::{
@@ -131,24 +130,15 @@ impl Rendezvous for PipeRendezvous {
     }
 }
 
-/// The launch model of a Start, as greedy-pmix needs it (it must be the same everywhere).
-pub fn model_of(start: &Start) -> Result<LaunchModel, Error> {
-    let (seq, rem, c) = start.model;
-    LaunchModel::new(seq, rem)
-        .and_then(|m| m.with_concurrency(c.max(1)))
-        .map_err(|e| Error::Plan(format!("launch model: {e}")))
-}
-
 /// The greedy-pmix job description of this agent.
 pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
     Ok(JobSpec {
         job_id: start.job_id.clone(),
         hosts: start.hosts.clone(),
         node_idx: start.node_idx as usize,
-        model: model_of(start)?,
+        model: start.model,
         ranks: start.ranks.clone(),
-        secret: JobSecret::from_hex(&start.secret_hex)
-            .ok_or_else(|| Error::Plan("the job secret is malformed".into()))?,
+        secret: start.secret.clone(),
     })
 }
 
@@ -268,27 +258,4 @@ fn admit_ranks() -> Result<JobProcesses, Error> {
         what: "read this agent's own uid".into(),
         source,
     })
-}
-
-/// The overlay children of `node` in a job of `n_hosts` under `model`: where greedyrun routes
-/// `node`'s address.
-pub fn overlay_children(n_hosts: usize, model: &LaunchModel, node: usize) -> Vec<usize> {
-    let tree = greedy_tree::greedy(n_hosts, model);
-    tree.children(node).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overlay_children_follow_greedy_pmix_tree() {
-        let model = LaunchModel::new(0.01, 0.1).unwrap();
-        let tree = greedy_tree::greedy(16, &model);
-        for node in 0..16 {
-            for c in overlay_children(16, &model, node) {
-                assert_eq!(tree.parent(c), Some(node));
-            }
-        }
-    }
 }

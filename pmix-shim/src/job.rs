@@ -3,6 +3,7 @@
 use std::{fmt, ops::Range};
 
 use greedy_tree::LaunchModel;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::Error;
 
@@ -46,6 +47,27 @@ impl JobSecret {
     /// The secret itself, for keying other MACs (never send or log it).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// Serialised as its bytes, so the launcher hands agents the value itself; deserialising
+/// checks [`JobSecret::MIN_LEN`] again.
+impl Serialize for JobSecret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobSecret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let bytes = Vec::<u8>::deserialize(d)?;
+        JobSecret::from_bytes(&bytes).ok_or_else(|| {
+            serde::de::Error::custom(format_args!(
+                "a job secret of {} bytes (at least {})",
+                bytes.len(),
+                JobSecret::MIN_LEN
+            ))
+        })
     }
 }
 

@@ -49,6 +49,12 @@ use crate::{
     rendezvous::Rendezvous,
 };
 
+/// The overlay tree of a job of `n_nodes` agents: the greedy tree under the job's model, node
+/// 0 at the root. The one rule every agent and embedder uses to find a node's parent.
+pub fn tree(n_nodes: usize, model: &greedy_tree::LaunchModel) -> greedy_tree::Tree {
+    greedy_tree::greedy(n_nodes, model)
+}
+
 /// Limits and timeouts of the overlay; every network wait is one of these.
 #[derive(Debug, Clone)]
 pub struct OverlayConfig {
@@ -261,7 +267,7 @@ impl Overlay {
         job.validate()?;
         let me = job.node_idx;
         let span = info_span!("overlay", job = %job.job_id, node = me);
-        let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
+        let tree = tree(job.n_nodes(), &job.model);
         let topo = Arc::new(tree);
         let listener = TcpListener::bind(config.bind)
             .await

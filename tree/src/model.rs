@@ -178,14 +178,16 @@ fn to_ns(seconds: f64) -> u64 {
     (seconds * 1e9).round() as u64
 }
 
-/// The serialised form: validated on the way in.
+/// The serialised form: validated on the way in. Every field is always written (no
+/// `skip_serializing_if`), so formats that are not self-describing (postcard, greedyrun's
+/// protocol) read back what they wrote; JSON input may leave out the defaults.
 #[derive(Serialize, Deserialize)]
 struct RawModel {
     seq: f64,
     rem: f64,
     #[serde(default = "one")]
     concurrency: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     max_fanout: Option<u32>,
 }
 

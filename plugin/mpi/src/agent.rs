@@ -713,7 +713,7 @@ async fn join(
         }
         Choice::Srun { addr } => {
             config.bind = SocketAddr::new(my_ip, 0);
-            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret().as_bytes());
+            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret.as_bytes());
             Overlay::start_or_leave(&spec, config, &rdv, leave).await
         }
     }
@@ -772,7 +772,7 @@ async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn
 /// waiting longer than [`REPORT_TIMEOUT`].
 async fn report_to_srun(plan: &StepPlan, code: i32, reason: &str) {
     let (job, step) = (plan.job_id, plan.step_id);
-    let secret = plan.secret();
+    let secret = plan.secret.clone();
     let report = report_exit(
         plan.srun,
         &plan.kvsname,
@@ -904,7 +904,7 @@ mod tests {
             hosts: (1..=4).map(|i| format!("n{i}")).collect(),
             node_idx,
             ranks: vec![vec![0, 1, 2, 3], vec![4, 5], vec![6], vec![7]],
-            secret_hex: "ab".repeat(16),
+            secret: greedy_pmix::JobSecret::from_bytes(&[0xab; 16]).unwrap(),
             model: deep(),
             protocol: Protocol::Pmi,
             rendezvous: Rendezvous::Ports { port },

@@ -91,7 +91,7 @@ pub fn step_plan(data: &[u8]) {
         return;
     };
     assert!(step.node_idx < step.hosts.len() && step.ranks.len() == step.hosts.len());
-    let _ = (step.describe(), step.parent(), step.secret());
+    let _ = (step.describe(), step.parent(), &step.secret);
     let _ = step.job_spec().validate();
     let ranks = plan::decode_ranks(&plan::encode_ranks(&step.ranks)).expect("own ranks decode");
     assert_eq!(ranks, step.ranks);
@@ -150,7 +150,14 @@ pub fn mpi_conf(data: &[u8]) {
         Protocol::Auto => Protocol::Pmi,
         p => p,
     };
-    let env = plan::prelaunch_env(&layout, &"ab".repeat(16), &cfg, protocol, 4000, true);
+    let env = plan::prelaunch_env(
+        &layout,
+        &greedy_pmix::JobSecret::from_bytes(&[0xab; 16]).expect("16 bytes"),
+        &cfg,
+        protocol,
+        4000,
+        true,
+    );
     let get = |k: &str| match k {
         "SLURM_TOPOLOGY_ADDR" => Some("n2".to_string()),
         "SLURM_SRUN_COMM_HOST" => Some("10.0.0.1".to_string()),

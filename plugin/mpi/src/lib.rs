@@ -14,7 +14,7 @@
 //! // srun: 2 nodes x 2 ranks, no reserved ports: srun's listener (port 4000) is the rendezvous.
 //! let layout = StepLayout { job_id: 7, step_id: 0, node_list: "n[1-2]".into(),
 //!     ranks: vec![vec![0, 1], vec![2, 3]] };
-//! let env = plan::prelaunch_env(&layout, &"ab".repeat(16), &MpiConfig::default(),
+//! let env = plan::prelaunch_env(&layout, &greedy_pmix::JobSecret::generate(), &MpiConfig::default(),
 //!     Protocol::Pmi, 4000, true);
 //! // n2's stepd: the same variables plus what slurmd and slurmstepd set.
 //! let get = |k: &str| match k {

@@ -227,7 +227,7 @@ pub type LaunchEnv = Vec<(&'static str, String)>;
 /// through it ([`rendezvous_through_srun`]) or at reserved ports.
 pub fn prelaunch_env(
     layout: &StepLayout,
-    secret_hex: &str,
+    secret: &greedy_pmix::JobSecret,
     cfg: &MpiConfig,
     protocol: Protocol,
     srun_port: u16,
@@ -244,7 +244,7 @@ pub fn prelaunch_env(
         (VAR_JOB, format!("{job_id}.{step_id}")),
         (VAR_HOSTS, node_list.clone()),
         (VAR_RANKS, encode_ranks(ranks)),
-        (VAR_SECRET, secret_hex.to_string()),
+        (VAR_SECRET, secret.to_hex()),
         (VAR_MODEL, format!("{},{}", cfg.seq, cfg.rem)),
         (VAR_PROTOCOL, protocol.to_string()),
         (VAR_RENDEZVOUS, rendezvous.to_string()),
@@ -374,9 +374,8 @@ pub struct StepPlan {
     pub node_idx: usize,
     /// Ranks per node.
     pub ranks: Vec<Vec<u32>>,
-    /// The secret, hex (never logged: [`StepPlan`]'s `Debug` is derived, so keep it out of logs
-    /// by logging [`StepPlan::describe`] instead).
-    pub secret_hex: String,
+    /// The step secret (its `Debug` redacts it).
+    pub secret: greedy_pmix::JobSecret,
     /// The overlay tree model.
     pub model: LaunchModel,
     /// Protocol family.
@@ -446,14 +445,13 @@ impl StepPlan {
                 format!("{} rank lists for {} hosts", ranks.len(), hosts.len()),
             ));
         }
-        let secret_hex = need(VAR_SECRET)?;
-        if greedy_pmix::JobSecret::from_hex(&secret_hex).is_none() {
-            return Err(bad(
+        let secret = greedy_pmix::JobSecret::from_hex(&need(VAR_SECRET)?).ok_or_else(|| {
+            bad(
                 VAR_SECRET,
                 "<redacted>",
                 "not a hex secret of 16 bytes or more".into(),
-            ));
-        }
+            )
+        })?;
         let model_text = need(VAR_MODEL)?;
         let model = model_text
             .split_once(',')
@@ -530,7 +528,7 @@ impl StepPlan {
             hosts,
             node_idx,
             ranks,
-            secret_hex,
+            secret,
             model,
             protocol,
             rendezvous,
@@ -550,7 +548,7 @@ impl StepPlan {
 
     /// The overlay parent's index (the same greedy tree greedy-pmix computes), if any.
     pub fn parent(&self) -> Option<usize> {
-        greedy_tree::greedy(self.hosts.len(), &self.model).parent(self.node_idx)
+        greedy_pmix::overlay::tree(self.hosts.len(), &self.model).parent(self.node_idx)
     }
 
     /// The greedy-pmix job description.
@@ -561,13 +559,8 @@ impl StepPlan {
             node_idx: self.node_idx,
             model: self.model,
             ranks: self.ranks.clone(),
-            secret: self.secret(),
+            secret: self.secret.clone(),
         }
-    }
-
-    /// The step secret.
-    pub fn secret(&self) -> greedy_pmix::JobSecret {
-        greedy_pmix::JobSecret::from_hex(&self.secret_hex).expect("checked in from_env")
     }
 
     /// One line for the log, without the secret.

@@ -48,7 +48,7 @@ impl Client {
             reports,
         };
         let through_srun = plan::rendezvous_through_srun(cfg, resv_ports_in_env);
-        let env = plan::prelaunch_env(layout, &secret.to_hex(), cfg, protocol, port, through_srun);
+        let env = plan::prelaunch_env(layout, &secret, cfg, protocol, port, through_srun);
         Ok((client, env))
     }
 

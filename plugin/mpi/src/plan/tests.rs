@@ -12,11 +12,17 @@ fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
         node_list: "n[1-3]".into(),
         ranks,
     };
-    let mut env: HashMap<String, String> =
-        prelaunch_env(&layout, &"ab".repeat(32), &cfg, Protocol::Pmi, 4567, true)
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+    let mut env: HashMap<String, String> = prelaunch_env(
+        &layout,
+        &greedy_pmix::JobSecret::from_bytes(&[0xab; 32]).unwrap(),
+        &cfg,
+        Protocol::Pmi,
+        4567,
+        true,
+    )
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
     env.insert("SLURM_TOPOLOGY_ADDR".into(), "n2".into());
     env.insert("SLURM_SRUN_COMM_HOST".into(), "10.0.0.1".into());
     for (k, v) in extra {
