@@ -385,7 +385,7 @@ impl Agent {
             }
             let wants_stdin = self.start.stdin_rank == Some(rank);
             let spec = spawn::RankSpec {
-                argv: &self.start.argv,
+                argv: self.start.argv_of(rank),
                 env,
                 cwd: &self.start.cwd,
                 stdin: wants_stdin,
@@ -459,7 +459,10 @@ impl Agent {
                         .up
                         .send(Up::Note {
                             node: self.node,
-                            text: format!("rank {rank}: cannot run {:?}: {e}", self.start.argv[0]),
+                            text: format!(
+                                "rank {rank}: cannot run {:?}: {e}",
+                                self.start.argv_of(rank)[0]
+                            ),
                         })
                         .await;
                     if let Some(pmi) = pmi {

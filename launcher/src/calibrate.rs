@@ -18,7 +18,7 @@ use greedy_tree::{LaunchModel, Topology};
 use crate::{
     head::{self, JobConfig},
     plan::Plan,
-    proto::PmiMode,
+    proto::{App, PmiMode},
 };
 
 /// One-host launches whose median is REM.
@@ -47,7 +47,10 @@ fn job(base: &JobConfig, hosts: &[String], batch: u32) -> JobConfig {
     plan.launch = Topology::Flat.build(hosts.len() + 1, &model);
     plan.batch = batch;
     plan.pmi = PmiMode::None;
-    plan.argv = vec!["true".into()];
+    plan.apps = vec![App {
+        first_rank: 0,
+        argv: vec!["true".into()],
+    }];
     JobConfig {
         plan,
         stdin_rank: None,

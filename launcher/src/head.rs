@@ -111,7 +111,7 @@ pub async fn run(cfg: JobConfig) -> Report {
         hosts: plan.hosts.clone(),
         ranks: plan.ranks.clone(),
         launch_sizes: Vec::new(),
-        argv: plan.argv.clone(),
+        apps: plan.apps.clone(),
         env: cfg.env.clone(),
         cwd: cfg.cwd.clone(),
         rsh: cfg.rsh.clone(),

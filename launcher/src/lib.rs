@@ -20,7 +20,7 @@
 //!     n_ranks: Some(16), hosts: HostSource::List("n[1-8]".into()), ppn: Some(2),
 //!     seq: 0.02, rem: 0.15, topology: greedy_tree::Topology::Greedy, batch: 8,
 //!     timeout: std::time::Duration::from_secs(30), grace: std::time::Duration::from_secs(3),
-//!     pmi: greedy_launcher::proto::PmiMode::Auto, argv: vec!["hostname".into()],
+//!     pmi: greedy_launcher::proto::PmiMode::Auto, argv: vec!["hostname".into()], more: vec![],
 //! })?;
 //! assert_eq!(plan.hosts.len(), 8);
 //! # Ok(()) }
@@ -33,8 +33,10 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod allocation;
 pub mod calibrate;
 mod error;
+pub mod exports;
 pub mod fanout;
 // The fuzz targets' bodies, shared with the corpus replay test; not an API.
 #[doc(hidden)]

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use greedy_tree::{LaunchModel, Topology, Tree, hostfile::HostSlots};
 
-use crate::{Error, proto::PmiMode};
+use crate::{
+    Error,
+    proto::{App, PmiMode},
+};
 
 /// Where the host list comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +30,8 @@ pub enum HostSource {
     /// A comma-separated list of hosts or Slurm hostlist expressions, each optionally `:N`
     /// (`--hosts`, `-H`; the same syntax).
     List(String),
+    /// The batch allocation greedyrun runs in ([`crate::allocation`]).
+    Allocation(crate::allocation::Allocation),
 }
 
 /// Everything the command line says, before validation.
@@ -52,6 +57,18 @@ pub struct Request {
     pub grace: Duration,
     /// Wire-up mode.
     pub pmi: PmiMode,
+    /// Program and arguments (of the first part of an MPMD command line).
+    pub argv: Vec<String>,
+    /// The further parts of an MPMD command line (`: -n K PROG ARGS…`); ranks are numbered
+    /// across the parts, in order.
+    pub more: Vec<Part>,
+}
+
+/// A further part of an MPMD command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Its ranks (`-n K`).
+    pub n_ranks: u32,
     /// Program and arguments.
     pub argv: Vec<String>,
 }
@@ -83,8 +100,8 @@ pub struct Plan {
     pub grace: Duration,
     /// Wire-up mode.
     pub pmi: PmiMode,
-    /// Program and arguments.
-    pub argv: Vec<String>,
+    /// The programs, by first rank.
+    pub apps: Vec<App>,
 }
 
 /// sshd's default `MaxStartups`: 10 unauthenticated connections to *one* sshd, past which it
@@ -100,6 +117,7 @@ impl Plan {
         if req.argv.is_empty() {
             return bad("no program given (greedyrun [OPTIONS] -- PROG ARGS…)".into());
         }
+        let (n_wanted, apps) = apps(&req)?;
         let hosts = parse_hosts(&req.hosts)?;
         if hosts.is_empty() {
             return bad("the host list is empty".into());
@@ -118,7 +136,7 @@ impl Plan {
         }
         let model = LaunchModel::new(req.seq, req.rem)
             .map_err(|e| Error::Plan(format!("launch model: {e}")))?;
-        let (hosts, ranks) = place_ranks(&hosts, req.n_ranks, req.ppn)?;
+        let (hosts, ranks) = place_ranks(&hosts, n_wanted, req.ppn)?;
         let n_ranks = ranks.iter().map(|r| r.len() as u32).sum();
         let launch_model = model
             .with_launch_cap(req.batch)
@@ -136,7 +154,7 @@ impl Plan {
             timeout: req.timeout,
             grace: req.grace,
             pmi: req.pmi,
-            argv: req.argv,
+            apps,
         })
     }
 
@@ -152,6 +170,12 @@ pub fn parse_hosts(source: &HostSource) -> Result<Vec<HostSlots>, Error> {
         HostSource::Hostfile { path, text } => {
             greedy_tree::hostfile::parse(text).map_err(|error| Error::Hosts {
                 what: format!("hostfile {path}"),
+                error,
+            })
+        }
+        HostSource::Allocation(a) => {
+            greedy_tree::hostfile::parse(&a.hostfile).map_err(|error| Error::Hosts {
+                what: a.what.clone(),
                 error,
             })
         }
@@ -194,6 +218,37 @@ fn split_top_level(list: &str) -> Vec<&str> {
     out.push(list[start..].trim());
     out.retain(|s| !s.is_empty());
     out
+}
+
+/// The programs of a request by first rank, and how many ranks it asks for (`None`: every
+/// slot, possible only without MPMD parts).
+fn apps(req: &Request) -> Result<(Option<u32>, Vec<App>), Error> {
+    let mut apps = vec![App {
+        first_rank: 0,
+        argv: req.argv.clone(),
+    }];
+    if req.more.is_empty() {
+        return Ok((req.n_ranks, apps));
+    }
+    let mut next = req.n_ranks.ok_or_else(|| {
+        Error::Plan("an MPMD command line needs -n for every part (-n 2 ./a : -n 6 ./b)".into())
+    })?;
+    for (i, part) in req.more.iter().enumerate() {
+        if part.n_ranks == 0 || part.argv.is_empty() {
+            return Err(Error::Plan(format!(
+                "MPMD part {}: expected -n K PROG ARGS… with K ≥ 1",
+                i + 2
+            )));
+        }
+        apps.push(App {
+            first_rank: next,
+            argv: part.argv.clone(),
+        });
+        next = next
+            .checked_add(part.n_ranks)
+            .ok_or_else(|| Error::Plan("more than 2^32 ranks".into()))?;
+    }
+    Ok((Some(next), apps))
 }
 
 /// Block placement: hosts in order, each taking its capacity, until `n_ranks` are placed.
@@ -253,6 +308,7 @@ mod tests {
             grace: Duration::from_secs(3),
             pmi: PmiMode::Auto,
             argv: vec!["hostname".into()],
+            more: Vec::new(),
         }
     }
 

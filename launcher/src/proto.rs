@@ -48,6 +48,16 @@ pub enum PmiMode {
     Charm,
 }
 
+/// One program of the job and the ranks from `first_rank` up to the next app's that run it
+/// (an MPMD command line, `greedyrun -n 2 ./a : -n 6 ./b`, has one per part).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct App {
+    /// The first rank that runs it.
+    pub first_rank: u32,
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+}
+
 /// Everything an agent needs to run its part of the job. Sent once, as the first frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Start {
@@ -65,8 +75,8 @@ pub struct Start {
     /// Launch position `p` is host `p - 1`; position 0 is greedyrun. Sent explicitly so that
     /// every topology (not only greedy, whose subtrees are greedy trees) forwards correctly.
     pub launch_sizes: Vec<u32>,
-    /// The program and its arguments.
-    pub argv: Vec<String>,
+    /// The programs: one for every rank, or one per part of an MPMD command line.
+    pub apps: Vec<App>,
     /// The ranks' environment (the wire-up adds its own variables).
     pub env: Vec<(String, String)>,
     /// Working directory of the ranks.
@@ -120,6 +130,15 @@ impl Start {
                 self.subtree_hosts()
             ));
         }
+        let ordered = self.apps.first().is_some_and(|a| a.first_rank == 0)
+            && self
+                .apps
+                .windows(2)
+                .all(|w| w[0].first_rank < w[1].first_rank)
+            && self.apps.iter().all(|a| !a.argv.is_empty());
+        if !ordered {
+            return Err("bad Start: no program, or programs not in rank order".into());
+        }
         for (what, s) in [
             ("hello timeout", self.hello_timeout_s),
             ("grace", self.grace_s),
@@ -129,6 +148,12 @@ impl Start {
             }
         }
         Ok(())
+    }
+
+    /// The program and arguments `rank` runs (checked: [`Start::check`]).
+    pub fn argv_of(&self, rank: u32) -> &[String] {
+        let i = self.apps.partition_point(|a| a.first_rank <= rank);
+        &self.apps[i.saturating_sub(1)].argv
     }
 
     /// The host range `[first, end)` of this agent's launch subtree.
@@ -376,7 +401,10 @@ mod tests {
             hosts: vec!["n1".into(), "n2".into(), "n3".into()],
             ranks: vec![vec![0], vec![1], vec![2]],
             launch_sizes: vec![1],
-            argv: vec!["hostname".into()],
+            apps: vec![App {
+                first_rank: 0,
+                argv: vec!["hostname".into()],
+            }],
             env: vec![("A".into(), "b".into())],
             cwd: "/".into(),
             rsh: vec!["rsh".into()],
@@ -451,6 +479,31 @@ mod tests {
                 .to_string()
                 .contains("undecodable")
         );
+    }
+
+    #[test]
+    fn each_rank_runs_its_parts_program() {
+        let app = |first_rank, p: &str| App {
+            first_rank,
+            argv: vec![p.to_string()],
+        };
+        let s = Start {
+            apps: vec![app(0, "a"), app(2, "b"), app(3, "c")],
+            ..sample_start()
+        };
+        assert_eq!(s.check(), Ok(()));
+        let progs: Vec<_> = (0..5).map(|r| s.argv_of(r)[0].as_str()).collect();
+        assert_eq!(progs, ["a", "a", "b", "c", "c"]);
+        for apps in [vec![], vec![app(1, "a")], vec![app(0, "a"), app(0, "b")]] {
+            assert!(
+                Start {
+                    apps,
+                    ..sample_start()
+                }
+                .check()
+                .is_err()
+            );
+        }
     }
 
     #[test]

@@ -319,6 +319,14 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         use std::io::Write;
         s.write_all(&[0, 0, 0, 64, 0, 0]).unwrap();
         stranger = Some(s);
+        // The stranger is this agent's own socket, so a rank between fork and exec holds a
+        // copy of it, and the gate, which admits sockets open in the agent's descendants,
+        // would let it in. Wait for the refusal before forking (a real stranger belongs to
+        // no descendant at any time).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while greedy_sys::pmix::gate::refused() == 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
     for (rank, env) in envs {
         if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {

@@ -6,6 +6,10 @@
 # host namespace or on the login node. Cases:
 #   stdio     hostname on 8 hosts x 2 ranks over ssh and over rsh; -np/--hostfile habits;
 #             --tag-output; stdin reaches rank 0 only
+#   alloc     no host option: inside `salloc -N4 --ntasks-per-node 2` (the first cluster runs
+#             Slurm) greedyrun takes SLURM_JOB_NODELIST and its tasks per node (-v names them);
+#             with PBS_NODEFILE, the node file's hosts and slots
+#   env       -x VAR=VAL, -genv VAR VAL, -wdir DIR and --export NONE,VAR=VAL, seen from the ranks
 #   exit      the first failing rank's code is greedyrun's (exit 3), 128+signal (137), 127
 #   sigint    Ctrl-C (SIGINT) mid-job: exit 130, ranks get SIGTERM (a trap sees it), no orphans
 #   sigterm   SIGTERM, ranks ignoring SIGTERM are SIGKILLed after --grace: exit 143
@@ -13,7 +17,8 @@
 #   hang      a remote shell that hangs (n6): exit 124/125 within --timeout, naming n6
 #   stall     a remote shell that stalls on n7 before greedyd starts: what it started is reaped
 #   agentkill an agent SIGKILLed mid-job: exit 125 naming the host, its ranks reaped by its guard
-#   mpich     MPI hello + allreduce, 8 hosts x 2 ranks, wire-up across hosts through greedy-pmix
+#   mpich     MPI hello + allreduce, 8 hosts x 2 ranks, wire-up across hosts through greedy-pmix;
+#             the same as an MPMD command line of two parts (-n 4 … : -n 12 …)
 #             (MPICH build: see MPICH below)
 #   openmpi   the same with Debian's Open MPI 4.1 over --pmi pmix (greedy-pmix's PMIx server),
 #             and MPI_Abort(42) from rank 5 ending the job with 42
@@ -153,6 +158,40 @@ cases() {
   pass "$tag: stdin goes to rank 0 only"
   no_orphans "$tag stdio"
 
+  # --- alloc: the allocation's hosts, no host option ---------------------------------------------
+  if [[ -n ${SLURM_CONF:-} ]]; then
+    set +e
+    timeout 120 salloc -Q -N4 --ntasks-per-node 2 -- "${GR[@]}" -v --pmi none -- hostname \
+      >"$WORK/alloc.out" 2>"$WORK/alloc.err" </dev/null
+    RC=$?
+    set -e
+    OUT=$(<"$WORK/alloc.out") ERR=$(<"$WORK/alloc.err")
+    ((RC == 0)) || fail "$tag salloc: exit $RC: $ERR"
+    [[ $(wc -l <<<"$OUT") == 8 && $(sort <<<"$OUT" | uniq -c | awk '$1 == 2' | wc -l) == 4 ]] ||
+      fail "$tag salloc: expected 4 hosts twice each, got: $OUT"
+    grep -q "hosts from SLURM_JOB_NODELIST=n.* (SLURM_TASKS_PER_NODE=2(x4))" <<<"$ERR" ||
+      fail "$tag salloc: -v does not name the allocation: $ERR"
+    pass "$tag: inside salloc -N4 --ntasks-per-node 2, no host option: 8 ranks on its 4 hosts"
+  fi
+  printf 'n5\nn5\nn6\n' >"$WORK/pbs-nodes"
+  set +e
+  OUT=$(env -u SLURM_JOB_NODELIST PBS_NODEFILE="$WORK/pbs-nodes" "${GR[@]}" --pmi none -- hostname 2>"$WORK/pbs.err" </dev/null)
+  RC=$?
+  set -e
+  ((RC == 0)) && [[ $(sort <<<"$OUT" | tr '\n' ' ') == "n5 n5 n6 " ]] ||
+    fail "$tag PBS_NODEFILE: exit $RC, out '$OUT': $(<"$WORK/pbs.err")"
+  pass "$tag: PBS_NODEFILE's hosts and slots, no host option"
+  no_orphans "$tag alloc"
+
+  # --- env: environment and working-directory options, checked inside the ranks ------------------
+  run envopts -H n2,n3 --pmi none -x GREEDY_E2E_X=1 -genv GREEDY_E2E_G "a b" -wdir /var/tmp -- \
+    sh -c 'echo "$GREEDY_RANK|$GREEDY_E2E_X|$GREEDY_E2E_G|$(pwd)|${GREEDY_TC_STATE:+inherited}"'
+  ((RC == 0)) && [[ $(sort <<<"$OUT" | tr '\n' ' ') == "0|1|a b|/var/tmp|inherited 1|1|a b|/var/tmp|inherited " ]] ||
+    fail "$tag env options: exit $RC, out '$OUT': $ERR"
+  run envnone -H n2 --pmi none --export NONE,GREEDY_E2E_X=2 -- /bin/sh -c 'echo "$GREEDY_E2E_X|${GREEDY_TC_STATE:-none}"'
+  ((RC == 0)) && [[ $OUT == "2|none" ]] || fail "$tag --export NONE: exit $RC, out '$OUT': $ERR"
+  pass "$tag: -x, -genv, -wdir and --export NONE,VAR=VAL as the ranks see them"
+
   # --- exit codes ---------------------------------------------------------------------------
   run exit3 -n 16 --hosts "$HOSTS" --ppn 2 --pmi none -- sh -c '[ $GREEDY_RANK = 5 ] && exit 3; sleep 4240'
   ((RC == 3)) || fail "$tag exit code: expected 3, got $RC: $ERR"
@@ -247,6 +286,16 @@ cases() {
   ((RC == 0)) || fail "$tag mpich: exit $RC: $ERR $OUT"
   [[ $(grep -c "of 16: ok" <<<"$OUT") == 16 ]] || fail "$tag mpich: expected 16 ok lines: $OUT"
   pass "$tag: MPI hello+allreduce on $NODES hosts x 2 ranks in ${SECS}s"
+  if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
+    # MPMD: two parts, one job and one wire-up: every rank sees size 16 and its part's argument.
+    local part='echo "part $1 $GREEDY_RANK"; exec env EXPECT_SIZE=16 "$0"'
+    run mpmd --hosts "$HOSTS" --ppn 2 --timeout 60 -n 4 sh -c "$part" "$hello" a : \
+      -n 12 sh -c "$part" "$hello" b
+    ((RC == 0)) && [[ $(grep -c "of 16: ok" <<<"$OUT") == 16 ]] || fail "$tag MPMD: exit $RC: $ERR $OUT"
+    [[ $(grep -c "^part a [0-3]$" <<<"$OUT") == 4 && $(grep -c "^part b \([4-9]\|1[0-5]\)$" <<<"$OUT") == 12 ]] ||
+      fail "$tag MPMD: ranks 0-3 should run part a, 4-15 part b: $OUT"
+    pass "$tag: MPMD -n 4 … : -n 12 …, one MPI job of 16 ranks"
+  fi
   run mpich-fail -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- "$hello" fail-before-init=9:7
   ((RC == 7)) || fail "$tag mpich early exit: expected 7, got $RC: $ERR"
   no_orphans "$tag mpich"
@@ -320,7 +369,7 @@ EOF
   pass "$tag: remote shell stalled on n7 before greedyd: exit $RC in ${SECS}s, nothing left on n7"
 }
 
-up
+up --slurm
 cases "8 hosts"
 cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null

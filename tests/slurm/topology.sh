@@ -14,7 +14,9 @@
 #   placement a fixed sequence of jobs (an exclusive 3-node job, then -N6, then -N4
 #             --switches=1) lands on one switch each, as topology/tree places them
 #   fault     greedy.conf naming a delegate that does not exist: srun (24.11) or scontrol
-#             (26.05) says so once and uses the default delegate; the job still runs
+#             (26.05) says so once and uses the default delegate; the job still runs. A
+#             malformed greedy.conf (Slurm restarted with it): every slurmd says why, no split
+#             is greedy's, the job runs
 #   removal   TopologyPlugin=topology/tree, topology_greedy.so deleted, Slurm restarted on the
 #             same state: jobs run, the placement and scontrol show topology are exactly what
 #             they were under topology/greedy, and no log line names topology/greedy again
@@ -148,6 +150,26 @@ fi
 [[ $(grep -c "no topology_nosuch.so in .*; delegating to topology/$default_delegate" <<<"$out") == 1 ]] ||
   fail "a missing delegate is not named once: $out"
 pass "greedy.conf naming a missing delegate: one line naming it, topology/$default_delegate used, the command ran"
+
+# --- a broken greedy.conf: Slurm's own split, said once by each daemon ---------------------------
+cp "$(dirname "$SLURM_CONF")/greedy.conf" "$work/good.conf"
+printf 'RouteSeq=fast\nRouteLogSplits=yes\nTopologyDelegate=tree\n' >"$(dirname "$SLURM_CONF")/greedy.conf"
+"$TC" restart-slurm >/dev/null || fail "Slurm did not come back with a broken greedy.conf"
+for h in $("$TC" hosts); do echo "$h $(stat -c %s "$LOGDIR/slurmd-$h.log")"; done >"$work/offsets"
+got=$(timeout 60 srun -N16 hostname 2>"$work/srun.err" | sort -V | tr '\n' ' ') ||
+  fail "srun -N16 hostname with a broken greedy.conf: $(cat "$work/srun.err")"
+[[ $got == "$(seq -f 'n%g' 1 16 | tr '\n' ' ')" ]] || fail "srun -N16 hostname with a broken greedy.conf printed '$got'"
+for h in $("$TC" hosts); do
+  # The whole log since the restart: the line is written when slurmd loads the plugin.
+  n=$(grep -c "topology/greedy: .*RouteSeq.*; the delegate splits every host list" "$LOGDIR/slurmd-$h.log" || true)
+  ((n >= 1)) || fail "slurmd on $h does not say why greedy.conf was ignored"
+done
+while read -r h off; do
+  ! tail -c +$((off + 1)) "$LOGDIR/slurmd-$h.log" | grep -q "topology/greedy: split" ||
+    fail "slurmd on $h split with greedy's plan although greedy.conf was ignored"
+done <"$work/offsets"
+cp "$work/good.conf" "$(dirname "$SLURM_CONF")/greedy.conf"
+pass "broken greedy.conf: every slurmd says why, the job ran on Slurm's own split"
 
 # --- removal ------------------------------------------------------------------------------------
 sed -i 's|^TopologyPlugin=topology/greedy$|TopologyPlugin=topology/tree|' "$SLURM_CONF"

@@ -5,9 +5,10 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use greedy_launcher::{
-    calibrate,
+    allocation, calibrate,
+    exports::{self, Exports},
     head::{self, JobConfig},
-    plan::{HostSource, Plan, Request},
+    plan::{HostSource, Part, Plan, Request},
     proto::PmiMode,
     ssh,
     status::code,
@@ -53,7 +54,10 @@ pub(crate) struct Args {
     #[arg(short = 'n', long = "np", value_name = "NP")]
     n_ranks: Option<u32>,
 
-    /// Hostfile: `host slots=N` (Open MPI), `host:N` (MPICH), or one host per line.
+    /// Hostfile: `host slots=N` (Open MPI), `host:N` (MPICH), or one host per line. Without
+    /// any host option, the allocation's hosts: Slurm (`SLURM_JOB_NODELIST` and its tasks per
+    /// node), PBS (`PBS_NODEFILE`), LSF (`LSB_DJOB_HOSTFILE`, `LSB_MCPU_HOSTS`) or Grid Engine
+    /// (`PE_HOSTFILE`); `-v` names the source.
     #[arg(long, visible_alias = "machinefile", short = 'f', value_name = "FILE")]
     hostfile: Option<PathBuf>,
 
@@ -149,6 +153,37 @@ pub(crate) struct Args {
     #[arg(short, long)]
     verbose: bool,
 
+    /// Pass VAR on to the ranks, or set it: `-x VAR`, `-x VAR=VAL` (Open MPI). Every variable
+    /// of this environment is passed on unless --export, -genvlist or -genvnone say otherwise.
+    #[arg(short = 'x', value_name = "VAR[=VAL]")]
+    x: Vec<String>,
+
+    /// Set VAR to VAL in every rank (Hydra). `-genv` also works.
+    #[arg(long, num_args = 2, value_names = ["VAR", "VAL"])]
+    genv: Vec<String>,
+
+    /// Pass on only these variables (and -x/-genv ones) (Hydra). `-genvlist` also works.
+    #[arg(long, value_name = "A,B")]
+    genvlist: Option<String>,
+
+    /// Pass on none of this environment's variables but -x/-genv ones (Hydra).
+    #[arg(long)]
+    genvnone: bool,
+
+    /// Pass on every variable, the default (Hydra).
+    #[arg(long)]
+    genvall: bool,
+
+    /// As srun: ALL, NONE, or a list `[ALL,]VAR[=VAL],…` (without ALL, only what it names).
+    /// Decides over -genvlist and -genvnone.
+    #[arg(long, value_name = "SPEC")]
+    export: Option<String>,
+
+    /// Working directory of the ranks, on every host (default: greedyrun's). `-wdir` also
+    /// works.
+    #[arg(long, visible_alias = "wdir", value_name = "DIR")]
+    chdir: Option<PathBuf>,
+
     /// The program and its arguments.
     #[arg(
         trailing_var_arg = true,
@@ -189,7 +224,20 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
                 .with_context(|| format!("read hostfile {}", p.display()))?,
         },
         (_, Some(e), _) | (_, _, Some(e)) => HostSource::List(e.clone()),
-        _ => bail!("no hosts: give --hostfile FILE, --hosts EXPR or -H h1,h2"),
+        _ => {
+            let found =
+                allocation::detect(&|k| std::env::var(k).ok(), &|p| std::fs::read_to_string(p))?;
+            let Some(a) = found else {
+                bail!(
+                    "no hosts: give --hostfile FILE, --hosts EXPR or -H h1,h2, or run inside a \
+                     Slurm, PBS, LSF or Grid Engine allocation"
+                )
+            };
+            if args.verbose {
+                eprintln!("greedyrun: hosts from {}", a.what);
+            }
+            HostSource::Allocation(a)
+        }
     };
     let pmi = match args.pmi {
         Pmi::Auto => PmiMode::Auto,
@@ -199,10 +247,10 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         Pmi::Charm => PmiMode::Charm,
     };
     let timeout = secs("--timeout", args.timeout)?;
-    let argv = if args.calibrate && args.argv.is_empty() {
-        vec!["true".to_string()]
+    let (argv, more) = if args.calibrate && args.argv.is_empty() {
+        (vec!["true".to_string()], Vec::new())
     } else {
-        args.argv
+        mpmd_parts(args.argv)?
     };
     let mut plan = Plan::new(Request {
         n_ranks: args.n_ranks,
@@ -216,11 +264,15 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         grace: secs("--grace", args.grace)?,
         pmi,
         argv,
+        more,
     })?;
     if pmi == PmiMode::Charm {
+        if plan.apps.len() > 1 {
+            bail!("--pmi charm: one program per job (Charm++ has no MPMD start)");
+        }
         // A non-SMP Charm++ client given +p2 exits before connecting, silently (its stdio is
         // already /dev/null): refuse here, with the reason, rather than time out later.
-        plan.argv = greedy_pmix::charm::launcher_args(&plan.argv, plan.n_ranks)
+        plan.apps[0].argv = greedy_pmix::charm::launcher_args(&plan.apps[0].argv, plan.n_ranks)
             .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
     }
     let stdin_rank = match args.stdin.as_str() {
@@ -240,12 +292,30 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
             vec![exe.with_file_name("greedyd").display().to_string()]
         }
     };
-    let env = std::env::vars()
-        .filter(|(k, _)| !ENV_SKIP.contains(&k.as_str()))
-        .collect();
-    let cwd = std::env::current_dir()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "/".into());
+    let mut exports = Exports::default();
+    if args.genvnone {
+        exports.base = exports::Base::None;
+    }
+    if let Some(list) = &args.genvlist {
+        exports.list(list)?;
+    }
+    if let Some(spec) = &args.export {
+        exports.export(spec)?;
+    }
+    for x in &args.x {
+        exports.x(x)?;
+    }
+    for pair in args.genv.chunks(2) {
+        exports.set(&pair[0], &pair[1])?;
+    }
+    let env = exports.apply(std::env::vars().filter(|(k, _)| !ENV_SKIP.contains(&k.as_str())));
+    let here = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    // A relative --chdir is taken from here, as the user sees it.
+    let cwd = args
+        .chdir
+        .map_or(here.clone(), |d| here.join(d))
+        .display()
+        .to_string();
     Ok((
         JobConfig {
             plan,
@@ -265,6 +335,44 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
     ))
 }
 
+/// Splits `PROG ARGS… : -n K PROG ARGS… : …` (mpiexec's MPMD form) at the `:` words: the
+/// first part's program, and the further parts with their counts (`-n K`, `-np K`).
+fn mpmd_parts(argv: Vec<String>) -> anyhow::Result<(Vec<String>, Vec<Part>)> {
+    let mut parts = argv.split(|w| w == ":");
+    let first = parts.next().unwrap_or_default().to_vec();
+    let mut more = Vec::new();
+    for (i, words) in parts.enumerate() {
+        let (count, argv) = match words {
+            [flag, k, argv @ ..] if ["-n", "-np", "--np"].contains(&flag.as_str()) => (k, argv),
+            _ => bail!(
+                "MPMD part {}: expected `: -n K PROG ARGS…`, got {words:?}",
+                i + 2
+            ),
+        };
+        let n_ranks = count
+            .parse()
+            .with_context(|| format!("MPMD part {}: -n {count:?}", i + 2))?;
+        more.push(Part {
+            n_ranks,
+            argv: argv.to_vec(),
+        });
+    }
+    Ok((first, more))
+}
+
+/// mpirun's and mpiexec's single-dash long options that greedyrun takes with two dashes.
+const SINGLE_DASH_LONG: &[&str] = &[
+    "-np",
+    "-ppn",
+    "-hostfile",
+    "-machinefile",
+    "-genv",
+    "-genvlist",
+    "-genvnone",
+    "-genvall",
+    "-wdir",
+];
+
 /// `-np`/`-ppn` are single-dash long options in mpirun/mpiexec; clap wants two dashes.
 fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
@@ -273,7 +381,7 @@ fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
         if !passthrough {
             if a == "--" {
                 passthrough = true;
-            } else if a == "-np" || a == "-ppn" || a == "-hostfile" || a == "-machinefile" {
+            } else if SINGLE_DASH_LONG.contains(&a.as_str()) {
                 out.push(format!("-{a}"));
                 continue;
             }
@@ -375,6 +483,111 @@ mod tests {
     }
 
     #[test]
+    fn mpmd_parts_number_ranks_across_programs() {
+        let parse = |v: &[&str]| {
+            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
+            job_config(Args::try_parse_from(argv).unwrap())
+        };
+        let (cfg, _) = parse(&[
+            "greedyrun",
+            "-H",
+            "a:4,b:4",
+            "-n",
+            "2",
+            "./a",
+            "x",
+            ":",
+            "-np",
+            "6",
+            "./b",
+        ])
+        .unwrap();
+        assert_eq!(cfg.plan.n_ranks, 8);
+        let apps: Vec<_> = cfg
+            .plan
+            .apps
+            .iter()
+            .map(|a| (a.first_rank, a.argv.join(" ")))
+            .collect();
+        assert_eq!(apps, [(0, "./a x".to_string()), (2, "./b".to_string())]);
+        for bad in [
+            &["greedyrun", "-H", "a:4", "./a", ":", "-n", "2", "./b"][..],
+            &["greedyrun", "-H", "a:4", "-n", "1", "./a", ":", "./b"],
+            &[
+                "greedyrun",
+                "-H",
+                "a:4",
+                "-n",
+                "1",
+                "./a",
+                ":",
+                "-n",
+                "0",
+                "./b",
+            ],
+            &[
+                "greedyrun",
+                "-H",
+                "a:4",
+                "-n",
+                "1",
+                "./a",
+                ":",
+                "-n",
+                "x",
+                "./b",
+            ],
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("MPMD"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn environment_and_working_directory_options_as_mpirun_hydra_and_srun() {
+        let parse = |v: &[&str]| {
+            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
+            job_config(Args::try_parse_from(argv).unwrap())
+        };
+        let (cfg, _) = parse(&[
+            "greedyrun",
+            "-H",
+            "a",
+            "-genvnone",
+            "-x",
+            "FOO=1",
+            "-genv",
+            "BAR",
+            "two words",
+            "-wdir",
+            "/w",
+            "--",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.env,
+            [
+                ("FOO".into(), "1".into()),
+                ("BAR".into(), "two words".into())
+            ]
+        );
+        assert_eq!(cfg.cwd, "/w");
+        let (cfg, _) = parse(&["greedyrun", "-H", "a", "--export", "NONE", "--", "prog"]).unwrap();
+        assert!(cfg.env.is_empty());
+        // By default everything is passed on (PATH is set wherever cargo runs tests).
+        let (cfg, _) = parse(&["greedyrun", "-H", "a", "--chdir", "sub", "--", "prog"]).unwrap();
+        assert!(cfg.env.iter().any(|(k, _)| k == "PATH"));
+        assert!(
+            cfg.cwd.ends_with("/sub") && cfg.cwd.starts_with('/'),
+            "{}",
+            cfg.cwd
+        );
+        let e = parse(&["greedyrun", "-H", "a", "-x", "9X", "--", "prog"]).unwrap_err();
+        assert!(e.to_string().contains("-x \"9X\""), "{e}");
+    }
+
+    #[test]
     fn charm_drops_matching_plus_p_and_refuses_others() {
         let charm = |p: &str| {
             let v = [
@@ -394,7 +607,7 @@ mod tests {
         };
         let (cfg, _) = charm("+p2").unwrap();
         assert_eq!(cfg.plan.pmi, PmiMode::Charm);
-        assert_eq!(cfg.plan.argv, ["py", "t.py"]);
+        assert_eq!(cfg.plan.apps[0].argv, ["py", "t.py"]);
         let e = charm("+p4").unwrap_err();
         assert!(e.to_string().contains("greedy starts 2 processes"), "{e}");
     }

@@ -53,13 +53,15 @@ pub extern "C" fn init() -> c_int {
     guard::catch("topology/greedy init", SLURM_ERROR, log::error, || {
         let release = ((VERSION_NUMBER >> 16) & 0xff, (VERSION_NUMBER >> 8) & 0xff);
         let default = config::default_delegate(release);
-        let (cfg, fault) = TopologyConfig::load(&greedy_slurm::conf::path_from_env(), default);
-        if let Some(line) = fault {
-            log::error(&line);
-        }
-        let (fault, in_force) = route_greedy::state::reload();
-        if let Some(line) = fault {
-            log::error(&format!("topology/greedy: {line}"));
+        let (cfg, topo_fault) = TopologyConfig::load(&greedy_slurm::conf::path_from_env(), default);
+        let (route_fault, in_force) = route_greedy::state::reload();
+        // One line per fault of the file: a malformed line is both loaders' fault.
+        match (route_fault, topo_fault) {
+            (Some(line), _) => log::error(&format!(
+                "topology/greedy: {line}; the delegate splits every host list"
+            )),
+            (None, Some(line)) => log::error(&line),
+            (None, None) => {}
         }
         let slurm_conf = std::env::var("SLURM_CONF").ok();
         let dirs = delegate::plugin_dirs(slurm_conf.as_deref(), delegate::own_dir().as_deref());
@@ -230,7 +232,7 @@ fn split_hostlist(
     // Plan on the count first, so that a fault leaves `hl` untouched for the delegate.
     let planned = guard::catch("topology/greedy split", None, log::error, || {
         split::plan(n, tree_width, log::error)
-            .map_err(|why| log::error(&why))
+            .map_err(|why| why.map(|w| log::error(&w)))
             .ok()
     });
     let Some(planned) = planned else {

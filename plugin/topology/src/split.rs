@@ -15,18 +15,29 @@ pub struct Plan {
     pub depth: u32,
 }
 
-/// The plan for `n` hosts, or the line to log before falling back to the delegate's split;
-/// `log` receives greedy.conf's fault, once per load.
-pub fn plan(n: usize, tree_width: u16, log: impl Fn(&str)) -> Result<Plan, String> {
+/// The plan for `n` hosts, or why the delegate splits instead: the line to log, or `None`
+/// when greedy.conf could not be used (said once, when it was loaded: `log` receives it if
+/// this is the first load). A greedy.conf that was ignored leaves every split to the delegate,
+/// as Slurm would split without this plugin, rather than planning with defaults nobody chose.
+pub fn plan(n: usize, tree_width: u16, log: impl Fn(&str)) -> Result<Plan, Option<String>> {
     let (cfg, fault) = state::current();
     if let Some(line) = fault {
-        log(&format!("topology/greedy: {line}"));
+        log(&format!(
+            "topology/greedy: {line}; the delegate splits every host list"
+        ));
+    }
+    if state::file_was_ignored() {
+        return Err(None);
     }
     cfg.model()
         .map_err(SplitError::from)
         .and_then(|m| rule::greedy_plan(n, &m, tree_width))
         .map(|(ranges, depth)| Plan { ranges, depth })
-        .map_err(|why| format!("topology/greedy: {why}; the delegate splits these {n} hosts"))
+        .map_err(|why| {
+            Some(format!(
+                "topology/greedy: {why}; the delegate splits these {n} hosts"
+            ))
+        })
 }
 
 /// The line `RouteLogSplits=yes` logs for a split of `names` (route/greedy's format).
@@ -45,8 +56,9 @@ pub fn describe<S: AsRef<str>>(names: &[S], tree_width: u16, plan: &Plan) -> Opt
 mod tests {
     use super::*;
 
+    // One test: the configuration is process-wide, and tests run on parallel threads.
     #[test]
-    fn sixteen_hosts_are_a_partition_with_the_trees_depth() {
+    fn plans_with_greedy_conf_and_leaves_splits_to_the_delegate_when_it_is_ignored() {
         let p = plan(16, 16, |_| {}).unwrap();
         assert_eq!(p.ranges.iter().map(|r| r.len()).sum::<usize>(), 16);
         assert_eq!(p.ranges[0].start, 0);
@@ -59,5 +71,16 @@ mod tests {
         let one = plan(1, 16, |_| {}).unwrap();
         assert_eq!(one.ranges.len(), 1);
         assert_eq!((one.ranges[0].clone(), one.depth), (0..1, 1));
+
+        let dir = std::env::temp_dir().join(format!("topology-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("greedy.conf");
+        std::fs::write(&bad, "RouteSeq=fast\n").unwrap();
+        let (fault, _) = state::reload_from(&bad);
+        assert!(fault.unwrap().contains("RouteSeq"));
+        assert_eq!(plan(16, 16, |_| {}), Err(None));
+        state::reload_from(&dir.join("absent.conf"));
+        assert!(plan(16, 16, |_| {}).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
