@@ -47,13 +47,10 @@ fail() { echo "topology-bench $RELEASE: FAIL: $*" >&2; exit 1; }
 delegate=default
 [[ $RELEASE == 26.05 ]] && delegate=flat
 
-(eval "$("$ROOT/slurm-conf/release-root" --build-env "$RELEASE")" &&
-  CARGO_TARGET_DIR=$CARGO_TARGET_DIR/slurm-$RELEASE cargo build -q --release --locked -p greedy-slurm-topology) ||
-  fail "building topology_greedy.so for Slurm $RELEASE"
-cargo build -q --locked -p greedy-tree || fail "cargo build greedy-tree"
+build_topology_plugin
 work=$(mktemp -d /var/tmp/topology-bench.XXXXXX)
 chmod 755 "$work"
-cp "$CARGO_TARGET_DIR/slurm-$RELEASE/release/libtopology_greedy.so" "$work/topology_greedy.so"
+cp "$TOPOLOGY_SO" "$work/topology_greedy.so"
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes 64 --delay "$delay" --slurm --release "$RELEASE" --plugindir "$work"

@@ -42,13 +42,10 @@ pass() { echo "$TAG: ok: $*"; }
 SEQ=0.01 REM=0.03 TREEWIDTH=16
 [[ $RELEASE == 26.05 ]] && REM=0.015 TREEWIDTH=4
 
-(eval "$("$ROOT/slurm-conf/release-root" --build-env "$RELEASE")" &&
-  CARGO_TARGET_DIR=$CARGO_TARGET_DIR/slurm-$RELEASE cargo build -q --release --locked -p greedy-slurm-topology) ||
-  fail "building topology_greedy.so for Slurm $RELEASE"
-cargo build -q --locked -p greedy-tree || fail "cargo build greedy-tree"
+build_topology_plugin
 work=$(mktemp -d /var/tmp/topology-test.XXXXXX)
 chmod 755 "$work"
-cp "$CARGO_TARGET_DIR/slurm-$RELEASE/release/libtopology_greedy.so" "$work/topology_greedy.so"
+cp "$TOPOLOGY_SO" "$work/topology_greedy.so"
 printf 'RouteSeq=%s\nRouteRem=%s\nRouteLogSplits=yes\nTopologyDelegate=tree\n' $SEQ $REM >"$work/greedy.conf"
 printf '%s\n' 'SwitchName=s1 Nodes=n[1-8]' 'SwitchName=s2 Nodes=n[9-16]' 'SwitchName=top Switches=s[1-2]' \
   >"$work/topology.conf"

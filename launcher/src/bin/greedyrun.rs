@@ -440,6 +440,12 @@ fn main() {
 mod tests {
     use super::*;
 
+    /// A command line as the shell gives it to greedyrun, through to its job.
+    fn parse(argv: &[&str]) -> anyhow::Result<(JobConfig, bool)> {
+        let argv = mpirun_habits(argv.iter().map(|s| s.to_string()));
+        job_config(Args::try_parse_from(argv).unwrap())
+    }
+
     #[test]
     fn mpirun_single_dash_options() {
         let argv = ["greedyrun", "-np", "4", "-ppn", "2", "--", "prog", "-np"].map(String::from);
@@ -451,10 +457,6 @@ mod tests {
 
     #[test]
     fn args_become_a_plan_or_exit_2() {
-        let parse = |v: &[&str]| {
-            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
-            job_config(Args::try_parse_from(argv).unwrap())
-        };
         let (cfg, cal) = parse(&[
             "greedyrun",
             "-np",
@@ -484,10 +486,6 @@ mod tests {
 
     #[test]
     fn mpmd_parts_number_ranks_across_programs() {
-        let parse = |v: &[&str]| {
-            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
-            job_config(Args::try_parse_from(argv).unwrap())
-        };
         let (cfg, _) = parse(&[
             "greedyrun",
             "-H",
@@ -545,10 +543,6 @@ mod tests {
 
     #[test]
     fn environment_and_working_directory_options_as_mpirun_hydra_and_srun() {
-        let parse = |v: &[&str]| {
-            let argv = mpirun_habits(v.iter().map(|s| s.to_string()));
-            job_config(Args::try_parse_from(argv).unwrap())
-        };
         let (cfg, _) = parse(&[
             "greedyrun",
             "-H",
