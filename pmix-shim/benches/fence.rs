@@ -98,7 +98,7 @@ async fn time_pmi_fence(n: usize, iters: usize) -> (Duration, Duration) {
         let pmi = PmiServer::start(&j, o.clone(), PmiConfig::default())
             .await
             .unwrap();
-        let (theirs, _env) = pmi.socketpair_for(i as u32, 3).unwrap();
+        let (theirs, _env) = pmi.socketpair_for(i as u32, Some(3)).unwrap();
         theirs.set_nonblocking(true).unwrap();
         let stream = tokio::net::UnixStream::from_std(theirs).unwrap();
         let (r, mut w) = stream.into_split();

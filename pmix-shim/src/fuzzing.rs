@@ -25,7 +25,6 @@ pub const TARGETS: &[Target] = &[
     ("overlay_frame", overlay_frame),
     ("charm_frame", charm_frame),
     ("overlay_handshake", overlay_handshake),
-    #[cfg(feature = "pmix")]
     ("dmodex_request", dmodex_request),
 ];
 
@@ -289,7 +288,6 @@ pub fn overlay_handshake(data: &[u8]) {
 /// A remote node's direct-modex request body as this node decodes it: no panic, only this
 /// node's ranks of this job are accepted, and an accepted request re-encodes to one that
 /// decodes the same.
-#[cfg(feature = "pmix")]
 pub fn dmodex_request(data: &[u8]) {
     use crate::pmix::{decode_dmodex_request, encode_dmodex_request};
     // Node 1 of 3 holds ranks 2 and 3.

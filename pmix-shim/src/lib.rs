@@ -30,7 +30,7 @@
 //! let board = Memory::default(); // in-process rendezvous; launchers supply their own
 //! let overlay = Overlay::start(&job, OverlayConfig::default(), &board).await?;
 //! let pmi = PmiServer::start(&job, overlay.clone(), PmiConfig::default()).await?;
-//! let (child_end, env) = pmi.socketpair_for(job.local_ranks()[0], 3)?; // map child_end to fd 3
+//! let (child_end, env) = pmi.socketpair_for(job.local_ranks()[0], Some(3))?; // map child_end to fd 3
 //! # drop((child_end, env)); pmi.shutdown().await; overlay.shutdown().await; Ok(()) }
 //! ```
 //!
@@ -45,21 +45,21 @@ pub mod charm;
 pub mod collectives;
 mod departures;
 mod error;
+pub mod family;
 pub mod frame;
 // The fuzz targets' bodies, shared with the corpus replay test; not an API.
 #[doc(hidden)]
 pub mod fuzzing;
 mod job;
 mod listener;
+pub mod node;
 pub mod overlay;
 pub mod peer;
 pub mod pmi1;
 pub mod pmi2;
-#[cfg(feature = "pmix")]
 pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;
-#[cfg(feature = "pmix")]
 pub use error::{AbortInfo, Error};
 pub use job::{JobSecret, JobSpec};

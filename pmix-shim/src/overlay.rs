@@ -224,6 +224,7 @@ struct Inner {
     local_addr: SocketAddr,
     requests: mpsc::Sender<Request>,
     aborted: watch::Receiver<Option<AbortInfo>>,
+    join: watch::Receiver<JoinState>,
     incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
     request_timeout: Duration,
     shutdown: CancellationToken,
@@ -240,6 +241,24 @@ struct Shared {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     next_link_id: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How far this node's join has got; collectives and requests wait for [`JoinState::Joined`].
+#[derive(Debug, Clone)]
+enum JoinState {
+    Joining,
+    Joined,
+    /// The join failed; the job is aborted with this.
+    Failed(AbortInfo),
+}
+
+/// The join of a node whose overlay already listens ([`Overlay::listen`]).
+struct Joiner {
+    overlay: Overlay,
+    shared: Shared,
+    deadline: tokio::time::Instant,
+    state: watch::Sender<JoinState>,
+    span: tracing::Span,
 }
 
 impl Overlay {
@@ -264,6 +283,59 @@ impl Overlay {
         rendezvous: &R,
         leave: &CancellationToken,
     ) -> Result<Overlay, Error> {
+        let joiner = Self::listen(job, config, leave).await?;
+        let overlay = joiner.overlay.clone();
+        match joiner.run(rendezvous).await {
+            Ok(()) => Ok(overlay),
+            Err(e) => {
+                overlay.shutdown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Listens as node `job.node_idx` and returns at once, joining in the background: the
+    /// handle can be given to the servers right away, and its collectives and requests wait
+    /// for the join ([`Overlay::joined`]). A join that fails aborts the job on this node (the
+    /// abort names the cause, [`Overlay::aborted`] fires); cancelling `leave` leaves as in
+    /// [`Overlay::start_or_leave`]. This is how a node serves its ranks while the slowest
+    /// node of the job is still starting.
+    pub async fn begin<R: Rendezvous + 'static>(
+        job: &JobSpec,
+        config: OverlayConfig,
+        rendezvous: R,
+        leave: &CancellationToken,
+    ) -> Result<Overlay, Error> {
+        let joiner = Self::listen(job, config, leave).await?;
+        let overlay = joiner.overlay.clone();
+        let tracker = overlay.inner.tracker.clone();
+        tracker.spawn(async move {
+            let _ = joiner.run(&rendezvous).await;
+        });
+        Ok(overlay)
+    }
+
+    /// Waits until this node has joined: `Ok` once every node of the job has, the abort
+    /// ([`Error::Aborted`]) if the join failed, [`Error::Shutdown`] if the node left first.
+    pub async fn joined(&self) -> Result<(), Error> {
+        let node = self.inner.node_idx;
+        let mut state = self.inner.join.clone();
+        let state = state
+            .wait_for(|s| !matches!(s, JoinState::Joining))
+            .await
+            .map_err(|_| Error::Shutdown { node })?;
+        match &*state {
+            JoinState::Failed(info) => Err(Error::Aborted(info.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Binds the listener and starts the engine; the join is the returned [`Joiner`]'s.
+    async fn listen(
+        job: &JobSpec,
+        config: OverlayConfig,
+        leave: &CancellationToken,
+    ) -> Result<Joiner, Error> {
         job.validate()?;
         let me = job.node_idx;
         let span = info_span!("overlay", job = %job.job_id, node = me);
@@ -281,25 +353,12 @@ impl Overlay {
             what: "listener address",
             source,
         })?;
-        let join_deadline = tokio::time::Instant::now() + config.join_timeout;
-        let join_timeout = || Error::Timeout {
-            node: me,
-            what: "join_timeout",
-            after: config.join_timeout,
-        };
-        tokio::time::timeout_at(join_deadline, rendezvous.publish(me, local_addr))
-            .await
-            .map_err(|_| join_timeout())?
-            .map_err(|reason| Error::Rendezvous {
-                node: me,
-                peer_node: me,
-                reason,
-            })?;
-
+        let deadline = tokio::time::Instant::now() + config.join_timeout;
         let (events_tx, events_rx) = mpsc::channel(EVENT_CAPACITY);
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
         let (aborted_tx, aborted_rx) = watch::channel(None);
         let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_CAPACITY);
+        let (join_tx, join_rx) = watch::channel(JoinState::Joining);
         let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
         let shared = Shared {
@@ -335,6 +394,7 @@ impl Overlay {
                 local_addr,
                 requests: requests_tx,
                 aborted: aborted_rx,
+                join: join_rx,
                 incoming: std::sync::Mutex::new(Some(incoming_rx)),
                 request_timeout: config.request_timeout,
                 shutdown,
@@ -342,9 +402,45 @@ impl Overlay {
             }),
         };
         info!(parent: &span, %local_addr, "overlay listening");
+        Ok(Joiner {
+            overlay,
+            shared,
+            deadline,
+            state: join_tx,
+            span,
+        })
+    }
+}
 
+impl Joiner {
+    /// Publishes this node's address, connects to its parent and runs the join (one allgather
+    /// of listener addresses, which also proves the tree is whole), all within the join
+    /// timeout; then tells the waiters how it went.
+    async fn run<R: Rendezvous>(self, rendezvous: &R) -> Result<(), Error> {
+        let Joiner {
+            overlay,
+            shared,
+            deadline,
+            state,
+            span,
+        } = self;
+        let me = shared.job.node_idx;
+        let local_addr = overlay.inner.local_addr;
+        let join_timeout = Error::Timeout {
+            node: me,
+            what: "join_timeout",
+            after: shared.config.join_timeout,
+        };
         let joined = async {
-            if let Some(parent) = topo.parent(me) {
+            rendezvous
+                .publish(me, local_addr)
+                .await
+                .map_err(|reason| Error::Rendezvous {
+                    node: me,
+                    peer_node: me,
+                    reason,
+                })?;
+            if let Some(parent) = shared.topo.parent(me) {
                 // (The lookup is cancel-safe: leaving drops it.)
                 let addr = tokio::select! {
                     found = rendezvous.lookup(parent) => found.map_err(|reason| Error::Rendezvous {
@@ -354,12 +450,11 @@ impl Overlay {
                     })?,
                     _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
                 };
-                connect(&shared, parent, addr, Link::Child, Some(join_deadline)).await?;
+                connect(&shared, parent, addr, Link::Child, Some(deadline)).await?;
             }
-            // The join: one allgather of listener addresses, which also proves the tree is whole.
-            let remaining = join_deadline.saturating_duration_since(tokio::time::Instant::now());
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             let outcome = overlay
-                .collective(
+                .submit(
                     Op::Allgather,
                     Bytes::from(local_addr.to_string()),
                     Some(remaining),
@@ -390,28 +485,37 @@ impl Overlay {
                 .requests
                 .send(Request::AddressBook(book))
                 .await
-                .map_err(|_| Error::Shutdown { node: me })?;
-            Ok(())
+                .map_err(|_| Error::Shutdown { node: me })
         };
-        let result =
-            match tokio::time::timeout_at(join_deadline, joined.instrument(span.clone())).await {
-                Ok(r) => r,
-                Err(_) => Err(join_timeout()),
-            };
-        if let Err(e) = result {
+        let result = match tokio::time::timeout_at(deadline, joined.instrument(span.clone())).await
+        {
+            Ok(r) => r,
+            Err(_) => Err(join_timeout),
+        };
+        match result {
+            Ok(()) => {
+                info!(parent: &span, "overlay joined");
+                state.send_replace(JoinState::Joined);
+                Ok(())
+            }
             // Leaving mid-join makes whatever the join was waiting for fail; say why instead.
-            let e = if overlay.inner.shutdown.is_cancelled() {
-                Error::Shutdown { node: me }
-            } else {
-                e
-            };
-            overlay.shutdown().await;
-            return Err(e);
+            Err(_) if overlay.inner.shutdown.is_cancelled() => Err(Error::Shutdown { node: me }),
+            Err(e) => {
+                let info = AbortInfo {
+                    origin_node: me,
+                    rank: None,
+                    code: 1,
+                    reason: format!("joining the overlay failed: {e}"),
+                };
+                state.send_replace(JoinState::Failed(info.clone()));
+                overlay.abort(info).await;
+                Err(e)
+            }
         }
-        info!(parent: &span, "overlay joined");
-        Ok(overlay)
     }
+}
 
+impl Overlay {
     /// This node's index.
     pub fn node_idx(&self) -> usize {
         self.inner.node_idx
@@ -422,7 +526,15 @@ impl Overlay {
         self.inner.local_addr
     }
 
-    async fn collective(
+    /// Runs a collective once this node has joined.
+    async fn collective(&self, op: Op, blob: Bytes) -> Result<Outcome, Error> {
+        self.joined().await?;
+        self.submit(op, blob, None).await
+    }
+
+    /// Hands a collective to the engine (the join's own, with its `timeout`, cannot wait for
+    /// the join).
+    async fn submit(
         &self,
         op: Op,
         blob: Bytes,
@@ -445,14 +557,12 @@ impl Overlay {
 
     /// Waits until every node has entered the barrier.
     pub async fn barrier(&self) -> Result<(), Error> {
-        self.collective(Op::Barrier, Bytes::new(), None)
-            .await
-            .map(|_| ())
+        self.collective(Op::Barrier, Bytes::new()).await.map(|_| ())
     }
 
     /// Node 0's `blob` on every node (the argument is ignored on other nodes).
     pub async fn broadcast(&self, blob: Bytes) -> Result<Bytes, Error> {
-        match self.collective(Op::Broadcast, blob, None).await? {
+        match self.collective(Op::Broadcast, blob).await? {
             Outcome::Broadcast(b) => Ok(b),
             other => unreachable!("broadcast yielded {other:?}"),
         }
@@ -460,7 +570,7 @@ impl Overlay {
 
     /// Every node's blob on node 0, by node index; `None` on the other nodes.
     pub async fn gather(&self, blob: Bytes) -> Result<Option<Vec<Bytes>>, Error> {
-        match self.collective(Op::Gather, blob, None).await? {
+        match self.collective(Op::Gather, blob).await? {
             Outcome::Gather(b) => Ok(b),
             other => unreachable!("gather yielded {other:?}"),
         }
@@ -468,7 +578,7 @@ impl Overlay {
 
     /// Every node's blob on every node, **indexed by node index**.
     pub async fn allgather(&self, blob: Bytes) -> Result<Vec<Bytes>, Error> {
-        match self.collective(Op::Allgather, blob, None).await? {
+        match self.collective(Op::Allgather, blob).await? {
             Outcome::Allgather(b) => Ok(b),
             other => unreachable!("allgather yielded {other:?}"),
         }
@@ -481,6 +591,7 @@ impl Overlay {
     /// # Cancel safety
     /// Cancel-safe: a dropped caller only loses the answer, which is discarded when it comes.
     pub async fn request(&self, to: usize, body: Bytes) -> Result<Bytes, Error> {
+        self.joined().await?;
         let node = self.inner.node_idx;
         let (reply, rx) = oneshot::channel();
         self.inner

@@ -49,7 +49,11 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
-    AbortInfo, Error, JobSpec, departures::Departures, overlay::Overlay, peer::JobProcesses,
+    AbortInfo, Error, JobSpec,
+    departures::Departures,
+    family::{self, Family},
+    overlay::Overlay,
+    peer::JobProcesses,
 };
 
 /// Decides which connections to the PMIx port may reach libpmix: `admit(peer, local)`, the
@@ -275,7 +279,6 @@ struct State {
     /// Ranks that called `PMIx_Abort`: their abort is under way, their exit adds nothing.
     aborting: HashSet<u32>,
     exited: HashMap<u32, i32>,
-    departures: Departures,
     registered: HashSet<u32>,
     fences: u64,
 }
@@ -286,6 +289,7 @@ struct Bridge {
     overlay: Overlay,
     runtime: tokio::runtime::Handle,
     state: Arc<Mutex<State>>,
+    departures: Departures,
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -323,7 +327,7 @@ impl Handler for Bridge {
         if proc_.nspace != self.job.job_id {
             return;
         }
-        let gone = lock(&self.state).departures.spoke(proc_.rank);
+        let gone = self.departures.spoke(proc_.rank, Family::Pmix);
         if let Some((gone, reason)) = gone {
             self.abort_job(Some(gone), 1, reason);
         }
@@ -441,6 +445,7 @@ struct Shared {
     overlay: Overlay,
     server: Mutex<Option<Arc<Server>>>,
     state: Arc<Mutex<State>>,
+    departures: Departures,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -452,6 +457,16 @@ impl PmixServer {
         job: &JobSpec,
         overlay: Overlay,
         config: PmixConfig,
+    ) -> Result<PmixServer, Error> {
+        Self::start_on(job, overlay, config, Departures::default()).await
+    }
+
+    /// As [`PmixServer::start`], sharing the node's record of who spoke what.
+    pub(crate) async fn start_on(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: PmixConfig,
+        departures: Departures,
     ) -> Result<PmixServer, Error> {
         job.validate()?;
         let me = job.node_idx;
@@ -493,6 +508,7 @@ impl PmixServer {
             overlay: overlay.clone(),
             runtime: tokio::runtime::Handle::current(),
             state: state.clone(),
+            departures: departures.clone(),
             fences: fence_tx,
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
@@ -520,6 +536,7 @@ impl PmixServer {
             overlay: overlay.clone(),
             server: Mutex::new(Some(server.clone())),
             state,
+            departures,
             shutdown,
             tracker,
         });
@@ -642,7 +659,7 @@ impl PmixServer {
             if st.finalized.contains(&rank) || st.aborting.contains(&rank) {
                 None
             } else {
-                st.departures.exited(rank, code, "PMIx_Finalize")
+                self.inner.departures.exited(rank, code, "PMIx_Finalize")
             }
         };
         if let Some(reason) = reason {
@@ -868,7 +885,7 @@ async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
         let gathered = tokio::select! {
             // Dropping `done` answers PMIx with an error; the server is finalized after this.
             _ = shared.shutdown.cancelled() => return,
-            g = shared.overlay.allgather(blob) => g,
+            g = family::allgather(&shared.overlay, Family::Pmix, &shared.job, blob) => g,
         };
         let blobs = match gathered {
             Ok(b) => b,

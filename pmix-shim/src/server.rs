@@ -35,6 +35,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
+    family::{self, Family},
     overlay::Overlay,
     session::{Action, Node, Session},
 };
@@ -82,7 +83,6 @@ struct NodeState {
     in_fence: HashSet<u32>,
     finalized: HashSet<u32>,
     exited: HashMap<u32, i32>,
-    departures: Departures,
     handlers: HashMap<u32, mpsc::Sender<Notice>>,
     fences: u64,
     /// Fences whose allgather has started (all local ranks were in).
@@ -152,6 +152,8 @@ struct Shared {
     overlay: Overlay,
     config: PmiConfig,
     state: Mutex<NodeState>,
+    /// Who of this node spoke which family (shared with the node's other servers).
+    departures: Departures,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -163,6 +165,16 @@ impl PmiServer {
         overlay: Overlay,
         config: PmiConfig,
     ) -> Result<PmiServer, Error> {
+        Self::start_on(job, overlay, config, Departures::default()).await
+    }
+
+    /// As [`PmiServer::start`], sharing the node's record of who spoke what.
+    pub(crate) async fn start_on(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: PmiConfig,
+        departures: Departures,
+    ) -> Result<PmiServer, Error> {
         job.validate()?;
         let me = job.node_idx;
         let shared = Arc::new(Shared {
@@ -171,6 +183,7 @@ impl PmiServer {
             overlay,
             config,
             state: Mutex::new(NodeState::default()),
+            departures,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -182,11 +195,12 @@ impl PmiServer {
     }
 
     /// A socketpair for `rank`: returns the child's end, to be mapped to fd `child_fd` in the
-    /// rank, and the environment to give it (`PMI_FD`, `PMI_RANK`, `PMI_SIZE`, …).
+    /// rank (`None`: inherited as it is, under its own number), and the environment to give it
+    /// (`PMI_FD`, `PMI_RANK`, `PMI_SIZE`, …).
     pub fn socketpair_for(
         &self,
         rank: u32,
-        child_fd: i32,
+        child_fd: Option<i32>,
     ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
         let me = self.inner.job.node_idx;
         let io = |what, source| Error::Io {
@@ -212,7 +226,8 @@ impl PmiServer {
             .tracker
             .spawn(serve_rank(shared, ours, rank).instrument(span));
         let mut env = self.common_env(rank);
-        env.push(("PMI_FD".into(), child_fd.to_string()));
+        let fd = child_fd.unwrap_or_else(|| std::os::fd::AsRawFd::as_raw_fd(&theirs));
+        env.push(("PMI_FD".into(), fd.to_string()));
         Ok((theirs, env))
     }
 
@@ -240,7 +255,7 @@ impl PmiServer {
             if st.finalized.contains(&rank) {
                 None
             } else {
-                st.departures.exited(rank, code, "PMI finalize")
+                self.inner.departures.exited(rank, code, "PMI finalize")
             }
         };
         if let Some(reason) = reason {
@@ -339,7 +354,9 @@ impl Shared {
                         return;
                     }
                 };
-                let blobs = match shared.overlay.allgather(blob).await {
+                let blobs = match family::allgather(&shared.overlay, Family::Pmi, &shared.job, blob)
+                    .await
+                {
                     Ok(b) => b,
                     Err(e) => {
                         // Timeouts and aborts have already aborted the job; the abort watcher closes the ranks.
@@ -441,7 +458,7 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
                     };
                     if !spoke {
                         spoke = true;
-                        let gone = shared.lock().departures.spoke(rank);
+                        let gone = shared.departures.spoke(rank, Family::Pmi);
                         if let Some((gone, reason)) = gone {
                             shared.abort(Some(gone), 1, reason).await;
                             break 'conn;

@@ -90,7 +90,7 @@ async fn run_agent(job: JobSpec, board: Memory, exe: PathBuf, args: Vec<String>)
         if std::env::var_os("UCX_TLS").is_none() {
             cmd.env("UCX_TLS", "self,sm");
         }
-        let (child_end, env) = pmi.socketpair_for(rank, 3).expect("socketpair");
+        let (child_end, env) = pmi.socketpair_for(rank, Some(3)).expect("socketpair");
         cmd.fd_mappings(vec![FdMapping {
             parent_fd: OwnedFd::from(child_end),
             child_fd: 3,

@@ -13,7 +13,6 @@
 //! shared memory (vader) within a node and TCP over loopback between nodes, and the fences
 //! cross agents. Agents run in their own process group, killed as a whole when the test
 //! ends, so no rank outlives a test.
-#![cfg(feature = "pmix")]
 
 use std::{
     net::SocketAddr,

@@ -66,7 +66,7 @@ async fn stop(agents: Vec<(Overlay, PmiServer)>) {
 }
 
 fn client(pmi: &PmiServer, rank: u32) -> UnixStream {
-    let (theirs, env) = pmi.socketpair_for(rank, 3).unwrap();
+    let (theirs, env) = pmi.socketpair_for(rank, Some(3)).unwrap();
     assert!(env.iter().any(|(k, v)| k == "PMI_FD" && v == "3"));
     assert!(
         env.iter().all(|(k, _)| !k.starts_with("PMIX_")),

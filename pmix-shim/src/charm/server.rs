@@ -18,7 +18,7 @@
 //! Failures abort the job through the overlay, naming the rank and its host: a rank that
 //! exits before `ending` (before `initnode` too: charm4py sends its early errors to
 //! /dev/null), a malformed stream, `abort`, or local ranks not connected within
-//! `connect_timeout`. Output (`print`, `printerr`) goes to the launcher as [`Output`] on a
+//! `connect_timeout` of the node's first. Output (`print`, `printerr`) goes to the launcher as [`Output`] on a
 //! bounded channel, so a flood slows the client rather than growing memory.
 
 use std::{
@@ -38,7 +38,14 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Action, ENTRY_LEN, Report, Session, decode, node_table, nodetab_frame};
-use crate::{AbortInfo, Error, JobSpec, listener, overlay::Overlay, peer::JobProcesses};
+use crate::{
+    AbortInfo, Error, JobSpec,
+    departures::Departures,
+    family::{self, Family},
+    listener,
+    overlay::Overlay,
+    peer::JobProcesses,
+};
 
 /// Settings of the netlrts service.
 #[derive(Debug, Clone)]
@@ -51,8 +58,10 @@ pub struct CharmConfig {
     pub advertise: Ipv4Addr,
     /// Who may connect: the job's own processes.
     pub admit: JobProcesses,
-    /// How long, from start, the local ranks have to connect and send `initnode`. A client
-    /// retries its connect for 30 minutes and hides its errors; this names it much sooner.
+    /// How long, from the node's first `initnode`, its other local ranks have to connect and
+    /// send theirs. A client retries its connect for 30 minutes and hides its errors; this
+    /// names it much sooner. (Before any rank connects, the node may be serving another
+    /// family; a node none of whose ranks connect is named by the others' collective timeout.)
     pub connect_timeout: Duration,
     /// After a rank's connection drops before `ending`, how long to wait for the launcher to
     /// report its exit code, so the abort names the code.
@@ -156,6 +165,10 @@ struct Shared {
     addr: SocketAddr,
     output: mpsc::Sender<Output>,
     state: Mutex<NodeState>,
+    /// Who of this node spoke which family (shared with the node's other servers).
+    departures: Departures,
+    /// Notified at the first `initnode`: the connect timeout runs from there.
+    first_connect: tokio::sync::Notify,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -167,6 +180,17 @@ impl CharmServer {
         overlay: Overlay,
         config: CharmConfig,
         output: mpsc::Sender<Output>,
+    ) -> Result<CharmServer, Error> {
+        Self::start_on(job, overlay, config, output, Departures::default()).await
+    }
+
+    /// As [`CharmServer::start`], sharing the node's record of who spoke what.
+    pub(crate) async fn start_on(
+        job: &JobSpec,
+        overlay: Overlay,
+        config: CharmConfig,
+        output: mpsc::Sender<Output>,
+        departures: Departures,
     ) -> Result<CharmServer, Error> {
         job.validate()?;
         let me = job.node_idx;
@@ -189,6 +213,8 @@ impl CharmServer {
             addr,
             output,
             state: Mutex::new(NodeState::default()),
+            departures,
+            first_connect: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -315,7 +341,9 @@ impl Shared {
         self.tracker.spawn(
             async move {
                 let res = match blob {
-                    Some(b) => shared.overlay.allgather(b).await,
+                    Some(b) => {
+                        family::allgather(&shared.overlay, Family::Charm, &shared.job, b).await
+                    }
                     None => shared.overlay.barrier().await.map(|()| Vec::new()),
                 };
                 let blobs = match res {
@@ -443,12 +471,20 @@ impl Shared {
 /// the job is aborted elsewhere.
 async fn watch(shared: Arc<Shared>) {
     let mut aborted = shared.overlay.aborted();
-    let deadline = tokio::time::sleep(shared.config.connect_timeout);
+    // Armed by the node's first rank: a node serving every family cannot expect a netlrts
+    // client before one shows up.
+    let deadline = tokio::time::sleep(Duration::MAX);
     tokio::pin!(deadline);
-    let mut armed = true;
+    let mut armed = false;
+    let mut waiting = true;
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
+            _ = shared.first_connect.notified(), if waiting => {
+                waiting = false;
+                armed = true;
+                deadline.as_mut().reset(tokio::time::Instant::now() + shared.config.connect_timeout);
+            }
             msg = async {
                 aborted.wait_for(Option::is_some).await.ok().map(|info| {
                     format!("job aborted by {}", info.as_ref().expect("waited for Some"))
@@ -581,6 +617,11 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
                                 };
                                 session.accept(r);
                                 tracing::Span::current().record("rank", r);
+                                shared.first_connect.notify_one();
+                                if let Some((culprit, reason)) = shared.departures.spoke(r, Family::Charm) {
+                                    shared.abort(Some(culprit), 1, reason).await;
+                                    break 'conn;
+                                }
                                 // Late for an aborted job (the abort's `die` went to the
                                 // ranks connected then): end it the same way.
                                 let aborted = shared.overlay.aborted().borrow().clone();

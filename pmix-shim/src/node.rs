@@ -1,0 +1,355 @@
+//! The node service: one node's part of a job, serving every wire-up family at once.
+//!
+//! Both embedders (greedyd, and mpi_greedy.so inside slurmstepd) start one [`NodeService`]
+//! per job and node. It listens on the overlay and joins it in the background, starts the PMI,
+//! PMIx and Charm++ servers it is asked for (all of them unless the user chose one), owns the
+//! PMIx scratch directory, and gives each rank the union of what the families need
+//! ([`NodeService::env_for`]). A rank is served by whichever protocol it speaks; the node's
+//! shared record ([`crate::departures`]) and the family tag on every fence ([`crate::family`])
+//! end a job whose ranks speak two.
+//!
+//! The variables of the families do not disturb each other's clients, with one exception:
+//! MPICH from 4.1 refuses to start when it sees both `PMI_*` and `PMIX_*` variables
+//! (`check_MPIR_CVAR_PMI_VERSION` in pmodels/mpich `src/util/mpir_pmi.c`) unless
+//! `MPIR_CVAR_PMI_VERSION` says which to use. The service offers `MPIR_CVAR_PMI_VERSION=1`
+//! as a default ([`RankWireup::defaults`]): the embedder sets it only if the user has not, and
+//! PMI-1 over `PMI_FD` is what every MPICH since 1.x speaks. Open MPI 4.1 and 5, Intel MPI,
+//! MPICH 4.0 and charm4py were run with the whole union (docs/wire-up.md).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    os::fd::OwnedFd,
+    path::PathBuf,
+    sync::Arc,
+};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::{
+    Error, JobSpec,
+    charm::server::{CharmConfig, CharmServer, Output},
+    departures::Departures,
+    family::Family,
+    overlay::{Overlay, OverlayConfig},
+    peer::JobProcesses,
+    pmix::{PmixConfig, PmixServer},
+    rendezvous::Rendezvous,
+    server::{PmiConfig, PmiServer},
+};
+
+/// The variable that tells MPICH which of the offered families to use, and the value offered.
+pub const MPICH_PMI_VERSION: (&str, &str) = ("MPIR_CVAR_PMI_VERSION", "1");
+
+/// How one node serves its ranks.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The overlay's address and limits.
+    pub overlay: OverlayConfig,
+    /// The families served; every one unless the user chose ([`Family::ALL`]).
+    pub families: Vec<Family>,
+    /// The PMI server's settings.
+    pub pmi: PmiConfig,
+    /// The PMIx server's settings. Its `tmpdir` is replaced by a fresh private directory
+    /// under [`NodeConfig::scratch`], which the service owns and removes at shutdown.
+    pub pmix: PmixConfig,
+    /// Where the PMIx directory is made.
+    pub scratch: PathBuf,
+    /// The netlrts server's settings.
+    pub charm: CharmConfig,
+}
+
+impl NodeConfig {
+    /// Every family, with the overlay listening on `ip` and the PMIx and netlrts endpoints
+    /// admitting `admit` only. Charm++ needs an IPv4 address to advertise: on an IPv6 `ip`
+    /// it is left out.
+    pub fn new(ip: IpAddr, admit: JobProcesses) -> NodeConfig {
+        let mut families = Family::ALL.to_vec();
+        let advertise = match ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => {
+                families.retain(|f| *f != Family::Charm);
+                std::net::Ipv4Addr::LOCALHOST
+            }
+        };
+        NodeConfig {
+            overlay: OverlayConfig {
+                bind: SocketAddr::new(ip, 0),
+                ..OverlayConfig::default()
+            },
+            families,
+            pmi: PmiConfig::default(),
+            pmix: PmixConfig {
+                admit: crate::pmix::admit_job(admit),
+                ..PmixConfig::new(PathBuf::new())
+            },
+            scratch: std::env::temp_dir(),
+            charm: CharmConfig::new(advertise, admit),
+        }
+    }
+}
+
+/// What a rank needs to reach the service.
+#[derive(Debug, Default)]
+pub struct RankWireup {
+    /// Variables for the rank's environment.
+    pub env: Vec<(String, String)>,
+    /// Variables to set only where the rank's environment has none of that name.
+    pub defaults: Vec<(String, String)>,
+    /// The rank's end of its PMI socketpair, which it must inherit (under the number its
+    /// `PMI_FD` names).
+    pub pmi_fd: Option<OwnedFd>,
+}
+
+/// One node's wire-up service for one job; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct NodeService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    job: Arc<JobSpec>,
+    overlay: Overlay,
+    departures: Departures,
+    pmi: Option<PmiServer>,
+    pmix: Option<(PmixServer, PathBuf)>,
+    charm: Option<CharmServer>,
+}
+
+/// The servers started so far, stopped again if a later one fails.
+#[derive(Default)]
+struct Servers {
+    pmi: Option<PmiServer>,
+    pmix: Option<(PmixServer, PathBuf)>,
+    charm: Option<CharmServer>,
+}
+
+impl Servers {
+    async fn shutdown(&self) {
+        if let Some(pmi) = &self.pmi {
+            pmi.shutdown().await;
+        }
+        if let Some((pmix, dir)) = &self.pmix {
+            pmix.shutdown().await;
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(charm) = &self.charm {
+            charm.shutdown().await;
+        }
+    }
+}
+
+impl NodeService {
+    /// Listens on the overlay, starts the servers of `config.families` and returns while the
+    /// node joins in the background: ranks can be started at once, and their first fence
+    /// waits for the join. A join that fails aborts the job ([`Overlay::aborted`] says why).
+    /// Cancelling `leave` leaves the overlay, mid-join too, saying `Bye`. Netlrts clients'
+    /// prints go to `charm_output`.
+    pub async fn start<R: Rendezvous + 'static>(
+        job: &JobSpec,
+        config: NodeConfig,
+        rendezvous: R,
+        leave: &CancellationToken,
+        charm_output: mpsc::Sender<Output>,
+    ) -> Result<NodeService, Error> {
+        if config.families.is_empty() {
+            return Err(Error::InvalidJob {
+                job: job.job_id.clone(),
+                reason: "no wire-up family to serve".into(),
+            });
+        }
+        let overlay = Overlay::begin(job, config.overlay.clone(), rendezvous, leave).await?;
+        let departures = Departures::default();
+        let mut servers = Servers::default();
+        let started = Self::start_servers(
+            job,
+            &config,
+            &overlay,
+            &departures,
+            charm_output,
+            &mut servers,
+        )
+        .await;
+        if let Err(e) = started {
+            servers.shutdown().await;
+            overlay.shutdown().await;
+            return Err(e);
+        }
+        let Servers { pmi, pmix, charm } = servers;
+        Ok(NodeService {
+            inner: Arc::new(Inner {
+                job: Arc::new(job.clone()),
+                overlay,
+                departures,
+                pmi,
+                pmix,
+                charm,
+            }),
+        })
+    }
+
+    async fn start_servers(
+        job: &JobSpec,
+        config: &NodeConfig,
+        overlay: &Overlay,
+        departures: &Departures,
+        charm_output: mpsc::Sender<Output>,
+        servers: &mut Servers,
+    ) -> Result<(), Error> {
+        let me = job.node_idx;
+        for family in &config.families {
+            match family {
+                Family::Pmi if servers.pmi.is_none() => {
+                    let pmi = PmiServer::start_on(
+                        job,
+                        overlay.clone(),
+                        config.pmi.clone(),
+                        departures.clone(),
+                    );
+                    servers.pmi = Some(pmi.await?);
+                }
+                Family::Pmix if servers.pmix.is_none() => {
+                    // PMIx's rendezvous files and the job's session directories, private to
+                    // this node's service (several nodes of a job may share a machine): fresh,
+                    // 0700, with an unguessable name, so nothing can have been planted there.
+                    let dir = crate::pmix::private_dir(&config.scratch, "greedy-pmix.").map_err(
+                        |source| Error::Io {
+                            node: me,
+                            what: "creating the PMIx directory",
+                            source,
+                        },
+                    )?;
+                    let pmix_config = PmixConfig {
+                        tmpdir: dir.clone(),
+                        ..config.pmix.clone()
+                    };
+                    let pmix =
+                        PmixServer::start_on(job, overlay.clone(), pmix_config, departures.clone())
+                            .await;
+                    match pmix {
+                        Ok(pmix) => servers.pmix = Some((pmix, dir)),
+                        Err(e) => {
+                            let _ = std::fs::remove_dir_all(&dir);
+                            return Err(e);
+                        }
+                    }
+                }
+                Family::Charm if servers.charm.is_none() => {
+                    let charm = CharmServer::start_on(
+                        job,
+                        overlay.clone(),
+                        config.charm.clone(),
+                        charm_output.clone(),
+                        departures.clone(),
+                    );
+                    servers.charm = Some(charm.await?);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The overlay this node belongs to (its abort watch, its join).
+    pub fn overlay(&self) -> &Overlay {
+        &self.inner.overlay
+    }
+
+    /// What local `rank` needs: every served family's variables (PMIx registers the rank),
+    /// and for PMI the rank's end of its socketpair, which it sees as `pmi_fd` (`None`: under
+    /// its own number, inherited as it is).
+    pub async fn env_for(&self, rank: u32, pmi_fd: Option<i32>) -> Result<RankWireup, Error> {
+        let mut wireup = RankWireup::default();
+        if let Some(pmi) = &self.inner.pmi {
+            let (theirs, env) = pmi.socketpair_for(rank, pmi_fd)?;
+            wireup.env.extend(env);
+            wireup.pmi_fd = Some(theirs.into());
+        }
+        if let Some((pmix, _)) = &self.inner.pmix {
+            wireup.env.extend(pmix.env_for(rank).await?);
+            if self.inner.pmi.is_some() {
+                let (name, value) = MPICH_PMI_VERSION;
+                wireup.defaults.push((name.into(), value.into()));
+            }
+        }
+        if let Some(charm) = &self.inner.charm {
+            wireup.env.extend(charm.env_for(rank));
+        }
+        Ok(wireup)
+    }
+
+    /// The family `rank` is served by: the one it spoke, else its node's (its silence then
+    /// fails the job, since its neighbours' fences wait for it), else the first served.
+    fn family_for(&self, rank: u32) -> Family {
+        let d = &self.inner.departures;
+        d.family_of(rank)
+            .or_else(|| d.node_family())
+            .unwrap_or(if self.inner.pmi.is_some() {
+                Family::Pmi
+            } else if self.inner.pmix.is_some() {
+                Family::Pmix
+            } else {
+                Family::Charm
+            })
+    }
+
+    /// The launcher reports that local `rank` exited with `code` (128+signal for a signal);
+    /// the server of its family decides whether that ends the job.
+    pub async fn rank_exited(&self, rank: u32, code: i32) {
+        let family = self.family_for(rank);
+        debug!(rank, code, %family, "rank exited");
+        match family {
+            Family::Pmi => {
+                if let Some(pmi) = &self.inner.pmi {
+                    pmi.rank_exited(rank, code).await;
+                }
+            }
+            Family::Pmix => {
+                if let Some((pmix, _)) = &self.inner.pmix {
+                    pmix.rank_exited(rank, code).await;
+                }
+            }
+            Family::Charm => {
+                if let Some(charm) = &self.inner.charm {
+                    charm.rank_exited(rank, code).await;
+                }
+            }
+        }
+    }
+
+    /// The family `rank` spoke, if it has spoken.
+    pub fn family_of(&self, rank: u32) -> Option<Family> {
+        self.inner.departures.family_of(rank)
+    }
+
+    /// A netlrts rank's real exit code, the one it sent in `ending` (the client itself exits
+    /// 1 when its socket closes: research/charm-protocol.md §2).
+    pub fn charm_exit_code(&self, rank: u32) -> Option<i32> {
+        self.inner.charm.as_ref()?.exit_code(rank)
+    }
+
+    /// Fences completed on this node, every family.
+    pub fn fences(&self) -> u64 {
+        let pmi = self.inner.pmi.as_ref().map_or(0, PmiServer::fences);
+        let pmix = self.inner.pmix.as_ref().map_or(0, |(s, _)| s.fences());
+        pmi + pmix
+    }
+
+    /// The job this service serves.
+    pub fn job(&self) -> &JobSpec {
+        &self.inner.job
+    }
+
+    /// Stops every server, leaves the overlay and removes the PMIx directory.
+    pub async fn shutdown(&self) {
+        let servers = Servers {
+            pmi: self.inner.pmi.clone(),
+            pmix: self.inner.pmix.clone(),
+            charm: self.inner.charm.clone(),
+        };
+        servers.shutdown().await;
+        self.inner.overlay.shutdown().await;
+    }
+}
