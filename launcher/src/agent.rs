@@ -10,11 +10,14 @@
 use std::{collections::HashMap, time::Duration};
 
 use futures_util::{SinkExt, StreamExt};
-use greedy_pmix::{overlay::Overlay, rendezvous::Memory, rendezvous::Rendezvous};
+use greedy_pmix::{node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;
 use tokio::{io::AsyncWriteExt, sync::mpsc};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::{
+    codec::{FramedRead, FramedWrite},
+    sync::CancellationToken,
+};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
@@ -202,28 +205,32 @@ impl Agent {
                 }
             };
 
-        // Wire-up runs beside the main loop: it needs routed Address frames to complete.
+        // The wire-up service starts before the ranks and joins the overlay beside the main
+        // loop, which routes it the Address frames it needs; ranks start at once, and their
+        // first fence waits for the join.
         let board = Memory::default();
-        let (wired_tx, mut wired_rx) =
-            mpsc::channel::<Result<(Overlay, wireup::Service), Error>>(1);
-        let mut wireup_pending = self.start.pmi != PmiMode::None;
-        if wireup_pending {
+        let mut service: Option<NodeService> = None;
+        let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
+            None;
+        let mut wireup_failed = false;
+        if self.start.pmi != PmiMode::None {
             let rdv = wireup::PipeRendezvous {
                 up: self.up.clone(),
                 board: board.clone(),
             };
-            let start = self.start.clone();
-            tokio::spawn(
-                async move {
-                    let r = wireup::start(&start, &rdv, hello_timeout).await;
-                    let _ = wired_tx.send(r).await;
+            let leave = CancellationToken::new();
+            match wireup::start(&self.start, rdv, hello_timeout, &leave).await {
+                Ok(s) => {
+                    abort_rx = Some(s.overlay().aborted());
+                    service = Some(s);
                 }
-                .in_current_span(),
-            );
+                Err(e) => {
+                    wireup_failed = true;
+                    self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}"))
+                        .await;
+                }
+            }
         }
-        let mut services: Option<(Overlay, wireup::Service)> = None;
-        let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
-            None;
 
         // stdin for the stdin rank. Unbounded on purpose: the main loop must never block on a
         // rank that does not read its stdin, or it could not see Teardown; stdin is small.
@@ -234,9 +241,15 @@ impl Agent {
         let mut live = 0usize;
         let mut spawned = false;
 
-        if !wireup_pending {
+        if !wireup_failed {
             live = self
-                .spawn_ranks(None, &mut ranks, &mut guard, &mut stdin_rx, &exit_tx)
+                .spawn_ranks(
+                    service.as_ref(),
+                    &mut ranks,
+                    &mut guard,
+                    &mut stdin_rx,
+                    &exit_tx,
+                )
                 .await;
             spawned = true;
         }
@@ -265,19 +278,6 @@ impl Agent {
                     Some(Ok(Down::Start(_))) => {}
                     Some(Err(e)) => { warn!("parent pipe: {e}"); break End::ParentGone; }
                     None => break End::ParentGone,
-                },
-                w = wired_rx.recv(), if wireup_pending => {
-                    wireup_pending = false;
-                    match w {
-                        Some(Ok((overlay, pmi))) => {
-                            abort_rx = Some(overlay.aborted());
-                            live = self.spawn_ranks(Some(&pmi), &mut ranks, &mut guard, &mut stdin_rx, &exit_tx).await;
-                            spawned = true;
-                            services = Some((overlay, pmi));
-                        }
-                        Some(Err(e)) => self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}")).await,
-                        None => {}
-                    }
                 },
                 changed = async { abort_rx.as_mut().expect("guarded").changed().await }, if abort_rx.is_some() => {
                     match changed {
@@ -332,9 +332,8 @@ impl Agent {
                 _ = tokio::time::sleep_until(reap_deadline) => break,
             }
         }
-        if let Some((overlay, pmi)) = services.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(3), pmi.shutdown()).await;
-            let _ = tokio::time::timeout(Duration::from_secs(3), overlay.shutdown()).await;
+        if let Some(service) = service.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(6), service.shutdown()).await;
         }
         if tokio::time::timeout(self.grace + SUBTREE_LINGER, fanout.wait())
             .await
@@ -353,7 +352,7 @@ impl Agent {
     /// Forks this host's ranks; returns how many were started.
     async fn spawn_ranks(
         &self,
-        pmi: Option<&wireup::Service>,
+        service: Option<&NodeService>,
         ranks: &mut HashMap<u32, Rank>,
         guard: &mut Option<GuardHandle>,
         stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
@@ -364,7 +363,15 @@ impl Agent {
         let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
         let mut started = 0;
         for (local_id, &rank) in local.iter().enumerate() {
-            let mut env = self.start.env.clone();
+            // An outer launcher's endpoints (this greedyrun inside another job) must not reach
+            // the ranks beside this job's.
+            let mut env: Vec<(String, String)> = self
+                .start
+                .env
+                .iter()
+                .filter(|(k, _)| !greedy_pmix::node::is_launcher_variable(k))
+                .cloned()
+                .collect();
             env.extend([
                 ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
                 ("GREEDY_RANK".to_string(), rank.to_string()),
@@ -374,9 +381,14 @@ impl Agent {
                 ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
             ]);
             let mut inherit = None;
-            if let Some(pmi) = pmi {
-                match pmi.wireup_for(rank).await {
+            if let Some(service) = service {
+                match service.env_for(rank, Some(wireup::PMI_FD)).await {
                     Ok(w) => {
+                        for (k, v) in w.defaults {
+                            if !env.iter().any(|(name, _)| *name == k) {
+                                env.push((k, v));
+                            }
+                        }
                         env.extend(w.env);
                         inherit = w.pmi_fd.map(|fd| (fd, wireup::PMI_FD));
                     }
@@ -391,11 +403,6 @@ impl Agent {
                 stdin: wants_stdin,
                 inherit,
             };
-            // PMIx ranks (Open MPI) always finalize; only PMI's auto mode forgives a plain exit.
-            let strict = matches!(
-                self.start.pmi,
-                PmiMode::Strict | PmiMode::Pmix | PmiMode::Charm
-            );
             match spawn::spawn(spec) {
                 Ok(mut child) => {
                     let pgid = child.id().unwrap_or(0);
@@ -428,7 +435,7 @@ impl Agent {
                     ));
                     let up = self.up.clone();
                     let exit_tx = exit_tx.clone();
-                    let pmi = pmi.cloned();
+                    let service = service.cloned();
                     tokio::spawn(
                         async move {
                             let end = match child.wait().await {
@@ -440,13 +447,15 @@ impl Agent {
                                 let _ = err.await;
                             })
                             .await;
-                            if let Some(pmi) = &pmi {
-                                // Auto mode: a plain program that exits 0 without PMI is fine.
-                                if strict || end.failed() {
-                                    pmi.rank_exited(rank, end.code()).await;
+                            // The service decides: a plain program that exits 0 without
+                            // speaking any protocol is fine (greedy-pmix `departures`).
+                            let end = match &service {
+                                Some(service) => {
+                                    service.rank_exited(rank, end.code()).await;
+                                    wireup::end_of(service, rank, end)
                                 }
-                            }
-                            let end = pmi.as_ref().map_or(end, |pmi| pmi.end_of(rank, end));
+                                None => end,
+                            };
                             let _ = up.send(Up::Exit { rank, end }).await;
                             let _ = exit_tx.send(rank).await;
                         }
@@ -465,8 +474,8 @@ impl Agent {
                             ),
                         })
                         .await;
-                    if let Some(pmi) = pmi {
-                        pmi.rank_exited(rank, RankEnd::NotStarted.code()).await;
+                    if let Some(service) = service {
+                        service.rank_exited(rank, RankEnd::NotStarted.code()).await;
                     }
                     let _ = self
                         .up

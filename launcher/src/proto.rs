@@ -36,15 +36,16 @@ pub const MAX_FRAME: usize = 64 << 20;
 pub enum PmiMode {
     /// No PMI server: plain programs (`hostname`, scripts).
     None,
-    /// Serve PMI-1 and PMI-2 (greedy-pmix tells them apart per connection); a rank that
-    /// exits 0 without PMI finalize is not an error, so non-MPI programs run too.
+    /// Serve every family at once (PMI-1/PMI-2, PMIx, Charm++ netlrts); each rank is served
+    /// by the one it speaks, and a rank that speaks none and exits 0 is not an error, so
+    /// non-MPI programs run too (greedy-pmix `node`).
     Auto,
-    /// Serve PMI and require every rank to finalize: an exit before it aborts the job.
+    /// Serve PMI-1 and PMI-2 only (greedy-pmix tells them apart per connection).
     Strict,
-    /// Serve PMIx only (Open MPI): every rank must `PMIx_Finalize`; ranks get no `PMI_*`.
+    /// Serve PMIx only (Open MPI); ranks get no `PMI_*`.
     Pmix,
-    /// Serve Charm++'s netlrts launcher protocol (what charmrun does; greedy-pmix `charm`):
-    /// every rank must send `ending`, whose code becomes the rank's exit code.
+    /// Serve Charm++'s netlrts launcher protocol only (what charmrun does; greedy-pmix
+    /// `charm`): every rank must send `ending`, whose code becomes the rank's exit code.
     Charm,
 }
 

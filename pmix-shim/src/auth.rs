@@ -137,6 +137,55 @@ pub fn verify_server(
     .is_ok()
 }
 
+/// A statement that stands alone, without a handshake (the Slurm plugin's rendezvous lines
+/// through srun): `HMAC(secret, label ‖ job ‖ node ‖ statement)`, lengths prefixed. Whoever
+/// checks it knows the secret's holder said it; with no nonce, a replay can only repeat what
+/// the holder said, so keep statements idempotent.
+pub fn sign(
+    secret: &JobSecret,
+    label: &[u8],
+    job_id: &str,
+    node_idx: u32,
+    statement: &[u8],
+) -> [u8; 32] {
+    statement_mac(secret, label, job_id, node_idx, statement)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Checks a [`sign`]ature in constant time.
+pub fn verify_signed(
+    secret: &JobSecret,
+    label: &[u8],
+    job_id: &str,
+    node_idx: u32,
+    statement: &[u8],
+    signature: &[u8],
+) -> bool {
+    statement_mac(secret, label, job_id, node_idx, statement)
+        .verify_slice(signature)
+        .is_ok()
+}
+
+fn statement_mac(
+    secret: &JobSecret,
+    label: &[u8],
+    job_id: &str,
+    node_idx: u32,
+    statement: &[u8],
+) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    for part in [label, job_id.as_bytes()] {
+        m.update(&(part.len() as u64).to_be_bytes());
+        m.update(part);
+    }
+    m.update(&node_idx.to_be_bytes());
+    m.update(&(statement.len() as u64).to_be_bytes());
+    m.update(statement);
+    m
+}
+
 /// A client the server let in: who it is, which link it opens, and the [`Message::Welcome`] proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {

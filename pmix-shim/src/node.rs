@@ -12,9 +12,10 @@
 //! MPICH from 4.1 refuses to start when it sees both `PMI_*` and `PMIX_*` variables
 //! (`check_MPIR_CVAR_PMI_VERSION` in pmodels/mpich `src/util/mpir_pmi.c`) unless
 //! `MPIR_CVAR_PMI_VERSION` says which to use. The service offers `MPIR_CVAR_PMI_VERSION=1`
-//! as a default ([`RankWireup::defaults`]): the embedder sets it only if the user has not, and
-//! PMI-1 over `PMI_FD` is what every MPICH since 1.x speaks. Open MPI 4.1 and 5, Intel MPI,
-//! MPICH 4.0 and charm4py were run with the whole union (docs/wire-up.md).
+//! as a default ([`RankWireup::defaults`]): the embedder sets it only if the user has not.
+//! PMI-1 over `PMI_FD` is what every MPICH since 1.x speaks, and an MPICH built without PMI-1
+//! turns 1 into the family it has (the same file). Open MPI 4.1 and 5, MPICH 4.0 and 5 and
+//! charm4py start with the whole union (`tests/slurm/mpi.sh`, `tests/launcher/e2e.sh`).
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -41,6 +42,18 @@ use crate::{
 
 /// The variable that tells MPICH which of the offered families to use, and the value offered.
 pub const MPICH_PMI_VERSION: (&str, &str) = ("MPIR_CVAR_PMI_VERSION", "1");
+
+/// Whether an inherited variable names another launcher's wire-up endpoint or a rank's place
+/// in another job (an outer job's `PMI_FD`, `PMIX_SERVER_URI*`, `NETSTART`, …): a rank must
+/// not see those beside its own job's. Tuning passes (`PMIX_MCA_*`, `PMI_DEBUG`).
+pub fn is_launcher_variable(name: &str) -> bool {
+    (name.starts_with("PMI_") && name != "PMI_DEBUG")
+        || (name.starts_with("PMIX_") && !name.starts_with("PMIX_MCA_"))
+        || matches!(
+            name,
+            "NETSTART" | "NETMAGIC" | "MPI_LOCALNRANKS" | "MPI_LOCALRANKID"
+        )
+}
 
 /// How one node serves its ranks.
 #[derive(Debug, Clone)]
@@ -324,6 +337,20 @@ impl NodeService {
         self.inner.departures.family_of(rank)
     }
 
+    /// The family this node's ranks speak, once one has spoken; the only one served, if so.
+    pub fn family(&self) -> Option<Family> {
+        let served = [
+            self.inner.pmi.as_ref().map(|_| Family::Pmi),
+            self.inner.pmix.as_ref().map(|_| Family::Pmix),
+            self.inner.charm.as_ref().map(|_| Family::Charm),
+        ];
+        let mut served = served.into_iter().flatten();
+        match (served.next(), served.next()) {
+            (Some(only), None) => Some(only),
+            _ => self.inner.departures.node_family(),
+        }
+    }
+
     /// A netlrts rank's real exit code, the one it sent in `ending` (the client itself exits
     /// 1 when its socket closes: research/charm-protocol.md §2).
     pub fn charm_exit_code(&self, rank: u32) -> Option<i32> {
@@ -351,5 +378,34 @@ impl NodeService {
         };
         servers.shutdown().await;
         self.inner.overlay.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_launcher_variable;
+
+    #[test]
+    fn an_outer_jobs_endpoints_are_launcher_variables_and_tuning_is_not() {
+        for outer in [
+            "PMI_FD",
+            "PMI_RANK",
+            "PMI_PORT",
+            "PMIX_SERVER_URI41",
+            "PMIX_NAMESPACE",
+            "NETSTART",
+            "MPI_LOCALRANKID",
+        ] {
+            assert!(is_launcher_variable(outer), "{outer}");
+        }
+        for tuning in [
+            "PMIX_MCA_ptl",
+            "PMI_DEBUG",
+            "MPIR_CVAR_PMI_VERSION",
+            "PATH",
+            "PMIXY",
+        ] {
+            assert!(!is_launcher_variable(tuning), "{tuning}");
+        }
     }
 }

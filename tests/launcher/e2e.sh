@@ -20,7 +20,7 @@
 #   mpich     MPI hello + allreduce, 8 hosts x 2 ranks, wire-up across hosts through greedy-pmix;
 #             the same as an MPMD command line of two parts (-n 4 … : -n 12 …)
 #             (MPICH build: see MPICH below)
-#   openmpi   the same with Debian's Open MPI 4.1 over --pmi pmix (greedy-pmix's PMIx server),
+#   openmpi   the same with Debian's Open MPI 4.1 with no --pmi (greedy-pmix's PMIx server),
 #             and MPI_Abort(42) from rank 5 ending the job with 42
 #   delay     the same launches with --delay 20
 #
@@ -301,15 +301,15 @@ cases() {
   no_orphans "$tag mpich"
   pass "$tag: MPI rank 9 exiting before MPI_Init: exit 7 in ${SECS}s"
 
-  # --- Open MPI through greedy-pmix's PMIx server, 8 hosts x 2 (issue 5) ---------------------
+  # --- Open MPI through greedy-pmix's PMIx server, 8 hosts x 2, no protocol flag (issue 18) ---
   # ob1 over TCP: the hosts share no memory segment, so the data crosses the veths too.
   local ompi=$WORK/wireup-ompi
   local -a ompi_env=(env OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp EXPECT_SIZE=16)
   mpicc.openmpi -O1 -o "$ompi" "$ROOT/tests/mpi/wireup.c"
-  run openmpi -n 16 --hosts "$HOSTS" --ppn 2 --pmi pmix --timeout 60 -- "${ompi_env[@]}" "$ompi"
+  run openmpi -n 16 --hosts "$HOSTS" --ppn 2 --timeout 60 -- "${ompi_env[@]}" "$ompi"
   ((RC == 0)) || fail "$tag openmpi: exit $RC: $ERR $OUT"
   [[ $(grep -c "of 16: ok" <<<"$OUT") == 16 ]] || fail "$tag openmpi: expected 16 ok lines: $OUT"
-  pass "$tag: Open MPI (PMIx) hello+allreduce on $NODES hosts x 2 ranks in ${SECS}s"
+  pass "$tag: Open MPI (PMIx, no --pmi) hello+allreduce on $NODES hosts x 2 ranks in ${SECS}s"
   run openmpi-abort -n 16 --hosts "$HOSTS" --ppn 2 --pmi pmix --timeout 60 -- \
     "${ompi_env[@]}" "$ompi" abort-after-init=5:42
   ((RC == 42)) || fail "$tag openmpi MPI_Abort: expected 42, got $RC: $ERR"

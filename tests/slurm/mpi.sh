@@ -8,10 +8,13 @@
 # Builds the plugin (release), installs it as mpi_greedy.so in a PluginDir entry, brings up an
 # 8-host cluster with MpiDefault=greedy, and checks, with the test program tests/mpi/wireup.c
 # built twice: MPICH (PyPI mpich 5.0.2, a PMI-1 client reliable across these hosts) and Open
-# MPI (Debian 4.1, PMIx only); the plugin picks the protocol by itself (GreedyProtocol=auto):
+# MPI (Debian 4.1, PMIx only); every node serves every family (GreedyProtocol=auto), and each
+# rank is served by the one it speaks:
 #   greedy     srun -N8 -n16 --mpi=greedy, each MPI: 16 ranks, size and allreduce checked
 #   default    the same with no --mpi flag (MpiDefault=greedy)
-#   protocol   a task gets PMI_* or PMIX_* variables, never both; SLURM_GREEDY_PROTOCOL overrides
+#   protocol   a task gets every family's variables and MPIR_CVAR_PMI_VERSION=1 (a user's own
+#              value wins); SLURM_GREEDY_PROTOCOL=pmi|pmix gives that family only
+#   mixed      MPICH ranks on one node, Open MPI on the other: the step ends naming one of each
 #   stranger   another local user with a real task's PMIX_* variables, and probes of every port
 #              of n1, reach nothing: the Open MPI step ends 0 (issue 15, docs/security.md)
 #   config     srun --mpi=list shows greedy; scontrol show config shows mpi.conf's Greedy* keys
@@ -21,7 +24,8 @@
 #              exiting 3 ends the step and srun exits 3
 #   true       100 consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failing (issue 15:
 #              nodes whose tasks end before the overlay join completes must leave cleanly)
-#   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid)
+#   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
+#              a wrapper script
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
 #   malformed  a rank writes garbage on its PMI socket: the job ends with an error naming the
@@ -181,31 +185,49 @@ if [[ -n $RELEASE_ROOT ]]; then
 fi
 
 # A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
-# the uid it was registered with, and Open MPI writes into the step's PMIx directory).
-# (bash -c hides the MPI program from the protocol detection: name the protocol.)
+# the uid it was registered with, and Open MPI writes into the step's PMIx directory). The
+# program runs under a wrapper script (bash -c), with no protocol named anywhere: every rank is
+# offered every family and speaks its own.
 for mpi in mpich ompi; do
-  prog=$WIREUP proto=pmi
-  [[ $mpi == ompi ]] && prog=$OMPI proto=pmix
-  SRUN_CMD=(runuser -u nobody -- env SLURM_GREEDY_PROTOCOL=$proto srun --chdir=/)
+  prog=$WIREUP
+  [[ $mpi == ompi ]] && prog=$OMPI
+  SRUN_CMD=(runuser -u nobody -- srun --chdir=/)
   run "user-$mpi" 90 "${PPN[@]}" --mpi=greedy bash -c 'echo "uid=$(id -u)"; exec env EXPECT_SIZE=16 '"$prog"
   ok16 "user-$mpi"
   [[ $(grep -c "^uid=$(id -u nobody)$" <<<"$OUT") == 16 ]] || fail "user-$mpi: tasks did not run as nobody: $OUT"
 done
 SRUN_CMD=(srun)
-pass "srun as user nobody: MPICH (PMI) and Open MPI (PMIx) 16/16 ranks ok"
+pass "srun as user nobody, MPI under a wrapper script, no protocol named: MPICH and Open MPI 16/16 ranks ok"
 
-# Never both families in one task: MPICH ≥ 4.1 refuses a task with PMI_* and PMIX_*.
-for proto in pmi pmix; do
+# Every family by default, with MPIR_CVAR_PMI_VERSION=1 so that MPICH >= 4.1 does not refuse
+# the union (a user's own value wins); SLURM_GREEDY_PROTOCOL gives one family only.
+for proto in auto pmi pmix; do
   set +e
   OUT=$(SLURM_GREEDY_PROTOCOL=$proto timeout 60 srun -N2 -n2 --mpi=greedy bash -c \
-    'echo "pmi=${PMI_RANK:-} pmix=${PMIX_RANK:-}"' 2>&1)
+    'echo "pmi=${PMI_RANK:-} pmix=${PMIX_RANK:-} cvar=${MPIR_CVAR_PMI_VERSION:-}"' 2>&1)
   set -e
   case $proto in
-    pmi) [[ $(grep -c '^pmi=[01] pmix=$' <<<"$OUT") == 2 ]] || fail "protocol pmi: $OUT" ;;
-    pmix) [[ $(grep -c '^pmi= pmix=[01]$' <<<"$OUT") == 2 ]] || fail "protocol pmix: $OUT" ;;
+    auto) [[ $(grep -c '^pmi=\([01]\) pmix=\1 cvar=1$' <<<"$OUT") == 2 ]] || fail "protocol auto: $OUT" ;;
+    pmi) [[ $(grep -c '^pmi=[01] pmix= cvar=$' <<<"$OUT") == 2 ]] || fail "protocol pmi: $OUT" ;;
+    pmix) [[ $(grep -c '^pmi= pmix=[01] cvar=$' <<<"$OUT") == 2 ]] || fail "protocol pmix: $OUT" ;;
   esac
 done
-pass "SLURM_GREEDY_PROTOCOL=pmi gives PMI_* only, =pmix gives PMIX_* only"
+# (PyPI's MPICH 5.0.2 is built with PMI-1 only: it refuses 2 and x, so only the variable is
+# checked here.)
+SRUN_CMD=(env MPIR_CVAR_PMI_VERSION=2 srun)
+run cvar-user 60 -N2 -n2 --mpi=greedy bash -c 'echo "cvar=$MPIR_CVAR_PMI_VERSION"'
+SRUN_CMD=(srun)
+[[ $(grep -c '^cvar=2$' <<<"$OUT") == 2 ]] || fail "cvar-user: the user's MPIR_CVAR_PMI_VERSION=2 was not kept: $OUT $ERR"
+pass "every family by default, with MPIR_CVAR_PMI_VERSION=1 unless the user set it; SLURM_GREEDY_PROTOCOL=pmi or pmix gives that family only"
+
+# Ranks of one job that speak two families end it with a message naming one of each.
+run mixed 60 -N2 -n4 --ntasks-per-node=2 --mpi=greedy bash -c \
+  'if [ "$SLURM_PROCID" -lt 2 ]; then exec '"$WIREUP"'; else exec '"$OMPI"'; fi'
+((RC != 0)) || fail "mixed: MPICH and Open MPI ranks in one step ended 0: $OUT"
+grep -q "rank 0 on n1 speaks PMI-1/PMI-2 while rank 2 on n2 speaks PMIx" <<<"$ERR" ||
+  fail "mixed: srun does not name a rank of each family: $ERR"
+no_leftovers mixed
+pass "MPICH ranks on n1 and Open MPI ranks on n2 in one step: srun exits $RC naming rank 0 (PMI) and rank 2 (PMIx)"
 
 # stranger (issue 15): task 1 publishes its PMIx variables (as a careless job might) and starts
 # late; another local user (tests/security/stranger.sh) runs Open MPI with them first and

@@ -29,13 +29,14 @@ EXIT STATUS:
 /// Which wire-up the ranks get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Pmi {
-    /// PMI server on every host; plain programs that never call PMI also run.
+    /// Every family at once (PMI-1/PMI-2, PMIx, Charm++ netlrts): each rank is served by the
+    /// one it speaks; plain programs that speak none also run.
     Auto,
-    /// PMI-1 (MPICH, Intel MPI); every rank must PMI-finalize before exiting.
+    /// PMI-1/PMI-2 only (MPICH, Intel MPI).
     Pmi1,
-    /// PMI-2; every rank must finalize before exiting.
+    /// The same as pmi1 (the server tells the versions apart per connection).
     Pmi2,
-    /// PMIx (Open MPI 4.1/5); every rank must PMIx_Finalize before exiting.
+    /// PMIx only (Open MPI 4.1/5).
     Pmix,
     /// No wire-up service at all (cheapest for non-MPI programs).
     None,

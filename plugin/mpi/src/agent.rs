@@ -1,22 +1,25 @@
-//! The node agent inside slurmstepd: the overlay, the PMI server and the ranks' sockets.
+//! The node agent inside slurmstepd: greedy-pmix's node service, and the tasks' side of it.
 //!
 //! Lifecycle (one step per slurmstepd process):
 //! 1. `prefork` (root, before any task is forked) calls [`Agent::start`]: resolve this node's
-//!    NodeAddr, start a tokio runtime on its own threads, make one socketpair per local rank
-//!    and a notify pipe, and return; a failure so far is an error returned to Slurm (the step
-//!    fails to launch), never an abort. In the background the node joins the overlay (bounded
-//!    by `GreedyJoinTimeout`), starts the PMI server and splices each rank's socket to it; a
-//!    failure there is logged and ends the step through slurmctld.
+//!    NodeAddr, start a tokio runtime on its own threads and greedy-pmix's
+//!    [`NodeService`]: every wire-up family the step serves (all of them unless the user chose
+//!    one), each rank's variables (PMIx registers the ranks), a PMI socket per rank and a
+//!    notify pipe, and return; a failure so far is an error returned to Slurm (the step fails
+//!    to launch), never an abort. The node joins the overlay in the background (bounded by
+//!    `GreedyJoinTimeout`) while slurmstepd forks the tasks and they load their libraries; a
+//!    rank's first fence waits for the join. A join that fails aborts the job.
 //! 2. each forked task runs the task hook, which reads the immutable [`TaskTable`] (no lock:
 //!    the fork may have happened while a runtime thread held one), keeps its own socket across
-//!    exec and writes a [`TaskRecord::Forked`] into the notify pipe (the agent then closes
-//!    slurmstepd's copy of that rank's socket, so a rank that dies is seen as EOF); then the
-//!    task's watcher (the process slurmstepd forked) writes [`TaskRecord::Exited`] with the
-//!    program's exact code when it ends, for the PMI/PMIx server.
-//! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed PMI message, a rank that
-//!    fails before finalize, a timeout) reaches every node over the overlay; the node where it
-//!    started reports the code to srun and asks slurmctld to kill the step
-//!    (`Hooks::kill_step`), which ends every task on every node.
+//!    exec, hands its stdio to the agent when the step serves Charm++, and writes a
+//!    [`TaskRecord::Forked`] into the notify pipe (the agent then closes slurmstepd's copy of
+//!    that rank's socket, so a rank that dies is seen as EOF); then the task's watcher (the
+//!    process slurmstepd forked) writes [`TaskRecord::Exited`] with the program's exact code
+//!    when it ends, for the node service.
+//! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed message, a rank that
+//!    fails before finalize, ranks of two families, a timeout) reaches every node over the
+//!    overlay; the node where it started reports the code to srun and asks slurmctld to kill
+//!    the step (`Hooks::kill_step`), which ends every task on every node.
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
 //!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`). A short step (`srun
@@ -26,14 +29,13 @@
 
 use crate::Error;
 use crate::charm::{self, Stdio};
-use crate::plan::{self, Protocol, Rendezvous as Choice, StepPlan};
+use crate::plan::{Rendezvous as Choice, StepPlan};
 use crate::rendezvous::{SrunRendezvous, report_exit};
-use greedy_pmix::charm::server::{CharmConfig, CharmServer, OUTPUT_CAPACITY};
-use greedy_pmix::overlay::{Overlay, OverlayConfig};
+use greedy_pmix::charm::server::OUTPUT_CAPACITY;
+use greedy_pmix::family::Family;
+use greedy_pmix::node::{NodeConfig, NodeService};
 use greedy_pmix::peer::JobProcesses;
-use greedy_pmix::pmix::{PmixConfig, PmixServer};
-use greedy_pmix::rendezvous::Fixed;
-use greedy_pmix::server::{PmiConfig, PmiServer};
+use greedy_pmix::rendezvous::{Fixed, Rendezvous};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -64,10 +66,13 @@ pub struct Hooks {
 #[derive(Debug, Clone)]
 pub struct RankSlot {
     /// PMI: the task's end of the socketpair (its number in slurmstepd, inherited by the
-    /// fork). PMIx ranks connect to libpmix's own socket instead.
+    /// fork). A step that does not serve PMI has none.
     pub fd: Option<RawFd>,
     /// The variables to put into the task's env.
     pub env: Vec<(String, String)>,
+    /// Variables to put there only if the task's env has none of that name (the user's
+    /// choice wins: `MPIR_CVAR_PMI_VERSION`).
+    pub defaults: Vec<(String, String)>,
 }
 
 /// Everything the task hook reads: immutable once `prefork` returns.
@@ -146,15 +151,17 @@ impl TaskRecord {
 /// The running service of one node.
 pub struct Agent {
     runtime: Option<Runtime>,
-    joined: Joined,
-    /// PMIx's directory for this step, removed at shutdown.
-    pmix_dir: Option<std::path::PathBuf>,
+    service: Option<NodeService>,
     node: String,
     shutdown_timeout: Duration,
     /// Cancelled by [`Agent::shutdown`]: a join still in flight leaves the overlay saying `Bye`.
     leave: CancellationToken,
-    /// PMI: the background join and server start, which shutdown lets finish first.
-    service: Option<JoinHandle<()>>,
+    /// Task exits being reported to the service, which shutdown lets finish: an exit that
+    /// aborts the job must reach the overlay before this node says `Bye`.
+    exits: TaskTracker,
+    /// Watches for the job's abort; on the node it started on, it reports to srun and kills
+    /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
+    abort_watch: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -189,97 +196,56 @@ fn resolve(node: &str, host: &str, hooks: &Hooks) -> Result<IpAddr, Error> {
 /// How long a shutting-down overlay link waits for its peer's goodbye.
 const SHUTDOWN_LINGER: Duration = Duration::from_millis(100);
 
-/// The client server of a joined node.
-#[derive(Clone)]
-enum Client {
-    Pmi(PmiServer),
-    Pmix(PmixServer),
-    Charm(CharmServer, Stdio),
+/// How a node finds its overlay parent: at the reserved port of its NodeAddr, or through srun.
+enum StepRendezvous {
+    Ports(Fixed),
+    Srun(SrunRendezvous),
 }
 
-impl Client {
-    fn fences(&self) -> u64 {
+impl Rendezvous for StepRendezvous {
+    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
         match self {
-            Client::Pmi(s) => s.fences(),
-            Client::Pmix(s) => s.fences(),
-            Client::Charm(..) => 0,
+            StepRendezvous::Ports(r) => r.publish(node_idx, addr).await,
+            StepRendezvous::Srun(r) => r.publish(node_idx, addr).await,
         }
     }
-    async fn shutdown(&self) {
+
+    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
         match self {
-            Client::Pmi(s) => s.shutdown().await,
-            Client::Pmix(s) => s.shutdown().await,
-            Client::Charm(s, _) => s.shutdown().await,
+            StepRendezvous::Ports(r) => r.lookup(node_idx).await,
+            StepRendezvous::Srun(r) => r.lookup(node_idx).await,
         }
-    }
-    async fn rank_exited(&self, rank: u32, code: i32) {
-        match self {
-            Client::Pmi(s) => s.rank_exited(rank, code).await,
-            Client::Pmix(s) => s.rank_exited(rank, code).await,
-            Client::Charm(s, stdio) => {
-                tokio::spawn({
-                    let stdio = stdio.clone();
-                    async move { stdio.exited(rank).await }
-                });
-                s.rank_exited(rank, code).await
-            }
-        }
-    }
-}
-
-/// The service once joined (what shutdown must stop), and the task exits seen before it was:
-/// a task may end before its node has joined the overlay.
-#[derive(Default)]
-struct JoinState {
-    service: Option<(Overlay, Client)>,
-    early_exits: Vec<(u32, i32)>,
-    /// The client server taking task exits, which shutdown lets finish: an exit that aborts
-    /// the job must reach the overlay before this node says `Bye`.
-    exits: TaskTracker,
-    /// Watches for the job's abort; on the node it started on, it reports to srun and kills
-    /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
-    abort_watch: Option<JoinHandle<()>>,
-}
-
-type Joined = Arc<std::sync::Mutex<JoinState>>;
-
-fn lock(joined: &Joined) -> std::sync::MutexGuard<'_, JoinState> {
-    joined.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Records this node's service as joined and hands it the task exits seen before.
-fn set_joined(joined: &Joined, overlay: Overlay, client: Client, rt: &tokio::runtime::Handle) {
-    let (early, exits) = {
-        let mut st = lock(joined);
-        st.service = Some((overlay, client.clone()));
-        (std::mem::take(&mut st.early_exits), st.exits.clone())
-    };
-    for (rank, code) in early {
-        let client = client.clone();
-        exits.spawn_on(async move { client.rank_exited(rank, code).await }, rt);
     }
 }
 
 impl Agent {
-    /// Starts this node's service for `plan` and returns at once with the ranks' sockets:
-    /// joining the overlay and starting the PMI server go on in the background while
-    /// slurmstepd forks the tasks and they load their MPI library. A rank's first PMI
-    /// messages wait in its socket until then. Local faults (NodeAddr, runtime, sockets) are
-    /// errors returned here; a join that fails later (timeout, refused peer) is logged and
-    /// ends the step through `Hooks::kill_step`.
+    /// Starts this node's service for `plan` and returns with the ranks' variables and
+    /// sockets, while the node joins the overlay in the background: ranks start and load
+    /// their MPI library meanwhile, and their first fence waits for the join. Local faults
+    /// (NodeAddr, runtime, sockets, libpmix) are errors returned here; a join that fails later
+    /// (timeout, refused peer) aborts the job, which ends the step through `Hooks::kill_step`.
     ///
     /// Joining first and forking after, as a blocking prefork would, made every rank wait for
     /// the slowest node's slurmstepd to start before its exec: about 100 ms at 8 nodes here
     /// (docs/benchmarks.md).
     pub fn start(plan: &StepPlan, hooks: &Hooks) -> Result<(Agent, TaskTable), Error> {
         let node = plan.node().to_string();
-        let io = Error::io(&node);
+        let (io, shim) = (Error::io(&node), Error::shim(&node));
         let my_ip = resolve(&node, &node, hooks)?;
-        let parent_ip = match (&plan.rendezvous, plan.parent()) {
-            (Choice::Ports { .. }, Some(parent)) => {
-                Some((parent, resolve(&node, &plan.hosts[parent], hooks)?))
+        let rendezvous = match (&plan.rendezvous, plan.parent()) {
+            (Choice::Ports { port }, parent) => {
+                let known = match parent {
+                    Some(p) => {
+                        let ip = resolve(&node, &plan.hosts[p], hooks)?;
+                        HashMap::from([(p, SocketAddr::new(ip, *port))])
+                    }
+                    None => HashMap::new(),
+                };
+                StepRendezvous::Ports(Fixed(known))
             }
-            _ => None,
+            (Choice::Srun { addr }, _) => {
+                StepRendezvous::Srun(SrunRendezvous::new(*addr, &plan.kvsname, &plan.secret))
+            }
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -288,434 +254,180 @@ impl Agent {
             .build()
             .map_err(|e| io("start the runtime", e))?;
         let span = info_span!("mpi", job = %plan.kvsname, node = %node);
-        let joined: Joined = Arc::default();
         let mut agent = Agent {
             runtime: Some(runtime),
-            joined: joined.clone(),
-            pmix_dir: None,
+            service: None,
             node: node.clone(),
             shutdown_timeout: plan.shutdown_timeout,
             leave: CancellationToken::new(),
-            service: None,
+            exits: TaskTracker::new(),
+            abort_watch: None,
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
-        if plan.protocol == Protocol::Pmix {
-            return agent.start_pmix(plan, my_ip, parent_ip, hooks, span);
-        }
-        if plan.protocol == Protocol::Charm {
-            return agent.start_charm(plan, my_ip, parent_ip, hooks, span);
-        }
-        let mut ranks = HashMap::new();
-        let mut held: HashMap<u32, OwnedFd> = HashMap::new();
-        let mut ours = Vec::new();
-        let local = &plan.ranks[plan.node_idx];
-        let n_ranks: usize = plan.ranks.iter().map(Vec::len).sum();
-        for (local_id, &rank) in local.iter().enumerate() {
-            let (mine, theirs) =
-                std::os::unix::net::UnixStream::pair().map_err(|e| io("rank socketpair", e))?;
-            mine.set_nonblocking(true)
-                .map_err(|e| io("rank socketpair", e))?;
-            let fd = theirs.as_raw_fd();
-            let offered = vec![
-                ("PMI_RANK".to_string(), rank.to_string()),
-                ("PMI_SIZE".to_string(), n_ranks.to_string()),
-                ("PMI_JOBID".to_string(), plan.kvsname.clone()),
-                ("MPI_LOCALNRANKS".to_string(), local.len().to_string()),
-                ("MPI_LOCALRANKID".to_string(), local_id.to_string()),
-            ];
-            ranks.insert(
-                rank,
-                RankSlot {
-                    fd: Some(fd),
-                    env: plan::task_env(&offered, fd),
-                },
-            );
-            held.insert(rank, OwnedFd::from(theirs));
-            ours.push((rank, mine));
-        }
-        let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
-        agent.watch_tasks(reader, held, local.len());
-        let service = Service {
-            plan: plan.clone(),
-            my_ip,
-            parent_ip,
-            ours,
-            joined,
-            kill_step: hooks.kill_step.clone(),
-            leave: agent.leave.clone(),
-        };
-        agent.service = Some(
-            agent
-                .runtime
-                .as_ref()
-                .expect("set above")
-                .spawn(service.run().instrument(span)),
-        );
-        Ok((
-            agent,
-            TaskTable {
-                ranks,
-                notify,
-                charm_stdio: None,
-            },
-        ))
-    }
-
-    /// PMIx: libpmix must register each client before its task exists (the task hook only
-    /// copies the variables `setup_fork` returned), so this node joins the overlay and starts
-    /// its PMIx server before prefork returns.
-    fn start_pmix(
-        mut self,
-        plan: &StepPlan,
-        my_ip: IpAddr,
-        parent_ip: Option<(usize, IpAddr)>,
-        hooks: &Hooks,
-        span: tracing::Span,
-    ) -> Result<(Agent, TaskTable), Error> {
-        let node = plan.node().to_string();
-        let shim = Error::shim(&node);
-        let rt = self.runtime.as_ref().expect("set in start");
-        let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
-            .map_err(shim)?;
-        // One directory per step and node: Open MPI names its shared-memory files after the
-        // node's local ranks there (greedy-pmix's PmixConfig). Fresh, 0700 and with an
-        // unguessable name (greedy_pmix::pmix::private_dir): it is handed to the job's user
-        // (PmixServer::start chowns it), and nothing can have been planted at its path.
-        let io = Error::io(&node);
-        let tmpdir = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-pmix.")
-            .map_err(|e| io("create the PMIx directory", e))?;
-        self.pmix_dir = Some(tmpdir.clone());
-        let owner = job_owner(plan);
-        // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach
-        // libpmix at all.
-        let config = PmixConfig {
-            owner,
-            admit: greedy_pmix::pmix::admit_job(
-                step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?,
-            ),
-            ..PmixConfig::new(tmpdir)
-        };
-        let rt = self.runtime.as_ref().expect("set in start");
-        let pmix = rt
-            .block_on(PmixServer::start(&plan.job_spec(), overlay.clone(), config))
-            .map_err(shim)?;
-        set_joined(
-            &self.joined,
-            overlay.clone(),
-            Client::Pmix(pmix.clone()),
-            rt.handle(),
-        );
-        let watch =
-            rt.spawn(watch_abort(plan.clone(), overlay, hooks.kill_step.clone()).instrument(span));
-        lock(&self.joined).abort_watch = Some(watch);
-        let mut ranks = HashMap::new();
-        for &rank in &plan.ranks[plan.node_idx] {
-            let env = rt.block_on(pmix.env_for(rank)).map_err(shim)?;
-            ranks.insert(rank, RankSlot { fd: None, env });
-        }
-        let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
-        self.watch_tasks(reader, HashMap::new(), plan.ranks[plan.node_idx].len());
-        Ok((
-            self,
-            TaskTable {
-                ranks,
-                notify,
-                charm_stdio: None,
-            },
-        ))
-    }
-
-    /// Charm++ netlrts: a rank's `NETSTART` names this node's listener, so the node joins the
-    /// overlay and starts its `CharmServer` before prefork returns, as for PMIx. Joining
-    /// first also means every task's exit reaches the server: a rank that dies before it
-    /// connects (charm4py hides those errors) must abort the job, naming it.
-    fn start_charm(
-        self,
-        plan: &StepPlan,
-        my_ip: IpAddr,
-        parent_ip: Option<(usize, IpAddr)>,
-        hooks: &Hooks,
-        span: tracing::Span,
-    ) -> Result<(Agent, TaskTable), Error> {
-        let node = plan.node().to_string();
-        let shim = Error::shim(&node);
-        let io = Error::io(&node);
-        let rt = self.runtime.as_ref().expect("set in start");
-        let overlay = rt
-            .block_on(join(plan, my_ip, parent_ip, &self.leave).instrument(span.clone()))
-            .map_err(shim)?;
-        let local = &plan.ranks[plan.node_idx];
-        let (task_side, agent_side) =
-            charm::stdio_channel().map_err(|e| io("stdio socketpair", e))?;
-        let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUTPUT_CAPACITY);
-        // One `scanf` at a time per node: each client waits for its answer anyway.
-        let (scanf_tx, scanf_rx) = tokio::sync::mpsc::channel(1);
-        let stdio = Stdio::start(
-            rt.handle(),
-            agent_side,
-            local.len(),
-            out_rx,
-            scanf_rx,
-            &node,
-        )
-        .map_err(|e| io("charm stdio threads", e))?;
-        let IpAddr::V4(advertise) = my_ip else {
+        let rt = agent.runtime.as_ref().expect("set above");
+        // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
+        // PMIx and netlrts endpoints at all.
+        let admit = step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?;
+        let mut config = NodeConfig::new(my_ip, admit);
+        let wanted = plan.protocol.families();
+        if wanted == [Family::Charm] && !config.families.contains(&Family::Charm) {
             return Err(Error::Address {
                 host: node.clone(),
                 node,
                 reason: format!("Charm++ netlrts needs an IPv4 NodeAddr, not {my_ip}"),
             });
-        };
-        let admit = step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?;
-        let mut config = CharmConfig::new(advertise, admit);
+        }
+        config.families.retain(|f| wanted.contains(f));
+        if let Choice::Ports { port } = plan.rendezvous {
+            config.overlay.bind = SocketAddr::new(my_ip, port);
+        }
+        config.overlay.join_timeout = plan.join_timeout;
+        config.overlay.collective_timeout = plan.fence_timeout + Duration::from_secs(30);
+        // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd polls
+        // for the stepd's exit once a second before it frees the nodes, so a long linger
+        // costs the next job a whole second.
+        config.overlay.shutdown_linger = SHUTDOWN_LINGER;
+        config.pmi.fence_timeout = plan.fence_timeout;
+        // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
+        config.pmix.owner = job_owner(plan);
         // A rank that has not connected by then is reported like a fence that never completes.
-        config.connect_timeout = plan.fence_timeout;
-        config.scanf = Some(scanf_tx);
-        let server = rt
-            .block_on(CharmServer::start(
-                &plan.job_spec(),
-                overlay.clone(),
-                config,
-                out_tx,
-            ))
+        config.charm.connect_timeout = plan.fence_timeout;
+        let local = &plan.ranks[plan.node_idx];
+        let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUTPUT_CAPACITY);
+        let charm_stdio = if config.families.contains(&Family::Charm) {
+            let (task_side, agent_side) =
+                charm::stdio_channel().map_err(|e| io("stdio socketpair", e))?;
+            // One `scanf` at a time per node: each client waits for its answer anyway.
+            let (scanf_tx, scanf_rx) = tokio::sync::mpsc::channel(1);
+            config.charm.scanf = Some(scanf_tx);
+            let stdio = Stdio::start(
+                rt.handle(),
+                agent_side,
+                local.len(),
+                out_rx,
+                scanf_rx,
+                &node,
+            )
+            .map_err(|e| io("charm stdio threads", e))?;
+            Some((task_side, stdio))
+        } else {
+            None
+        };
+        let service = rt
+            .block_on(
+                NodeService::start(&plan.job_spec(), config, rendezvous, &agent.leave, out_tx)
+                    .instrument(span.clone()),
+            )
             .map_err(shim)?;
-        stdio.set_server(server.clone());
-        // A netlrts process exits 1 after `charm.exit(3)`: srun gets the 3 from here.
-        let (p, handle) = (plan.clone(), rt.handle().clone());
-        stdio.on_nonzero_end(Box::new(move |rank, code| {
-            let p = p.clone();
-            handle.spawn(async move {
-                let reason = format!("rank {rank} on {} ended with charm.exit({code})", p.node());
-                report_to_srun(&p, code, &reason).await;
-            });
-        }));
-        set_joined(
-            &self.joined,
-            overlay.clone(),
-            Client::Charm(server.clone(), stdio.clone()),
-            rt.handle(),
-        );
-        // On an abort every connected client gets `die` and exits by itself with its own
-        // status; the exit report to srun and the step kill (for ranks still starting) follow
-        // after the grace.
-        let (p, kill) = (plan.clone(), hooks.kill_step.clone());
+        agent.service = Some(service.clone());
+        let stdio = charm_stdio.as_ref().map(|(_, stdio)| stdio.clone());
+        if let Some(stdio) = &stdio {
+            stdio.set_service(service.clone());
+            // A netlrts process exits 1 after `charm.exit(3)`: srun gets the 3 from here.
+            let (p, handle) = (plan.clone(), rt.handle().clone());
+            stdio.on_nonzero_end(Box::new(move |rank, code| {
+                let p = p.clone();
+                handle.spawn(async move {
+                    let reason =
+                        format!("rank {rank} on {} ended with charm.exit({code})", p.node());
+                    report_to_srun(&p, code, &reason).await;
+                });
+            }));
+        }
         let watch = rt.spawn(
-            async move {
-                charm_abort_note(p.clone(), overlay.clone(), stdio).await;
-                tokio::time::sleep(CHARM_KILL_GRACE).await;
-                watch_abort(p, overlay, kill).await;
-            }
+            watch_abort(
+                plan.clone(),
+                service.clone(),
+                stdio.clone(),
+                hooks.kill_step.clone(),
+            )
             .instrument(span),
         );
-        lock(&self.joined).abort_watch = Some(watch);
-        let ranks = local
-            .iter()
-            .map(|&rank| {
-                (
-                    rank,
-                    RankSlot {
-                        fd: None,
-                        env: server.env_for(rank),
-                    },
-                )
-            })
-            .collect();
+        agent.abort_watch = Some(watch);
+        let mut ranks = HashMap::new();
+        let mut held = HashMap::new();
+        for &rank in local {
+            let wireup = rt.block_on(service.env_for(rank, None)).map_err(shim)?;
+            let fd = wireup.pmi_fd.as_ref().map(AsRawFd::as_raw_fd);
+            if let Some(theirs) = wireup.pmi_fd {
+                held.insert(rank, theirs);
+            }
+            let slot = RankSlot {
+                fd,
+                env: wireup.env,
+                defaults: wireup.defaults,
+            };
+            ranks.insert(rank, slot);
+        }
         let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
-        self.watch_tasks(reader, HashMap::new(), local.len());
+        agent.watch_tasks(reader, held, local.len(), stdio);
         Ok((
-            self,
+            agent,
             TaskTable {
                 ranks,
                 notify,
-                charm_stdio: Some(task_side),
+                charm_stdio: charm_stdio.map(|(task_side, _)| task_side),
             },
         ))
     }
 
-    /// Stops the PMI server and the overlay, then the runtime; all within
-    /// `GreedyShutdownTimeout`, after which remaining threads are left to die with the process.
-    /// A join still in flight (PMI: it runs in the background, and a step such as `srun
-    /// /bin/true` can end before it completes) gets `GreedyShutdownTimeout` to finish first,
-    /// then leaves the overlay saying `Bye`, within `GreedyShutdownTimeout` again.
+    /// Stops the node service, then the runtime; all within `GreedyShutdownTimeout`, after
+    /// which remaining threads are left to die with the process. A join still in flight (a
+    /// step such as `srun /bin/true` can end before it completes) gets
+    /// `GreedyShutdownTimeout` to finish first, then leaves the overlay saying `Bye`.
     pub fn shutdown(mut self) {
         let Some(rt) = self.runtime.take() else {
             return;
         };
         let deadline = self.shutdown_timeout;
-        if let Some(mut service) = self.service.take() {
-            // Every node is still there to finish the join (a stepd's fini comes after its own
-            // tasks end, not the others'), and a joined node leaves cleanly; leaving mid-join
-            // would leave the others' join waiting for this node's part until their
-            // GreedyJoinTimeout ends the step, if their tasks still run by then.
-            let (node, leave) = (self.node.clone(), self.leave.clone());
-            rt.block_on(async move {
-                if tokio::time::timeout(deadline, &mut service).await.is_ok() {
-                    return;
-                }
+        let Some(service) = self.service.take() else {
+            rt.shutdown_timeout(Duration::from_millis(50));
+            return;
+        };
+        // Every node is still there to finish the join (a stepd's fini comes after its own
+        // tasks end, not the others'), and a joined node leaves cleanly; leaving mid-join
+        // would leave the others' join waiting for this node's part until their
+        // GreedyJoinTimeout ends the step, if their tasks still run by then.
+        let (node, leave) = (self.node.clone(), self.leave.clone());
+        let overlay = service.overlay().clone();
+        rt.block_on(async {
+            if tokio::time::timeout(deadline, overlay.joined()).await.is_err() {
                 info!(node = %node, "mpi/greedy: overlay join not complete within GreedyShutdownTimeout ({deadline:?}) after the local tasks ended; leaving it");
                 leave.cancel();
-                if tokio::time::timeout(deadline, service).await.is_err() {
-                    error!(node = %node, "mpi/greedy: overlay join not left within GreedyShutdownTimeout ({deadline:?})");
-                }
-            });
-        }
-        let (joined, exits, abort_watch) = {
-            let mut st = lock(&self.joined);
-            (st.service.take(), st.exits.clone(), st.abort_watch.take())
-        };
-        if let Some((overlay, pmi)) = joined {
-            let fences = pmi.fences();
-            exits.close();
-            let stopping = overlay.clone();
-            let stopped = rt.block_on(async move {
-                tokio::time::timeout(deadline, async {
-                    // A rank that failed as this node's last tasks ended: its abort goes out
-                    // ahead of the Bye.
-                    exits.wait().await;
-                    pmi.shutdown().await;
-                    stopping.shutdown().await;
-                })
-                .await
-            });
-            if stopped.is_err() {
-                error!(node = %self.node, "mpi/greedy: service did not stop within GreedyShutdownTimeout ({deadline:?})");
-            } else {
-                info!(node = %self.node, fences, "mpi/greedy: service stopped");
             }
-            let ours = overlay
-                .aborted()
-                .borrow()
-                .as_ref()
-                .is_some_and(|a| a.origin_node == overlay.node_idx());
-            if let (true, Some(watch)) = (ours, abort_watch) {
-                // This node reports the job's code to srun and kills the step: without it the
-                // other nodes' tasks run on, and srun learns nothing.
-                let limit = REPORT_TIMEOUT + deadline;
-                let ended = rt.block_on(async { tokio::time::timeout(limit, watch).await });
-                if ended.is_err() {
-                    error!(node = %self.node, "mpi/greedy: the step's end not reported within {limit:?}");
-                }
+        });
+        let fences = service.fences();
+        let exits = self.exits.clone();
+        exits.close();
+        let stopped = rt.block_on(async {
+            tokio::time::timeout(deadline, async {
+                // A rank that failed as this node's last tasks ended: its abort goes out
+                // ahead of the Bye.
+                exits.wait().await;
+                service.shutdown().await;
+            })
+            .await
+        });
+        if stopped.is_err() {
+            error!(node = %self.node, "mpi/greedy: service did not stop within GreedyShutdownTimeout ({deadline:?})");
+        } else {
+            info!(node = %self.node, fences, "mpi/greedy: service stopped");
+        }
+        let ours = overlay
+            .aborted()
+            .borrow()
+            .as_ref()
+            .is_some_and(|a| a.origin_node == overlay.node_idx());
+        if let (true, Some(watch)) = (ours, self.abort_watch.take()) {
+            // This node reports the job's code to srun and kills the step: without it the
+            // other nodes' tasks run on, and srun learns nothing.
+            let limit = REPORT_TIMEOUT + deadline;
+            let ended = rt.block_on(async { tokio::time::timeout(limit, watch).await });
+            if ended.is_err() {
+                error!(node = %self.node, "mpi/greedy: the step's end not reported within {limit:?}");
             }
         }
         rt.shutdown_timeout(Duration::from_millis(50));
-        if let Some(dir) = self.pmix_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// The background part of a node's service.
-struct Service {
-    plan: StepPlan,
-    my_ip: IpAddr,
-    parent_ip: Option<(usize, IpAddr)>,
-    ours: Vec<(u32, std::os::unix::net::UnixStream)>,
-    joined: Joined,
-    kill_step: Arc<KillStepFn>,
-    /// Cancelled when the node leaves (fini) before this service is up.
-    leave: CancellationToken,
-}
-
-impl Service {
-    async fn run(self) {
-        let (plan, kill, leave) = (
-            self.plan.clone(),
-            self.kill_step.clone(),
-            self.leave.clone(),
-        );
-        if let Err(e) = self.serve().await {
-            if leave.is_cancelled() {
-                // The local tasks have all ended; the join was left on purpose, saying Bye.
-                info!(
-                    "mpi/greedy: step {}.{}: left before the overlay join completed: {e}",
-                    plan.job_id, plan.step_id
-                );
-                return;
-            }
-            error!(
-                "mpi/greedy: step {}.{}: {e}; ending the step",
-                plan.job_id, plan.step_id
-            );
-            end_step(&plan, 1, e.to_string(), kill).await;
-        }
-    }
-
-    async fn serve(self) -> Result<(), Error> {
-        let plan = &self.plan;
-        let node = plan.node().to_string();
-        let shim = Error::shim(&node);
-        let spec = plan.job_spec();
-        let overlay = join(plan, self.my_ip, self.parent_ip, &self.leave)
-            .await
-            .map_err(shim)?;
-        let pmi_config = PmiConfig {
-            fence_timeout: plan.fence_timeout,
-            ..PmiConfig::default()
-        };
-        let pmi = PmiServer::start(&spec, overlay.clone(), pmi_config)
-            .await
-            .map_err(shim)?;
-        set_joined(
-            &self.joined,
-            overlay.clone(),
-            Client::Pmi(pmi.clone()),
-            &tokio::runtime::Handle::current(),
-        );
-        let watch = tokio::spawn(
-            watch_abort(plan.clone(), overlay, self.kill_step.clone()).in_current_span(),
-        );
-        lock(&self.joined).abort_watch = Some(watch);
-        // Splice each rank's socket to a fresh connection of the PMI server. EOF travels both
-        // ways, so a rank that dies still closes its PMI connection, and an abort still
-        // closes the rank's socket.
-        for (rank, mine) in self.ours {
-            let (server_end, _) = pmi.socketpair_for(rank, -1).map_err(shim)?;
-            let splice = |e| Error::io(&node)("PMI splice", e);
-            server_end.set_nonblocking(true).map_err(splice)?;
-            let mut server_end = tokio::net::UnixStream::from_std(server_end).map_err(splice)?;
-            let mut mine = tokio::net::UnixStream::from_std(mine).map_err(splice)?;
-            tokio::spawn(async move {
-                let _ = tokio::io::copy_bidirectional(&mut mine, &mut server_end).await;
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Joins the overlay of `plan` as this node (`my_ip`), finding the parent by reserved port
-/// (`parent_ip`, resolved beforehand from NodeAddr) or through srun; cancelling `leave` leaves
-/// it, mid-join too, saying `Bye`.
-async fn join(
-    plan: &StepPlan,
-    my_ip: IpAddr,
-    parent_ip: Option<(usize, IpAddr)>,
-    leave: &CancellationToken,
-) -> Result<Overlay, greedy_pmix::Error> {
-    let spec = plan.job_spec();
-    let mut config = OverlayConfig {
-        join_timeout: plan.join_timeout,
-        collective_timeout: plan.fence_timeout + Duration::from_secs(30),
-        // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd
-        // polls for the stepd's exit once a second before it frees the nodes, so a long
-        // linger costs the next job a whole second.
-        shutdown_linger: SHUTDOWN_LINGER,
-        ..OverlayConfig::default()
-    };
-    match &plan.rendezvous {
-        Choice::Ports { port } => {
-            config.bind = SocketAddr::new(my_ip, *port);
-            let known = parent_ip
-                .map(|(parent, ip)| (parent, SocketAddr::new(ip, *port)))
-                .into_iter()
-                .collect();
-            Overlay::start_or_leave(&spec, config, &Fixed(known), leave).await
-        }
-        Choice::Srun { addr } => {
-            config.bind = SocketAddr::new(my_ip, 0);
-            let rdv = SrunRendezvous::new(*addr, &plan.kvsname, plan.secret.as_bytes());
-            Overlay::start_or_leave(&spec, config, &rdv, leave).await
-        }
     }
 }
 
@@ -745,10 +457,22 @@ fn job_owner(plan: &StepPlan) -> Option<(u32, u32)> {
 /// kills the step anyway (srun then exits with the signal instead of the rank's code).
 const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Charm++: how long after an abort the step is killed, if its tasks have not all ended by
+/// then (a client exits within milliseconds of `die`; the kill is for those still starting).
+const CHARM_KILL_GRACE: Duration = Duration::from_secs(1);
+
 /// Logs an abort of the job and, on the node where it started, reports the job's exit code to
-/// srun and asks slurmctld to kill the step.
-async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn>) {
-    let mut aborted = overlay.aborted();
+/// srun and asks slurmctld to kill the step. Netlrts ranks (`stdio`, when the node's ranks
+/// speak Charm++) first get `die` and exit by themselves with their own status; an abort that
+/// started at a local rank is told on its stderr, which srun shows; the report and the step
+/// kill (for ranks still starting) follow after [`CHARM_KILL_GRACE`].
+async fn watch_abort(
+    plan: StepPlan,
+    service: NodeService,
+    stdio: Option<Stdio>,
+    kill_step: Arc<KillStepFn>,
+) {
+    let mut aborted = service.overlay().aborted();
     let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
     let info = match aborted.wait_for(Option::is_some).await {
         Ok(seen) => seen.clone(),
@@ -757,6 +481,12 @@ async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn
     let Some(info) = info else { return };
     let origin = plan.hosts.get(info.origin_node).map_or("?", String::as_str);
     error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
+    if let Some(stdio) = stdio.filter(|_| service.family() == Some(Family::Charm)) {
+        if let Some(rank) = info.rank.filter(|_| info.origin_node == me) {
+            stdio.aborted(rank, format!("job aborted: {info}")).await;
+        }
+        tokio::time::sleep(CHARM_KILL_GRACE).await;
+    }
     if info.origin_node == me {
         end_step(
             &plan,
@@ -772,11 +502,10 @@ async fn watch_abort(plan: StepPlan, overlay: Overlay, kill_step: Arc<KillStepFn
 /// waiting longer than [`REPORT_TIMEOUT`].
 async fn report_to_srun(plan: &StepPlan, code: i32, reason: &str) {
     let (job, step) = (plan.job_id, plan.step_id);
-    let secret = plan.secret.clone();
     let report = report_exit(
         plan.srun,
         &plan.kvsname,
-        secret.as_bytes(),
+        &plan.secret,
         plan.node_idx,
         code,
         reason,
@@ -802,24 +531,6 @@ async fn end_step(plan: &StepPlan, code: i32, reason: String, kill_step: Arc<Kil
     }
 }
 
-/// Charm++: how long after an abort the step is killed, if its tasks have not all ended by
-/// then (a client exits within milliseconds of `die`; the kill is for those still starting).
-const CHARM_KILL_GRACE: Duration = Duration::from_secs(1);
-
-/// Charm++: an abort that started at a local rank is told on that rank's stderr, which srun
-/// shows (`srun -l` labels it); the reason itself names rank, host and cause.
-async fn charm_abort_note(plan: StepPlan, overlay: Overlay, stdio: Stdio) {
-    let mut aborted = overlay.aborted();
-    let info = match aborted.wait_for(Option::is_some).await {
-        Ok(seen) => seen.clone(),
-        Err(_) => return,
-    };
-    let Some(info) = info else { return };
-    if let Some(rank) = info.rank.filter(|_| info.origin_node == plan.node_idx) {
-        stdio.aborted(rank, format!("job aborted: {info}")).await;
-    }
-}
-
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
@@ -831,43 +542,49 @@ impl Drop for Agent {
 impl Agent {
     /// A thread reads the task records: `forked` closes slurmstepd's copy of that rank's PMI
     /// socket (`held`, so a dead rank is an EOF), `exited` (from the task's watcher,
-    /// `greedy_sys::slurm::watch_exec`) tells the client server how the rank ended (PMIx has
-    /// no socket whose EOF would say so). Not a runtime task: it blocks in `read(2)`. It stops
-    /// after `n_local` exits; a watcher killed before it reports (SIGKILL of the step) only
-    /// leaves the thread waiting until slurmstepd exits.
+    /// `greedy_sys::slurm::watch_exec`) tells the node service how the rank ended (PMIx has
+    /// no socket whose EOF would say so) and, for Charm++ steps, lets the writer close the
+    /// task's stdio. Not a runtime task: it blocks in `read(2)`. It stops after `n_local`
+    /// exits; a watcher killed before it reports (SIGKILL of the step) only leaves the thread
+    /// waiting until slurmstepd exits.
     fn watch_tasks(
         &self,
         mut reader: std::io::PipeReader,
         mut held: HashMap<u32, OwnedFd>,
         n_local: usize,
+        stdio: Option<Stdio>,
     ) {
-        let joined = self.joined.clone();
+        let service = self.service.clone().expect("started");
+        let exits = self.exits.clone();
         let handle = self.runtime.as_ref().expect("running").handle().clone();
         let node = self.node.clone();
         let spawned = std::thread::Builder::new()
             .name("greedy-mpi-tasks".into())
             .spawn(move || {
                 let mut record = [0u8; 8];
-                let mut exits = 0;
-                while exits < n_local && reader.read_exact(&mut record).is_ok() {
+                let mut ended = 0;
+                while ended < n_local && reader.read_exact(&mut record).is_ok() {
                     match TaskRecord::decode(record) {
                         TaskRecord::Forked(rank) => drop(held.remove(&rank)),
                         TaskRecord::Exited(rank, code) => {
-                            exits += 1;
-                            let (client, exits) = {
-                                let mut st = lock(&joined);
-                                let client = st.service.as_ref().map(|(_, c)| c.clone());
-                                if client.is_none() {
-                                    st.early_exits.push((rank, code));
-                                }
-                                (client, st.exits.clone())
-                            };
-                            if let Some(client) = client {
-                                exits.spawn_on(
-                                    async move { client.rank_exited(rank, code).await },
-                                    &handle,
-                                );
-                            }
+                            ended += 1;
+                            let (service, stdio) = (service.clone(), stdio.clone());
+                            exits.spawn_on(
+                                async move {
+                                    if let Some(stdio) = stdio {
+                                        // A netlrts client's last prints may still be on their
+                                        // way; other tasks' pipes close at once, since the
+                                        // step ends only when every one has.
+                                        let charm = service.family_of(rank) == Some(Family::Charm)
+                                            || service.family() == Some(Family::Charm);
+                                        tokio::spawn(
+                                            async move { stdio.exited(rank, charm).await },
+                                        );
+                                    }
+                                    service.rank_exited(rank, code).await
+                                },
+                                &handle,
+                            );
                         }
                     }
                 }

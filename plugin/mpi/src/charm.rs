@@ -25,8 +25,9 @@
 //! itself (charm4py closed its stdio before connecting).
 
 use bytes::Bytes;
+use greedy_pmix::charm::server::Output;
 use greedy_pmix::charm::server::ScanfRequest;
-use greedy_pmix::charm::server::{CharmServer, Output};
+use greedy_pmix::node::NodeService;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
@@ -73,8 +74,11 @@ struct TaskStdio {
 struct Filed {
     fds: Mutex<HashMap<u32, Arc<TaskStdio>>>,
     arrived: Condvar,
-    /// The server, for the `ending` codes (set once it runs).
-    server: OnceLock<CharmServer>,
+    /// Ranks whose streams were closed: streams arriving after that are dropped at once
+    /// (locked after `fds`).
+    closed: Mutex<HashSet<u32>>,
+    /// The node service, for the `ending` codes (set once it runs).
+    server: OnceLock<NodeService>,
     /// Told (rank, code) when a rank ended with a non-zero `ending` code, which its process
     /// cannot exit with (it exits 1): the agent reports the code to srun.
     on_code: OnceLock<Box<EndedFn>>,
@@ -204,10 +208,13 @@ impl Stdio {
                 for _ in 0..n_local {
                     match recv_stdio(&sock) {
                         Ok((rank, task)) => {
-                            f.fds
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert(rank, Arc::new(task));
+                            let mut fds = f.fds.lock().unwrap_or_else(|p| p.into_inner());
+                            let closed = f.closed.lock().unwrap_or_else(|p| p.into_inner());
+                            // A task that ended before its streams were filed: drop them.
+                            if !closed.contains(&rank) {
+                                fds.insert(rank, Arc::new(task));
+                            }
+                            drop((closed, fds));
                             f.arrived.notify_all();
                         }
                         Err(e) => {
@@ -257,8 +264,8 @@ impl Stdio {
         })
     }
 
-    /// Gives the writer the running server, whose `ending` codes it reports.
-    pub fn set_server(&self, server: CharmServer) {
+    /// Gives the writer the running node service, whose `ending` codes it reports.
+    pub fn set_service(&self, server: NodeService) {
         let _ = self.filed.server.set(server);
     }
 
@@ -267,10 +274,14 @@ impl Stdio {
         let _ = self.filed.on_code.set(f);
     }
 
-    /// The task of `rank` ended: close its descriptors after [`CLOSE_GRACE`] (if the end
-    /// marker of its output did not close them already).
-    pub async fn exited(&self, rank: u32) {
-        tokio::time::sleep(CLOSE_GRACE).await;
+    /// The task of `rank` ended: close its descriptors, after [`CLOSE_GRACE`] if it is a
+    /// netlrts client (`charm`), whose last prints may still be on their way (if the end
+    /// marker of its output did not close them already). Any other task's close at once:
+    /// slurmstepd ends the step only when every task's pipes are closed.
+    pub async fn exited(&self, rank: u32, charm: bool) {
+        if charm {
+            tokio::time::sleep(CLOSE_GRACE).await;
+        }
         let _ = self.events.send(Event::Close(rank)).await;
     }
 
@@ -295,7 +306,7 @@ fn write_event(filed: &Filed, closed: &mut HashSet<u32>, ev: Event, node: &str) 
             // real code was, where the user sees the 1.
             // After a clean end a client exits 0 (`die`) or 1 (socket closed): the real code
             // goes to srun, before the process exits.
-            let code = filed.server.get().and_then(|s| s.exit_code(o.rank));
+            let code = filed.server.get().and_then(|s| s.charm_exit_code(o.rank));
             if let (Some(code), Some(f)) = (code.filter(|c| *c != 0), filed.on_code.get()) {
                 f(o.rank, code);
             }
@@ -356,11 +367,13 @@ fn scanf_from(mut stdin: &File, buf: &mut String, conversions: usize) -> Option<
 
 fn close(filed: &Filed, closed: &mut HashSet<u32>, rank: u32) {
     closed.insert(rank);
+    let mut fds = filed.fds.lock().unwrap_or_else(|p| p.into_inner());
     filed
-        .fds
+        .closed
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&rank);
+        .insert(rank);
+    fds.remove(&rank);
 }
 
 #[cfg(test)]
@@ -469,7 +482,7 @@ mod tests {
         assert_eq!(read_all(t3.stdout), "hello world\n");
         assert_eq!(read_all(t3.stderr), "");
         // Rank 4 has no end marker: its task's end closes it after the grace.
-        rt.block_on(stdio.exited(4));
+        rt.block_on(stdio.exited(4, true));
         assert_eq!(read_all(t4.stdout), "");
         // The note takes a shorter path than prints still in flight: both arrive, in any order.
         let mut lines: Vec<String> = read_all(t4.stderr).lines().map(String::from).collect();

@@ -102,15 +102,7 @@ pub extern "C" fn mpi_p_client_prelaunch(
             let user = std::env::var(plan::USER_PROTOCOL).ok();
             let resv = std::env::var_os("SLURM_STEP_RESV_PORTS").is_some();
             let argv: Vec<String> = std::env::args().skip(1).collect();
-            let detected = plan::detect_protocol(&argv, crate::srun::read_program);
-            let (client, vars) = match Client::prelaunch(
-                &layout,
-                &cfg,
-                user.as_deref(),
-                detected,
-                resv,
-                crate::PMIX_BUILT,
-            ) {
+            let (client, vars) = match Client::prelaunch(&layout, &cfg, user.as_deref(), resv) {
                 Ok(x) => x,
                 Err(e) => {
                     log::error(&format!("mpi/greedy: {e}"));
@@ -254,7 +246,12 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                     return SLURM_ERROR;
                 }
             }
-            // PMIx ranks have no socket of ours: libpmix's variables are all they need.
+            for (k, v) in &slot.defaults {
+                if env.get(k).is_none() && !env.set(k, v) {
+                    return SLURM_ERROR;
+                }
+            }
+            // A step that does not serve PMI has no socket of ours.
             if let Some(fd) = slot.fd
                 && let Err(e) = slurm::keep_across_exec(fd)
             {

@@ -10,7 +10,7 @@ use greedy_slurm::conf;
 use crate::agent::TaskRecord;
 use crate::charm::decode_stdio_record;
 use crate::config::MpiConfig;
-use crate::plan::{self, Protocol, StepLayout, StepPlan};
+use crate::plan::{self, StepLayout, StepPlan};
 use crate::rendezvous::{self, Line};
 
 /// A fuzz target: the name of its binary and corpus directory, and its body.
@@ -35,7 +35,7 @@ pub fn rendezvous_line(data: &[u8]) {
         return;
     };
     assert_eq!(rendezvous::parse(&line.to_string()).as_ref(), Ok(&line));
-    let secret = b"0123456789abcdef";
+    let secret = &greedy_pmix::JobSecret::from_bytes(b"0123456789abcdef").expect("16 bytes");
     let checked = match &line {
         Line::Publish(node, addr, mac) | Line::Answer(node, addr, mac) => {
             rendezvous::verify(secret, "1.0", *node, addr, mac)
@@ -146,10 +146,7 @@ pub fn mpi_conf(data: &[u8]) {
         node_list: "n[1-2]".into(),
         ranks: vec![vec![0, 1], vec![2, 3]],
     };
-    let protocol = match cfg.protocol {
-        Protocol::Auto => Protocol::Pmi,
-        p => p,
-    };
+    let protocol = cfg.protocol;
     let env = plan::prelaunch_env(
         &layout,
         &greedy_pmix::JobSecret::from_bytes(&[0xab; 16]).expect("16 bytes"),

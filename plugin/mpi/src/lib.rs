@@ -58,6 +58,3 @@ pub use error::Error;
 /// `plugin_id`: "GRDY" in ASCII. Slurm's own MPI plugins use 101–108 (slurm_mpi.h) and the
 /// loader reserves 0 and NO_VAL, so this cannot collide with a built-in one.
 pub const PLUGIN_ID: u32 = 0x4752_4459;
-
-/// Whether this build serves PMIx (the [`plan::Protocol::resolve`] rule depends on it).
-pub const PMIX_BUILT: bool = true;

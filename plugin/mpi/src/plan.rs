@@ -10,6 +10,7 @@
 
 use crate::Error;
 use crate::config::MpiConfig;
+use greedy_pmix::family::Family;
 pub use greedy_sys::slurm::StepLayout;
 use greedy_tree::LaunchModel;
 use std::fmt;
@@ -55,15 +56,13 @@ pub const USER_PROTOCOL: &str = "SLURM_GREEDY_PROTOCOL";
 /// task that has `PMI_*` and `PMIX_*` (research/pmix-pmi.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// Resolve per step ([`Protocol::resolve`]).
+    /// Every family at once; each rank is served by the one it speaks.
     Auto,
     /// PMI-1 and PMI-2 on one socket (MPICH, Intel MPI, MVAPICH).
     Pmi,
     /// PMIx (Open MPI).
     Pmix,
-    /// Charm++'s netlrts launcher protocol (what charmrun serves; the charm4py wheel). Only by
-    /// request: a netlrts program is a Python script or a binary that names no MPI library,
-    /// so nothing on srun's command line tells it apart from a plain program.
+    /// Charm++'s netlrts launcher protocol (what charmrun serves; the charm4py wheel).
     Charm,
 }
 
@@ -93,78 +92,25 @@ impl fmt::Display for Protocol {
 
 impl Protocol {
     /// The documented rule: the step's `SLURM_GREEDY_PROTOCOL` wins, then `GreedyProtocol`;
-    /// `auto` means what [`detect_protocol`] found in srun's command line (`detected`), else
-    /// PMI. A `pmix` request to a build without PMIx is refused rather than silently served
-    /// PMI, which would start Open MPI ranks as singletons.
-    pub fn resolve(
-        user: Option<&str>,
-        configured: Protocol,
-        detected: Option<Protocol>,
-        pmix_built: bool,
-    ) -> Result<Protocol, String> {
-        let wanted = match user.filter(|s| !s.is_empty()) {
+    /// `auto` serves every family at once, and each rank is served by the one it speaks.
+    pub fn resolve(user: Option<&str>, configured: Protocol) -> Result<Protocol, String> {
+        match user.filter(|s| !s.is_empty()) {
             Some(s) => s
                 .parse::<Protocol>()
-                .map_err(|e| format!("{USER_PROTOCOL}={e}"))?,
-            None => configured,
-        };
-        let wanted = match wanted {
-            Protocol::Auto => match detected {
-                Some(Protocol::Pmix) if pmix_built => Protocol::Pmix,
-                _ => Protocol::Pmi,
-            },
-            p => p,
-        };
-        match wanted {
-            Protocol::Pmix if !pmix_built => {
-                Err("PMIx was requested but this mpi_greedy.so serves PMI-1/PMI-2 only".into())
-            }
-            p => Ok(p),
+                .map_err(|e| format!("{USER_PROTOCOL}={e}")),
+            None => Ok(configured),
         }
     }
-}
 
-/// How many bytes of a candidate program [`detect_protocol`] reads: an ELF's dynamic string
-/// table (where the NEEDED library names live) sits in its first pages.
-pub const DETECT_READ_MAX: usize = 1 << 20;
-
-/// The `auto` rule's evidence: the first ELF file named on srun's command line (`argv`
-/// without srun itself; `read` returns up to [`DETECT_READ_MAX`] bytes of an argument that is
-/// a path, or of a name found in `PATH`, or `None`) that names an MPI library decides:
-/// Open MPI (`libmpi.so.40`, `libopen-rte`, `libopen-pal`) or libpmix → PMIx; MPICH's ABI
-/// (`libmpi.so.12`, `libmpich`), Intel MPI (`libmpifort`/`libmpi.so.12`) → PMI. Wrapper
-/// scripts and static binaries decide nothing (`None`), and the default applies.
-pub fn detect_protocol(
-    argv: &[String],
-    read: impl Fn(&str) -> Option<Vec<u8>>,
-) -> Option<Protocol> {
-    fn has(hay: &[u8], needle: &[u8]) -> bool {
-        hay.windows(needle.len()).any(|w| w == needle)
-    }
-    for arg in argv {
-        let Some(bytes) = read(arg) else { continue };
-        if !bytes.starts_with(b"\x7fELF") {
-            continue;
-        }
-        if [
-            &b"libmpi.so.40"[..],
-            b"libopen-rte",
-            b"libopen-pal",
-            b"libpmix.so",
-        ]
-        .iter()
-        .any(|n| has(&bytes, n))
-        {
-            return Some(Protocol::Pmix);
-        }
-        if [&b"libmpi.so.12"[..], b"libmpich"]
-            .iter()
-            .any(|n| has(&bytes, n))
-        {
-            return Some(Protocol::Pmi);
+    /// The wire-up families a step of this protocol serves.
+    pub fn families(self) -> Vec<Family> {
+        match self {
+            Protocol::Auto => Family::ALL.to_vec(),
+            Protocol::Pmi => vec![Family::Pmi],
+            Protocol::Pmix => vec![Family::Pmix],
+            Protocol::Charm => vec![Family::Charm],
         }
     }
-    None
 }
 
 /// Checks srun's command line (`argv` without srun) of a Charm++ step for charmrun's process
@@ -460,16 +406,9 @@ impl StepPlan {
             .and_then(|(s, r)| LaunchModel::new(s, r).map_err(|e| e.to_string()))
             .map_err(|r| bad(VAR_MODEL, &model_text, r))?;
         let proto_text = need(VAR_PROTOCOL)?;
-        let protocol = match proto_text.parse() {
-            Ok(Protocol::Auto) | Err(_) => {
-                return Err(bad(
-                    VAR_PROTOCOL,
-                    &proto_text,
-                    "expected pmi, pmix or charm".into(),
-                ));
-            }
-            Ok(p) => p,
-        };
+        let protocol = proto_text
+            .parse()
+            .map_err(|r: String| bad(VAR_PROTOCOL, &proto_text, r))?;
         let srun_text = need(VAR_SRUN)?;
         let srun_port: u16 = srun_text
             .parse()
@@ -580,18 +519,6 @@ impl StepPlan {
             }
         )
     }
-}
-
-/// A rank's environment, given what the PMI server offered (`offered`: `PMI_RANK`, `PMI_SIZE`,
-/// `PMI_JOBID`, `MPI_LOCAL*`) and its socket's descriptor number in the task.
-pub fn task_env(offered: &[(String, String)], fd: i32) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = offered
-        .iter()
-        .filter(|(k, _)| k != "PMI_FD")
-        .cloned()
-        .collect();
-    env.push(("PMI_FD".into(), fd.to_string()));
-    env
 }
 
 #[cfg(test)]

@@ -11,14 +11,12 @@
 //! - `X <node> <code> <mac> <reason>`: the job ended with `code` (stepd → srun), answered `K`
 //!   once recorded; `reason` (the rest of the line) is for the user.
 //!
-//! `mac` is hex HMAC-SHA256 of `greedy-mpi <job> <node> <addr>` (or `… exit <code> <reason>`)
-//! under the step secret: srun accepts only lines from holders of the secret, and a stepd
+//! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
+//! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <reason>`): srun accepts only lines from holders of the secret, and a stepd
 //! accepts only answers srun signed, so no stranger can insert an address or an exit code.
 //! (The overlay authenticates every link again; this only keeps strangers from making the join
 //! time out.) The secret never travels here.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -28,7 +26,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Notify, Semaphore};
 
-use greedy_pmix::rendezvous::Rendezvous;
+use greedy_pmix::{JobSecret, auth, rendezvous::Rendezvous};
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
@@ -38,24 +36,21 @@ pub const MAX_REASON: usize = 150;
 /// the step size this listener serves concurrently, well above any test and most sites.
 pub const MAX_CONNECTIONS: usize = 8192;
 
-fn hmac(secret: &[u8], job: &str, node: usize, what: &dyn Display) -> Hmac<Sha256> {
-    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    m.update(format!("greedy-mpi {job} {node} {what}").as_bytes());
-    m
-}
+/// What every signature of these lines is labelled with (greedy-pmix `auth::sign`).
+const LABEL: &[u8] = b"greedy-mpi rendezvous";
 
-/// `mac` of the wire format: `what` is the address, or `exit <code> <reason>`.
-pub fn mac(secret: &[u8], job: &str, node: usize, what: &dyn Display) -> String {
-    hmac(secret, job, node, what)
-        .finalize()
-        .into_bytes()
+/// `mac` of the wire format: `what` is the address, or `exit <code> <reason>`; hex of
+/// greedy-pmix's signed statement.
+pub fn mac(secret: &JobSecret, job: &str, node: usize, what: &dyn Display) -> String {
+    let statement = what.to_string();
+    auth::sign(secret, LABEL, job, node as u32, statement.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
 /// Checks a `mac` in constant time.
-pub fn verify(secret: &[u8], job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
+pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
     // Hex digits only: from_str_radix alone would take "+f" for "0f".
     if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return false;
@@ -67,7 +62,11 @@ pub fn verify(secret: &[u8], job: &str, node: usize, what: &dyn Display, hex: &s
     else {
         return false;
     };
-    hmac(secret, job, node, what).verify_slice(&bytes).is_ok()
+    let Ok(node) = u32::try_from(node) else {
+        return false;
+    };
+    let statement = what.to_string();
+    auth::verify_signed(secret, LABEL, job, node, statement.as_bytes(), &bytes)
 }
 
 /// What an `X` line's MAC covers besides the job and node.
@@ -152,7 +151,7 @@ pub struct ExitReport {
 #[derive(Debug)]
 struct Board {
     job: String,
-    secret: Vec<u8>,
+    secret: JobSecret,
     n_nodes: usize,
     addrs: std::sync::Mutex<HashMap<usize, SocketAddr>>,
     published: Notify,
@@ -188,7 +187,7 @@ impl SrunBoard {
     pub async fn bind(
         bind: SocketAddr,
         job: &str,
-        secret: &[u8],
+        secret: &JobSecret,
         n_nodes: usize,
         idle_timeout: Duration,
     ) -> std::io::Result<SrunBoard> {
@@ -196,7 +195,7 @@ impl SrunBoard {
             listener: TcpListener::bind(bind).await?,
             board: Arc::new(Board {
                 job: job.to_string(),
-                secret: secret.to_vec(),
+                secret: secret.clone(),
                 n_nodes,
                 addrs: Default::default(),
                 published: Notify::new(),
@@ -303,7 +302,7 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
 pub async fn report_exit(
     srun: SocketAddr,
     job: &str,
-    secret: &[u8],
+    secret: &JobSecret,
     node: usize,
     code: i32,
     reason: &str,
@@ -341,7 +340,7 @@ pub async fn report_exit(
 pub struct SrunRendezvous {
     srun: SocketAddr,
     job: String,
-    secret: Vec<u8>,
+    secret: JobSecret,
     conn: Mutex<
         Option<(
             BufReader<tokio::net::tcp::OwnedReadHalf>,
@@ -352,11 +351,11 @@ pub struct SrunRendezvous {
 
 impl SrunRendezvous {
     /// Talks to srun at `srun` for step `job`.
-    pub fn new(srun: SocketAddr, job: &str, secret: &[u8]) -> Self {
+    pub fn new(srun: SocketAddr, job: &str, secret: &JobSecret) -> Self {
         SrunRendezvous {
             srun,
             job: job.to_string(),
-            secret: secret.to_vec(),
+            secret: secret.clone(),
             conn: Mutex::new(None),
         }
     }
@@ -429,19 +428,23 @@ impl Rendezvous for SrunRendezvous {
 mod tests {
     use super::*;
 
+    fn key(bytes: &[u8]) -> JobSecret {
+        JobSecret::from_bytes(bytes).expect("16 bytes or more")
+    }
+
     #[test]
     fn lines_parse_and_macs_verify() {
         let a: SocketAddr = "10.1.2.3:4000".parse().unwrap();
-        let m = mac(b"0123456789abcdef", "7.0", 3, &a);
+        let m = mac(&key(b"0123456789abcdef"), "7.0", 3, &a);
         assert_eq!(
             parse(&format!("P 3 {a} {m}")).unwrap(),
             Line::Publish(3, a, m.clone())
         );
         assert_eq!(parse("L 12").unwrap(), Line::Lookup(12));
-        assert!(verify(b"0123456789abcdef", "7.0", 3, &a, &m));
-        assert!(!verify(b"0123456789abcdeX", "7.0", 3, &a, &m));
-        assert!(!verify(b"0123456789abcdef", "7.1", 3, &a, &m));
-        assert!(!verify(b"0123456789abcdef", "7.0", 3, &a, "zz"));
+        assert!(verify(&key(b"0123456789abcdef"), "7.0", 3, &a, &m));
+        assert!(!verify(&key(b"0123456789abcdeX"), "7.0", 3, &a, &m));
+        assert!(!verify(&key(b"0123456789abcdef"), "7.1", 3, &a, &m));
+        assert!(!verify(&key(b"0123456789abcdef"), "7.0", 3, &a, "zz"));
         for bad in ["", "X 1", "L", "L x", "P 1 nope m", "L 1 extra"] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
@@ -455,12 +458,12 @@ mod tests {
         }
         // Only hex digits: from_str_radix alone reads "+f" as 0x0f.
         let (node, m) = (0..)
-            .map(|n| (n, mac(b"0123456789abcdef", "7.0", n, &a)))
+            .map(|n| (n, mac(&key(b"0123456789abcdef"), "7.0", n, &a)))
             .find(|(_, m)| m.starts_with('0'))
             .unwrap();
-        assert!(verify(b"0123456789abcdef", "7.0", node, &a, &m));
+        assert!(verify(&key(b"0123456789abcdef"), "7.0", node, &a, &m));
         assert!(!verify(
-            b"0123456789abcdef",
+            &key(b"0123456789abcdef"),
             "7.0",
             node,
             &a,
@@ -468,14 +471,14 @@ mod tests {
         ));
     }
 
-    const SECRET: &[u8] = b"0123456789abcdef0123";
+    const SECRET_BYTES: &[u8] = b"0123456789abcdef0123";
 
     /// srun's board for step 5.1 of 3 nodes, serving on loopback.
     async fn board() -> (SocketAddr, Reports, tokio::task::JoinHandle<()>) {
         let board = SrunBoard::bind(
             "127.0.0.1:0".parse().unwrap(),
             "5.1",
-            SECRET,
+            &key(SECRET_BYTES),
             3,
             Duration::from_secs(5),
         )
@@ -487,7 +490,7 @@ mod tests {
 
     #[tokio::test]
     async fn stepds_find_their_parents_through_srun() {
-        let secret = SECRET;
+        let secret = &key(SECRET_BYTES);
         let (srun, _, server) = board().await;
         let child = SrunRendezvous::new(srun, "5.1", secret);
         let parent = SrunRendezvous::new(srun, "5.1", secret);
@@ -498,7 +501,7 @@ mod tests {
         parent.publish(0, a0).await.unwrap();
         assert_eq!(lookup.await.unwrap(), Ok(a0));
         // A stranger without the secret cannot publish.
-        let stranger = SrunRendezvous::new(srun, "5.1", b"wrong-secret-0000000");
+        let stranger = SrunRendezvous::new(srun, "5.1", &key(b"wrong-secret-0000000"));
         stranger.publish(1, a0).await.unwrap();
         let asker = SrunRendezvous::new(srun, "5.1", secret);
         assert!(
@@ -512,11 +515,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_signed_exit_report_is_what_srun_returns() {
-        let secret = SECRET;
+        let secret = &key(SECRET_BYTES);
         let (srun, reports, server) = board().await;
         assert_eq!(reports.first(), None);
         // A stranger's report is refused and changes nothing.
-        let forged = report_exit(srun, "5.1", b"wrong-secret-0000000", 1, 0, "all fine").await;
+        let forged =
+            report_exit(srun, "5.1", &key(b"wrong-secret-0000000"), 1, 0, "all fine").await;
         assert!(forged.is_err(), "{forged:?}");
         assert_eq!(reports.first(), None);
         let long = format!(

@@ -26,13 +26,11 @@ impl Client {
         layout: &StepLayout,
         cfg: &MpiConfig,
         user_protocol: Option<&str>,
-        detected: Option<Protocol>,
         resv_ports_in_env: bool,
-        pmix_built: bool,
     ) -> Result<(Client, plan::LaunchEnv), Error> {
         let srun = || "srun".to_string();
-        let protocol = Protocol::resolve(user_protocol, cfg.protocol, detected, pmix_built)
-            .map_err(|reason| Error::Malformed {
+        let protocol =
+            Protocol::resolve(user_protocol, cfg.protocol).map_err(|reason| Error::Malformed {
                 node: srun(),
                 var: plan::USER_PROTOCOL,
                 value: user_protocol.unwrap_or_default().to_string(),
@@ -99,7 +97,7 @@ fn listen(
         .block_on(SrunBoard::bind(
             SocketAddr::from(([0, 0, 0, 0], 0)),
             job,
-            secret.as_bytes(),
+            secret,
             n_nodes,
             idle,
         ))
@@ -123,30 +121,4 @@ fn listen(
         })
         .map_err(|e| io("rendezvous thread", e))?;
     Ok((port, stop, thread, reports))
-}
-
-/// Up to [`plan::DETECT_READ_MAX`] bytes of the file an srun argument names: a path (with a
-/// `/`), or a bare name found in `PATH`; `None` for anything else (options, missing files).
-pub fn read_program(arg: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    if arg.starts_with('-') || arg.contains('=') {
-        return None;
-    }
-    let path = if arg.contains('/') {
-        std::path::PathBuf::from(arg)
-    } else {
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|d| d.join(arg))
-            .find(|p| p.is_file())?
-    };
-    if !path.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(&path)
-        .ok()?
-        .take(plan::DETECT_READ_MAX as u64)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(bytes)
 }

@@ -149,61 +149,23 @@ fn faults_name_node_and_variable() {
 
 #[test]
 fn protocol_rule() {
-    let r = |user: Option<&str>, cfg, detected, pmix| Protocol::resolve(user, cfg, detected, pmix);
-    assert_eq!(r(None, Protocol::Auto, None, true), Ok(Protocol::Pmi));
-    assert_eq!(
-        r(None, Protocol::Auto, Some(Protocol::Pmix), true),
-        Ok(Protocol::Pmix)
-    );
-    assert_eq!(
-        r(None, Protocol::Auto, Some(Protocol::Pmix), false),
-        Ok(Protocol::Pmi)
-    );
-    assert_eq!(
-        r(None, Protocol::Pmix, Some(Protocol::Pmi), true),
-        Ok(Protocol::Pmix)
-    );
-    assert_eq!(
-        r(Some("pmi2"), Protocol::Pmix, None, true),
-        Ok(Protocol::Pmi)
-    );
-    assert_eq!(r(Some(""), Protocol::Pmi, None, true), Ok(Protocol::Pmi));
+    let r = Protocol::resolve;
+    assert_eq!(r(None, Protocol::Auto), Ok(Protocol::Auto));
+    assert_eq!(r(None, Protocol::Pmix), Ok(Protocol::Pmix));
+    assert_eq!(r(Some("pmi2"), Protocol::Pmix), Ok(Protocol::Pmi));
+    assert_eq!(r(Some(""), Protocol::Pmi), Ok(Protocol::Pmi));
+    assert_eq!(r(Some("auto"), Protocol::Pmi), Ok(Protocol::Auto));
     assert!(
-        r(Some("pmix"), Protocol::Pmi, None, false)
-            .unwrap_err()
-            .contains("PMI-1/PMI-2 only")
-    );
-    assert!(
-        r(Some("x"), Protocol::Pmi, None, false)
+        r(Some("x"), Protocol::Pmi)
             .unwrap_err()
             .starts_with("SLURM_GREEDY_PROTOCOL=")
     );
+    assert_eq!(Protocol::Auto.families(), Family::ALL);
+    assert_eq!(Protocol::Pmix.families(), [Family::Pmix]);
 }
 
 #[test]
-fn detection_reads_the_first_mpi_elf() {
-    let files = |name: &str| -> Option<Vec<u8>> {
-        match name {
-            "/usr/bin/env" => Some(b"\x7fELF...libc.so.6".to_vec()),
-            "./ompi_app" => Some(b"\x7fELF...libmpi.so.40\0libopen-pal.so.40".to_vec()),
-            "./mpich_app" => Some(b"\x7fELF...libmpi.so.12\0".to_vec()),
-            "./script" => Some(b"#!/bin/sh\nlibmpi.so.40".to_vec()),
-            _ => None,
-        }
-    };
-    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let d = |a: &[&str]| detect_protocol(&argv(a), files);
-    assert_eq!(
-        d(&["-N8", "/usr/bin/env", "X=1", "./ompi_app"]),
-        Some(Protocol::Pmix)
-    );
-    assert_eq!(d(&["./mpich_app", "./ompi_app"]), Some(Protocol::Pmi));
-    assert_eq!(d(&["./script", "hostname"]), None);
-    assert_eq!(d(&[]), None);
-}
-
-#[test]
-fn listener_rule_and_task_env() {
+fn listener_rule() {
     let mut cfg = MpiConfig::default();
     assert!(rendezvous_through_srun(&cfg, false));
     assert!(!rendezvous_through_srun(&cfg, true));
@@ -211,37 +173,24 @@ fn listener_rule_and_task_env() {
     assert!(rendezvous_through_srun(&cfg, true));
     cfg.rendezvous = RendezvousChoice::Ports;
     assert!(!rendezvous_through_srun(&cfg, false));
-    let env = task_env(
-        &[
-            ("PMI_RANK".into(), "3".into()),
-            ("PMI_FD".into(), "0".into()),
-        ],
-        17,
-    );
-    assert_eq!(
-        env,
-        [
-            ("PMI_RANK".to_string(), "3".to_string()),
-            ("PMI_FD".to_string(), "17".to_string())
-        ]
-    );
 }
 
 #[test]
-fn charm_is_only_chosen_by_request_and_reaches_the_stepd() {
-    let r = |user: Option<&str>, cfg| Protocol::resolve(user, cfg, Some(Protocol::Pmi), true);
+fn every_protocol_reaches_the_stepd() {
+    let r = Protocol::resolve;
     assert_eq!(r(Some("charm"), Protocol::Auto), Ok(Protocol::Charm));
     assert_eq!(r(Some("CHARM"), Protocol::Pmix), Ok(Protocol::Charm));
     assert_eq!(r(None, Protocol::Charm), Ok(Protocol::Charm));
     assert_eq!(r(Some("pmi"), Protocol::Charm), Ok(Protocol::Pmi));
-    assert_eq!(r(None, Protocol::Auto), Ok(Protocol::Pmi));
     let env = stepd_env(&[(VAR_PROTOCOL, "charm")]);
     assert_eq!(plan(&env).unwrap().protocol, Protocol::Charm);
     let env = stepd_env(&[(VAR_PROTOCOL, "auto")]);
+    assert_eq!(plan(&env).unwrap().protocol, Protocol::Auto);
+    let env = stepd_env(&[(VAR_PROTOCOL, "pmi3")]);
     assert!(
         plan(&env)
             .unwrap_err()
-            .contains("expected pmi, pmix or charm")
+            .contains("expected auto, pmi, pmix or charm")
     );
 }
 
