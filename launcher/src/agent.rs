@@ -212,6 +212,9 @@ impl Agent {
         let mut service: Option<NodeService> = None;
         let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
             None;
+        // Tells greedyrun once which family this node's ranks speak (singletons elsewhere).
+        let mut spoken: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::family::Family>>> =
+            None;
         let mut wireup_failed = false;
         if self.start.pmi != PmiMode::None {
             let rdv = wireup::PipeRendezvous {
@@ -222,6 +225,7 @@ impl Agent {
             match wireup::start(&self.start, rdv, hello_timeout, &leave).await {
                 Ok(s) => {
                     abort_rx = Some(s.overlay().aborted());
+                    spoken = Some(s.spoken());
                     service = Some(s);
                 }
                 Err(e) => {
@@ -278,6 +282,12 @@ impl Agent {
                     Some(Ok(Down::Start(_))) => {}
                     Some(Err(e)) => { warn!("parent pipe: {e}"); break End::ParentGone; }
                     None => break End::ParentGone,
+                },
+                spoke = async { spoken.as_mut().expect("guarded").wait_for(Option::is_some).await.map(|f| *f) }, if spoken.is_some() => {
+                    spoken = None;
+                    if let Ok(Some(family)) = spoke {
+                        let _ = self.up.send(Up::Spoke { node, family }).await;
+                    }
                 },
                 changed = async { abort_rx.as_mut().expect("guarded").changed().await }, if abort_rx.is_some() => {
                     match changed {
@@ -449,14 +459,15 @@ impl Agent {
                             .await;
                             // The service decides: a plain program that exits 0 without
                             // speaking any protocol is fine (greedy-pmix `departures`).
-                            let end = match &service {
+                            let (end, silent) = match &service {
                                 Some(service) => {
                                     service.rank_exited(rank, end.code()).await;
-                                    wireup::end_of(service, rank, end)
+                                    let silent = service.family_of(rank).is_none();
+                                    (wireup::end_of(service, rank, end), silent)
                                 }
-                                None => end,
+                                None => (end, false),
                             };
-                            let _ = up.send(Up::Exit { rank, end }).await;
+                            let _ = up.send(Up::Exit { rank, end, silent }).await;
                             let _ = exit_tx.send(rank).await;
                         }
                         .instrument(info_span!("rank", rank)),
@@ -482,6 +493,7 @@ impl Agent {
                         .send(Up::Exit {
                             rank,
                             end: RankEnd::NotStarted,
+                            silent: false,
                         })
                         .await;
                 }

@@ -23,7 +23,7 @@ use crate::{
     fanout::{EdgeConfig, Fanout},
     plan::Plan,
     proto::{Cmd, PROTOCOL_VERSION, Start, Stream, Up},
-    status::{JobStatus, Verdict, code},
+    status::{JobStatus, Singletons, Verdict, code},
     stdio::Tagger,
 };
 
@@ -166,6 +166,7 @@ pub async fn run(cfg: JobConfig) -> Report {
         });
 
     let mut status = JobStatus::new(plan.n_ranks, cfg.keep_going);
+    let mut singletons = Singletons::default();
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut n_up = 0usize;
     let mut finished_at = None;
@@ -235,17 +236,23 @@ pub async fn run(cfg: JobConfig) -> Report {
                         }
                     }
                 }
-                Some(Up::Exit { rank, end }) => {
-                    let what = match plan.node_of_rank(rank) {
-                        Some(i) => format!("rank {rank} on {}", plan.hosts[i]),
-                        None => format!("rank {rank}"),
-                    };
+                Some(Up::Exit { rank, end, silent }) => {
+                    let on = plan.node_of_rank(rank).map_or("?", |i| plan.hosts[i].as_str());
+                    let what = format!("rank {rank} on {on}");
                     verdict = status.rank_ended(end, &what);
+                    if let Some(message) = singletons.ended(rank, on, end, silent) {
+                        verdict = status.launcher_failed(code::LAUNCHER, message);
+                    }
                     if status.ended() == plan.n_ranks {
                         finished_at = Some(t0.elapsed());
                         if cfg.verbose {
                             say(format!("all {} ranks ended after {:.3} s", plan.n_ranks, t0.elapsed().as_secs_f64()));
                         }
+                    }
+                }
+                Some(Up::Spoke { node, family }) => {
+                    if let Some(message) = singletons.spoke(&host(node), family) {
+                        verdict = status.launcher_failed(code::LAUNCHER, message);
                     }
                 }
                 Some(Up::Address { node, addr }) => {

@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -259,6 +259,15 @@ pub enum Up {
         rank: u32,
         /// How.
         end: RankEnd,
+        /// It was served a wire-up and never spoke to it.
+        silent: bool,
+    },
+    /// The first local rank of `node` spoke a wire-up protocol, of this family.
+    Spoke {
+        /// Host index.
+        node: u32,
+        /// What it spoke.
+        family: greedy_pmix::family::Family,
     },
     /// The overlay address of `node` (rendezvous).
     Address {
@@ -444,6 +453,7 @@ mod tests {
             Up::Exit {
                 rank: 4,
                 end: RankEnd::Signaled(9),
+                silent: true,
             },
             &mut buf,
         )
@@ -454,7 +464,8 @@ mod tests {
             dec.decode(&mut buf).unwrap(),
             Some(Up::Exit {
                 rank: 4,
-                end: RankEnd::Signaled(9)
+                end: RankEnd::Signaled(9),
+                silent: true,
             })
         );
         assert_eq!(dec.decode(&mut buf).unwrap(), None);
@@ -521,7 +532,10 @@ mod tests {
             let e = s.check().unwrap_err();
             assert!(e.contains(want), "{e}");
         };
-        bad(&|s| s.version = 1, "protocol 3, greedyrun 1");
+        bad(
+            &|s| s.version = 1,
+            &format!("protocol {PROTOCOL_VERSION}, greedyrun 1"),
+        );
         bad(&|s| s.node_idx = 3, "node 3 of 3 hosts");
         bad(&|s| s.ranks.pop().map(drop).unwrap_or(()), "2 rank lists");
         bad(&|s| s.launch_sizes = vec![3, 1, 1], "beyond 3 hosts");

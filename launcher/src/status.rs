@@ -121,6 +121,58 @@ impl JobStatus {
     }
 }
 
+/// Ranks that ran as singletons: a job in which some ranks spoke a wire-up protocol while
+/// others ended (exit 0) without a word. The speakers' fences wait for ranks that will never
+/// come (an MPI rank that starts as a singleton "succeeds" on its own), so the job is ended
+/// with the ranks named rather than left to the fence timeout. A job in which no rank speaks
+/// (`hostname`, scripts) is not a case.
+#[derive(Debug, Default, Clone)]
+pub struct Singletons {
+    /// The first host whose ranks spoke, and what.
+    spoke: Option<(String, greedy_pmix::family::Family)>,
+    /// Ranks that ended 0 without speaking, each with its host.
+    silent: Vec<(u32, String)>,
+    reported: bool,
+}
+
+impl Singletons {
+    /// The ranks of `host` speak `family`; the message that ends the job, if it must.
+    pub fn spoke(&mut self, host: &str, family: greedy_pmix::family::Family) -> Option<String> {
+        self.spoke.get_or_insert_with(|| (host.to_string(), family));
+        self.verdict()
+    }
+
+    /// `rank` on `host` ended with `end`, having spoken (`silent` false) or not.
+    pub fn ended(&mut self, rank: u32, host: &str, end: RankEnd, silent: bool) -> Option<String> {
+        if silent && end == RankEnd::Exited(0) {
+            self.silent.push((rank, host.to_string()));
+        }
+        self.verdict()
+    }
+
+    fn verdict(&mut self) -> Option<String> {
+        let (speaker, family) = self.spoke.as_ref()?;
+        let (_, host) = self.silent.first()?;
+        if std::mem::replace(&mut self.reported, true) {
+            return None;
+        }
+        let ranks: Vec<String> = self
+            .silent
+            .iter()
+            .filter(|(_, h)| h == host)
+            .map(|(r, _)| r.to_string())
+            .collect();
+        let s = if ranks.len() == 1 { "" } else { "s" };
+        Some(format!(
+            "rank{s} {} on {host} ended without speaking to the wire-up service while the ranks \
+             on {speaker} speak {family}: they probably ran as singletons (a wrapper that did \
+             not pass the launcher's environment on, or an MPI built without PMI and PMIx \
+             support); ending the job",
+            ranks.join(",")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +245,46 @@ mod tests {
             Verdict::Teardown { .. }
         ));
         assert_eq!(s.exit_code(), 124);
+    }
+
+    #[test]
+    fn ranks_ending_silently_beside_speaking_ones_are_named_as_singletons() {
+        use greedy_pmix::family::Family;
+        let mut s = Singletons::default();
+        assert_eq!(
+            s.ended(0, "n1", RankEnd::Exited(0), true),
+            None,
+            "hostname so far"
+        );
+        assert_eq!(s.ended(1, "n1", RankEnd::Exited(0), true), None);
+        assert_eq!(
+            s.ended(5, "n3", RankEnd::Exited(3), true),
+            None,
+            "a failure, not a singleton"
+        );
+        let msg = s
+            .spoke("n2", Family::Pmix)
+            .expect("ranks 0 and 1 never spoke");
+        assert!(
+            msg.starts_with("ranks 0,1 on n1 ended without speaking to the wire-up service while the ranks on n2 speak PMIx"),
+            "{msg}"
+        );
+        assert_eq!(
+            s.ended(2, "n1", RankEnd::Exited(0), true),
+            None,
+            "said once"
+        );
+
+        let mut s = Singletons::default();
+        assert_eq!(s.spoke("n1", Family::Pmi), None);
+        assert_eq!(
+            s.ended(4, "n2", RankEnd::Exited(0), false),
+            None,
+            "it spoke"
+        );
+        assert!(
+            s.ended(6, "n3", RankEnd::Exited(0), true)
+                .is_some_and(|m| m.starts_with("rank 6 on n3"))
+        );
     }
 }

@@ -14,13 +14,26 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
+use tokio::sync::watch;
+
 use crate::family::{self, Family};
 
 /// One node's record of who spoke which family and who left without a word; cheap to clone,
 /// every clone is the same record.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Departures {
     inner: Arc<Mutex<Record>>,
+    /// The family the node's ranks speak, once one has spoken.
+    node_family: Arc<watch::Sender<Option<Family>>>,
+}
+
+impl Default for Departures {
+    fn default() -> Self {
+        Departures {
+            inner: Arc::default(),
+            node_family: Arc::new(watch::Sender::new(None)),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -39,9 +52,14 @@ impl Departures {
     /// job must end, if it must. `finalize` names the call in the message (`PMI finalize`).
     pub(crate) fn exited(&self, rank: u32, code: i32, finalize: &str) -> Option<String> {
         let mut r = self.lock();
-        if code != 0 || r.spoke.contains_key(&rank) {
+        if r.spoke.contains_key(&rank) {
             return Some(format!(
                 "rank {rank} exited with code {code} before {finalize}"
+            ));
+        }
+        if code != 0 {
+            return Some(format!(
+                "rank {rank} exited with code {code} before connecting to any wire-up service"
             ));
         }
         match r.spoke.keys().next() {
@@ -64,6 +82,8 @@ impl Departures {
             return Some((rank, family::mixed(&who, family, &other, theirs)));
         }
         r.spoke.insert(rank, family);
+        self.node_family
+            .send_if_modified(|f| f.replace(family).is_none());
         let gone = *r.silent.iter().next()?;
         Some((
             gone,
@@ -82,6 +102,11 @@ impl Departures {
     pub(crate) fn node_family(&self) -> Option<Family> {
         self.lock().spoke.values().next().copied()
     }
+
+    /// Watches [`Departures::node_family`].
+    pub(crate) fn watch_node_family(&self) -> watch::Receiver<Option<Family>> {
+        self.node_family.subscribe()
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +118,7 @@ mod tests {
         let d = Departures::default();
         assert_eq!(
             d.exited(3, 7, "PMI finalize").as_deref(),
-            Some("rank 3 exited with code 7 before PMI finalize")
+            Some("rank 3 exited with code 7 before connecting to any wire-up service")
         );
         assert!(d.exited(4, 139, "PMI finalize").is_some(), "a signal");
         assert!(d.spoke(5, Family::Pmi).is_none());

@@ -13,7 +13,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::{AbortInfo, Error, JobSpec, overlay::Overlay};
 
 /// A wire-up protocol family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Family {
     /// PMI-1 and PMI-2 over the inherited `PMI_FD` (MPICH, Intel MPI, MVAPICH).
     Pmi,

@@ -337,6 +337,12 @@ impl NodeService {
         self.inner.departures.family_of(rank)
     }
 
+    /// Changes to `Some` when the first local rank speaks a protocol (its family): a launcher
+    /// that sees ranks end without a word elsewhere in the job can tell they were singletons.
+    pub fn spoken(&self) -> tokio::sync::watch::Receiver<Option<Family>> {
+        self.inner.departures.watch_node_family()
+    }
+
     /// The family this node's ranks speak, once one has spoken; the only one served, if so.
     pub fn family(&self) -> Option<Family> {
         let served = [

@@ -276,7 +276,7 @@ async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() 
         assert!(
             abort
                 .to_string()
-                .contains("rank 5 exited with code 3 before PMI finalize"),
+                .contains("rank 5 exited with code 3 before connecting to any wire-up service"),
             "{abort}"
         );
     }

@@ -22,6 +22,9 @@
 #             (MPICH build: see MPICH below)
 #   openmpi   the same with Debian's Open MPI 4.1 with no --pmi (greedy-pmix's PMIx server),
 #             and MPI_Abort(42) from rank 5 ending the job with 42
+#   clients   issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
+#             MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4 hosts x 2, no --pmi;
+#             ranks started without the launcher's environment (singletons) named fast
 #   delay     the same launches with --delay 20
 #
 # MPICH: Debian's MPICH 4.0.2 (ch4:ucx) hangs in MPI_Finalize over UCX/TCP between these
@@ -371,6 +374,26 @@ EOF
 
 up --slurm
 cases "8 hosts"
+
+# --- issue 18's client matrix, 4 hosts x 2, no protocol flag or variable ----------------------
+. "$ROOT/tests/mpi/clients.sh"
+clients_build "$WORK/clients"
+for client in "${CLIENTS[@]}"; do
+  client_cmd "$client" "$WORK/clients"
+  run "client-$client" -n 8 --hosts "n[1-4]" --ppn 2 --timeout 60 -- env EXPECT_SIZE=8 "${CMD[@]}"
+  ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] ||
+    fail "clients: $client: exit $RC: $ERR $OUT"
+  pass "clients: $client 4x2 with no --pmi: 8/8 ranks ok in ${SECS}s"
+done
+# Singletons: ranks 4-7 run with an emptied environment (as a careless wrapper would), start as
+# "rank 0 of 1" and end 0 without a word, while ranks 0-3 wait in their first fence for them.
+client_cmd mpich5 "$WORK/clients"
+run singletons --hosts "n[1-4]" --ppn 2 --timeout 60 -n 4 "${CMD[@]}" : -n 4 env -i "${CMD[1]}"
+((RC == 125)) && grep -q "on n[34] ended without speaking to the wire-up service while the ranks on n[12] speak PMI-1/PMI-2: they probably ran as singletons" <<<"$ERR" ||
+  fail "singletons: exit $RC: $ERR"
+((SECS < 20)) || fail "singletons: took ${SECS}s"
+pass "singletons: 4 ranks started without the launcher's environment end the job in ${SECS}s, named"
+no_orphans clients
 cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
 trap - EXIT

@@ -24,6 +24,8 @@
 #              exiting 3 ends the step and srun exits 3
 #   true       100 consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failing (issue 15:
 #              nodes whose tasks end before the overlay join completes must leave cleanly)
+#   clients    issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
+#              MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4x2, no protocol named
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
 #              a wrapper script
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
@@ -142,7 +144,7 @@ for mpi in mpich ompi; do
     fail "exitcode-$mpi: srun does not say why the job ended: $ERR"
   (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "exitcode-$mpi: took ${SECS}s"
   no_leftovers "exitcode-$mpi"
-  grep -q "rank 9 exited with code .* before PMI" "$SLOG"/slurmd-n5.log ||
+  grep -q "rank 9 exited with code .* before" "$SLOG"/slurmd-n5.log ||
     fail "exitcode-$mpi: no log line naming rank 9"
   pass "$mpi: rank 9 exits 7 before MPI_Init: srun exits 7 in ${SECS}s saying why, nothing left"
 
@@ -183,6 +185,16 @@ if [[ -n $RELEASE_ROOT ]]; then
   echo "$TAG: all passed (the cases below run on the machine's release only)"
   exit 0
 fi
+
+# Issue 18's client matrix (tests/mpi/clients.sh), 4 nodes x 2, no protocol flag or variable.
+. "$ROOT/tests/mpi/clients.sh"
+clients_build "$WORK/clients"
+for client in "${CLIENTS[@]}"; do
+  client_cmd "$client" "$WORK/clients"
+  run "client-$client" 90 -N4 -n8 --ntasks-per-node=2 --mpi=greedy env EXPECT_SIZE=8 "${CMD[@]}"
+  ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "clients: $client: exit $RC: $ERR $OUT"
+  pass "clients: $client 4x2 under --mpi=greedy with no protocol named: 8/8 ranks ok in ${SECS}s"
+done
 
 # A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
 # the uid it was registered with, and Open MPI writes into the step's PMIx directory). The

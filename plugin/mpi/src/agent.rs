@@ -462,10 +462,11 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
 const CHARM_KILL_GRACE: Duration = Duration::from_secs(1);
 
 /// Logs an abort of the job and, on the node where it started, reports the job's exit code to
-/// srun and asks slurmctld to kill the step. Netlrts ranks (`stdio`, when the node's ranks
-/// speak Charm++) first get `die` and exit by themselves with their own status; an abort that
-/// started at a local rank is told on its stderr, which srun shows; the report and the step
-/// kill (for ranks still starting) follow after [`CHARM_KILL_GRACE`].
+/// srun and asks slurmctld to kill the step. In a step serving Charm++ (`stdio`), an abort
+/// that started at a local rank that spoke netlrts, or nothing yet, is told on its stderr,
+/// which srun shows; when the node's ranks speak netlrts, they got `die` and exit by
+/// themselves with their own status, and the report and the step kill (for ranks still
+/// starting) follow after [`CHARM_KILL_GRACE`].
 async fn watch_abort(
     plan: StepPlan,
     service: NodeService,
@@ -481,11 +482,17 @@ async fn watch_abort(
     let Some(info) = info else { return };
     let origin = plan.hosts.get(info.origin_node).map_or("?", String::as_str);
     error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
-    if let Some(stdio) = stdio.filter(|_| service.family() == Some(Family::Charm)) {
-        if let Some(rank) = info.rank.filter(|_| info.origin_node == me) {
+    if let Some(stdio) = &stdio {
+        // A netlrts rank's (or a rank's that never spoke) own output is where its user looks.
+        let local = info.rank.filter(|_| info.origin_node == me);
+        if let Some(rank) =
+            local.filter(|&r| service.family_of(r).is_none_or(|f| f == Family::Charm))
+        {
             stdio.aborted(rank, format!("job aborted: {info}")).await;
         }
-        tokio::time::sleep(CHARM_KILL_GRACE).await;
+        if service.family() == Some(Family::Charm) {
+            tokio::time::sleep(CHARM_KILL_GRACE).await;
+        }
     }
     if info.origin_node == me {
         end_step(
@@ -573,12 +580,16 @@ impl Agent {
                                 async move {
                                     if let Some(stdio) = stdio {
                                         // A netlrts client's last prints may still be on their
-                                        // way; other tasks' pipes close at once, since the
-                                        // step ends only when every one has.
-                                        let charm = service.family_of(rank) == Some(Family::Charm)
-                                            || service.family() == Some(Family::Charm);
+                                        // way, and a task that failed before speaking may be
+                                        // one whose abort note is coming; other tasks' pipes
+                                        // close at once, since the step ends only when every
+                                        // one has.
+                                        let spoke = service.family_of(rank);
+                                        let linger = spoke == Some(Family::Charm)
+                                            || service.family() == Some(Family::Charm)
+                                            || (spoke.is_none() && code != 0);
                                         tokio::spawn(
-                                            async move { stdio.exited(rank, charm).await },
+                                            async move { stdio.exited(rank, linger).await },
                                         );
                                     }
                                     service.rank_exited(rank, code).await

