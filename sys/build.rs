@@ -153,9 +153,12 @@ mod pmix {
         }
     }
 
-    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h; links libpmix dynamically.
+    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h, with the four hwloc calls
+    /// that load the topology the server is given (libpmix itself depends on hwloc 2.x, whose
+    /// ABI these calls have kept since 2.0); links libpmix and libhwloc dynamically.
     pub(super) fn bind() {
         let lib = locate();
+        println!("cargo::rustc-link-lib=dylib=hwloc");
         // Open MPI and the shim must load the same libpmix: keep its private directory.
         for dir in &lib.rpaths {
             println!("cargo::rustc-link-arg=-Wl,-rpath,{}", dir.display());
@@ -164,9 +167,11 @@ mod pmix {
             // pmix.h has the value/info helpers, pmix_server.h the server API.
             .header_contents(
                 "greedy_pmix.h",
-                "#include <pmix.h>\n#include <pmix_server.h>\n",
+                "#include <pmix.h>\n#include <pmix_server.h>\n#include <hwloc.h>\n",
             )
             .allowlist_function("PMIx_.*")
+            .allowlist_function("hwloc_topology_(init|load|destroy|set_io_types_filter)")
+            .allowlist_type("hwloc_type_filter_e")
             .allowlist_type("pmix_.*")
             .allowlist_var("PMIX_.*")
             .derive_default(true)

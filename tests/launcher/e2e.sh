@@ -6,7 +6,8 @@
 # host namespace or on the login node. Cases:
 #   stdio     hostname on 8 hosts x 2 ranks over ssh and over rsh; -np/--hostfile habits;
 #             --tag-output; stdin reaches rank 0 only
-#   alloc     no host option: inside `salloc -N4 --ntasks-per-node 2` (the first cluster runs
+#   alloc     no host option: inside `salloc -N4 --ntasks-per-node 2` (also with --rsh srun:
+#             every agent a one-task step; an MPI job across them) (the first cluster runs
 #             Slurm) greedyrun takes SLURM_JOB_NODELIST and its tasks per node (-v names them);
 #             with PBS_NODEFILE, the node file's hosts and slots
 #   env       -x VAR=VAL, -genv VAR VAL, -wdir DIR and --export NONE,VAR=VAL, seen from the ranks
@@ -394,6 +395,19 @@ run singletons --hosts "n[1-4]" --ppn 2 --timeout 60 -n 4 "${CMD[@]}" : -n 4 env
 ((SECS < 20)) || fail "singletons: took ${SECS}s"
 pass "singletons: 4 ranks started without the launcher's environment end the job in ${SECS}s, named"
 no_orphans clients
+
+# Slurm as the remote shell, inside an allocation (where ssh may not be allowed): each agent is
+# a one-task step on its host; the MPI job wires up across them as over ssh.
+set +e
+timeout 120 salloc -Q -N4 --ntasks-per-node 2 -- "${GR[@]}" --rsh srun --timeout 60 -- \
+  env EXPECT_SIZE=8 "${CMD[@]}" >"$WORK/alloc-srun.out" 2>"$WORK/alloc-srun.err" </dev/null
+RC=$?
+set -e
+OUT=$(<"$WORK/alloc-srun.out") ERR=$(<"$WORK/alloc-srun.err")
+((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] ||
+  fail "alloc --rsh srun: exit $RC: $ERR $OUT"
+no_orphans alloc-srun
+pass "inside salloc -N4 --ntasks-per-node 2: greedyrun --rsh srun, MPICH 8/8 ranks ok"
 cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
 trap - EXIT

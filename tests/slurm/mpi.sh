@@ -26,6 +26,7 @@
 #              nodes whose tasks end before the overlay join completes must leave cleanly)
 #   clients    issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
 #              MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4x2, no protocol named
+#   multi-prog srun --multi-prog with two programs: one MPI job of 8 ranks
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
 #              a wrapper script
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
@@ -195,6 +196,18 @@ for client in "${CLIENTS[@]}"; do
   ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "clients: $client: exit $RC: $ERR $OUT"
   pass "clients: $client 4x2 under --mpi=greedy with no protocol named: 8/8 ranks ok in ${SECS}s"
 done
+
+# MPMD with srun --multi-prog: two programs, one MPI job of 8 ranks.
+for part in a b; do
+  printf '#!/bin/sh\necho "part %s $SLURM_PROCID"\nexec env EXPECT_SIZE=8 %s\n' "$part" "$WIREUP" >"$WORK/part-$part.sh"
+  chmod 755 "$WORK/part-$part.sh"
+done
+printf '0-2 %s\n3-7 %s\n' "$WORK/part-a.sh" "$WORK/part-b.sh" >"$WORK/multi.conf"
+run multi-prog 90 -N4 -n8 --ntasks-per-node=2 --mpi=greedy --multi-prog "$WORK/multi.conf"
+((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "multi-prog: exit $RC: $ERR $OUT"
+[[ $(grep -c "^part a [0-2]$" <<<"$OUT") == 3 && $(grep -c "^part b [3-7]$" <<<"$OUT") == 5 ]] ||
+  fail "multi-prog: tasks 0-2 should run part a, 3-7 part b: $OUT"
+pass "srun --multi-prog (0-2 one program, 3-7 another) under --mpi=greedy: one MPI job of 8 ranks"
 
 # A job user other than root (slurmstepd serves PMIx as root; PMIx admits a client only with
 # the uid it was registered with, and Open MPI writes into the step's PMIx directory). The

@@ -77,7 +77,8 @@ pub(crate) struct Args {
 
     /// Remote shell command; host and agent are appended. For `ssh`, cheap-hop options are
     /// added after yours (curve25519 key exchange first, BatchMode, ConnectTimeout=--timeout,
-    /// ServerAlive 10 s × 3).
+    /// ServerAlive 10 s × 3). `srun` (inside a Slurm allocation where ssh is not allowed)
+    /// starts each agent as a one-task step on its host (--overlap --mpi=none).
     #[arg(long, env = "GREEDY_RSH", default_value = "ssh", value_name = "CMD")]
     rsh: String,
 

@@ -89,6 +89,8 @@ pub mod key {
         SERVER_SYSTEM_SUPPORT = PMIX_SERVER_SYSTEM_SUPPORT;
         /// `pmix.srvr.remote` (bool): listen beyond loopback.
         SERVER_REMOTE_CONNECTIONS = PMIX_SERVER_REMOTE_CONNECTIONS;
+        /// `pmix.topo2` (topology): the node's hardware topology, given to the server.
+        TOPOLOGY2 = PMIX_TOPOLOGY2;
         /// `pmix.srv.nspace` (string).
         SERVER_NSPACE = PMIX_SERVER_NSPACE;
         /// `pmix.srv.rank` (rank).
@@ -119,6 +121,8 @@ pub enum Value {
     Rank(u32),
     /// `PMIX_DATA_ARRAY` of `PMIX_INFO` (PMIx deep-copies it).
     Infos(Vec<(&'static CStr, Value)>),
+    /// `PMIX_TOPO`: an hwloc topology that outlives every use PMIx makes of it.
+    Topology(super::topology::Topology),
 }
 
 /// An owned array of `pmix_info_t`: every value is loaded by `PMIx_Info_load` (which copies
@@ -213,6 +217,19 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
             let c = CString::new(s.as_str()).map_err(|_| Status::BAD_PARAM)?;
             // For PMIX_STRING, PMIx takes the char* itself as `data` and strdups it.
             load_ptr(slot, c.as_ptr().cast(), raw::PMIX_STRING)
+        }
+        Value::Topology(topo) => {
+            let source = c"hwloc";
+            let topology = raw::pmix_topology_t {
+                source: source.as_ptr().cast_mut(),
+                topology: topo.as_ptr(),
+            };
+            // PMIx copies the struct (strdup of `source`); the topology itself lives for ever.
+            load_ptr(
+                slot,
+                (&topology as *const raw::pmix_topology_t).cast(),
+                raw::PMIX_TOPO,
+            )
         }
         Value::Infos(entries) => {
             let entries: Vec<(&CStr, Value)> =

@@ -10,6 +10,9 @@
 //!   [`server::Handler`] trait that the module callbacks forward to, and the completion objects
 //!   that call PMIx's callback exactly once and keep returned data alive until PMIx releases it.
 //!
+//! - [`topology`]: the node's hwloc topology without I/O devices, which the server is given so
+//!   that it does not discover one with them.
+//!
 //! Policy (what to register, how fences travel) belongs to the caller (greedy-pmix).
 
 use std::ffi::{CStr, c_char};
@@ -20,6 +23,7 @@ use crate::raw::pmix as raw;
 pub mod gate;
 pub mod info;
 pub mod server;
+pub mod topology;
 
 /// A PMIx status code (`pmix_status_t`).
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -527,7 +527,7 @@ impl Server {
         }
         gate::install(config.admit.clone()).map_err(InitError::Gate)?;
         let tmp = config.tmpdir.to_string_lossy().into_owned();
-        let mut init_info = InfoArray::new(&[
+        let mut entries = vec![
             (key::SERVER_TMPDIR, Value::Str(tmp.clone())),
             (key::SYSTEM_TMPDIR, Value::Str(tmp)),
             (key::HOSTNAME, Value::Str(config.hostname.clone())),
@@ -537,7 +537,12 @@ impl Server {
             (key::SERVER_TOOL_SUPPORT, Value::Bool(false)),
             (key::SERVER_SYSTEM_SUPPORT, Value::Bool(false)),
             (key::SERVER_REMOTE_CONNECTIONS, Value::Bool(false)),
-        ])?;
+        ];
+        // Spares the server its own discovery, I/O devices included (topology.rs).
+        if let Some(topo) = super::topology::Topology::this_machine() {
+            entries.push((key::TOPOLOGY2, Value::Topology(topo)));
+        }
+        let mut init_info = InfoArray::new(&entries)?;
         *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
         let module = raw::pmix_server_module_t {
             client_connected: Some(on_client_connected),
