@@ -2,6 +2,8 @@
 //! rank that ended with 0, a close for the others), the end marker of each rank's output, and
 //! a `CmiAbort` message on the rank's stderr.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -76,18 +78,7 @@ async fn agents_admitting(
 
 /// Connects as `rank` the way libcharm does: NETSTART's address, then `initnode`.
 async fn connect(server: &CharmServer, rank: u32) -> TcpStream {
-    let env = server.env_for(rank);
-    let netstart = &env.iter().find(|(k, _)| k == "NETSTART").unwrap().1;
-    let f: Vec<&str> = netstart.split(' ').collect();
-    assert_eq!(f[0], rank.to_string());
-    let mut s = TcpStream::connect(format!("{}:{}", f[1], f[2]))
-        .await
-        .unwrap();
-    let init = charm::initnode_payload(rank as i32, 40000 + rank, [127, 0, 0, 1]);
-    s.write_all(&charm::encode("initnode", &init))
-        .await
-        .unwrap();
-    s
+    common::charm_connect(&server.env_for(rank), rank).await
 }
 
 /// Reads one frame's type and payload; `None` at EOF.

@@ -5,10 +5,12 @@
 //! One PMIx server per process (libpmix), so node 0 serves every family and the other nodes
 //! PMI and Charm++; the scripted clients speak PMI-1 and netlrts.
 
+mod common;
+
 use std::time::Duration;
 
 use greedy_pmix::{
-    AbortInfo, JobSecret, JobSpec, charm,
+    AbortInfo, JobSecret, JobSpec,
     family::Family,
     node::{MPICH_PMI_VERSION, NodeConfig, NodeService, RankWireup},
     peer::JobProcesses,
@@ -114,22 +116,10 @@ async fn ask(s: &mut UnixStream, text: &str) -> String {
     line(s).await
 }
 
-/// Connects as netlrts `rank`, the way libcharm does: NETSTART's address, then `initnode`.
+/// Connects as netlrts `rank`, the way libcharm does.
 async fn charm_client(node: &NodeService, rank: u32) -> TcpStream {
     let env = node.env_for(rank, Some(3)).await.unwrap().env;
-    let netstart: Vec<String> = var(&env, "NETSTART")
-        .unwrap()
-        .split(' ')
-        .map(String::from)
-        .collect();
-    let mut s = TcpStream::connect(format!("{}:{}", netstart[1], netstart[2]))
-        .await
-        .unwrap();
-    let init = charm::initnode_payload(rank as i32, 40000 + rank, [127, 0, 0, 1]);
-    s.write_all(&charm::encode("initnode", &init))
-        .await
-        .unwrap();
-    s
+    common::charm_connect(&env, rank).await
 }
 
 async fn abort_of(node: &NodeService) -> AbortInfo {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark for docs/benchmarks.md: srun --mpi=greedy vs --mpi=pmi2 with MPICH (PyPI mpich
 # 5.0.2, PMI-1 client), vs --mpi=pmix with Open MPI (Debian 4.1, PMIx), and vs --mpi=none on
-# /bin/true (MPI `true`: the plugin's overhead on a step that speaks no PMI) on the emulated
+# /bin/true (MPI `true`: the plugin's overhead on a step that speaks no PMI; `true-pmi`: the
+# same with greedy serving PMI alone, SLURM_GREEDY_PROTOCOL=pmi) on the emulated
 # Slurm 22.05 cluster; with --release 24.11|26.05 on a cluster of that release, with its own
 # MPICH and Open MPI (where the release has no mpi_pmix, as Debian's 26.05, that pair is skipped). For each (delay, nodes, MPI) it runs REPS steps of tests/slurm/init_time.c per
 # plugin, alternating the plugins so that drift of the machine's load hits both alike, and
@@ -12,7 +13,7 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi true"] [--mpi-conf FILE] [--csv FILE]
+#                                  [--mpis "mpich ompi true true-pmi"] [--mpi-conf FILE] [--csv FILE]
 #                                  [--release R]
 # --mpi-conf FILE: mpi.conf for the cluster (e.g. GreedyRem for a high-latency network).
 # --csv FILE: also append every timed step to FILE
@@ -103,8 +104,11 @@ for delay in $delays; do
         mpich) PROG=$BINDIR/init_time other=pmi2 metrics="init exit" ;;
         ompi) PROG=$BINDIR/init_time-ompi other=pmix metrics="init exit" ;;
         true) PROG=/bin/true other=none metrics=exit ;;
-        *) fail "--mpis: $mpi is not mpich, ompi or true" ;;
+        true-pmi) PROG=/bin/true other=none metrics=exit ;;
+        *) fail "--mpis: $mpi is not mpich, ompi, true or true-pmi" ;;
       esac
+      # true-pmi: greedy serving PMI alone (what a step cost before every family was served).
+      proto=$([[ $mpi == true-pmi ]] && echo pmi || echo auto)
       if [[ $other != none ]] && ! grep -qw "$other" <<<"$(srun --mpi=list 2>&1)"; then
         echo "| ${delay} ms | ${n} x ${np} | $mpi: greedy vs $other | (this Slurm has no mpi/$other) | | | |"
         continue
@@ -113,7 +117,7 @@ for delay in $delays; do
       # One unmeasured step per plugin: the first step after up pays for page-cache misses.
       for plugin in greedy $other; do
         wait_idle
-        timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >/dev/null 2>&1 || true
+        SLURM_GREEDY_PROTOCOL=$proto timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >/dev/null 2>&1 || true
       done
       for ((r = 0; r < reps; r++)); do
         for plugin in greedy $other; do
@@ -122,8 +126,8 @@ for delay in $delays; do
           t0s=${EPOCHREALTIME}
           # A failed step is counted, not timed: Open MPI 4.1 at 32 ranks on 2 cores fails
           # now and then whatever the launcher (slurm-testcluster.md §7.4).
-          if ! timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >"$work/out" 2>"$work/err" ||
-            [[ $mpi != true && $(grep -c '^init ' "$work/out") != "$np" ]]; then
+          if ! SLURM_GREEDY_PROTOCOL=$proto timeout 60 srun -N"$n" -n"$np" --ntasks-per-node="$ppn" --mpi="$plugin" "$PROG" >"$work/out" 2>"$work/err" ||
+            [[ $mpi != true* && $(grep -c '^init ' "$work/out") != "$np" ]]; then
             echo "mpi-bench: $mpi $plugin -N$n rep $r failed: $(tail -2 "$work/err" | tr '\n' ' ')" >&2
             echo x >>"$work/$plugin.failed"
             echo "$delay,$n,$np,$mpi,$plugin,$r,,,0" >>"$csv"
