@@ -26,7 +26,7 @@ pub enum Family {
 }
 
 impl Family {
-    /// Every family, in the order a rank that spoke none is reported by.
+    /// Every family; a rank that spoke none is handed to the first served, in this order.
     pub const ALL: [Family; 3] = [Family::Pmi, Family::Pmix, Family::Charm];
 
     /// The byte that marks a node's contribution to a collective of this family.

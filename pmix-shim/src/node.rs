@@ -123,7 +123,6 @@ pub struct NodeService {
 
 #[derive(Debug)]
 struct Inner {
-    job: Arc<JobSpec>,
     overlay: Overlay,
     departures: Departures,
     pmi: Option<PmiServer>,
@@ -193,7 +192,6 @@ impl NodeService {
         let Servers { pmi, pmix, charm } = servers;
         Ok(NodeService {
             inner: Arc::new(Inner {
-                job: Arc::new(job.clone()),
                 overlay,
                 departures,
                 pmi,
@@ -368,11 +366,6 @@ impl NodeService {
         let pmi = self.inner.pmi.as_ref().map_or(0, PmiServer::fences);
         let pmix = self.inner.pmix.as_ref().map_or(0, |(s, _)| s.fences());
         pmi + pmix
-    }
-
-    /// The job this service serves.
-    pub fn job(&self) -> &JobSpec {
-        &self.inner.job
     }
 
     /// Stops every server, leaves the overlay and removes the PMIx directory.
