@@ -153,9 +153,10 @@ mod pmix {
         }
     }
 
-    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h, with the four hwloc calls
-    /// that load the topology the server is given (libpmix itself depends on hwloc 2.x, whose
-    /// ABI these calls have kept since 2.0); links libpmix and libhwloc dynamically.
+    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h, with the hwloc calls that
+    /// load the topology the server is given and list its cores and packages (libpmix itself
+    /// depends on hwloc 2.x, whose ABI these calls have kept since 2.0); links libpmix and
+    /// libhwloc dynamically.
     pub(super) fn bind() {
         let lib = locate();
         println!("cargo::rustc-link-lib=dylib=hwloc");
@@ -171,7 +172,10 @@ mod pmix {
             )
             .allowlist_function("PMIx_.*")
             .allowlist_function("hwloc_topology_(init|load|destroy|set_io_types_filter)")
+            .allowlist_function("hwloc_get_(type_depth|nbobjs_by_depth|obj_by_depth)")
+            .allowlist_function("hwloc_bitmap_(first|next)")
             .allowlist_type("hwloc_type_filter_e")
+            .allowlist_type("hwloc_obj_type_e")
             .allowlist_type("pmix_.*")
             .allowlist_var("PMIX_.*")
             .derive_default(true)

@@ -24,7 +24,7 @@ use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
-    proto::{ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, Up},
+    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, Up},
     signals, spawn, stdio, wireup,
 };
 
@@ -359,6 +359,30 @@ impl Agent {
         0
     }
 
+    /// The CPU sets the local ranks are bound to, round-robin (`--bind-to`); empty when they
+    /// are not bound, or when hwloc cannot say (then said once, and the ranks run unbound).
+    async fn bind_sets(&self) -> Vec<Vec<u32>> {
+        use greedy_sys::pmix::topology::{Grain, Topology};
+        let grain = match self.start.bind {
+            BindTo::None => return Vec::new(),
+            BindTo::Core => Grain::Core,
+            BindTo::Socket => Grain::Package,
+        };
+        let sets = Topology::this_machine().map_or_else(Vec::new, |t| t.cpus_by(grain));
+        if sets.is_empty() {
+            let text =
+                format!("--bind-to: hwloc found no {grain:?} on this host; ranks run unbound");
+            let _ = self
+                .up
+                .send(Up::Note {
+                    node: self.node,
+                    text,
+                })
+                .await;
+        }
+        sets
+    }
+
     /// Forks this host's ranks; returns how many were started.
     async fn spawn_ranks(
         &self,
@@ -372,6 +396,7 @@ impl Agent {
         let local = self.start.ranks[node].clone();
         let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
         let mut started = 0;
+        let bind_sets = self.bind_sets().await;
         for (local_id, &rank) in local.iter().enumerate() {
             // An outer launcher's endpoints (this greedyrun inside another job) must not reach
             // the ranks beside this job's.
@@ -406,12 +431,18 @@ impl Agent {
                 }
             }
             let wants_stdin = self.start.stdin_rank == Some(rank);
+            let cpus = (!bind_sets.is_empty()).then(|| &bind_sets[local_id % bind_sets.len()][..]);
+            if let Some(cpus) = cpus {
+                let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
+                env.push(("GREEDY_CPUS".into(), list.join(",")));
+            }
             let spec = spawn::RankSpec {
                 argv: self.start.argv_of(rank),
                 env,
                 cwd: &self.start.cwd,
                 stdin: wants_stdin,
                 inherit,
+                cpus,
             };
             match spawn::spawn(spec) {
                 Ok(mut child) => {

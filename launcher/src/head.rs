@@ -22,7 +22,7 @@ use tracing::debug;
 use crate::{
     fanout::{EdgeConfig, Fanout},
     plan::Plan,
-    proto::{Cmd, PROTOCOL_VERSION, Start, Stream, Up},
+    proto::{BindTo, Cmd, PROTOCOL_VERSION, Start, Stream, Up},
     status::{JobStatus, Singletons, Verdict, code},
     stdio::Tagger,
 };
@@ -68,6 +68,8 @@ pub struct JobConfig {
     pub keep_going: bool,
     /// Rank that gets greedyrun's stdin.
     pub stdin_rank: Option<u32>,
+    /// What each local rank is bound to.
+    pub bind: BindTo,
     /// Progress line period during the launch; zero disables it.
     pub progress: Duration,
     /// Environment of the ranks.
@@ -124,6 +126,7 @@ pub async fn run(cfg: JobConfig) -> Report {
         pmi: plan.pmi,
         secret,
         stdin_rank: cfg.stdin_rank,
+        bind: cfg.bind,
         log: String::new(),
     };
     let fanout = std::sync::Arc::new(Fanout::start(

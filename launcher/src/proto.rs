@@ -49,6 +49,19 @@ pub enum PmiMode {
     Charm,
 }
 
+/// What each local rank is bound to (`--bind-to`): the n-th rank of a host to its n-th core or
+/// package, round-robin; or nothing (the default), where the ranks run on every CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum BindTo {
+    /// No binding.
+    #[default]
+    None,
+    /// One core each (all its hardware threads).
+    Core,
+    /// One package (socket) each.
+    Socket,
+}
+
 /// One program of the job and the ranks from `first_rank` up to the next app's that run it
 /// (an MPMD command line, `greedyrun -n 2 ./a : -n 6 ./b`, has one per part).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +115,8 @@ pub struct Start {
     pub secret: JobSecret,
     /// The rank whose stdin is greedyrun's stdin; every other rank reads /dev/null.
     pub stdin_rank: Option<u32>,
+    /// What each local rank is bound to.
+    pub bind: BindTo,
     /// Log filter for the agent (`RUST_LOG` syntax) or empty.
     pub log: String,
 }
@@ -427,6 +442,7 @@ mod tests {
             pmi: PmiMode::Auto,
             secret: JobSecret::from_bytes(&[0; 32]).unwrap(),
             stdin_rank: Some(0),
+            bind: BindTo::None,
             log: String::new(),
         }
     }

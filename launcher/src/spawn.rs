@@ -4,7 +4,9 @@
 //! own group, so a signal to the group also reaches whatever the rank started (a wrapper
 //! script's real program, anchors §3.8 on ompi#3337), and a Ctrl-C on greedyrun's terminal does
 //! not hit ranks directly: greedyrun forwards it in order (TERM, then KILL). No `pre_exec` is
-//! needed, so the launcher stays free of `unsafe` (STYLE.md).
+//! needed, so the launcher stays free of `unsafe` (STYLE.md): a rank bound to CPUs
+//! (`--bind-to`) inherits the affinity of the thread that forks it, which is set for that one
+//! synchronous spawn and restored after.
 
 use std::{os::unix::process::ExitStatusExt, process::ExitStatus, process::Stdio};
 
@@ -27,6 +29,8 @@ pub struct RankSpec<'a> {
     /// A descriptor the rank inherits at this number (its PMI socketpair); no other
     /// descriptor of the agent reaches it.
     pub inherit: Option<(std::os::fd::OwnedFd, i32)>,
+    /// The CPUs the rank is bound to, if it is.
+    pub cpus: Option<&'a [u32]>,
 }
 
 /// Starts a rank in its own process group; stdout and stderr are pipes.
@@ -57,7 +61,28 @@ pub fn spawn(spec: RankSpec<'_>) -> std::io::Result<Child> {
         }])
         .map_err(std::io::Error::other)?;
     }
-    cmd.spawn()
+    match spec.cpus {
+        None => cmd.spawn(),
+        Some(cpus) => spawn_bound(&mut cmd, cpus),
+    }
+}
+
+/// Spawns with this thread's affinity set to `cpus` (the child inherits it from the forking
+/// thread), then gives the thread its own back. Nothing else runs on the thread meanwhile:
+/// the spawn is synchronous.
+fn spawn_bound(cmd: &mut Command, cpus: &[u32]) -> std::io::Result<Child> {
+    use nix::{sched, unistd::Pid};
+    let this_thread = Pid::from_raw(0);
+    let mut set = sched::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu as usize).map_err(std::io::Error::other)?;
+    }
+    let own = sched::sched_getaffinity(this_thread).map_err(std::io::Error::other)?;
+    sched::sched_setaffinity(this_thread, &set).map_err(std::io::Error::other)?;
+    let child = cmd.spawn();
+    // Restoring cannot fail where setting just worked (the same thread, a wider set).
+    let _ = sched::sched_setaffinity(this_thread, &own);
+    child
 }
 
 /// How a rank ended, from its wait status.
@@ -82,6 +107,7 @@ mod tests {
             cwd: "/",
             stdin: false,
             inherit: None,
+            cpus: None,
         };
         let env = spec.env.clone();
         let mut child = spawn(spec).unwrap();
@@ -100,6 +126,7 @@ mod tests {
             cwd: "/",
             stdin: false,
             inherit: None,
+            cpus: None,
         };
         let status = spawn(spec).unwrap().wait().await.unwrap();
         assert_eq!(end_of(status), RankEnd::Signaled(15));
@@ -121,6 +148,7 @@ mod tests {
             cwd: "/",
             stdin: false,
             inherit: Some((theirs.into(), 3)),
+            cpus: None,
         };
         let mut child = spawn(spec).unwrap();
         let mut out = String::new();
@@ -133,5 +161,35 @@ mod tests {
         let mut got = String::new();
         std::io::Read::read_to_string(&mut &ours, &mut got).unwrap();
         assert_eq!(got, "hi\n");
+    }
+
+    #[tokio::test]
+    async fn a_bound_rank_runs_on_its_cpus_and_the_agent_keeps_its_own() {
+        let this_thread = nix::unistd::Pid::from_raw(0);
+        let own = nix::sched::sched_getaffinity(this_thread).unwrap();
+        let cpu = (0..nix::sched::CpuSet::count())
+            .find(|&c| own.is_set(c).unwrap_or(false))
+            .expect("this thread may run somewhere") as u32;
+        let argv = vec![
+            "sh".to_string(),
+            "-c".into(),
+            "grep Cpus_allowed_list /proc/self/status".into(),
+        ];
+        let spec = RankSpec {
+            argv: &argv,
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/",
+            stdin: false,
+            inherit: None,
+            cpus: Some(&[cpu]),
+        };
+        let out = spawn(spec).unwrap().wait_with_output().await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.split_whitespace().last(),
+            Some(cpu.to_string().as_str()),
+            "{text}"
+        );
+        assert_eq!(nix::sched::sched_getaffinity(this_thread).unwrap(), own);
     }
 }

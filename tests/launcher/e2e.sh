@@ -23,6 +23,7 @@
 #             (MPICH build: see MPICH below)
 #   openmpi   the same with Debian's Open MPI 4.1 with no --pmi (greedy-pmix's PMIx server),
 #             and MPI_Abort(42) from rank 5 ending the job with 42
+#   bind      --bind-to core: a host's local rank N runs on core N alone, and MPI wires up
 #   clients   issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
 #             MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4 hosts x 2, no --pmi;
 #             ranks started without the launcher's environment (singletons) named fast
@@ -395,6 +396,15 @@ run singletons --hosts "n[1-4]" --ppn 2 --timeout 60 -n 4 "${CMD[@]}" : -n 4 env
 ((SECS < 20)) || fail "singletons: took ${SECS}s"
 pass "singletons: 4 ranks started without the launcher's environment end the job in ${SECS}s, named"
 no_orphans clients
+
+# --bind-to core: each of a host's two ranks on its own core (the hosts share this machine's
+# cores), as the rank sees it, and the MPI job still wires up.
+run bind-core -n 4 --hosts "n[1-2]" --ppn 2 --bind-to core --timeout 60 -- sh -c \
+  'echo "bound $GREEDY_RANK $GREEDY_LOCAL_RANK $GREEDY_CPUS $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"; exec env EXPECT_SIZE=4 "$0"' "${CMD[1]}"
+((RC == 0)) && [[ $(grep -o "of 4: ok" <<<"$OUT" | wc -l) == 4 ]] || fail "bind-to core: exit $RC: $ERR $OUT"
+[[ $(grep -c '^bound [0-3] 0 0 0$' <<<"$OUT") == 2 && $(grep -c '^bound [0-3] 1 1 1$' <<<"$OUT") == 2 ]] ||
+  fail "bind-to core: local rank N should run on core N alone: $OUT"
+pass "--bind-to core: each host's rank N on core N (as /proc/self/status says), MPI 4/4 ranks ok"
 
 # Slurm as the remote shell, inside an allocation (where ssh may not be allowed): each agent is
 # a one-task step on its host; the MPI job wires up across them as over ssh.

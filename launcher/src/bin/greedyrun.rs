@@ -9,7 +9,7 @@ use greedy_launcher::{
     exports::{self, Exports},
     head::{self, JobConfig},
     plan::{HostSource, Part, Plan, Request},
-    proto::PmiMode,
+    proto::{BindTo, PmiMode},
     ssh,
     status::code,
 };
@@ -43,6 +43,17 @@ enum Pmi {
     /// Charm++ netlrts (the charm4py wheel): each host's agent does charmrun's job. Give the
     /// process count with -n/--ppn; `+pN`/`++n N` matching it are dropped, others refused.
     Charm,
+}
+
+/// What each rank is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Bind {
+    /// No binding: the ranks run on every CPU of their host.
+    None,
+    /// The n-th rank of a host to its n-th core (all its hardware threads), round-robin.
+    Core,
+    /// The n-th rank of a host to its n-th package, round-robin.
+    Socket,
 }
 
 /// Start NP ranks of PROG on many hosts: one remote shell per host along the greedy launch
@@ -116,6 +127,11 @@ pub(crate) struct Args {
     /// Wire-up service for the ranks.
     #[arg(long, value_enum, default_value_t = Pmi::Auto)]
     pmi: Pmi,
+
+    /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
+    /// the rank sees its CPUs in GREEDY_CPUS).
+    #[arg(long = "bind-to", value_enum, default_value_t = Bind::None)]
+    bind_to: Bind,
 
     /// Launch timeout, seconds: every agent must say hello (and the wire-up join complete)
     /// within it, or the job ends naming the hosts that did not.
@@ -327,6 +343,11 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
             tag_output: args.tag_output,
             keep_going: args.keep_going,
             stdin_rank,
+            bind: match args.bind_to {
+                Bind::None => BindTo::None,
+                Bind::Core => BindTo::Core,
+                Bind::Socket => BindTo::Socket,
+            },
             progress: secs("--progress", args.progress)?,
             env,
             cwd,

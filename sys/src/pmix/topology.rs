@@ -1,5 +1,5 @@
-//! The node's hardware topology for the PMIx server, loaded once per process without I/O
-//! devices.
+//! The node's hardware topology, loaded once per process without I/O devices: for the PMIx
+//! server, and for binding ranks to cores or packages.
 //!
 //! Given none, `PMIx_server_init` discovers the topology itself with hwloc, I/O devices
 //! included (`pmix_hwloc_setup_topology`, `HWLOC_TYPE_FILTER_KEEP_IMPORTANT`, in
@@ -41,6 +41,56 @@ impl Topology {
     }
 }
 
+/// What a rank is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grain {
+    /// A core (all its hardware threads).
+    Core,
+    /// A package (socket).
+    Package,
+}
+
+impl Topology {
+    /// The operating system's CPU numbers of each core or package, in hwloc's logical order
+    /// (an empty list if the topology has none of that kind).
+    pub fn cpus_by(self, grain: Grain) -> Vec<Vec<u32>> {
+        let kind = match grain {
+            Grain::Core => raw::hwloc_obj_type_t_HWLOC_OBJ_CORE,
+            Grain::Package => raw::hwloc_obj_type_t_HWLOC_OBJ_PACKAGE,
+        };
+        let topo: raw::hwloc_topology_t = self.as_ptr().cast();
+        // SAFETY: `topo` is a loaded topology that lives for ever (Topology's invariant);
+        // these calls only read it.
+        let depth = unsafe { raw::hwloc_get_type_depth(topo, kind) };
+        if depth < 0 {
+            // Unknown, or spread over several depths: nothing to bind to reliably.
+            return Vec::new();
+        }
+        // SAFETY: as above, with a depth hwloc just gave.
+        let n = unsafe { raw::hwloc_get_nbobjs_by_depth(topo, depth) };
+        (0..n)
+            .filter_map(|i| {
+                // SAFETY: `i` < the number of objects at `depth`; the object lives with the
+                // topology, and its cpuset (possibly NULL) is only read.
+                let obj = unsafe { raw::hwloc_get_obj_by_depth(topo, depth, i) };
+                let set = unsafe { obj.as_ref() }?.cpuset;
+                if set.is_null() {
+                    return None;
+                }
+                let mut cpus = Vec::new();
+                // SAFETY: `set` is the object's own bitmap, valid while the topology lives.
+                let mut cpu = unsafe { raw::hwloc_bitmap_first(set) };
+                while let Ok(c) = u32::try_from(cpu) {
+                    cpus.push(c);
+                    // SAFETY: as above; -1 ends the walk.
+                    cpu = unsafe { raw::hwloc_bitmap_next(set, cpu) };
+                }
+                Some(cpus)
+            })
+            .collect()
+    }
+}
+
 fn load_without_io() -> Option<Topology> {
     let mut topo: raw::hwloc_topology_t = std::ptr::null_mut();
     // SAFETY: `topo` is an out-parameter hwloc fills on success.
@@ -73,5 +123,23 @@ mod tests {
             Some(first),
             "the same one, loaded once"
         );
+    }
+
+    #[test]
+    fn cores_and_packages_cover_the_cpus_this_process_may_use() {
+        let topo = Topology::this_machine().expect("hwloc loads");
+        let cores = topo.cpus_by(super::Grain::Core);
+        let packages = topo.cpus_by(super::Grain::Package);
+        assert!(
+            !cores.is_empty() && !packages.is_empty(),
+            "{cores:?} {packages:?}"
+        );
+        let mut by_core: Vec<u32> = cores.concat();
+        let mut by_package: Vec<u32> = packages.concat();
+        by_core.sort_unstable();
+        by_package.sort_unstable();
+        assert_eq!(by_core, by_package, "the same CPUs, grouped two ways");
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(by_core.len() >= n, "{by_core:?} for {n} usable CPUs");
     }
 }
