@@ -58,6 +58,8 @@ enum Event {
     Out(Output),
     /// Close a rank's descriptors (its task ended [`CLOSE_GRACE`] ago).
     Close(u32),
+    /// Close every rank's descriptors, and those still to come (the job is aborted).
+    CloseAll,
     /// Put a note of ours on that rank's stderr (the job was aborted there).
     Note(u32, String),
 }
@@ -77,6 +79,8 @@ struct Filed {
     /// Ranks whose streams were closed: streams arriving after that are dropped at once
     /// (locked after `fds`).
     closed: Mutex<HashSet<u32>>,
+    /// Every rank's streams were closed (the job was aborted; locked after `fds`).
+    all_closed: Mutex<bool>,
     /// The node service, for the `ending` codes (set once it runs).
     server: OnceLock<NodeService>,
     /// Told (rank, code) when a rank ended with a non-zero `ending` code, which its process
@@ -210,8 +214,9 @@ impl Stdio {
                         Ok((rank, task)) => {
                             let mut fds = f.fds.lock().unwrap_or_else(|p| p.into_inner());
                             let closed = f.closed.lock().unwrap_or_else(|p| p.into_inner());
+                            let all = *f.all_closed.lock().unwrap_or_else(|p| p.into_inner());
                             // A task that ended before its streams were filed: drop them.
-                            if !closed.contains(&rank) {
+                            if !closed.contains(&rank) && !all {
                                 fds.insert(rank, Arc::new(task));
                             }
                             drop((closed, fds));
@@ -285,6 +290,13 @@ impl Stdio {
         let _ = self.events.send(Event::Close(rank)).await;
     }
 
+    /// The job is aborted: close every task's descriptors now and any still to come. A task
+    /// killed with the step (SIGKILL to its process group) can die before its exit is
+    /// recorded, and slurmstepd ends a step only once every task's pipes are closed.
+    pub async fn release_all(&self) {
+        let _ = self.events.send(Event::CloseAll).await;
+    }
+
     /// The job was aborted by local `rank` with `reason`: say so on its stderr, where an srun
     /// user looks (the agent's own log is slurmd's).
     pub async fn aborted(&self, rank: u32, reason: String) {
@@ -299,6 +311,12 @@ fn write_event(filed: &Filed, closed: &mut HashSet<u32>, ev: Event, node: &str) 
     let (rank, stderr, data) = match ev {
         Event::Close(rank) => {
             close(filed, closed, rank);
+            return;
+        }
+        Event::CloseAll => {
+            let mut fds = filed.fds.lock().unwrap_or_else(|p| p.into_inner());
+            *filed.all_closed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            closed.extend(fds.drain().map(|(rank, _)| rank));
             return;
         }
         Event::Out(o) if o.is_end() => {
