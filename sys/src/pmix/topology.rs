@@ -70,9 +70,10 @@ impl Topology {
         let n = unsafe { raw::hwloc_get_nbobjs_by_depth(topo, depth) };
         (0..n)
             .filter_map(|i| {
-                // SAFETY: `i` < the number of objects at `depth`; the object lives with the
-                // topology, and its cpuset (possibly NULL) is only read.
+                // SAFETY: `i` < the number of objects at `depth`; only read.
                 let obj = unsafe { raw::hwloc_get_obj_by_depth(topo, depth, i) };
+                // SAFETY: NULL or an object that lives with the topology, which lives for ever;
+                // its cpuset (possibly NULL) is only read.
                 let set = unsafe { obj.as_ref() }?.cpuset;
                 if set.is_null() {
                     return None;
