@@ -19,19 +19,29 @@ the index of this rank's host in the host list (0 is the first host).
 .TP
 .BR GREEDY_LOCAL_RANK ", " GREEDY_LOCAL_SIZE
 this rank's index among the ranks of its host, and their number.
-.PP
-Then, by \fB\-\-pmi\fR:
 .TP
-.BR auto ", " pmi1 ", " pmi2
+.B GREEDY_CPUS
+with \fB\-\-bind\-to core\fR or \fBsocket\fR: the CPUs the rank is bound to, comma-separated.
+.PP
+An outer launcher's endpoints in greedyrun's environment (\fBPMI_*\fR but \fBPMI_DEBUG\fR,
+\fBPMIX_*\fR but \fBPMIX_MCA_*\fR, \fBNETSTART\fR, ...) are not passed on. Then, by
+\fB\-\-pmi\fR:
+.TP
+.B auto
+everything that \fBpmi1\fR, \fBpmix\fR and \fBcharm\fR give below, each rank served by the
+protocol it speaks, and \fBMPIR_CVAR_PMI_VERSION\fR=1 unless the rank's environment has it
+(MPICH 4.1 and later refuse to choose between PMI and PMIx variables by itself).
+.TP
+.BR pmi1 ", " pmi2
 .BR PMI_FD " (3: the rank's end of a socketpair to its host agent; nothing listens), "
-.BR PMI_RANK ", " PMI_SIZE ", " PMI_JOBID ", " MPI_LOCALNRANKS ", " MPI_LOCALRANKID .
-Never a \fBPMIX_\fR variable (MPICH 4.1 and later refuse a task that has both).
+.BR PMI_RANK ", " PMI_SIZE ", " PMI_JOBID ", " MPI_LOCALNRANKS ", " MPI_LOCALRANKID ;
+nothing else.
 .TP
 .B pmix
 what PMIx_server_setup_fork gives (\fBPMIX_NAMESPACE\fR, \fBPMIX_RANK\fR,
 \fBPMIX_SERVER_URI*\fR, \fBPMIX_SERVER_TMPDIR\fR, \fBPMIX_SECURITY_MODE\fR, ...), and an empty
 \fBFLUX_JOB_ID\fR (Open MPI 4.1 accepts a direct launch only under a resource manager it
-knows). Never a \fBPMI_\fR variable.
+knows); nothing else.
 .TP
 .B charm
 .B NETSTART
