@@ -48,9 +48,16 @@ impl Departures {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `rank` exited with `code` (128+signal for a signal) before finalizing; the reason the
-    /// job must end, if it must. `finalize` names the call in the message (`PMI finalize`).
-    pub(crate) fn exited(&self, rank: u32, code: i32, finalize: &str) -> Option<String> {
+    /// `rank` (on `host`) exited with `code` (128+signal for a signal) before finalizing; the
+    /// reason the job must end, if it must. `finalize` names the call in the message (`PMI
+    /// finalize`).
+    pub(crate) fn exited(
+        &self,
+        rank: u32,
+        host: &str,
+        code: i32,
+        finalize: &str,
+    ) -> Option<String> {
         let mut r = self.lock();
         if r.spoke.contains_key(&rank) {
             return Some(format!(
@@ -59,7 +66,7 @@ impl Departures {
         }
         if code != 0 {
             return Some(format!(
-                "rank {rank} exited with code {code} before connecting to any wire-up service"
+                "rank {rank} on {host} exited with code {code} before connecting to any wire-up service"
             ));
         }
         match r.spoke.keys().next() {
@@ -117,13 +124,13 @@ mod tests {
     fn failing_and_half_finished_ranks_end_the_job() {
         let d = Departures::default();
         assert_eq!(
-            d.exited(3, 7, "PMI finalize").as_deref(),
-            Some("rank 3 exited with code 7 before connecting to any wire-up service")
+            d.exited(3, "n1", 7, "PMI finalize").as_deref(),
+            Some("rank 3 on n1 exited with code 7 before connecting to any wire-up service")
         );
-        assert!(d.exited(4, 139, "PMI finalize").is_some(), "a signal");
+        assert!(d.exited(4, "n1", 139, "PMI finalize").is_some(), "a signal");
         assert!(d.spoke(5, Family::Pmi).is_none());
         assert_eq!(
-            d.exited(5, 0, "PMI finalize").as_deref(),
+            d.exited(5, "n1", 0, "PMI finalize").as_deref(),
             Some("rank 5 exited with code 0 before PMI finalize")
         );
     }
@@ -131,8 +138,11 @@ mod tests {
     #[test]
     fn silent_ranks_pass_unless_a_neighbour_speaks() {
         let d = Departures::default();
-        assert!(d.exited(0, 0, "PMI finalize").is_none(), "srun hostname");
-        assert!(d.exited(1, 0, "PMI finalize").is_none());
+        assert!(
+            d.exited(0, "n1", 0, "PMI finalize").is_none(),
+            "srun hostname"
+        );
+        assert!(d.exited(1, "n1", 0, "PMI finalize").is_none());
         let (gone, reason) = d
             .spoke(2, Family::Pmix)
             .expect("rank 2's fences would wait for 0 and 1");
@@ -142,7 +152,7 @@ mod tests {
         let d = Departures::default();
         assert!(d.spoke(2, Family::Pmix).is_none());
         let reason = d
-            .exited(0, 0, "PMIx_Finalize")
+            .exited(0, "n1", 0, "PMIx_Finalize")
             .expect("rank 2 already spoke");
         assert!(reason.contains("while rank 2 of its node did"), "{reason}");
     }

@@ -659,7 +659,10 @@ impl PmixServer {
             if st.finalized.contains(&rank) || st.aborting.contains(&rank) {
                 None
             } else {
-                self.inner.departures.exited(rank, code, "PMIx_Finalize")
+                let host = &self.inner.job.hosts[self.inner.job.node_idx];
+                self.inner
+                    .departures
+                    .exited(rank, host, code, "PMIx_Finalize")
             }
         };
         if let Some(reason) = reason {

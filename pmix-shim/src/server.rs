@@ -255,7 +255,10 @@ impl PmiServer {
             if st.finalized.contains(&rank) {
                 None
             } else {
-                self.inner.departures.exited(rank, code, "PMI finalize")
+                let host = &self.inner.job.hosts[self.inner.job.node_idx];
+                self.inner
+                    .departures
+                    .exited(rank, host, code, "PMI finalize")
             }
         };
         if let Some(reason) = reason {

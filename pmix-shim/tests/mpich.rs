@@ -274,9 +274,9 @@ async fn rank_exiting_before_mpi_init_fails_the_job_fast_naming_rank_and_code() 
         assert_eq!(abort.rank, Some(5), "{abort}");
         assert_eq!(abort.code, 3, "{abort}");
         assert!(
-            abort
-                .to_string()
-                .contains("rank 5 exited with code 3 before connecting to any wire-up service"),
+            abort.to_string().contains(
+                "rank 5 on node2 exited with code 3 before connecting to any wire-up service"
+            ),
             "{abort}"
         );
     }

@@ -678,7 +678,7 @@ async fn openmpi_mpi_abort_ends_the_job_with_its_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_rank_crashing_before_mpi_init_fails_the_job_naming_rank_and_code() {
     let (results, _) = run_job(block(4, 2), &["fail-before-init=5:3"]).await;
-    let before = "rank 5 exited with code 3 before connecting to any wire-up service";
+    let before = "rank 5 on node2 exited with code 3 before connecting to any wire-up service";
     let output = all_output(&results);
     for r in &results {
         let (rank, code, reason) = r
