@@ -120,14 +120,8 @@ pub async fn start(
         what: "read this agent's own uid".into(),
         source,
     })?;
-    let mut config = NodeConfig::new(ip, admit);
-    let wanted = families(start.pmi);
-    if wanted == [Family::Charm] && !config.families.contains(&Family::Charm) {
-        return Err(Error::Plan(format!(
-            "{host}: Charm++ netlrts needs an IPv4 address, and {ip} is not"
-        )));
-    }
-    config.families.retain(|f| wanted.contains(f));
+    let mut config = NodeConfig::new(ip, admit, &families(start.pmi))
+        .map_err(|e| Error::Plan(format!("{host}: {e}")))?;
     config.overlay.join_timeout = join_timeout;
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));

@@ -73,20 +73,32 @@ pub struct NodeConfig {
     pub charm: CharmConfig,
 }
 
+/// The families asked for cannot be served on the node's address.
+#[derive(Debug, thiserror::Error)]
+#[error("Charm++ netlrts needs an IPv4 address to advertise, and {0} is not one")]
+pub struct CharmNeedsIpv4(pub IpAddr);
+
 impl NodeConfig {
-    /// Every family, with the overlay listening on `ip` and the PMIx and netlrts endpoints
-    /// admitting `admit` only. Charm++ needs an IPv4 address to advertise: on an IPv6 `ip`
-    /// it is left out.
-    pub fn new(ip: IpAddr, admit: JobProcesses) -> NodeConfig {
-        let mut families = Family::ALL.to_vec();
+    /// Serves the `wanted` families (usually [`Family::ALL`]), with the overlay listening on
+    /// `ip` and the PMIx and netlrts endpoints admitting `admit` only. Charm++ needs an IPv4
+    /// address to advertise: on an IPv6 `ip` it is left out, and asking for it alone fails.
+    pub fn new(
+        ip: IpAddr,
+        admit: JobProcesses,
+        wanted: &[Family],
+    ) -> Result<NodeConfig, CharmNeedsIpv4> {
+        let mut families = wanted.to_vec();
         let advertise = match ip {
             IpAddr::V4(v4) => v4,
             IpAddr::V6(_) => {
                 families.retain(|f| *f != Family::Charm);
+                if families.is_empty() && !wanted.is_empty() {
+                    return Err(CharmNeedsIpv4(ip));
+                }
                 std::net::Ipv4Addr::LOCALHOST
             }
         };
-        NodeConfig {
+        Ok(NodeConfig {
             overlay: OverlayConfig {
                 bind: SocketAddr::new(ip, 0),
                 ..OverlayConfig::default()
@@ -99,7 +111,7 @@ impl NodeConfig {
             },
             scratch: std::env::temp_dir(),
             charm: CharmConfig::new(advertise, admit),
-        }
+        })
     }
 }
 
@@ -125,13 +137,12 @@ pub struct NodeService {
 struct Inner {
     overlay: Overlay,
     departures: Departures,
-    pmi: Option<PmiServer>,
-    pmix: Option<(PmixServer, PathBuf)>,
-    charm: Option<CharmServer>,
+    servers: Servers,
 }
 
-/// The servers started so far, stopped again if a later one fails.
-#[derive(Default)]
+/// The servers of the families served (while starting: those started so far, stopped again
+/// if a later one fails).
+#[derive(Debug, Default)]
 struct Servers {
     pmi: Option<PmiServer>,
     pmix: Option<(PmixServer, PathBuf)>,
@@ -139,6 +150,17 @@ struct Servers {
 }
 
 impl Servers {
+    /// The families served, in [`Family::ALL`] order.
+    fn served(&self) -> impl Iterator<Item = Family> {
+        [
+            self.pmi.as_ref().map(|_| Family::Pmi),
+            self.pmix.as_ref().map(|_| Family::Pmix),
+            self.charm.as_ref().map(|_| Family::Charm),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
     async fn shutdown(&self) {
         if let Some(pmi) = &self.pmi {
             pmi.shutdown().await;
@@ -189,14 +211,11 @@ impl NodeService {
             overlay.shutdown().await;
             return Err(e);
         }
-        let Servers { pmi, pmix, charm } = servers;
         Ok(NodeService {
             inner: Arc::new(Inner {
                 overlay,
                 departures,
-                pmi,
-                pmix,
-                charm,
+                servers,
             }),
         })
     }
@@ -273,19 +292,19 @@ impl NodeService {
     /// its own number, inherited as it is).
     pub async fn env_for(&self, rank: u32, pmi_fd: Option<i32>) -> Result<RankWireup, Error> {
         let mut wireup = RankWireup::default();
-        if let Some(pmi) = &self.inner.pmi {
+        if let Some(pmi) = &self.inner.servers.pmi {
             let (theirs, env) = pmi.socketpair_for(rank, pmi_fd)?;
             wireup.env.extend(env);
             wireup.pmi_fd = Some(theirs.into());
         }
-        if let Some((pmix, _)) = &self.inner.pmix {
+        if let Some((pmix, _)) = &self.inner.servers.pmix {
             wireup.env.extend(pmix.env_for(rank).await?);
-            if self.inner.pmi.is_some() {
+            if self.inner.servers.pmi.is_some() {
                 let (name, value) = MPICH_PMI_VERSION;
                 wireup.defaults.push((name.into(), value.into()));
             }
         }
-        if let Some(charm) = &self.inner.charm {
+        if let Some(charm) = &self.inner.servers.charm {
             wireup.env.extend(charm.env_for(rank));
         }
         Ok(wireup)
@@ -297,13 +316,8 @@ impl NodeService {
         let d = &self.inner.departures;
         d.family_of(rank)
             .or_else(|| d.node_family())
-            .unwrap_or(if self.inner.pmi.is_some() {
-                Family::Pmi
-            } else if self.inner.pmix.is_some() {
-                Family::Pmix
-            } else {
-                Family::Charm
-            })
+            .or_else(|| self.inner.servers.served().next())
+            .unwrap_or(Family::Pmi)
     }
 
     /// The launcher reports that local `rank` exited with `code` (128+signal for a signal);
@@ -313,17 +327,17 @@ impl NodeService {
         debug!(rank, code, %family, "rank exited");
         match family {
             Family::Pmi => {
-                if let Some(pmi) = &self.inner.pmi {
+                if let Some(pmi) = &self.inner.servers.pmi {
                     pmi.rank_exited(rank, code).await;
                 }
             }
             Family::Pmix => {
-                if let Some((pmix, _)) = &self.inner.pmix {
+                if let Some((pmix, _)) = &self.inner.servers.pmix {
                     pmix.rank_exited(rank, code).await;
                 }
             }
             Family::Charm => {
-                if let Some(charm) = &self.inner.charm {
+                if let Some(charm) = &self.inner.servers.charm {
                     charm.rank_exited(rank, code).await;
                 }
             }
@@ -343,12 +357,7 @@ impl NodeService {
 
     /// The family this node's ranks speak, once one has spoken; the only one served, if so.
     pub fn family(&self) -> Option<Family> {
-        let served = [
-            self.inner.pmi.as_ref().map(|_| Family::Pmi),
-            self.inner.pmix.as_ref().map(|_| Family::Pmix),
-            self.inner.charm.as_ref().map(|_| Family::Charm),
-        ];
-        let mut served = served.into_iter().flatten();
+        let mut served = self.inner.servers.served();
         match (served.next(), served.next()) {
             (Some(only), None) => Some(only),
             _ => self.inner.departures.node_family(),
@@ -358,31 +367,44 @@ impl NodeService {
     /// A netlrts rank's real exit code, the one it sent in `ending` (the client itself exits
     /// 1 when its socket closes: research/charm-protocol.md §2).
     pub fn charm_exit_code(&self, rank: u32) -> Option<i32> {
-        self.inner.charm.as_ref()?.exit_code(rank)
+        self.inner.servers.charm.as_ref()?.exit_code(rank)
     }
 
     /// Fences completed on this node, every family.
     pub fn fences(&self) -> u64 {
-        let pmi = self.inner.pmi.as_ref().map_or(0, PmiServer::fences);
-        let pmix = self.inner.pmix.as_ref().map_or(0, |(s, _)| s.fences());
+        let pmi = self.inner.servers.pmi.as_ref().map_or(0, PmiServer::fences);
+        let pmix = self
+            .inner
+            .servers
+            .pmix
+            .as_ref()
+            .map_or(0, |(s, _)| s.fences());
         pmi + pmix
     }
 
     /// Stops every server, leaves the overlay and removes the PMIx directory.
     pub async fn shutdown(&self) {
-        let servers = Servers {
-            pmi: self.inner.pmi.clone(),
-            pmix: self.inner.pmix.clone(),
-            charm: self.inner.charm.clone(),
-        };
-        servers.shutdown().await;
+        self.inner.servers.shutdown().await;
         self.inner.overlay.shutdown().await;
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_launcher_variable;
+    use super::{Family, NodeConfig, is_launcher_variable};
+    use crate::peer::JobProcesses;
+
+    #[test]
+    fn charm_is_left_out_on_ipv6_and_alone_it_is_an_error() {
+        let admit = || JobProcesses::of_this_process().unwrap();
+        let v6 = "::1".parse().unwrap();
+        let all = NodeConfig::new(v6, admit(), &Family::ALL).unwrap();
+        assert_eq!(all.families, [Family::Pmi, Family::Pmix]);
+        let err = NodeConfig::new(v6, admit(), &[Family::Charm]).unwrap_err();
+        assert!(err.to_string().contains("::1"), "{err}");
+        let v4 = NodeConfig::new("10.123.0.1".parse().unwrap(), admit(), &[Family::Charm]);
+        assert_eq!(v4.unwrap().families, [Family::Charm]);
+    }
 
     #[test]
     fn an_outer_jobs_endpoints_are_launcher_variables_and_tuning_is_not() {

@@ -51,10 +51,13 @@ async fn service(
     board: &Memory,
     pmix: bool,
 ) -> NodeService {
-    let mut config = NodeConfig::new("127.0.0.1".parse().unwrap(), admit_this_process());
-    if node_idx != 0 || !pmix {
-        config.families = vec![Family::Pmi, Family::Charm];
-    }
+    let families: &[Family] = if node_idx == 0 && pmix {
+        &Family::ALL
+    } else {
+        &[Family::Pmi, Family::Charm]
+    };
+    let mut config =
+        NodeConfig::new("127.0.0.1".parse().unwrap(), admit_this_process(), families).unwrap();
     config.overlay.collective_timeout = Duration::from_secs(20);
     config.scratch = std::env::temp_dir();
     let (out, mut out_rx) = mpsc::channel(64);
@@ -246,8 +249,12 @@ async fn ranks_start_before_their_node_has_joined_and_wire_up_once_it_has() {
 async fn a_join_that_times_out_aborts_the_job_saying_why() {
     let ranks = vec![vec![0], vec![1]];
     let secret = JobSecret::generate();
-    let mut config = NodeConfig::new("127.0.0.1".parse().unwrap(), admit_this_process());
-    config.families = vec![Family::Pmi];
+    let mut config = NodeConfig::new(
+        "127.0.0.1".parse().unwrap(),
+        admit_this_process(),
+        &[Family::Pmi],
+    )
+    .unwrap();
     config.overlay.join_timeout = Duration::from_millis(300);
     let (out, _rx) = mpsc::channel(1);
     // Node 1 waits for node 0, which never comes.

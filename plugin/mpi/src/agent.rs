@@ -268,16 +268,13 @@ impl Agent {
         // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
         // PMIx and netlrts endpoints at all.
         let admit = step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?;
-        let mut config = NodeConfig::new(my_ip, admit);
-        let wanted = plan.protocol.families();
-        if wanted == [Family::Charm] && !config.families.contains(&Family::Charm) {
-            return Err(Error::Address {
+        let mut config = NodeConfig::new(my_ip, admit, &plan.protocol.families()).map_err(|e| {
+            Error::Address {
                 host: node.clone(),
-                node,
-                reason: format!("Charm++ netlrts needs an IPv4 NodeAddr, not {my_ip}"),
-            });
-        }
-        config.families.retain(|f| wanted.contains(f));
+                node: node.clone(),
+                reason: format!("{e} (its NodeAddr)"),
+            }
+        })?;
         if let Choice::Ports { port } = plan.rendezvous {
             config.overlay.bind = SocketAddr::new(my_ip, port);
         }
