@@ -155,7 +155,7 @@ mod pmix {
 
     /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h, with the hwloc calls that
     /// load the topology the server is given and list its cores and packages (libpmix itself
-    /// depends on hwloc 2.x, whose ABI these calls have kept since 2.0); links libpmix and
+    /// depends on hwloc 2.x, whose ABI these calls have kept since 2.1); links libpmix and
     /// libhwloc dynamically.
     pub(super) fn bind() {
         let lib = locate();
@@ -171,11 +171,14 @@ mod pmix {
                 "#include <pmix.h>\n#include <pmix_server.h>\n#include <hwloc.h>\n",
             )
             .allowlist_function("PMIx_.*")
-            .allowlist_function("hwloc_topology_(init|load|destroy|set_io_types_filter)")
+            .allowlist_function(
+                "hwloc_topology_(init|load|destroy|set_io_types_filter|set_components)",
+            )
             .allowlist_function("hwloc_get_(type_depth|nbobjs_by_depth|obj_by_depth)")
-            .allowlist_function("hwloc_bitmap_(first|next)")
+            .allowlist_function("hwloc_bitmap_(first|next|alloc|free|set)")
             .allowlist_type("hwloc_type_filter_e")
             .allowlist_type("hwloc_obj_type_e")
+            .allowlist_type("hwloc_topology_components_flag_e")
             .allowlist_type("pmix_.*")
             .allowlist_var("PMIX_.*")
             .derive_default(true)

@@ -7,7 +7,10 @@
 //! from the parent: greedyrun or the parent agent is gone) → ranks TERMed, KILLed after the
 //! grace period → subtree waited for (bounded) → `Bye` up → exit.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
 
 use futures_util::{SinkExt, StreamExt};
 use greedy_pmix::{node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
@@ -48,6 +51,13 @@ enum End {
     Shutdown,
     Teardown,
     ParentGone,
+}
+
+/// Loads the host's topology (for the PMIx server and `--bind-to`) now: call it while the
+/// process has one thread, since the first load sets hwloc's plugin path in the environment
+/// for a moment (greedy-sys `pmix::topology`).
+pub fn load_topology() {
+    greedy_sys::pmix::topology::Topology::this_machine();
 }
 
 /// Runs the agent on this process's stdin/stdout; returns the process exit code.
@@ -216,13 +226,14 @@ impl Agent {
         let mut spoken: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::family::Family>>> =
             None;
         let mut wireup_failed = false;
+        let bound = self.bound_cpus().await;
         if self.start.pmi != PmiMode::None {
             let rdv = wireup::PipeRendezvous {
                 up: self.up.clone(),
                 board: board.clone(),
             };
             let leave = CancellationToken::new();
-            match wireup::start(&self.start, rdv, hello_timeout, &leave).await {
+            match wireup::start(&self.start, rdv, hello_timeout, &leave, &bound).await {
                 Ok(s) => {
                     abort_rx = Some(s.overlay().aborted());
                     spoken = Some(s.spoken());
@@ -249,6 +260,7 @@ impl Agent {
             live = self
                 .spawn_ranks(
                     service.as_ref(),
+                    &bound,
                     &mut ranks,
                     &mut guard,
                     &mut stdin_rx,
@@ -359,12 +371,13 @@ impl Agent {
         0
     }
 
-    /// The CPU sets the local ranks are bound to, round-robin (`--bind-to`); empty when they
-    /// are not bound, or when hwloc cannot say (then said once, and the ranks run unbound).
-    async fn bind_sets(&self) -> Vec<Vec<u32>> {
+    /// The CPUs each local rank is bound to (`--bind-to`: the host's n-th core or package for
+    /// its n-th rank, round-robin); empty when they are not bound, or when hwloc cannot say
+    /// (then said once, and the ranks run unbound).
+    async fn bound_cpus(&self) -> BTreeMap<u32, Vec<u32>> {
         use greedy_sys::pmix::topology::{Grain, Topology};
         let grain = match self.start.bind {
-            BindTo::None => return Vec::new(),
+            BindTo::None => return BTreeMap::new(),
             BindTo::Core => Grain::Core,
             BindTo::Socket => Grain::Package,
         };
@@ -379,14 +392,21 @@ impl Agent {
                     text,
                 })
                 .await;
+            return BTreeMap::new();
         }
-        sets
+        let local = &self.start.ranks[self.node as usize];
+        local
+            .iter()
+            .enumerate()
+            .map(|(i, &rank)| (rank, sets[i % sets.len()].clone()))
+            .collect()
     }
 
     /// Forks this host's ranks; returns how many were started.
     async fn spawn_ranks(
         &self,
         service: Option<&NodeService>,
+        bound: &BTreeMap<u32, Vec<u32>>,
         ranks: &mut HashMap<u32, Rank>,
         guard: &mut Option<GuardHandle>,
         stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
@@ -396,7 +416,6 @@ impl Agent {
         let local = self.start.ranks[node].clone();
         let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
         let mut started = 0;
-        let bind_sets = self.bind_sets().await;
         for (local_id, &rank) in local.iter().enumerate() {
             // An outer launcher's endpoints (this greedyrun inside another job) must not reach
             // the ranks beside this job's.
@@ -431,7 +450,7 @@ impl Agent {
                 }
             }
             let wants_stdin = self.start.stdin_rank == Some(rank);
-            let cpus = (!bind_sets.is_empty()).then(|| &bind_sets[local_id % bind_sets.len()][..]);
+            let cpus = bound.get(&rank).map(Vec::as_slice);
             if let Some(cpus) = cpus {
                 let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
                 env.push(("GREEDY_CPUS".into(), list.join(",")));

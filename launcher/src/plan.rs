@@ -43,6 +43,8 @@ pub struct Request {
     pub hosts: HostSource,
     /// Ranks per host, overriding slots.
     pub ppn: Option<u32>,
+    /// How consecutive ranks are laid over the hosts.
+    pub map_by: MapBy,
     /// Launch model.
     pub seq: f64,
     /// Launch model.
@@ -62,6 +64,17 @@ pub struct Request {
     /// The further parts of an MPMD command line (`: -n K PROG ARGS…`); ranks are numbered
     /// across the parts, in order.
     pub more: Vec<Part>,
+}
+
+/// How consecutive ranks are laid over the hosts (`--map-by`, as Open MPI's mpirun).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MapBy {
+    /// Fill each host's slots before the next host: ranks 0..k on the first host.
+    #[default]
+    Slot,
+    /// One rank per host in turn, skipping full hosts: rank 0 on the first host, rank 1 on
+    /// the second (Hydra's `-rr`, srun's `--distribution=cyclic`).
+    Node,
 }
 
 /// A further part of an MPMD command line.
@@ -136,7 +149,7 @@ impl Plan {
         }
         let model = LaunchModel::new(req.seq, req.rem)
             .map_err(|e| Error::Plan(format!("launch model: {e}")))?;
-        let (hosts, ranks) = place_ranks(&hosts, n_wanted, req.ppn)?;
+        let (hosts, ranks) = place_ranks(&hosts, n_wanted, req.ppn, req.map_by)?;
         let n_ranks = ranks.iter().map(|r| r.len() as u32).sum();
         let launch_model = model
             .with_launch_cap(req.batch)
@@ -256,6 +269,7 @@ fn place_ranks(
     hosts: &[HostSlots],
     n_ranks: Option<u32>,
     ppn: Option<u32>,
+    map_by: MapBy,
 ) -> Result<(Vec<String>, Vec<Vec<u32>>), Error> {
     let capacity = |h: &HostSlots| ppn.or(h.slots).unwrap_or(1);
     let total: u64 = hosts.iter().map(|h| u64::from(capacity(h))).sum();
@@ -274,20 +288,36 @@ fn place_ranks(
             hosts.len()
         )));
     }
-    let (mut out_hosts, mut out_ranks) = (Vec::new(), Vec::new());
-    let mut next = 0u32;
-    for h in hosts {
-        if next == n {
-            break;
+    let mut placed: Vec<Vec<u32>> = vec![Vec::new(); hosts.len()];
+    match map_by {
+        MapBy::Slot => {
+            let mut next = 0u32;
+            for (h, ranks) in hosts.iter().zip(&mut placed) {
+                let take = capacity(h).min(n - next);
+                ranks.extend(next..next + take);
+                next += take;
+            }
         }
-        let take = capacity(h).min(n - next);
-        if take == 0 {
-            continue;
+        MapBy::Node => {
+            // Rounds over the hosts with room left; n ≤ total, so every round places a rank.
+            let mut next = 0u32;
+            while next < n {
+                for (h, ranks) in hosts.iter().zip(&mut placed) {
+                    if next < n && (ranks.len() as u64) < u64::from(capacity(h)) {
+                        ranks.push(next);
+                        next += 1;
+                    }
+                }
+            }
         }
-        out_hosts.push(h.host.clone());
-        out_ranks.push((next..next + take).collect());
-        next += take;
     }
+    // Hosts left without a rank do not take part.
+    let (out_hosts, out_ranks) = hosts
+        .iter()
+        .zip(placed)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(h, r)| (h.host.clone(), r))
+        .unzip();
     Ok((out_hosts, out_ranks))
 }
 
@@ -300,6 +330,7 @@ mod tests {
             n_ranks: n,
             hosts,
             ppn,
+            map_by: MapBy::Slot,
             seq: 0.01,
             rem: 0.1,
             topology: Topology::Greedy,
@@ -347,7 +378,15 @@ mod tests {
 
     /// Renders the placement as `host:ranks` words, or the error.
     fn check(hosts: HostSource, n: Option<u32>, ppn: Option<u32>, expect: &str) {
-        let got = match Plan::new(request(hosts, n, ppn)) {
+        check_map(hosts, n, ppn, MapBy::Slot, expect);
+    }
+
+    fn check_map(hosts: HostSource, n: Option<u32>, ppn: Option<u32>, by: MapBy, expect: &str) {
+        let req = Request {
+            map_by: by,
+            ..request(hosts, n, ppn)
+        };
+        let got = match Plan::new(req) {
             Ok(p) => p
                 .hosts
                 .iter()
@@ -392,6 +431,22 @@ mod tests {
         );
         check(file("n1\nn1 slots=2\n"), None, None, "n1:0,1,2");
         check(file("n[1-2] slots=2"), None, Some(1), "n1:0 n2:1");
+    }
+
+    #[test]
+    fn placement_by_node_goes_round_the_hosts_with_room() {
+        let node = MapBy::Node;
+        check_map(list("n[1-3]"), Some(5), Some(2), node, "n1:0,3 n2:1,4 n3:2");
+        check_map(list("n1:3,n2"), None, None, node, "n1:0,2,3 n2:1");
+        check_map(list("n[1-4]"), Some(2), Some(2), node, "n1:0 n2:1");
+        check_map(list("n[1-2]"), Some(4), Some(2), node, "n1:0,2 n2:1,3");
+        check_map(
+            list("n[1-2]"),
+            Some(5),
+            Some(2),
+            node,
+            "error: -n 5 needs 5 slots but 2 hosts offer 4 by --ppn; raise --ppn or add hosts",
+        );
     }
 
     #[test]

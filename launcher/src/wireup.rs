@@ -7,7 +7,7 @@
 //! [`Cmd::Address`](crate::proto::Cmd::Address) to exactly that node's overlay children, which
 //! look it up on their local board. The rest of the address book travels over the overlay.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use greedy_pmix::{
     JobSpec,
@@ -85,7 +85,8 @@ pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
 }
 
 /// Starts this node's wire-up service (the families of `start.pmi`) and returns while it joins
-/// the overlay in the background; the ranks can be forked at once.
+/// the overlay in the background; the ranks can be forked at once. `bound` says where each
+/// local rank is bound (PMIx tells the ranks).
 ///
 /// The overlay listens on the address this host's name resolves to (it must be reachable by
 /// the other hosts, so not loopback); the join is bounded by `join_timeout` (`--timeout`).
@@ -95,6 +96,7 @@ pub async fn start(
     rendezvous: PipeRendezvous,
     join_timeout: Duration,
     leave: &CancellationToken,
+    bound: &BTreeMap<u32, Vec<u32>>,
 ) -> Result<NodeService, Error> {
     let spec = job_spec(start)?;
     let host = &start.hosts[start.node_idx as usize];
@@ -123,6 +125,7 @@ pub async fn start(
     let mut config = NodeConfig::new(ip, admit, &families(start.pmi))
         .map_err(|e| Error::Plan(format!("{host}: {e}")))?;
     config.overlay.join_timeout = join_timeout;
+    config.pmix.bound = bound.clone();
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)

@@ -31,7 +31,7 @@
 //! processes, `examples/pmix-agent.rs`).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
@@ -132,6 +132,10 @@ pub struct PmixConfig {
     /// only. libpmix cannot tell a stranger from a rank itself (research/endpoint-security.md
     /// §2), and one silent stranger would freeze it.
     pub admit: Admit,
+    /// The CPUs each local rank is bound to (rank → the operating system's CPU numbers), told
+    /// to the ranks as their `PMIX_LOCALITY_STRING` and `PMIX_CPUSET`; a rank not named runs
+    /// unbound.
+    pub bound: BTreeMap<u32, Vec<u32>>,
 }
 
 impl std::fmt::Debug for PmixConfig {
@@ -142,6 +146,7 @@ impl std::fmt::Debug for PmixConfig {
             .field("finalize_timeout", &self.finalize_timeout)
             .field("exit_grace", &self.exit_grace)
             .field("owner", &self.owner)
+            .field("bound", &self.bound)
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +162,7 @@ impl PmixConfig {
             exit_grace: Duration::from_millis(500),
             owner: None,
             admit: admit_nobody(),
+            bound: BTreeMap::new(),
         }
     }
 }
@@ -176,6 +182,18 @@ impl PmixConfig {
 /// (measured). Open MPI 5 (no schizo in the ranks) and MPICH ignore the variable. Forcing
 /// `OMPI_MCA_pmix=ext3x` instead is not an option: Open MPI 5 refuses the unknown component.
 const OPEN_MPI_4_DIRECT_LAUNCH: &[(&str, &str)] = &[("FLUX_JOB_ID", "")];
+
+/// The job-data store the ranks' PMIx clients use: `hash`, each client's own copy sent by the
+/// server, rather than the first of the `ds21,ds12,hash` list `PMIx_server_setup_fork` offers.
+///
+/// A client that picks ds21 makes the server create that job's shared-memory store on the
+/// node: two 4 MiB segments (`NS_META_SEG_SIZE`, `NS_DATA_SEG_SIZE`, src/mca/common/dstore/
+/// dstore_base.h@v4.2.2) that it memsets whole (dstore_segment.c), 8 MiB resident in the
+/// server and in every rank, whatever the job's size. The server keeps its own copy in hash
+/// either way. A hash client holds the job's data itself, which costs less than the segments
+/// until a node runs dozens of ranks of a job of thousands; Open MPI 4.1 and 5 and Intel MPI
+/// start as fast with it (8 local ranks: the same within noise, docs/benchmarks.md).
+const CLIENT_STORE: (&str, &str) = ("PMIX_GDS_MODULE", "hash");
 
 /// Capacity of the queue from PMIx's thread to the fence loop. A job's ranks block in one
 /// fence at a time, so one or two are ever queued; a full queue means a runaway client and
@@ -542,7 +560,7 @@ impl PmixServer {
         });
         let pmix = PmixServer { inner: shared };
         let registered = async {
-            let info = job_info(&job, &server, &config.tmpdir, &nsdir)
+            let info = job_info(&job, &server, &config, &nsdir)
                 .map_err(|s| failed("building the job info", s))?;
             let (tx, rx) = oneshot::channel();
             server
@@ -585,8 +603,9 @@ impl PmixServer {
     }
 
     /// Registers local `rank` with PMIx and returns the environment to start it with
-    /// (`PMIX_NAMESPACE`, `PMIX_RANK`, the server URI, …, and the variables Open MPI 4.1 needs
-    /// to accept a direct launch, [`OPEN_MPI_4_DIRECT_LAUNCH`]): add it to the rank's
+    /// (`PMIX_NAMESPACE`, `PMIX_RANK`, the server URI, …, the store it keeps the job's data in,
+    /// [`CLIENT_STORE`], and the variables Open MPI 4.1 needs to accept a direct launch,
+    /// [`OPEN_MPI_4_DIRECT_LAUNCH`]): add it to the rank's
     /// environment, and give the rank no `PMI_*` variables.
     pub async fn env_for(&self, rank: u32) -> Result<Vec<(String, String)>, Error> {
         let shared = &self.inner;
@@ -636,6 +655,11 @@ impl PmixServer {
         let mut env = server
             .setup_fork(&proc_)
             .map_err(|s| failed("PMIx_server_setup_fork", s))?;
+        let (gds, store) = CLIENT_STORE;
+        match env.iter_mut().find(|(k, _)| k == gds) {
+            Some((_, v)) => *v = store.into(),
+            None => env.push((gds.into(), store.into())),
+        }
         env.extend(OPEN_MPI_4_DIRECT_LAUNCH.iter().map(|(k, v)| {
             let v = if v.is_empty() {
                 shared.job.job_id.as_str()
@@ -756,14 +780,15 @@ impl PmixServer {
 }
 
 /// The namespace's job-level info (research/pmix-pmi.md §1): sizes, maps, local peers, and
-/// per-rank data for the local ranks only; PMIx derives remote ranks' hosts and node ids from
-/// the node and proc maps.
+/// per-rank data for the local ranks only (with where each bound one runs); PMIx derives
+/// remote ranks' hosts and node ids from the node and proc maps.
 fn job_info(
     job: &JobSpec,
     server: &Server,
-    tmpdir: &std::path::Path,
+    config: &PmixConfig,
     nsdir: &std::path::Path,
 ) -> Result<InfoArray, Status> {
+    let tmpdir = &config.tmpdir;
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
     let local = job.local_ranks();
@@ -810,20 +835,29 @@ fn job_info(
         ),
     ];
     for (local_rank, &rank) in local.iter().enumerate() {
-        entries.push((
-            key::PROC_DATA,
-            Value::Infos(vec![
-                (key::RANK, Value::Rank(rank)),
-                (key::APPNUM, Value::U32(0)),
-                (key::APPLDR, Value::Rank(0)),
-                (key::GLOBAL_RANK, Value::Rank(rank)),
-                (key::APP_RANK, Value::Rank(rank)),
-                (key::LOCAL_RANK, Value::U16(local_rank as u16)),
-                (key::NODE_RANK, Value::U16(local_rank as u16)),
-                (key::HOSTNAME, Value::Str(host.clone())),
-                (key::NODEID, Value::U32(me as u32)),
-            ]),
-        ));
+        let mut data = vec![
+            (key::RANK, Value::Rank(rank)),
+            (key::APPNUM, Value::U32(0)),
+            (key::APPLDR, Value::Rank(0)),
+            (key::GLOBAL_RANK, Value::Rank(rank)),
+            (key::APP_RANK, Value::Rank(rank)),
+            (key::LOCAL_RANK, Value::U16(local_rank as u16)),
+            (key::NODE_RANK, Value::U16(local_rank as u16)),
+            (key::HOSTNAME, Value::Str(host.clone())),
+            (key::NODEID, Value::U32(me as u32)),
+        ];
+        // Open MPI tells which local peers share a package, a cache or a core from these;
+        // without them every peer is just "on this node".
+        if let Some(cpus) = config.bound.get(&rank) {
+            match server.locality_of(cpus) {
+                Ok(place) => data.extend([
+                    (key::LOCALITY_STRING, Value::Str(place.locality)),
+                    (key::CPUSET, Value::Str(place.cpuset)),
+                ]),
+                Err(s) => warn!(rank, "no PMIx locality for CPUs {cpus:?}: {s}"),
+            }
+        }
+        entries.push((key::PROC_DATA, Value::Infos(data)));
     }
     InfoArray::new(&entries)
 }

@@ -147,6 +147,8 @@ async fn every_family_is_offered_and_pmi_ranks_wire_up_across_nodes() {
     assert_eq!(var(&w.env, "PMI_RANK"), Some("1"));
     assert_eq!(var(&w.env, "PMIX_RANK"), Some("1"));
     assert_eq!(var(&w.env, "PMIX_NAMESPACE"), Some(JOB));
+    // Each client keeps its own copy of the job's data: no 8 MiB shared store per node.
+    assert_eq!(var(&w.env, "PMIX_GDS_MODULE"), Some("hash"));
     assert!(var(&w.env, "NETSTART").is_some_and(|v| v.starts_with("1 127.0.0.1 ")));
     assert_eq!(
         w.defaults,

@@ -63,6 +63,15 @@ fn server_lifecycle_against_libpmix() {
     assert_eq!(node_map, "pmix[n[1:0-2]]");
     assert_eq!(proc_map, "raw:0,1;2;3");
 
+    // A client bound to CPU 0 runs on package 0, core 0, hardware thread 0 (with caches and
+    // NUMA node between: "SK0:L30:L20:L10:CR0:HT0:NM0" here), and its cpuset is CPU 0's.
+    let bound = server.locality_of(&[0]).unwrap();
+    let objects: Vec<&str> = bound.locality.split(':').collect();
+    for object in ["SK0", "CR0", "HT0"] {
+        assert!(objects.contains(&object), "{bound:?}");
+    }
+    assert_eq!(bound.cpuset, "hwloc:0", "{bound:?}");
+
     let info = InfoArray::new(&[
         (key::JOB_SIZE, Value::U32(4)),
         (key::UNIV_SIZE, Value::U32(4)),

@@ -23,7 +23,9 @@
 #             (MPICH build: see MPICH below)
 #   openmpi   the same with Debian's Open MPI 4.1 with no --pmi (greedy-pmix's PMIx server),
 #             and MPI_Abort(42) from rank 5 ending the job with 42
-#   bind      --bind-to core: a host's local rank N runs on core N alone, and MPI wires up
+#   bind      --bind-to core: a host's local rank N runs on core N alone, PMIx tells it so
+#             (PMIX_LOCALITY_STRING, PMIX_CPUSET), and Open MPI wires up
+#   map-by    --map-by node: ranks round the hosts, MPICH and Open MPI wire up
 #   clients   issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
 #             MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4 hosts x 2, no --pmi;
 #             ranks started without the launcher's environment (singletons) named fast
@@ -398,13 +400,39 @@ pass "singletons: 4 ranks started without the launcher's environment end the job
 no_orphans clients
 
 # --bind-to core: each of a host's two ranks on its own core (the hosts share this machine's
-# cores), as the rank sees it, and the MPI job still wires up.
+# cores), as the rank sees it, and an Open MPI job (which reads the PMIx locality) wires up.
+client_cmd ompi4 "$WORK/clients"
 run bind-core -n 4 --hosts "n[1-2]" --ppn 2 --bind-to core --timeout 60 -- sh -c \
-  'echo "bound $GREEDY_RANK $GREEDY_LOCAL_RANK $GREEDY_CPUS $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"; exec env EXPECT_SIZE=4 "$0"' "${CMD[1]}"
+  'echo "bound $GREEDY_RANK $GREEDY_LOCAL_RANK $GREEDY_CPUS $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"; exec env EXPECT_SIZE=4 "$@"' sh "${CMD[@]}"
 ((RC == 0)) && [[ $(grep -o "of 4: ok" <<<"$OUT" | wc -l) == 4 ]] || fail "bind-to core: exit $RC: $ERR $OUT"
 [[ $(grep -c '^bound [0-3] 0 0 0$' <<<"$OUT") == 2 && $(grep -c '^bound [0-3] 1 1 1$' <<<"$OUT") == 2 ]] ||
   fail "bind-to core: local rank N should run on core N alone: $OUT"
-pass "--bind-to core: each host's rank N on core N (as /proc/self/status says), MPI 4/4 ranks ok"
+pass "--bind-to core: each host's rank N on core N (as /proc/self/status says), Open MPI 4/4 ranks ok"
+# ... and PMIx tells each rank, and its local peer, where it runs: core N, CPU N.
+run bind-locality -n 4 --hosts "n[1-2]" --ppn 2 --bind-to core --timeout 60 -- "$WORK/clients/locality"
+((RC == 0)) || fail "bind-to core locality: exit $RC: $ERR $OUT"
+for r in 0 1 2 3; do
+  c=$((r % 2)) p=$((r ^ 1))
+  grep -Eq "^locality $r ([A-Z0-9]+:)*CR$c:.* hwloc:$c$" <<<"$OUT" &&
+    grep -Eq "^peer $r $p ([A-Z0-9]+:)*CR$((p % 2)):" <<<"$OUT" ||
+    fail "bind-to core locality: rank $r should be told core $c, CPU $c, and its peer core $((p % 2)): $OUT"
+done
+run unbound-locality -n 2 --hosts n1 --ppn 2 --timeout 60 -- "$WORK/clients/locality"
+((RC == 0)) && [[ $(grep -c '^unbound [01]$' <<<"$OUT") == 2 ]] ||
+  fail "unbound ranks should be told no locality: exit $RC: $ERR $OUT"
+pass "--bind-to core: PMIx tells each rank its core and CPU (PMIX_LOCALITY_STRING, PMIX_CPUSET) and its peer's; unbound ranks none"
+
+# --map-by node: consecutive ranks go round the hosts; MPICH (PMI_process_mapping) and Open MPI
+# (PMIx proc map) wire up with ranks 0,2 on n1 and 1,3 on n2.
+for client in mpich5 ompi4; do
+  client_cmd "$client" "$WORK/clients"
+  run "map-by-node-$client" -n 4 --hosts "n[1-2]" --ppn 2 --map-by node --timeout 60 -- sh -c \
+    'echo "placed $GREEDY_RANK $(hostname)"; exec env EXPECT_SIZE=4 "$@"' sh "${CMD[@]}"
+  ((RC == 0)) && [[ $(grep -o "of 4: ok" <<<"$OUT" | wc -l) == 4 ]] || fail "map-by node: $client: exit $RC: $ERR $OUT"
+  [[ $(grep -Ec '^placed [02] n1$|^placed [13] n2$' <<<"$OUT") == 4 ]] ||
+    fail "map-by node: $client: ranks 0,2 on n1 and 1,3 on n2 expected: $OUT"
+  pass "--map-by node: ranks 0,2 on n1 and 1,3 on n2, $client 4/4 ranks ok"
+done
 
 # Slurm as the remote shell, inside an allocation (where ssh may not be allowed): each agent is
 # a one-task step on its host; the MPI job wires up across them as over ssh.

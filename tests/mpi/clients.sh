@@ -39,6 +39,9 @@ clients_build() { # DIR
   gcc -O1 -I"$IMPI/include" -o "$dir/wireup-impi" "$ROOT/tests/mpi/wireup.c" \
     -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib"
   cp "$ROOT/tests/mpi/wireup.py" "$dir/wireup.py"
+  # Not an MPI client: libpmix's own, printing the locality its launcher registered.
+  # shellcheck disable=SC2046 # pkg-config's words are separate flags
+  gcc -O1 -o "$dir/locality" "$ROOT/tests/mpi/locality.c" $(pkg-config --cflags --libs pmix)
 }
 
 client_cmd() { # NAME DIR

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark for docs/benchmarks.md: srun --mpi=greedy vs --mpi=pmi2 with MPICH (PyPI mpich
 # 5.0.2, PMI-1 client), vs --mpi=pmix with Open MPI (Debian 4.1, PMIx), and vs --mpi=none on
-# /bin/true (MPI `true`: the plugin's overhead on a step that speaks no PMI; `true-pmi`: the
-# same with greedy serving PMI alone, SLURM_GREEDY_PROTOCOL=pmi) on the emulated
+# /bin/true (MPI `true`: the plugin's overhead on a step that speaks no PMI; `true-pmi`,
+# `true-pmix`, `true-charm`: the same with greedy serving that family alone,
+# SLURM_GREEDY_PROTOCOL=FAMILY) on the emulated
 # Slurm 22.05 cluster; with --release 24.11|26.05 on a cluster of that release, with its own
 # MPICH and Open MPI (where the release has no mpi_pmix, as Debian's 26.05, that pair is skipped). For each (delay, nodes, MPI) it runs REPS steps of tests/slurm/init_time.c per
 # plugin, alternating the plugins so that drift of the machine's load hits both alike, and
@@ -13,7 +14,7 @@
 # metric): medians, min-max, and the ratio greedy/other.
 #
 # usage: tests/slurm/mpi-bench.sh [--reps R] [--delays "0 10"] [--nodes "8 16"] [--ppn P]
-#                                  [--mpis "mpich ompi true true-pmi"] [--mpi-conf FILE] [--csv FILE]
+#                                  [--mpis "mpich ompi true true-pmi true-pmix true-charm"] [--mpi-conf FILE] [--csv FILE]
 #                                  [--release R]
 # --mpi-conf FILE: mpi.conf for the cluster (e.g. GreedyRem for a high-latency network).
 # --csv FILE: also append every timed step to FILE
@@ -104,11 +105,12 @@ for delay in $delays; do
         mpich) PROG=$BINDIR/init_time other=pmi2 metrics="init exit" ;;
         ompi) PROG=$BINDIR/init_time-ompi other=pmix metrics="init exit" ;;
         true) PROG=/bin/true other=none metrics=exit ;;
-        true-pmi) PROG=/bin/true other=none metrics=exit ;;
-        *) fail "--mpis: $mpi is not mpich, ompi, true or true-pmi" ;;
+        true-pmi | true-pmix | true-charm) PROG=/bin/true other=none metrics=exit ;;
+        *) fail "--mpis: $mpi is not mpich, ompi, true or true-{pmi,pmix,charm}" ;;
       esac
-      # true-pmi: greedy serving PMI alone (what a step cost before every family was served).
-      proto=$([[ $mpi == true-pmi ]] && echo pmi || echo auto)
+      # true-FAMILY: greedy serving that family alone (true-pmi: what a step cost before every
+      # family was served; with true-pmix and true-charm, what each family adds).
+      proto=$([[ $mpi == true-* ]] && echo "${mpi#true-}" || echo auto)
       if [[ $other != none ]] && ! grep -qw "$other" <<<"$(srun --mpi=list 2>&1)"; then
         echo "| ${delay} ms | ${n} x ${np} | $mpi: greedy vs $other | (this Slurm has no mpi/$other) | | | |"
         continue

@@ -50,6 +50,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .without_time()
         .init();
+    greedy_launcher::agent::load_topology();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -8,7 +8,7 @@ use greedy_launcher::{
     allocation, calibrate,
     exports::{self, Exports},
     head::{self, JobConfig},
-    plan::{HostSource, Part, Plan, Request},
+    plan::{HostSource, MapBy, Part, Plan, Request},
     proto::{BindTo, PmiMode},
     ssh,
     status::code,
@@ -54,6 +54,15 @@ enum Bind {
     Core,
     /// The n-th rank of a host to its n-th package, round-robin.
     Socket,
+}
+
+/// How consecutive ranks are laid over the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Map {
+    /// Fill each host's slots before the next: ranks 0..k on the first host.
+    Slot,
+    /// One rank per host in turn (round-robin), skipping hosts whose slots are full.
+    Node,
 }
 
 /// Start NP ranks of PROG on many hosts: one remote shell per host along the greedy launch
@@ -127,6 +136,11 @@ pub(crate) struct Args {
     /// Wire-up service for the ranks.
     #[arg(long, value_enum, default_value_t = Pmi::Auto)]
     pmi: Pmi,
+
+    /// How consecutive ranks are laid over the hosts: `slot` fills each host first, `node`
+    /// goes round the hosts (Open MPI's `--map-by`, Hydra's `-rr`).
+    #[arg(long = "map-by", value_enum, default_value_t = Map::Slot)]
+    map_by: Map,
 
     /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
     /// the rank sees its CPUs in GREEDY_CPUS).
@@ -274,6 +288,10 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         n_ranks: args.n_ranks,
         hosts,
         ppn: args.ppn,
+        map_by: match args.map_by {
+            Map::Slot => MapBy::Slot,
+            Map::Node => MapBy::Node,
+        },
         seq: args.seq,
         rem: args.rem,
         topology: args.topology,

@@ -247,6 +247,11 @@ impl Agent {
                 StepRendezvous::Srun(SrunRendezvous::new(*addr, &plan.kvsname, &plan.secret))
             }
         };
+        if plan.protocol.families().contains(&Family::Pmix) {
+            // Before the runtime's threads: the first load sets hwloc's plugin path in the
+            // environment for a moment (greedy-sys `pmix::topology`).
+            greedy_sys::pmix::topology::Topology::this_machine();
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("greedy-mpi")

@@ -79,6 +79,10 @@ pub mod key {
         NODE_RANK = PMIX_NODE_RANK;
         /// `pmix.hname` (string).
         HOSTNAME = PMIX_HOSTNAME;
+        /// `pmix.locstr` (string, `PMIx_server_generate_locality_string`).
+        LOCALITY_STRING = PMIX_LOCALITY_STRING;
+        /// `pmix.cpuset` (string, `PMIx_server_generate_cpuset_string`).
+        CPUSET = PMIX_CPUSET;
         /// `pmix.srvr.tmpdir` (string).
         SERVER_TMPDIR = PMIX_SERVER_TMPDIR;
         /// `pmix.sys.tmpdir` (string).

@@ -510,6 +510,15 @@ pub struct Server {
     init_info: Option<InfoArray>,
 }
 
+/// A bound client's place on its node, as PMIx tells it to the client and its local peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locality {
+    /// `PMIX_LOCALITY_STRING`: the topology objects it runs on (`SK0:L3:L2:L1:CR0:HT0-1`).
+    pub locality: String,
+    /// `PMIX_CPUSET`: its CPUs (`hwloc:0x…`).
+    pub cpuset: String,
+}
+
 impl Server {
     /// Initialises the PMIx server (once per process) with `handler` behind its callbacks.
     ///
@@ -814,6 +823,45 @@ impl Server {
             Status::NOT_FOUND => Ok(false),
             other => Err(other),
         }
+    }
+
+    /// Where a local client bound to `cpus` (the operating system's CPU numbers) runs, as
+    /// PMIx describes it to its peers: `PMIX_LOCALITY_STRING` and `PMIX_CPUSET`
+    /// (`PMIx_server_generate_locality_string`, `…_cpuset_string`), for the client's
+    /// job-level data. Needs the server's topology (from `init`).
+    pub fn locality_of(&self, cpus: &[u32]) -> Result<Locality, Status> {
+        // SAFETY: allocates an empty bitmap we own (NULL if out of memory).
+        let bitmap = unsafe { raw::hwloc_bitmap_alloc() };
+        if bitmap.is_null() {
+            return Err(Status::ERROR);
+        }
+        for &cpu in cpus {
+            // SAFETY: `bitmap` is ours and alive; setting a bit may grow it.
+            unsafe { raw::hwloc_bitmap_set(bitmap, cpu) };
+        }
+        let set = raw::pmix_cpuset_t {
+            source: c"hwloc".as_ptr().cast_mut(),
+            bitmap: bitmap.cast(),
+        };
+        let describe = |f: unsafe extern "C" fn(
+            *const raw::pmix_cpuset_t,
+            *mut *mut c_char,
+        ) -> raw::pmix_status_t| {
+            let mut out: *mut c_char = std::ptr::null_mut();
+            // SAFETY: `set` (its source a static string, its bitmap ours) lives for the call,
+            // which only reads it; on success PMIx stores a malloc'd string we own in `out`.
+            check(unsafe { f(&set, &mut out) })?;
+            // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
+            unsafe { take_c_string(out) }.ok_or(Status::ERROR)
+        };
+        let locality = describe(raw::PMIx_server_generate_locality_string);
+        let cpuset = describe(raw::PMIx_server_generate_cpuset_string);
+        // SAFETY: allocated above; PMIx kept no reference to it.
+        unsafe { raw::hwloc_bitmap_free(bitmap) };
+        Ok(Locality {
+            locality: locality?,
+            cpuset: cpuset?,
+        })
     }
 
     /// `PMIx_generate_regex` over a comma-separated host list: the `PMIX_NODE_MAP` value.
