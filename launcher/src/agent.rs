@@ -60,10 +60,22 @@ pub fn load_topology() {
     greedy_sys::pmix::topology::Topology::this_machine();
 }
 
-/// Runs the agent on this process's stdin/stdout; returns the process exit code.
+/// Runs the agent on this process's stdin/stdout (started by a remote shell); returns the
+/// process exit code.
 pub async fn run() -> Result<i32, Error> {
-    let mut down = FramedRead::new(tokio::io::stdin(), ChildCodec::default());
-    let mut up_w = FramedWrite::new(tokio::io::stdout(), ChildCodec::default());
+    run_on(tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Runs the agent on its parent's connection, `down` from the parent and `up` to it: the
+/// remote shell's stdin/stdout, or the TCP connection of an agent that one srun started
+/// ([`crate::connect`]).
+pub async fn run_on<R, W>(down: R, up: W) -> Result<i32, Error>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut down = FramedRead::new(down, ChildCodec::default());
+    let mut up_w = FramedWrite::new(up, ChildCodec::default());
     let start = match tokio::time::timeout(START_TIMEOUT, down.next()).await {
         Ok(Some(Ok(Down::Start(s)))) => *s,
         Ok(Some(Ok(other))) => {
@@ -151,7 +163,10 @@ impl Agent {
             .await;
     }
 
-    async fn run(self, down: &mut FramedRead<tokio::io::Stdin, ChildCodec>) -> i32 {
+    async fn run<R: tokio::io::AsyncRead + Unpin>(
+        self,
+        down: &mut FramedRead<R, ChildCodec>,
+    ) -> i32 {
         let node = self.node;
         let _ = self.up.send(Up::Hello { node }).await;
         let hello_timeout = Duration::from_secs_f64(self.start.hello_timeout_s.max(0.001));

@@ -30,7 +30,7 @@ use std::{
 use futures_util::{SinkExt, StreamExt};
 use greedy_tree::Tree;
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     process::Command,
     sync::{Semaphore, mpsc},
 };
@@ -41,7 +41,10 @@ use tokio_util::{
 };
 use tracing::{Instrument, debug, info_span};
 
+use greedy_pmix::JobSecret;
+
 use crate::{
+    connect,
     proto::{Cmd, Down, ParentCodec, Start, Up},
     reap, ssh,
 };
@@ -133,6 +136,21 @@ impl Fanout {
         let launcher_kill = kill.clone();
         let stop = CancellationToken::new();
         let launcher_stop = stop.clone();
+        if ssh::is_srun(&cfg.rsh) && cfg.by.is_none() {
+            tracker.spawn(launch_star(
+                template.secret.clone(),
+                pending,
+                up,
+                cfg,
+                launcher_kill,
+            ));
+            return Fanout {
+                edges,
+                tracker,
+                kill,
+                stop,
+            };
+        }
         tracker.spawn(async move {
             for (start, rx, edge_kill) in pending {
                 let permit = tokio::select! {
@@ -200,6 +218,73 @@ impl Fanout {
     pub async fn wait(&self) {
         self.tracker.wait().await;
     }
+}
+
+/// How long srun may take to end by itself once every edge has ended (its tasks are
+/// exiting), before it is told to end them.
+const SRUN_LINGER: Duration = Duration::from_secs(3);
+
+/// greedyrun's children when one srun step starts them all ([`connect`]): the step, then an
+/// edge per host waiting for its agent's connection. Returns once srun has ended.
+async fn launch_star(
+    key: JobSecret,
+    pending: Vec<(Start, mpsc::Receiver<Down>, CancellationToken)>,
+    up: mpsc::Sender<Up>,
+    cfg: Arc<EdgeConfig>,
+    kill: CancellationToken,
+) {
+    if pending.is_empty() {
+        return;
+    }
+    let hosts: Vec<String> = pending
+        .iter()
+        .map(|(s, _, _)| s.hosts[s.node_idx as usize].clone())
+        .collect();
+    let (star, conns) = match connect::Star::start(&cfg.rsh, &cfg.agent, &hosts, &key).await {
+        Ok(started) => started,
+        Err(e) => {
+            for (s, _, _) in &pending {
+                let what = format!("cannot start the agents through srun: {e}");
+                let _ = up
+                    .send(Up::Lost {
+                        node: s.node_idx,
+                        by: None,
+                        what,
+                    })
+                    .await;
+            }
+            return;
+        }
+    };
+    let edges = TaskTracker::new();
+    for ((start, rx, edge_kill), conn) in pending.into_iter().zip(conns) {
+        let span = info_span!("edge", job = %start.job_id, node = start.node_idx);
+        let edge = run_star_edge(
+            start,
+            rx,
+            up.clone(),
+            conn,
+            star.clone(),
+            edge_kill,
+            cfg.hello_timeout,
+        );
+        edges.spawn(edge.instrument(span));
+    }
+    edges.close();
+    tokio::select! {
+        _ = edges.wait() => {
+            // Every agent said bye or was lost: srun ends as its tasks do, and ends the tasks
+            // of hosts whose agent never connected when told.
+            tokio::select! {
+                _ = star.srun_ended() => {}
+                _ = tokio::time::sleep(SRUN_LINGER) => star.stop(),
+            }
+        }
+        _ = kill.cancelled() => star.stop(),
+    }
+    star.srun_ended().await;
+    // srun is gone: no agent will connect any more.
+    star.stop();
 }
 
 /// One child: launch (with retries), hello, relay, and the lost report.
@@ -325,44 +410,10 @@ async fn run_edge(
         }
 
         // Relay phase.
-        let mut bye = false;
-        let mut rx_open = true;
-        let mut killed = false;
-        let mut down = Some(down);
-        loop {
-            tokio::select! {
-                d = rx.recv(), if rx_open => match d {
-                    Some(d) => {
-                        if let Some(w) = down.as_mut() {
-                            let _ = w.send(d).await;
-                        }
-                    }
-                    None => rx_open = false,
-                },
-                f = frames.next() => match f {
-                    Some(Ok(msg)) => {
-                        if matches!(msg, Up::Bye { node: n } if n == node) {
-                            bye = true;
-                            // Close the child's stdin once it said bye: it drains its stdin to
-                            // EOF before exiting. An rsh child's stdin *is* the TCP socket, and
-                            // exiting with unread bytes there makes the kernel send RST, which
-                            // can destroy the Bye still on its way to us.
-                            down = None;
-                        }
-                        if up.send(msg).await.is_err() {
-                            // Nobody listens any more: end this subtree.
-                            kill_shell(&mut child);
-                        }
-                    }
-                    Some(Err(_)) | None => break,
-                },
-                _ = kill.cancelled(), if !killed => {
-                    killed = true;
-                    kill_shell(&mut child);
-                }
-            }
-        }
-        drop(down);
+        let Relayed { bye, killed } = relay(node, &mut rx, &mut frames, down, &up, &kill, || {
+            kill_shell(&mut child)
+        })
+        .await;
         let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
             Ok(Ok(s)) => s.to_string(),
             _ => {
@@ -386,6 +437,155 @@ async fn run_edge(
                 .await;
         }
         return;
+    }
+}
+
+/// How a relay ended.
+struct Relayed {
+    /// The child said `Bye`.
+    bye: bool,
+    /// The edge was killed (`kill`).
+    killed: bool,
+}
+
+/// Relays routed frames down to a child that said hello and every frame of its subtree up,
+/// until its side closes. `end` cuts the child off (kills its remote shell, or closes its
+/// connection): when the edge is killed, or when nobody listens upstream any more.
+async fn relay<R, W>(
+    node: u32,
+    rx: &mut mpsc::Receiver<Down>,
+    frames: &mut FramedRead<R, ParentCodec>,
+    down: FramedWrite<W, ParentCodec>,
+    up: &mpsc::Sender<Up>,
+    kill: &CancellationToken,
+    mut end: impl FnMut(),
+) -> Relayed
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut bye = false;
+    let mut rx_open = true;
+    let mut killed = false;
+    let mut down = Some(down);
+    loop {
+        tokio::select! {
+            d = rx.recv(), if rx_open => match d {
+                Some(d) => {
+                    if let Some(w) = down.as_mut() {
+                        let _ = w.send(d).await;
+                    }
+                }
+                None => rx_open = false,
+            },
+            f = frames.next() => match f {
+                Some(Ok(msg)) => {
+                    if matches!(msg, Up::Bye { node: n } if n == node) {
+                        bye = true;
+                        // Close the child's stdin once it said bye: it drains its stdin to
+                        // EOF before exiting. An rsh child's stdin *is* the TCP socket, and
+                        // exiting with unread bytes there makes the kernel send RST, which
+                        // can destroy the Bye still on its way to us.
+                        if let Some(mut w) = down.take() {
+                            let _ = w.get_mut().shutdown().await;
+                        }
+                    }
+                    if up.send(msg).await.is_err() {
+                        // Nobody listens any more: end this subtree.
+                        end();
+                    }
+                }
+                Some(Err(_)) | None => break,
+            },
+            _ = kill.cancelled(), if !killed => {
+                killed = true;
+                end();
+                if down.is_none() {
+                    // Nothing to cut but the reading side (a connection): stop here.
+                    break;
+                }
+                down = None;
+            }
+        }
+    }
+    Relayed { bye, killed }
+}
+
+/// One child that the srun step started ([`connect`]): waits for its agent to connect back,
+/// then hello and relay as over a remote shell. The agent is Slurm's to start and end; a
+/// host whose agent never connects is reported lost, naming why when srun ended first.
+async fn run_star_edge(
+    start: Start,
+    mut rx: mpsc::Receiver<Down>,
+    up: mpsc::Sender<Up>,
+    conn: connect::Pending,
+    star: connect::Star,
+    kill: CancellationToken,
+    hello_timeout: Duration,
+) {
+    let node = start.node_idx;
+    let host = start.hosts[node as usize].clone();
+    let lost = |what: String| Up::Lost {
+        node,
+        by: None,
+        what,
+    };
+    let deadline = tokio::time::Instant::now() + hello_timeout;
+    let stream = tokio::select! {
+        c = conn => match c {
+            Ok(s) => s,
+            Err(_) => return,
+        },
+        why = star.srun_ended() => {
+            let _ = up.send(lost(format!(
+                "{why} before greedyd on {host} connected back (srun's own messages are above)"
+            ))).await;
+            return;
+        }
+        _ = tokio::time::sleep_until(deadline) => {
+            let _ = up.send(lost(format!(
+                "greedyd on {host} did not connect back within {} s of srun starting every agent",
+                hello_timeout.as_secs_f64()
+            ))).await;
+            return;
+        }
+        _ = kill.cancelled() => return,
+    };
+    let (r, w) = stream.into_split();
+    let mut frames = FramedRead::new(r, ParentCodec::default());
+    let mut down = FramedWrite::new(w, ParentCodec::default());
+    let _ = down.send(Down::Start(Box::new(start))).await;
+    let hello = loop {
+        tokio::select! {
+            f = frames.next() => match f {
+                Some(Ok(Up::Hello { node: n })) => {
+                    let _ = up.send(Up::Hello { node: n }).await;
+                    break true;
+                }
+                Some(Ok(other)) => { let _ = up.send(other).await; }
+                Some(Err(_)) | None => break false,
+            },
+            _ = tokio::time::sleep_until(deadline) => break false,
+            _ = kill.cancelled() => return,
+        }
+    };
+    if !hello {
+        let _ = up
+            .send(lost(format!(
+                "greedyd on {host} connected back but did not say hello within {} s",
+                hello_timeout.as_secs_f64()
+            )))
+            .await;
+        return;
+    }
+    let Relayed { bye, killed } = relay(node, &mut rx, &mut frames, down, &up, &kill, || {}).await;
+    if !bye && !killed {
+        let _ = up
+            .send(lost(
+                "the agent's connection to greedyrun closed mid-job (the agent died, or its host)"
+                    .into(),
+            ))
+            .await;
     }
 }
 

@@ -35,6 +35,7 @@
 pub mod agent;
 pub mod allocation;
 pub mod calibrate;
+pub mod connect;
 mod error;
 pub mod exports;
 pub mod fanout;

@@ -14,11 +14,9 @@
 //! * `ServerAliveInterval`/`CountMax`: a host that hangs mid-job ends the edge in ≈ 30 s.
 //! * `-T -x`: no tty, no X11 forwarding.
 //!
-//! When the command is `srun` (inside a Slurm allocation where ssh is not allowed), each hop is
-//! a one-task step on that host: `--overlap` (the job's own steps hold its CPUs), `--mpi=none`
-//! (the agent is no MPI task, whatever `MpiDefault` says), `--nodes=1 --ntasks=1`,
-//! `--unbuffered` (the control frames have no newlines for srun to wait for), `--quiet`,
-//! `--nodelist=HOST`; the agent command runs under `sh -c`, as ssh's would.
+//! When the command is `srun` (inside a Slurm allocation where ssh is not allowed), it is no
+//! per-host remote shell: one step starts every agent, which connects back
+//! ([`crate::connect`]).
 //!
 //! The agent command is single-quoted for the remote shell, because ssh and rsh hand the
 //! remote side one string that a shell splits again.
@@ -46,18 +44,6 @@ pub fn remote_shell(rsh: &str, connect_timeout: Duration) -> Vec<String> {
             words.push(opt);
         }
     }
-    if is_srun(&words) {
-        for opt in [
-            "--overlap",
-            "--mpi=none",
-            "--nodes=1",
-            "--ntasks=1",
-            "--unbuffered",
-            "--quiet",
-        ] {
-            words.push(opt.into());
-        }
-    }
     words
 }
 
@@ -72,15 +58,6 @@ pub fn command_line(rsh: &[String], host: &str, agent: &[String]) -> Vec<String>
         .map(|w| shell_quote(w))
         .collect::<Vec<_>>()
         .join(" ");
-    if is_srun(rsh) {
-        argv.extend([
-            format!("--nodelist={host}"),
-            "sh".into(),
-            "-c".into(),
-            command,
-        ]);
-        return argv;
-    }
     if is_ssh(rsh) {
         argv.push("--".into());
     }
@@ -101,8 +78,9 @@ fn is_ssh(words: &[String]) -> bool {
     is(words, "ssh")
 }
 
-/// Whether the remote shell command is Slurm's srun.
-fn is_srun(words: &[String]) -> bool {
+/// Whether the remote shell command is Slurm's srun (one step starts every agent:
+/// [`crate::connect`]).
+pub fn is_srun(words: &[String]) -> bool {
     is(words, "srun")
 }
 
@@ -167,29 +145,6 @@ mod tests {
         let ssh = remote_shell("ssh", Duration::from_secs(5));
         let argv = command_line(&ssh, "n3", &["/w/greedyd".into()]);
         assert_eq!(argv[argv.len() - 3..], ["--", "n3", "/w/greedyd"]);
-    }
-
-    #[test]
-    fn srun_starts_one_task_steps_on_the_host() {
-        let srun = remote_shell("srun --mem=0", Duration::from_secs(5));
-        let argv = command_line(&srun, "n3", &["/w/greedyd".into(), "a b".into()]);
-        assert_eq!(
-            argv,
-            [
-                "srun",
-                "--mem=0",
-                "--overlap",
-                "--mpi=none",
-                "--nodes=1",
-                "--ntasks=1",
-                "--unbuffered",
-                "--quiet",
-                "--nodelist=n3",
-                "sh",
-                "-c",
-                "/w/greedyd 'a b'"
-            ]
-        );
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! nodes this node is still waiting for, and aborts the job: a lost collective cannot be resumed.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -130,6 +130,8 @@ pub struct Engine {
     depth: usize,
     max_depth: usize,
     states: BTreeMap<u64, State>,
+    /// Tree neighbours that left the job cleanly (said `Bye`).
+    departed: BTreeSet<usize>,
     aborted: Option<AbortInfo>,
     /// For error messages: hosts and ranks of each node.
     job: JobSpec,
@@ -151,6 +153,7 @@ impl Engine {
             depth,
             max_depth,
             states: BTreeMap::new(),
+            departed: BTreeSet::new(),
             aborted: None,
             job,
         }
@@ -201,7 +204,64 @@ impl Engine {
         state.tree_only = tree_only;
         state.timeout = timeout.unwrap_or(self.timeout);
         self.advance(seq, out);
+        self.fail_if_departed(out);
         seq
+    }
+
+    /// Tree neighbour `node` left the job cleanly (it said `Bye`): its ranks are done. A
+    /// collective that still needs it can never finish, so the job is aborted now, naming it,
+    /// rather than at the collective's timeout; so is any later one that needs it.
+    ///
+    /// The overlay's join (`tree_only`) is left to its own timeout: a node may leave mid-join
+    /// when its ranks ended before it joined (slurmstepd ending a `/bin/true` step), which is
+    /// no error while nobody needs it.
+    pub fn neighbour_left(&mut self, node: usize, out: &mut Vec<Output>) {
+        let me = self.node_idx;
+        if self.topo.parent(me) == Some(node) || self.topo.children(me).any(|c| c == node) {
+            self.departed.insert(node);
+            self.fail_if_departed(out);
+        }
+    }
+
+    /// Whether collective `state` still needs tree neighbour `node`: the parent, for the
+    /// result (or to take this subtree's part); a child, for its subtree's part.
+    fn needs(&self, state: &State, node: usize) -> bool {
+        if state.tree_only || state.ring.is_some() || state.op.is_none() {
+            return false;
+        }
+        if self.topo.parent(self.node_idx) == Some(node) {
+            return true;
+        }
+        state.op != Some(Op::Broadcast)
+            && !state.sent_up
+            && !state.from_children.contains_key(&node)
+    }
+
+    fn fail_if_departed(&mut self, out: &mut Vec<Output>) {
+        if self.aborted.is_some() {
+            return;
+        }
+        let blocked = self.states.iter().find_map(|(&seq, state)| {
+            let node = self.departed.iter().find(|&&n| self.needs(state, n))?;
+            Some((seq, state.op?, *node))
+        });
+        let Some((seq, op, node)) = blocked else {
+            return;
+        };
+        let reason = format!(
+            "{} left the job while {} {seq} was waiting for it: its ranks ended without \
+             entering it (ranks that end 0 without a word to the wire-up service ran as \
+             singletons, started outside the launcher's environment)",
+            self.job.describe_nodes(&[node]),
+            op.name()
+        );
+        let info = AbortInfo {
+            origin_node: self.node_idx,
+            rank: None,
+            code: 1,
+            reason,
+        };
+        self.abort(info, out);
     }
 
     /// Handles a collective message from node `from`.

@@ -750,6 +750,8 @@ async fn run_engine(
                         let reason = format!("lost overlay link to node {node} ({host}): {reason}");
                         warn!(peer = node, "{reason}");
                         engine.abort(AbortInfo { origin_node: me, rank: None, code: 1, reason }, &mut out);
+                    } else if clean {
+                        engine.neighbour_left(node, &mut out);
                     }
                 }
                 Event::DirectFailed { node, reason } => {

@@ -7,7 +7,7 @@
 #   stdio     hostname on 8 hosts x 2 ranks over ssh and over rsh; -np/--hostfile habits;
 #             --tag-output; stdin reaches rank 0 only
 #   alloc     no host option: inside `salloc -N4 --ntasks-per-node 2` (also with --rsh srun:
-#             every agent a one-task step; an MPI job across them) (the first cluster runs
+#             one step starts every agent; an MPI job across them) (the first cluster runs
 #             Slurm) greedyrun takes SLURM_JOB_NODELIST and its tasks per node (-v names them);
 #             with PBS_NODEFILE, the node file's hosts and slots
 #   env       -x VAR=VAL, -genv VAR VAL, -wdir DIR and --export NONE,VAR=VAL, seen from the ranks
@@ -434,18 +434,22 @@ for client in mpich5 ompi4; do
   pass "--map-by node: ranks 0,2 on n1 and 1,3 on n2, $client 4/4 ranks ok"
 done
 
-# Slurm as the remote shell, inside an allocation (where ssh may not be allowed): each agent is
-# a one-task step on its host; the MPI job wires up across them as over ssh.
+# Slurm as the remote shell, inside an allocation (where ssh may not be allowed): one srun step
+# starts every agent (rank 0 counts the job's steps while it runs), and they connect back; the
+# MPI job wires up across them as over ssh.
+client_cmd mpich5 "$WORK/clients"
 set +e
-timeout 120 salloc -Q -N4 --ntasks-per-node 2 -- "${GR[@]}" --rsh srun --timeout 60 -- \
-  env EXPECT_SIZE=8 "${CMD[@]}" >"$WORK/alloc-srun.out" 2>"$WORK/alloc-srun.err" </dev/null
+timeout 120 salloc -Q -N4 --ntasks-per-node 2 -- "${GR[@]}" --rsh srun --timeout 60 -- sh -c \
+  '[ "$GREEDY_RANK" = 0 ] && echo "steps $(squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -vc -e extern -e interactive)"
+   exec env EXPECT_SIZE=8 "$@"' sh "${CMD[@]}" >"$WORK/alloc-srun.out" 2>"$WORK/alloc-srun.err" </dev/null
 RC=$?
 set -e
 OUT=$(<"$WORK/alloc-srun.out") ERR=$(<"$WORK/alloc-srun.err")
 ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] ||
   fail "alloc --rsh srun: exit $RC: $ERR $OUT"
+grep -qx "steps 1" <<<"$OUT" || fail "alloc --rsh srun: one step should start every agent: $OUT"
 no_orphans alloc-srun
-pass "inside salloc -N4 --ntasks-per-node 2: greedyrun --rsh srun, MPICH 8/8 ranks ok"
+pass "inside salloc -N4 --ntasks-per-node 2: greedyrun --rsh srun, one step for the 4 agents, MPICH 8/8 ranks ok"
 cd "$ROOT" # down deletes the scratch dir we are in
 "$TC" down >/dev/null
 trap - EXIT

@@ -15,6 +15,8 @@
 #   protocol   a task gets every family's variables and MPIR_CVAR_PMI_VERSION=1 (a user's own
 #              value wins); SLURM_GREEDY_PROTOCOL=pmi|pmix gives that family only
 #   mixed      MPICH ranks on one node, Open MPI on the other: the step ends naming one of each
+#   singletons the ranks of one node started outside srun's environment end 0 without a word:
+#              the step ends as soon as that node leaves, naming it and its ranks
 #   stranger   another local user with a real task's PMIX_* variables, and probes of every port
 #              of n1, reach nothing: the Open MPI step ends 0 (issue 15, docs/security.md)
 #   config     srun --mpi=list shows greedy; scontrol show config shows mpi.conf's Greedy* keys
@@ -253,6 +255,18 @@ grep -q "rank 0 on n1 speaks PMI-1/PMI-2 while rank 2 on n2 speaks PMIx" <<<"$ER
   fail "mixed: srun does not name a rank of each family: $ERR"
 no_leftovers mixed
 pass "MPICH ranks on n1 and Open MPI ranks on n2 in one step: srun exits $RC naming rank 0 (PMI) and rank 2 (PMIx)"
+
+# Singletons: the ranks on n2 start with an emptied environment (as a careless wrapper would),
+# run as "rank 0 of 1" and end 0 without a word, while n1's ranks wait in their first fence:
+# the step ends as soon as n2's slurmstepd leaves, naming it, not at the fence timeout.
+run singletons 60 -N2 -n4 --ntasks-per-node=2 --mpi=greedy bash -c \
+  'if [ "$SLURM_PROCID" -lt 2 ]; then exec '"$WIREUP"'; else exec env -i '"$WIREUP"'; fi'
+((RC != 0)) || fail "singletons: ranks 2-3 as singletons and the step ended 0: $OUT"
+grep -q "hosts n2; ranks 2-3) left the job while .* was waiting for it: .* singletons" <<<"$ERR" ||
+  fail "singletons: srun does not name n2 and its ranks: $ERR"
+((${SECS%.*} < 20)) || fail "singletons: took ${SECS}s"
+no_leftovers singletons
+pass "ranks 2-3 on n2 run as singletons: srun exits $RC in ${SECS}s naming n2 and its ranks"
 
 # stranger (issue 15): task 1 publishes its PMIx variables (as a careless job might) and starts
 # late; another local user (tests/security/stranger.sh) runs Open MPI with them first and

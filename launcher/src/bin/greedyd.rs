@@ -18,6 +18,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "TOKEN")]
     launch: Option<String>,
 
+    /// Internal: connect to greedyrun at ADDR instead of reading stdin (an agent that one srun
+    /// step started on every host; the job key is in GREEDY_CONNECT_KEY).
+    #[arg(long, value_name = "ADDR")]
+    connect: Option<String>,
+
     /// Internal: kill this user's processes marked `--launch TOKEN` on this host, with their
     /// descendants, and print how many; run by a parent that gave up on this host's agent.
     #[arg(long, value_name = "TOKEN")]
@@ -61,7 +66,18 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = match rt.block_on(greedy_launcher::agent::run()) {
+    let run = async {
+        match &args.connect {
+            Some(addr) => {
+                let (down, up) = greedy_launcher::connect::dial_from_env(addr)
+                    .await?
+                    .into_split();
+                greedy_launcher::agent::run_on(down, up).await
+            }
+            None => greedy_launcher::agent::run().await,
+        }
+    };
+    let code = match rt.block_on(run) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("greedyd: {e}");

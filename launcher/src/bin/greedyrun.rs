@@ -98,7 +98,8 @@ pub(crate) struct Args {
     /// Remote shell command; host and agent are appended. For `ssh`, cheap-hop options are
     /// added after yours (curve25519 key exchange first, BatchMode, ConnectTimeout=--timeout,
     /// ServerAlive 10 s × 3). `srun` (inside a Slurm allocation where ssh is not allowed)
-    /// starts each agent as a one-task step on its host (--overlap --mpi=none).
+    /// starts every agent in one step (--overlap --mpi=none, one task per host), as Hydra's
+    /// slurm bootstrap does; each connects back to greedyrun over TCP.
     #[arg(long, env = "GREEDY_RSH", default_value = "ssh", value_name = "CMD")]
     rsh: String,
 
@@ -294,7 +295,13 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         },
         seq: args.seq,
         rem: args.rem,
-        topology: args.topology,
+        // One srun step starts every agent (greedy_launcher::connect): Slurm's fan-out is the
+        // launch tree, and each agent is greedyrun's child.
+        topology: if ssh::is_srun(&ssh::remote_shell(&args.rsh, timeout)) {
+            Topology::Flat
+        } else {
+            args.topology
+        },
         batch: args.batch,
         timeout,
         grace: secs("--grace", args.grace)?,

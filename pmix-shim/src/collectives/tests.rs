@@ -246,3 +246,84 @@ fn tree_only_allgather_ignores_the_threshold() {
             .all(|d| matches!(&d[0].1, Ok(Outcome::Allgather(all)) if all.len() == n))
     );
 }
+
+impl Cluster {
+    /// Node `gone` said `Bye` to its tree neighbours.
+    fn depart(&mut self, gone: usize) {
+        let tree = self.engines[0].topo.clone();
+        let neighbours: Vec<usize> = tree
+            .parent(gone)
+            .into_iter()
+            .chain(tree.children(gone))
+            .collect();
+        for n in neighbours {
+            let mut out = Vec::new();
+            self.engines[n].neighbour_left(gone, &mut out);
+            self.absorb(n, out);
+        }
+    }
+}
+
+#[test]
+fn a_neighbour_that_left_fails_the_collective_waiting_for_it_at_once() {
+    // Node 3's ranks ended 0 without a word (singletons) and its agent left; the others fence.
+    let n = 6;
+    let mut c = Cluster::new(n, 1 << 20);
+    for i in (0..n).filter(|&i| i != 3) {
+        c.start(i, Op::Allgather, &blob(i, 4));
+    }
+    c.run(false);
+    assert!(c.aborted.iter().all(Option::is_none), "waiting, not failed");
+    c.depart(3);
+    c.run(false);
+    for node in (0..n).filter(|&i| i != 3) {
+        let info = c.aborted[node].as_ref().expect("every other node aborted");
+        assert!(
+            info.reason
+                .starts_with("nodes 3 (hosts h3; ranks 6-7) left the job while allgather 0")
+                && info.reason.contains("singletons"),
+            "{info:?}"
+        );
+        assert!(
+            matches!(&c.done[node][..], [(0, Err(_))]),
+            "{:?}",
+            c.done[node]
+        );
+    }
+}
+
+#[test]
+fn a_neighbour_that_left_after_the_last_collective_fails_nothing_until_one_needs_it() {
+    let n = 5;
+    let mut c = Cluster::new(n, 1 << 20);
+    for i in 0..n {
+        c.start(i, Op::Barrier, b"");
+    }
+    c.run(false);
+    // Every node is done; node 4 leaves, as at the end of every job.
+    c.depart(4);
+    c.run(false);
+    assert!(c.aborted.iter().all(Option::is_none));
+    // A later collective that needs node 4 fails at once where it is started.
+    let tree = c.engines[0].topo.clone();
+    let parent = tree.parent(4).unwrap();
+    c.start(parent, Op::Barrier, b"");
+    c.run(false);
+    assert!(
+        c.aborted[parent]
+            .as_ref()
+            .is_some_and(|i| i.reason.contains("barrier 1"))
+    );
+}
+
+#[test]
+fn a_node_leaving_mid_join_is_left_to_the_join_timeout() {
+    let n = 4;
+    let mut c = Cluster::new(n, 1 << 20);
+    for i in 0..n - 1 {
+        c.start_with(i, Op::Allgather, &blob(i, 4), true);
+    }
+    c.depart(n - 1);
+    c.run(false);
+    assert!(c.aborted.iter().all(Option::is_none));
+}
