@@ -151,7 +151,7 @@ impl Star {
         hosts: &[String],
         key: &JobSecret,
     ) -> Result<(Star, Vec<Pending>), Error> {
-        let ip = reachable_ip(&hosts[0]).await?;
+        let ip = reachable_ip(hosts).await?;
         let listener = TcpListener::bind((ip, 0))
             .await
             .map_err(|source| Error::Io {
@@ -225,30 +225,44 @@ fn srun_argv(srun: &[String], agent: &[String], hosts: &[String], addr: SocketAd
     argv
 }
 
-/// The address of this machine that `host` would be reached from (the kernel's choice of
-/// source address for it): where the agents can connect back to.
-async fn reachable_ip(host: &str) -> Result<std::net::IpAddr, Error> {
-    let target = tokio::net::lookup_host((host, 9))
-        .await
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| Error::Plan(format!("{host} resolves to no address")))?;
+/// The address of this machine that the hosts would reach it at: the kernel's choice of
+/// source address towards the first host that does not resolve to loopback (greedyrun may run
+/// on one of them, whose own name Debian maps to 127.0.1.1).
+async fn reachable_ip(hosts: &[String]) -> Result<std::net::IpAddr, Error> {
+    let (mut target, mut fallback) = (None, None);
+    for host in hosts {
+        let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 9)).await else {
+            continue;
+        };
+        for a in addrs {
+            if a.ip().is_loopback() {
+                fallback.get_or_insert(a);
+            } else {
+                target = Some(a);
+                break;
+            }
+        }
+        if target.is_some() {
+            break;
+        }
+    }
+    // Every host on loopback: a job on this machine alone (tests).
+    let target = target
+        .or(fallback)
+        .ok_or_else(|| Error::Plan(format!("none of the hosts resolves ({})", hosts[0])))?;
     let any: SocketAddr = if target.is_ipv4() {
         "0.0.0.0:0".parse().expect("literal")
     } else {
         "[::]:0".parse().expect("literal")
     };
     let route = |source| Error::Io {
-        what: format!("find a route to {host}"),
+        what: format!("find a route to {target}"),
         source,
     };
     // Connecting a UDP socket sends nothing; it only picks the route and the source address.
     let probe = tokio::net::UdpSocket::bind(any).await.map_err(route)?;
     probe.connect(target).await.map_err(route)?;
-    let local = probe.local_addr().map_err(|source| Error::Io {
-        what: format!("find this machine's address towards {host}"),
-        source,
-    })?;
+    let local = probe.local_addr().map_err(route)?;
     Ok(local.ip())
 }
 

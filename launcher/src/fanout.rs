@@ -498,12 +498,10 @@ where
                 Some(Err(_)) | None => break,
             },
             _ = kill.cancelled(), if !killed => {
+                // A remote shell dies of `end`; a connected-back agent sees its connection
+                // close and tears its ranks down. Either way its side closes next.
                 killed = true;
                 end();
-                if down.is_none() {
-                    // Nothing to cut but the reading side (a connection): stop here.
-                    break;
-                }
                 down = None;
             }
         }
