@@ -280,6 +280,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         Pmi::Charm => PmiMode::Charm,
     };
     let timeout = secs("--timeout", args.timeout)?;
+    let rsh = ssh::remote_shell(&args.rsh, timeout);
     let (argv, more) = if args.calibrate && args.argv.is_empty() {
         (vec!["true".to_string()], Vec::new())
     } else {
@@ -297,7 +298,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         rem: args.rem,
         // One srun step starts every agent (greedy_launcher::connect): Slurm's fan-out is the
         // launch tree, and each agent is greedyrun's child.
-        topology: if ssh::is_srun(&ssh::remote_shell(&args.rsh, timeout)) {
+        topology: if ssh::is_srun(&rsh) {
             Topology::Flat
         } else {
             args.topology
@@ -362,7 +363,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
     Ok((
         JobConfig {
             plan,
-            rsh: ssh::remote_shell(&args.rsh, timeout),
+            rsh,
             agent,
             retries: args.retries,
             tag_output: args.tag_output,
