@@ -19,10 +19,14 @@
 //!
 //! What remains is writing the n subtree sizes, mostly by `memcpy`. A fan-out cap breaks the
 //! recurrence, so capped trees come from the simpler queue builder ([`queue`]), also O(n).
+//!
+//! The layout tells what it lays out to a [`Sink`]: [`Sizes`] writes the tree, [`ShapeSink`]
+//! only its depth, fan-out and launch time ([`shape`], for summaries of 10^7 hosts), so both
+//! follow the one layout rule.
 
 mod queue;
 
-use crate::{LaunchModel, Tree};
+use crate::{LaunchModel, Shape, Tree};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -41,18 +45,63 @@ const NO_PARENT: u32 = u32::MAX;
 /// If `n` is `u32::MAX` or more: positions are numbered in 32 bits.
 pub fn greedy(n: usize, model: &LaunchModel) -> Tree {
     assert!(n < u32::MAX as usize, "at most 2^32 - 2 positions");
-    if n <= 1 {
-        return Tree::from_valid_sizes(vec![1; n]);
-    }
-    if model.max_fanout().is_some_and(|k| (k as usize) < n - 1) {
+    if is_capped(n, model) {
         // The budget recurrence below assumes unbounded fan-out.
         return queue::canonical(n, model);
     }
-    if model.seq_ns() == 0 {
-        // A parent launches any number of children at once: the flat tree is optimal.
-        let mut sizes = vec![1; n];
-        sizes[0] = n as u32;
-        return Tree::from_valid_sizes(sizes);
+    let mut sizes = Sizes {
+        sizes: Vec::with_capacity(n),
+        starts: Vec::new(),
+        first_of_budget: HashMap::new(),
+    };
+    lay_out(n, model, &mut sizes);
+    debug_assert_eq!(sizes.sizes.len(), n);
+    Tree::from_valid_sizes(sizes.sizes)
+}
+
+/// `greedy(n, model).shape(model)`, equal to the last bit, without laying out the positions:
+/// the same layout, told to a [`ShapeSink`] that visits each subtree with children (copies
+/// included) and each run of leaf siblings once. Leaves are most positions (about REM/SEQ per
+/// parent), so 10^7 positions take ~40 ms and no per-position memory (docs/benchmarks.md).
+///
+/// Depth and fan-out of a budget's subtree could be remembered per budget, but its launch
+/// time could not: `f64` sums along a path round differently from different starting times,
+/// and the shape must be the walk's to the bit. A capped model is built and walked.
+pub(crate) fn shape(n: usize, model: &LaunchModel) -> Shape {
+    assert!(n < u32::MAX as usize, "at most 2^32 - 2 positions");
+    if is_capped(n, model) {
+        return queue::canonical(n, model).shape(model);
+    }
+    let mut sink = ShapeSink {
+        model,
+        path: Vec::new(),
+        shape: Shape {
+            depth: 0,
+            max_fanout: 0,
+            launch_time: 0.0,
+        },
+    };
+    lay_out(n, model, &mut sink);
+    sink.shape
+}
+
+/// Whether `model`'s fan-out cap shapes the tree of `n` positions.
+fn is_capped(n: usize, model: &LaunchModel) -> bool {
+    n >= 2 && model.max_fanout().is_some_and(|k| (k as usize) < n - 1)
+}
+
+/// Tells `sink` the canonical greedy tree of `n` positions (fan-out unbounded) in preorder.
+fn lay_out(n: usize, model: &LaunchModel, sink: &mut impl Sink) {
+    if n == 0 {
+        return;
+    }
+    if n == 1 || model.seq_ns() == 0 {
+        // With SEQ 0 a parent launches any number of children at once: the flat tree is
+        // optimal.
+        sink.open(0);
+        sink.leaves(1, n - 1);
+        sink.close(None);
+        return;
     }
     let times = TimeTable::up_to(n as u64, model);
     let frontier_time = times.last();
@@ -60,12 +109,113 @@ pub fn greedy(n: usize, model: &LaunchModel) -> Tree {
     let mut layout = Layout {
         model,
         times: &times,
-        sizes: Vec::with_capacity(n),
-        first_of_budget: HashMap::new(),
+        sink,
     };
     layout.lay_out(frontier_time, frontier_positions);
-    debug_assert_eq!(layout.sizes.len(), n);
-    Tree::from_valid_sizes(layout.sizes)
+}
+
+/// What a layout produces, told in preorder: a tree's subtree sizes ([`Sizes`]) or only its
+/// shape ([`ShapeSink`]). Child indices are 1-based, 0 for the root.
+trait Sink {
+    /// A subtree with children or a frontier to fill opens as child `child_index` of the
+    /// innermost open one.
+    fn open(&mut self, child_index: usize);
+    /// The innermost open subtree is complete; `Some(budget)` when it holds every position up
+    /// to `budget` after its root.
+    fn close(&mut self, budget: Option<u64>);
+    /// Leaf children `first..first + count` of the innermost open subtree.
+    fn leaves(&mut self, first: usize, count: usize);
+    /// Child `child_index` holds every position up to `budget` after it: whether the sink
+    /// wrote it at once (a copy of an earlier one); if not, the layout opens and fills it.
+    fn complete(&mut self, child_index: usize, budget: u64) -> bool;
+}
+
+/// The subtree sizes of a [`Tree`].
+struct Sizes {
+    sizes: Vec<u32>,
+    /// Where each open subtree starts in `sizes`, innermost last.
+    starts: Vec<usize>,
+    /// Where the first complete subtree of each budget was laid out: later ones are copies.
+    first_of_budget: HashMap<u64, (usize, usize)>,
+}
+
+impl Sink for Sizes {
+    fn open(&mut self, _: usize) {
+        self.starts.push(self.sizes.len());
+        self.sizes.push(0);
+    }
+
+    fn close(&mut self, budget: Option<u64>) {
+        let start = self.starts.pop().expect("a subtree to close");
+        let len = self.sizes.len() - start;
+        self.sizes[start] = len as u32;
+        if let Some(budget) = budget {
+            self.first_of_budget.insert(budget, (start, len));
+        }
+    }
+
+    fn leaves(&mut self, _: usize, count: usize) {
+        self.sizes.resize(self.sizes.len() + count, 1);
+    }
+
+    fn complete(&mut self, _: usize, budget: u64) -> bool {
+        match self.first_of_budget.get(&budget) {
+            Some(&(start, len)) => {
+                self.sizes.extend_from_within(start..start + len);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A tree's [`Shape`], computed as [`Tree::shape`] computes it: each position's launch time is
+/// its parent's plus [`LaunchModel::child_offset`], in `f64`.
+struct ShapeSink<'a> {
+    model: &'a LaunchModel,
+    /// Launch times of the open subtrees' roots, the root first.
+    path: Vec<f64>,
+    shape: Shape,
+}
+
+impl ShapeSink<'_> {
+    /// Counts a position at `depth`, `child_index` of its parent, launched at `time`.
+    fn visit(&mut self, depth: usize, child_index: usize, time: f64) {
+        self.shape.depth = self.shape.depth.max(depth as u32);
+        self.shape.max_fanout = self.shape.max_fanout.max(child_index);
+        self.shape.launch_time = self.shape.launch_time.max(time);
+    }
+}
+
+impl Sink for ShapeSink<'_> {
+    fn open(&mut self, child_index: usize) {
+        let time = match self.path.last() {
+            None => 0.0,
+            Some(parent) => parent + self.model.child_offset(child_index),
+        };
+        self.visit(self.path.len(), child_index, time);
+        self.path.push(time);
+    }
+
+    fn close(&mut self, _: Option<u64>) {
+        self.path.pop();
+    }
+
+    fn leaves(&mut self, first: usize, count: usize) {
+        if count == 0 {
+            return;
+        }
+        // Offsets grow with the child index and f64 addition is monotone: the last leaf of
+        // the run is its latest, as the walk would find.
+        let last = first + count - 1;
+        let parent = *self.path.last().expect("leaves have a parent");
+        let time = parent + self.model.child_offset(last);
+        self.visit(self.path.len(), last, time);
+    }
+
+    fn complete(&mut self, _: usize, _: u64) -> bool {
+        false
+    }
 }
 
 /// The distinct launch times of the unbounded greedy tree, ascending, up to the first time by
@@ -130,10 +280,9 @@ impl TimeTable {
     }
 }
 
-/// A subtree being laid out: its root's preorder index and which children are still due.
+/// A subtree being laid out: its budget and which children are still due.
 #[derive(Clone, Copy)]
 struct Frame {
-    start: usize,
     /// Time from this root's launch to the tree's launch time.
     budget: u64,
     /// 1-based index of the next child to lay out.
@@ -143,21 +292,19 @@ struct Frame {
     frontier_left: Option<u64>,
 }
 
-/// Writes the canonical greedy tree's subtree sizes in preorder.
-struct Layout<'a> {
+/// Tells a [`Sink`] the canonical greedy tree in preorder.
+struct Layout<'a, S> {
     model: &'a LaunchModel,
     times: &'a TimeTable,
-    sizes: Vec<u32>,
-    /// Where the first complete subtree of each budget was laid out: later ones are copies.
-    first_of_budget: HashMap<u64, (usize, usize)>,
+    sink: &'a mut S,
 }
 
-impl Layout<'_> {
+impl<S: Sink> Layout<'_, S> {
     /// Lays out the root with `frontier_positions` of the positions up at exactly `budget`.
     /// An explicit stack, because greedy trees with SEQ ≫ REM are nearly chains.
     fn lay_out(&mut self, budget: u64, frontier_positions: u64) {
         let mut stack = Vec::new();
-        self.open(&mut stack, budget, Some(frontier_positions));
+        self.open(&mut stack, 0, budget, Some(frontier_positions));
         while let Some(&f) = stack.last() {
             let top = stack.len() - 1;
             let offset = self.model.child_offset_ns(f.next_child);
@@ -166,12 +313,12 @@ impl Layout<'_> {
                 None if f.budget - offset < self.model.rem_ns() => {
                     // This child and every later one in budget are leaves.
                     let leaves = self.children_within(f.budget) - (f.next_child - 1);
-                    self.sizes.resize(self.sizes.len() + leaves, 1);
+                    self.sink.leaves(f.next_child, leaves);
                     self.close(&mut stack);
                 }
                 None => {
                     stack[top].next_child += 1;
-                    self.open(&mut stack, f.budget - offset, None);
+                    self.open(&mut stack, f.next_child, f.budget - offset, None);
                 }
                 Some(q) if offset > f.budget || (offset == f.budget && q == 0) => {
                     self.close(&mut stack)
@@ -180,12 +327,12 @@ impl Layout<'_> {
                     // Leaves up to the frontier children (near-flat trees have millions).
                     let leaves = self.children_within(f.budget - 1) - (f.next_child - 1);
                     stack[top].next_child += leaves;
-                    self.sizes.resize(self.sizes.len() + leaves, 1);
+                    self.sink.leaves(f.next_child, leaves);
                 }
                 Some(q) if offset == f.budget => {
                     stack[top].next_child += 1;
                     stack[top].frontier_left = Some(q - 1);
-                    self.sizes.push(1);
+                    self.sink.leaves(f.next_child, 1);
                 }
                 Some(q) => {
                     stack[top].next_child += 1;
@@ -193,46 +340,48 @@ impl Layout<'_> {
                     let at_frontier = self.times.through(budget) - self.times.through(budget - 1);
                     if q >= at_frontier {
                         stack[top].frontier_left = Some(q - at_frontier);
-                        self.open(&mut stack, budget, None);
+                        self.open(&mut stack, f.next_child, budget, None);
                     } else if q == 0 {
-                        self.open(&mut stack, budget - 1, None);
+                        self.open(&mut stack, f.next_child, budget - 1, None);
                     } else {
                         stack[top].frontier_left = Some(0);
-                        self.open(&mut stack, budget, Some(q));
+                        self.open(&mut stack, f.next_child, budget, Some(q));
                     }
                 }
             }
         }
     }
 
-    /// Starts a subtree: a leaf or a copy at once, otherwise a frame to fill.
-    fn open(&mut self, stack: &mut Vec<Frame>, budget: u64, frontier_left: Option<u64>) {
+    /// Starts subtree `child_index` of the innermost open one (0: the root): a leaf or a copy
+    /// at once, otherwise a frame to fill.
+    fn open(
+        &mut self,
+        stack: &mut Vec<Frame>,
+        child_index: usize,
+        budget: u64,
+        frontier_left: Option<u64>,
+    ) {
         if frontier_left.is_none() {
             if budget < self.model.rem_ns() {
-                self.sizes.push(1);
+                self.sink.leaves(child_index, 1);
                 return;
             }
-            if let Some(&(start, len)) = self.first_of_budget.get(&budget) {
-                self.sizes.extend_from_within(start..start + len);
+            if self.sink.complete(child_index, budget) {
                 return;
             }
         }
         stack.push(Frame {
-            start: self.sizes.len(),
             budget,
             next_child: 1,
             frontier_left,
         });
-        self.sizes.push(0);
+        self.sink.open(child_index);
     }
 
     fn close(&mut self, stack: &mut Vec<Frame>) {
         let f = stack.pop().expect("a frame to close");
-        let len = self.sizes.len() - f.start;
-        self.sizes[f.start] = len as u32;
-        if f.frontier_left.is_none() {
-            self.first_of_budget.insert(f.budget, (f.start, len));
-        }
+        self.sink
+            .close(f.frontier_left.is_none().then_some(f.budget));
     }
 
     /// Children a parent launches within `budget` of its own launch (SEQ > 0).

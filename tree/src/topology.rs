@@ -1,7 +1,7 @@
 //! The launch topologies a plan can use: the greedy tree and the fixed shapes other launchers
 //! use (flat, chain, binomial, k-ary), behind one name each.
 
-use crate::{Error, LaunchModel, Tree, greedy};
+use crate::{Error, LaunchModel, Shape, Tree, greedy};
 use std::fmt;
 use std::str::FromStr;
 
@@ -29,6 +29,16 @@ impl Topology {
             Topology::Chain => kary(n, 1),
             Topology::Binomial => binomial(n),
             Topology::Kary(k) => kary(n, k),
+        }
+    }
+
+    /// `self.build(n, model).shape(model)`, equal to the last bit. The greedy tree's (fan-out
+    /// unbounded) comes from its layout without storing a position: a summary of 10^7 hosts
+    /// takes tens of milliseconds and no per-host memory. Other shapes are built and walked.
+    pub fn shape(self, n: usize, model: &LaunchModel) -> Shape {
+        match self {
+            Topology::Greedy => greedy::shape(n, model),
+            _ => self.build(n, model).shape(model),
         }
     }
 

@@ -310,6 +310,7 @@ impl Tree {
 
     /// Depth, largest fan-out and launch time, from one pass of [`Tree::positions`] (memory
     /// in the depth, not the size: a summary of 10^7 positions needs no per-position arrays).
+    /// [`crate::Topology::shape`] gives the same without building the greedy tree.
     pub fn shape(&self, model: &LaunchModel) -> Shape {
         self.positions(model).fold(
             Shape {

@@ -294,3 +294,45 @@ fn slurm_release_plans_follow_each_releases_forwarding() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
 }
+
+#[test]
+fn summary_without_the_tree_agrees_with_the_per_host_plan() {
+    // The summary formats take the shape from the library without building the tree; the
+    // json format walks the tree. Off-grid parameters, so the launch times round.
+    let model = [
+        "--seq",
+        "0.0123456789",
+        "--rem",
+        "0.3",
+        "--concurrency",
+        "2",
+    ];
+    let args = |format: &'static str| {
+        let mut a = vec!["plan", "--hosts", "n[1-2000]"];
+        a.extend(model);
+        a.extend(["--format", format]);
+        a
+    };
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&args("json"))).unwrap();
+    let nodes = plan["nodes"].as_array().unwrap();
+    let max = |key: &str| nodes.iter().map(|n| n[key].as_u64().unwrap()).max();
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&args("summary-json"))).unwrap();
+    assert_eq!(summary["nodes"], 2000);
+    assert_eq!(summary["depth"].as_u64(), max("depth"));
+    assert_eq!(summary["max_fanout"].as_u64(), max("child_index"));
+    assert_eq!(summary["launch_time"], plan["launch_time"]);
+    let latest = nodes
+        .iter()
+        .map(|n| n["launch_time"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(summary["launch_time"].as_f64(), Some(latest));
+    assert_eq!(
+        nodes[5]["host"], "n6",
+        "hosts are named in the per-host lines"
+    );
+    let text = stdout(&args("summary"));
+    assert!(
+        text.starts_with("topology greedy nodes 2000 depth "),
+        "{text}"
+    );
+}

@@ -164,8 +164,67 @@ fn every_subtree_of_a_greedy_tree_is_the_greedy_tree_of_its_size() {
     }
 }
 
+/// `Topology::shape` is the walk's shape of the built tree, to the last bit of the launch
+/// time (the summary prints it in full).
+fn assert_shape_is_the_walks(t: Topology, n: usize, m: &LaunchModel) -> Result<(), String> {
+    let fast = t.shape(n, m);
+    let walked = t.build(n, m).shape(m);
+    if (fast.depth, fast.max_fanout, fast.launch_time.to_bits())
+        == (
+            walked.depth,
+            walked.max_fanout,
+            walked.launch_time.to_bits(),
+        )
+    {
+        Ok(())
+    } else {
+        Err(format!("{t} n={n} {m:?}: {fast:?} vs walked {walked:?}"))
+    }
+}
+
+#[test]
+fn shape_without_the_tree_on_large_trees() {
+    // Parameters off the nanosecond grid and a tie-rich one on it.
+    let models = [
+        LaunchModel::default(),
+        LaunchModel::new(0.007, 0.172).unwrap(),
+        LaunchModel::new(0.0123456789123, 0.2987654321).unwrap(),
+        LaunchModel::new(1.0, 3.0)
+            .unwrap()
+            .with_concurrency(2)
+            .unwrap(),
+        LaunchModel::new(0.3, 0.1).unwrap(),
+        LaunchModel::new(2e-10, 0.1).unwrap(),
+        LaunchModel::default().with_max_fanout(16).unwrap(),
+    ];
+    for m in &models {
+        for n in [0, 1, 2, 3, 1000, 4097, 65_536, 100_003, 300_000] {
+            assert_shape_is_the_walks(Topology::Greedy, n, m).unwrap();
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn shape_without_the_tree_is_the_walks(
+        n in 0usize..6000,
+        seq in prop_oneof![0.0..1.0f64, 0.0..1e-9f64, Just(0.0)],
+        rem in 1e-9..2.0f64,
+        c in 1u32..5,
+        cap in prop::option::of(1u32..40),
+        t in 0usize..5,
+    ) {
+        let mut m = LaunchModel::new(seq, rem).unwrap().with_concurrency(c).unwrap();
+        if let Some(k) = cap {
+            m = m.with_max_fanout(k).unwrap();
+        }
+        let topology = [Topology::Greedy, Topology::Greedy, Topology::Greedy, Topology::Flat,
+                        Topology::Binomial][t];
+        prop_assert!(assert_shape_is_the_walks(topology, n, &m).is_ok(), "{:?}",
+                     assert_shape_is_the_walks(topology, n, &m));
+    }
 
     #[test]
     fn shape_equals_the_per_position_arrays(

@@ -1,9 +1,9 @@
 //! How `greedy-tree` prints plans and rankings: text, JSON, Graphviz.
 
 use greedy_tree::treewidth::SlurmRelease;
-use greedy_tree::{LaunchModel, Position, Topology, Tree};
+use greedy_tree::{LaunchModel, Position, Shape, Topology, Tree};
 use serde_json::json;
-use std::borrow::Cow;
+use std::fmt;
 use std::io::{self, Write};
 
 /// The hosts of a plan: named (`--hosts`, `--hostfile`), or numbered (`--nodes`, whose names
@@ -23,16 +23,69 @@ impl Hosts {
         }
     }
 
-    pub(crate) fn name(&self, i: usize) -> Cow<'_, str> {
+    /// Host `i`'s name, made when printed: a numbered host costs no allocation.
+    pub(crate) fn name(&self, i: usize) -> HostName<'_> {
         match self {
-            Hosts::Named(h) => Cow::Borrowed(h[i].as_str()),
-            Hosts::Numbered(_) => Cow::Owned(i.to_string()),
+            Hosts::Named(h) => HostName::Named(h[i].as_str()),
+            Hosts::Numbered(_) => HostName::Numbered(i),
         }
     }
 
     /// Every name, for the drawing (which details at most a few dozen hosts).
     pub(crate) fn names(&self) -> Vec<String> {
-        (0..self.len()).map(|i| self.name(i).into_owned()).collect()
+        (0..self.len()).map(|i| self.name(i).to_string()).collect()
+    }
+}
+
+/// One host's name as [`Hosts::name`] gives it.
+#[derive(Clone, Copy)]
+pub(crate) enum HostName<'a> {
+    Named(&'a str),
+    Numbered(usize),
+}
+
+impl fmt::Display for HostName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostName::Named(name) => f.write_str(name),
+            HostName::Numbered(i) => write!(f, "{i}"),
+        }
+    }
+}
+
+/// What the summary formats print: [`Plan::summary`], or the shape alone
+/// ([`Topology::shape`]) when no tree is needed.
+pub(crate) struct Summary<'a> {
+    /// The shape's name, as in [`Plan::topology`].
+    pub(crate) topology: &'a str,
+    pub(crate) model: &'a LaunchModel,
+    pub(crate) nodes: usize,
+    pub(crate) shape: Shape,
+}
+
+impl Summary<'_> {
+    pub(crate) fn text(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "topology {} nodes {} depth {} max_fanout {} launch_time {:.6} s",
+            self.topology,
+            self.nodes,
+            self.shape.depth,
+            self.shape.max_fanout,
+            self.shape.launch_time
+        )
+    }
+
+    pub(crate) fn json(&self, out: &mut impl Write) -> io::Result<()> {
+        let summary = json!({
+            "topology": self.topology,
+            "model": self.model,
+            "nodes": self.nodes,
+            "depth": self.shape.depth,
+            "max_fanout": self.shape.max_fanout,
+            "launch_time": self.shape.launch_time,
+        });
+        writeln!(out, "{summary}")
     }
 }
 
@@ -49,8 +102,9 @@ pub(crate) struct Plan<'a> {
 }
 
 impl Plan<'_> {
-    fn parent_host(&self, p: &Position) -> Cow<'_, str> {
-        p.parent.map_or(Cow::Borrowed("-"), |q| self.hosts.name(q))
+    fn parent_host(&self, p: &Position) -> HostName<'_> {
+        p.parent
+            .map_or(HostName::Named("-"), |q| self.hosts.name(q))
     }
 
     pub(crate) fn text(&self, out: &mut impl Write) -> io::Result<()> {
@@ -95,17 +149,9 @@ impl Plan<'_> {
         }
         write!(out, "\"nodes\": [")?;
         for p in self.tree.positions(self.model) {
-            let node = json!({
-                "node_idx": p.node_idx,
-                "host": self.hosts.name(p.node_idx),
-                "parent": p.parent,
-                "child_index": p.child_index,
-                "depth": p.depth,
-                "launch_time": p.launch_time,
-                "subtree": [p.node_idx, p.subtree_end],
-            });
-            let sep = if p.node_idx == 0 { "" } else { "," };
-            write!(out, "{sep}\n  {node}")?;
+            let sep: &[u8] = if p.node_idx == 0 { b"\n  " } else { b",\n  " };
+            out.write_all(sep)?;
+            json_node(out, &p, self.hosts.name(p.node_idx))?;
         }
         writeln!(out, "\n]}}")
     }
@@ -121,7 +167,7 @@ impl Plan<'_> {
         )?;
         writeln!(out, "  node [shape=box, fontname=monospace];")?;
         for p in self.tree.positions(self.model) {
-            let host = self.hosts.name(p.node_idx).replace('"', "\\\"");
+            let host = self.hosts.name(p.node_idx).to_string().replace('"', "\\\"");
             writeln!(
                 out,
                 "  n{} [label=\"{host}\\n{:.3} s\"];",
@@ -143,31 +189,54 @@ impl Plan<'_> {
         super::svg::write(out, &names, self.tree, self.model, self.topology)
     }
 
-    pub(crate) fn summary(&self, out: &mut impl Write) -> io::Result<()> {
-        let shape = self.tree.shape(self.model);
-        writeln!(
-            out,
-            "topology {} nodes {} depth {} max_fanout {} launch_time {:.6} s",
-            self.topology,
-            self.tree.len(),
-            shape.depth,
-            shape.max_fanout,
-            shape.launch_time
-        )
+    /// The summary of the built tree, walked once.
+    pub(crate) fn summary(&self) -> Summary<'_> {
+        Summary {
+            topology: self.topology,
+            model: self.model,
+            nodes: self.tree.len(),
+            shape: self.tree.shape(self.model),
+        }
     }
+}
 
-    pub(crate) fn summary_json(&self, out: &mut impl Write) -> io::Result<()> {
-        let shape = self.tree.shape(self.model);
-        let summary = json!({
-            "topology": self.topology,
-            "model": self.model,
-            "nodes": self.tree.len(),
-            "depth": shape.depth,
-            "max_fanout": shape.max_fanout,
-            "launch_time": shape.launch_time,
-        });
-        writeln!(out, "{summary}")
+/// Host `p` of the `json` format: one object, keys sorted as `json!` printed them (its map
+/// sorts keys), written directly. A `serde_json::Value` per host cost 2 µs (21 s for 10^7);
+/// serialising a struct escaped the constant keys on every line, and `write!` spent more on
+/// the integers than the rest of the line, so values go through serde_json's own formatting
+/// (itoa, the shortest round-trip float, string escaping) and the keys are bytes.
+fn json_node(out: &mut impl Write, p: &Position, host: HostName<'_>) -> io::Result<()> {
+    // A macro, not a function bounded by serde's trait: greedy-docs compiles this file
+    // without depending on serde itself.
+    macro_rules! json_value {
+        ($out:expr, $value:expr) => {
+            serde_json::to_writer(&mut *$out, $value).map_err(io::Error::from)
+        };
     }
+    out.write_all(b"{\"child_index\":")?;
+    json_value!(out, &p.child_index)?;
+    out.write_all(b",\"depth\":")?;
+    json_value!(out, &p.depth)?;
+    out.write_all(b",\"host\":")?;
+    match host {
+        HostName::Named(name) => json_value!(out, name)?,
+        HostName::Numbered(i) => {
+            out.write_all(b"\"")?;
+            json_value!(out, &i)?;
+            out.write_all(b"\"")?;
+        }
+    }
+    out.write_all(b",\"launch_time\":")?;
+    json_value!(out, &p.launch_time)?;
+    out.write_all(b",\"node_idx\":")?;
+    json_value!(out, &p.node_idx)?;
+    out.write_all(b",\"parent\":")?;
+    json_value!(out, &p.parent)?;
+    out.write_all(b",\"subtree\":[")?;
+    json_value!(out, &p.node_idx)?;
+    out.write_all(b",")?;
+    json_value!(out, &p.subtree_end)?;
+    out.write_all(b"]}")
 }
 
 /// One topology's result in a comparison.
