@@ -53,11 +53,11 @@ enum End {
     ParentGone,
 }
 
-/// Loads the host's topology (for the PMIx server and `--bind-to`) now: call it while the
-/// process has one thread, since the first load sets hwloc's plugin path in the environment
-/// for a moment (greedy-sys `pmix::topology`).
-pub fn load_topology() {
-    greedy_sys::pmix::topology::Topology::this_machine();
+/// Readies the process for the PMIx server and `--bind-to` (the host's topology, PMIx's
+/// store choice): call it while the process has one thread, since it sets variables in the
+/// environment (greedy-sys `pmix::server::prepare_process`).
+pub fn prepare_pmix() {
+    greedy_sys::pmix::server::prepare_process();
 }
 
 /// Runs the agent on this process's stdin/stdout (started by a remote shell); returns the

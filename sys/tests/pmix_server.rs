@@ -51,7 +51,15 @@ fn server_lifecycle_against_libpmix() {
         // No client connects in this test.
         admit: Arc::new(|_, _| false),
     };
+    greedy_sys::pmix::server::prepare_process();
     let server = Server::init(Arc::new(Idle), &config).expect("PMIx_server_init");
+    // The server opened the hash store only: no shared-memory store was laid out.
+    let stores: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("pmix_dstor"))
+        .collect();
+    assert!(stores.is_empty(), "{stores:?}");
     // A second server in the same process is refused, not undefined behaviour.
     assert!(matches!(
         Server::init(Arc::new(Idle), &config),
@@ -114,6 +122,7 @@ fn server_lifecycle_against_libpmix() {
         "{env:?}"
     );
     assert_eq!(get("PMIX_HOSTNAME"), Some("n0"), "{env:?}");
+    assert_eq!(get("PMIX_GDS_MODULE"), Some("hash"), "{env:?}");
 
     // has_key reads the server's own store: job-level keys are there, a key the (not yet
     // started) client has not posted is not.

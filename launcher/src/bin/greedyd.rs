@@ -55,7 +55,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .without_time()
         .init();
-    greedy_launcher::agent::load_topology();
+    greedy_launcher::agent::prepare_pmix();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -248,9 +248,9 @@ impl Agent {
             }
         };
         if plan.protocol.families().contains(&Family::Pmix) {
-            // Before the runtime's threads: the first load sets hwloc's plugin path in the
-            // environment for a moment (greedy-sys `pmix::topology`).
-            greedy_sys::pmix::topology::Topology::this_machine();
+            // Before the runtime's threads: it sets PMIx's and, for a moment, hwloc's
+            // variables in the environment.
+            greedy_sys::pmix::server::prepare_process();
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
