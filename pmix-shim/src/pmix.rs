@@ -816,8 +816,8 @@ fn job_info(
         (key::NUM_NODES, Value::U32(job.n_nodes() as u32)),
         (key::LOCAL_SIZE, Value::U32(local.len() as u32)),
         (key::NODE_SIZE, Value::U32(local.len() as u32)),
-        (key::NODE_MAP, Value::Str(node_map)),
-        (key::PROC_MAP, Value::Str(proc_map)),
+        (key::NODE_MAP, Value::Regex(node_map)),
+        (key::PROC_MAP, Value::Regex(proc_map)),
         (key::ANL_MAP, Value::Str(job.process_mapping())),
         (
             key::LOCAL_PEERS,

@@ -127,6 +127,101 @@ pub enum Value {
     Infos(Vec<(&'static CStr, Value)>),
     /// `PMIX_TOPO`: an hwloc topology that outlives every use PMIx makes of it.
     Topology(super::topology::Topology),
+    /// `PMIX_REGEX`: a node or process map as libpmix generated it.
+    Regex(Regex),
+}
+
+/// A node or process map as `PMIx_generate_regex`/`PMIx_generate_ppn` made it, only ever built
+/// from their output ([`Server::generate_regex`](super::server::Server::generate_regex)): text
+/// (`pmix[…]` from preg/native, `raw:…` from preg/raw) or, for an input over
+/// `pcompress_base_limit` (4 KiB: about 500 host names), preg/compress's zlib blob: `blob:`,
+/// NUL, `component=zlib:`, NUL, `size=N:`, NUL, then N bytes. A blob is not a C string, so it is
+/// registered as `PMIX_REGEX`, whose load copies each form by its own length rule
+/// (`pmix_preg.copy`), as PRRTE registers `PMIX_NODE_MAP`; as `PMIX_STRING` it would be cut at
+/// its first NUL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Regex {
+    /// The bytes, then zeros: preg/compress's `copy` reads 5 bytes past the blob it measures
+    /// (its prefix length counts `size=` twice, preg_compress.c@v4.2.2), and must stay inside
+    /// this allocation.
+    bytes: Box<[u8]>,
+    /// How many of `bytes` are the value (a text's NUL included).
+    len: usize,
+}
+
+/// Zeros after a regex's bytes (see [`Regex::bytes`]).
+const REGEX_SLACK: usize = 8;
+
+impl Regex {
+    /// The regex in `buf`, which libpmix generated: its length by its form; `None` for a form
+    /// this module does not know (registering a part of it would give the ranks a wrong map).
+    pub(crate) fn from_generated(buf: &[u8]) -> Option<Regex> {
+        let len = Self::claimed_len(buf)?;
+        let mut bytes = Vec::with_capacity(len + REGEX_SLACK);
+        bytes.extend_from_slice(buf.get(..len)?);
+        bytes.resize(len + REGEX_SLACK, 0);
+        Some(Regex {
+            bytes: bytes.into_boxed_slice(),
+            len,
+        })
+    }
+
+    /// The length the regex starting `buf` has by its form, which `buf` may not hold whole
+    /// (a blob's header, NUL-terminated fields, says how long its data is); `None` for a form
+    /// this module does not know.
+    pub(crate) fn claimed_len(buf: &[u8]) -> Option<usize> {
+        let field = |at: usize| -> Option<(&[u8], usize)> {
+            let rest = buf.get(at..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some((&rest[..end], at + end + 1))
+        };
+        let (first, at) = field(0)?;
+        if first != b"blob:" {
+            return (first.starts_with(b"pmix") || first.starts_with(b"raw:")).then_some(at);
+        }
+        let (component, at) = field(at)?;
+        let (size, at) = field(at)?;
+        if component != b"component=zlib:" {
+            return None;
+        }
+        let n: usize = std::str::from_utf8(size.strip_prefix(b"size=")?.strip_suffix(b":")?)
+            .ok()?
+            .parse()
+            .ok()?;
+        at.checked_add(n)
+    }
+
+    /// True for preg/compress's zlib blob.
+    pub fn is_compressed(&self) -> bool {
+        self.bytes.starts_with(b"blob:\0")
+    }
+
+    /// Its length in bytes (a text's NUL included).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never, for a regex libpmix made).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The text form, `None` for a blob.
+    pub fn as_text(&self) -> Option<&str> {
+        if self.is_compressed() {
+            return None;
+        }
+        std::str::from_utf8(&self.bytes[..self.len - 1]).ok()
+    }
+}
+
+impl std::fmt::Debug for Regex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.as_text() {
+            Some(text) => write!(f, "Regex({text:?})"),
+            None => write!(f, "Regex(zlib blob, {} bytes)", self.len),
+        }
+    }
 }
 
 /// An owned array of `pmix_info_t`: every value is loaded by `PMIx_Info_load` (which copies
@@ -222,6 +317,8 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
             // For PMIX_STRING, PMIx takes the char* itself as `data` and strdups it.
             load_ptr(slot, c.as_ptr().cast(), raw::PMIX_STRING)
         }
+        // PMIx copies it by its form (pmix_preg.copy), reading within `bytes` (Regex's slack).
+        Value::Regex(regex) => load_ptr(slot, regex.bytes.as_ptr().cast(), raw::PMIX_REGEX),
         Value::Topology(topo) => {
             let source = c"hwloc";
             let topology = raw::pmix_topology_t {
@@ -313,6 +410,53 @@ pub(crate) unsafe fn find_string(
 
 #[cfg(test)]
 mod tests {
+    use super::Regex;
+
+    /// A blob laid out as preg/compress's `pack_blob` lays it out.
+    fn blob(data: &[u8]) -> Vec<u8> {
+        let mut b = b"blob:\0component=zlib:\0".to_vec();
+        b.extend_from_slice(format!("size={}:\0", data.len()).as_bytes());
+        b.extend_from_slice(data);
+        b
+    }
+
+    #[test]
+    fn regex_lengths_follow_each_form() {
+        let text = Regex::from_generated(b"pmix[n[1:0-2]]\0garbage").unwrap();
+        assert_eq!(text.as_text(), Some("pmix[n[1:0-2]]"));
+        assert_eq!(text.len(), 15);
+        assert!(!text.is_compressed());
+        assert_eq!(Regex::from_generated(b"raw:0,1;2\0").unwrap().len(), 10);
+
+        // Binary data with NULs of its own, then bytes that are not the blob's.
+        let mut buf = blob(b"\x78\0\x01\0z");
+        let whole = buf.len();
+        buf.extend_from_slice(b"after");
+        let compressed = Regex::from_generated(&buf).unwrap();
+        assert!(compressed.is_compressed());
+        assert_eq!(compressed.len(), whole);
+        assert_eq!(compressed.as_text(), None);
+        // PMIx's copy over-reads; the slack after the value is zeros.
+        assert!(compressed.bytes[whole..].iter().all(|&b| b == 0));
+        assert!(compressed.bytes.len() >= whole + 5);
+    }
+
+    #[test]
+    fn unknown_or_short_regexes_are_refused() {
+        for bad in [
+            &b"n0,n1\0"[..],
+            b"pmix[n[1:0-2]]",
+            b"blob:\0component=lz4:\0size=1:\0x",
+            b"blob:\0component=zlib:\0size=x:\0x",
+            b"blob:\0component=zlib:\0size=1:",
+        ] {
+            assert!(Regex::from_generated(bad).is_none(), "{bad:?}");
+        }
+        // Claims more bytes than there are.
+        let short = blob(b"abcd");
+        assert!(Regex::from_generated(&short[..short.len() - 1]).is_none());
+    }
+
     use super::*;
 
     #[test]

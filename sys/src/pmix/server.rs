@@ -36,7 +36,7 @@ use std::sync::{Arc, RwLock, mpsc};
 use std::time::Duration;
 
 use super::gate::{self, GateError, Policy};
-use super::info::{InfoArray, Value, find_bool, find_string, key};
+use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
 use super::{Proc, Status, check, take_c_string};
 use crate::raw::pmix as raw;
 
@@ -887,36 +887,66 @@ impl Server {
         })
     }
 
+    /// The hosts of registered namespace `nspace` as libpmix reads them back from its node map
+    /// (`PMIx_Resolve_nodes`): what its clients will be told, in node-map order.
+    pub fn resolve_nodes(&self, nspace: &str) -> Result<Vec<String>, Status> {
+        let ns = CString::new(nspace).map_err(|_| Status::BAD_PARAM)?;
+        let mut list: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `ns` is NUL-terminated and lives for the call; on success PMIx stores a
+        // malloc'd comma-separated string in `list` that we own.
+        check(unsafe { raw::PMIx_Resolve_nodes(ns.as_ptr(), &mut list) })?;
+        // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
+        let list = unsafe { take_c_string(list) }.ok_or(Status::NOT_FOUND)?;
+        Ok(list.split(',').map(str::to_string).collect())
+    }
+
     /// `PMIx_generate_regex` over a comma-separated host list: the `PMIX_NODE_MAP` value.
-    pub fn generate_regex(&self, hosts: &str) -> Result<String, Status> {
+    pub fn generate_regex(&self, hosts: &str) -> Result<Regex, Status> {
         Self::generate(hosts, raw::PMIx_generate_regex)
     }
 
     /// `PMIx_generate_ppn` over `r,r;r,r` (ranks per node, nodes in node-map order): the
     /// `PMIX_PROC_MAP` value.
-    pub fn generate_ppn(&self, ranks: &str) -> Result<String, Status> {
+    pub fn generate_ppn(&self, ranks: &str) -> Result<Regex, Status> {
         Self::generate(ranks, raw::PMIx_generate_ppn)
     }
 
     fn generate(
         input: &str,
         f: unsafe extern "C" fn(*const c_char, *mut *mut c_char) -> raw::pmix_status_t,
-    ) -> Result<String, Status> {
+    ) -> Result<Regex, Status> {
         let c = CString::new(input).map_err(|_| Status::BAD_PARAM)?;
         let mut out: *mut c_char = std::ptr::null_mut();
         // SAFETY: `c` is NUL-terminated and lives for the call; on success PMIx stores a
-        // malloc'd string in `out` that we own.
+        // malloc'd buffer in `out` that we own.
         check(unsafe { f(c.as_ptr(), &mut out) })?;
-        // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
-        let text = unsafe { take_c_string(out) }.ok_or(Status::ERROR)?;
-        // The text forms are "pmix[...]" (preg/native) and "raw:..." (preg/raw). Large inputs
-        // (over pcompress_base_limit, 4 KiB) come back zlib-compressed from preg/compress,
-        // binary after a NUL: not a string. Refuse anything else rather than register a
-        // truncated map.
-        if !(text.starts_with("pmix") || text.starts_with("raw:")) {
-            return Err(Status::NOT_SUPPORTED);
+        if out.is_null() {
+            return Err(Status::ERROR);
         }
-        Ok(text)
+        // The buffer is a C string, or preg/compress's blob: three C strings, then as many
+        // bytes as the third says (`Regex`). Only what the header vouches for is read.
+        // SAFETY: PMIx's output starts with a NUL-terminated field, whatever its form.
+        let first = unsafe { CStr::from_ptr(out) };
+        let mut header = first.to_bytes_with_nul().len();
+        if first.to_bytes() == b"blob:" {
+            for _ in 0..2 {
+                // SAFETY: a blob's first field is followed by two more NUL-terminated ones.
+                header += unsafe { CStr::from_ptr(out.add(header)) }
+                    .to_bytes_with_nul()
+                    .len();
+            }
+        }
+        // SAFETY: `header` bytes were just read as NUL-terminated fields of the buffer.
+        let head = unsafe { std::slice::from_raw_parts(out.cast::<u8>(), header) };
+        let regex = Regex::claimed_len(head).and_then(|len| {
+            // SAFETY: PMIx allocated the buffer with the length its header claims (pack_blob in
+            // preg_compress.c@v4.2.2), or it is the C string just measured (`len == header`).
+            let whole = unsafe { std::slice::from_raw_parts(out.cast::<u8>(), len) };
+            Regex::from_generated(whole)
+        });
+        // SAFETY: malloc'd by PMIx and owned by us; not used after this.
+        unsafe { libc::free(out.cast()) };
+        regex.ok_or(Status::NOT_SUPPORTED)
     }
 }
 

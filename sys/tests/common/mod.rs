@@ -131,11 +131,11 @@ pub(crate) fn start() -> Job {
         (key::LOCAL_SIZE, Value::U32(2)),
         (
             key::NODE_MAP,
-            Value::Str(server.generate_regex("n0").unwrap()),
+            Value::Regex(server.generate_regex("n0").unwrap()),
         ),
         (
             key::PROC_MAP,
-            Value::Str(server.generate_ppn("0,1").unwrap()),
+            Value::Regex(server.generate_ppn("0,1").unwrap()),
         ),
         (key::LOCAL_PEERS, Value::Str("0,1".into())),
     ])
