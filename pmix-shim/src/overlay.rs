@@ -865,16 +865,15 @@ fn framed(stream: TcpStream) -> (Reader, Writer) {
     (FramedRead::new(r, codec), FramedWrite::new(w, codec))
 }
 
+/// The next handshake frame, within `wait`: `handshake_timeout` where a stranger may be on the
+/// other end (the accepting side), else up to the join's deadline ([`handshake_wait`]).
 async fn next_frame(
-    shared: &Shared,
     reader: &mut Reader,
     expecting: &str,
+    wait: Duration,
 ) -> Result<Message, String> {
-    match tokio::time::timeout(shared.config.handshake_timeout, reader.next()).await {
-        Err(_) => Err(format!(
-            "no {expecting} within handshake_timeout ({:?})",
-            shared.config.handshake_timeout
-        )),
+    match tokio::time::timeout(wait, reader.next()).await {
+        Err(_) => Err(format!("no {expecting} within {wait:?}")),
         Ok(None) => Err(format!("closed before {expecting}")),
         Ok(Some(Err(e))) => Err(e.to_string()),
         Ok(Some(Ok(m))) => Ok(m),
@@ -894,7 +893,7 @@ async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Res
         .await
         .map_err(|_| "challenge not sent within handshake_timeout".to_string())?
         .map_err(|e| e.to_string())?;
-    let hello = next_frame(shared, &mut reader, "hello").await?;
+    let hello = next_frame(&mut reader, "hello", shared.config.handshake_timeout).await?;
     let auth::Accepted { peer, link, proof } =
         auth::accept_hello(job, |n| shared.topo.parent(n), &server_nonce, &hello)?;
     writer
@@ -952,7 +951,7 @@ async fn connect(
         reason,
     };
     let (mut reader, mut writer) = framed(stream);
-    let challenge = next_frame(shared, &mut reader, "challenge")
+    let challenge = next_frame(&mut reader, "challenge", handshake_wait(shared, deadline))
         .await
         .map_err(refused)?;
     let Message::Challenge {
@@ -984,7 +983,7 @@ async fn connect(
         .send(hello)
         .await
         .map_err(|e| refused(e.to_string()))?;
-    let welcome = next_frame(shared, &mut reader, "welcome")
+    let welcome = next_frame(&mut reader, "welcome", handshake_wait(shared, deadline))
         .await
         .map_err(refused)?;
     auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome).map_err(refused)?;
@@ -993,6 +992,17 @@ async fn connect(
         .tracker
         .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
     Ok(())
+}
+
+/// How long the dialing side waits for its peer's next handshake frame: `handshake_timeout`, or
+/// what is left of the join if that is longer. The peer is the node it chose to reach, which
+/// may be slow, not a stranger: with hundreds of nodes on a few cores (600 agents on 2 here)
+/// an agent starting its PMIx server answered after more than 5 s.
+fn handshake_wait(shared: &Shared, deadline: Option<tokio::time::Instant>) -> Duration {
+    let left = deadline.map_or(Duration::ZERO, |d| {
+        d.saturating_duration_since(tokio::time::Instant::now())
+    });
+    left.max(shared.config.handshake_timeout)
 }
 
 /// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
