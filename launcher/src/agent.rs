@@ -271,7 +271,10 @@ impl Agent {
         let mut live = 0usize;
         let mut spawned = false;
 
-        if !wireup_failed {
+        // A task stream's hosts start no ranks: greedyrun sends them tasks.
+        let (task_tx, mut task_rx) = mpsc::channel::<u64>(64);
+        let mut tasks: HashMap<u64, u32> = HashMap::new();
+        if !wireup_failed && !self.start.tasks {
             live = self
                 .spawn_ranks(
                     service.as_ref(),
@@ -303,6 +306,13 @@ impl Agent {
                                 }
                                 Cmd::Shutdown => break End::Shutdown,
                                 Cmd::Teardown => break End::Teardown,
+                                Cmd::Task { id, command } if self.start.tasks => {
+                                    if let Some(pgid) = self.spawn_task(id, command, &mut guard, &exit_tx, &task_tx).await {
+                                        tasks.insert(id, pgid);
+                                        live += 1;
+                                    }
+                                }
+                                Cmd::Task { id, .. } => warn!(id, "a task for a job that runs ranks: ignored"),
                             }
                         }
                     }
@@ -331,6 +341,18 @@ impl Agent {
                 Some(_) = exit_rx.recv() => {
                     live = live.saturating_sub(1);
                 },
+                Some(id) = task_rx.recv() => {
+                    // What the task left running in its group ends with it: a stream of
+                    // thousands of tasks must not pile up their background processes.
+                    if let Some(pgid) = tasks.remove(&id) {
+                        if signals::group_alive(pgid) {
+                            signals::signal_group(pgid, Signal::SIGKILL);
+                        }
+                        if let Some(g) = guard.as_mut() {
+                            g.unwatch(pgid).await;
+                        }
+                    }
+                },
             }
         };
         debug!(?end, live, spawned, "agent ending");
@@ -342,7 +364,11 @@ impl Agent {
             Cmd::Teardown
         };
         fanout.route(None, cmd).await;
-        let groups: Vec<u32> = ranks.values().map(|r| r.pgid).collect();
+        let groups: Vec<u32> = ranks
+            .values()
+            .map(|r| r.pgid)
+            .chain(tasks.into_values())
+            .collect();
         if live > 0 {
             for &g in &groups {
                 signals::signal_group(g, Signal::SIGTERM);
@@ -415,6 +441,109 @@ impl Agent {
             .enumerate()
             .map(|(i, &rank)| (rank, sets[i % sets.len()].clone()))
             .collect()
+    }
+
+    /// Forks task `id` (`sh -c command` in the job's environment, `GREEDY_TASK` its number);
+    /// reports its output and its end up, and its id to `ended` and `exits` once it ended.
+    /// Its process group, or `None` if it could not start (its end is reported at once).
+    async fn spawn_task(
+        &self,
+        id: u64,
+        command: String,
+        guard: &mut Option<GuardHandle>,
+        exits: &mpsc::Sender<u32>,
+        ended: &mpsc::Sender<u64>,
+    ) -> Option<u32> {
+        let node = self.node;
+        let mut env: Vec<(String, String)> = self
+            .start
+            .env
+            .iter()
+            .filter(|(k, _)| !greedy_pmix::node::is_launcher_variable(k))
+            .cloned()
+            .collect();
+        env.extend([
+            ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
+            ("GREEDY_TASK".to_string(), id.to_string()),
+            ("GREEDY_NODE".to_string(), node.to_string()),
+        ]);
+        let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
+        let started = tokio::time::Instant::now();
+        let spec = spawn::RankSpec {
+            argv: &argv,
+            env,
+            cwd: &self.start.cwd,
+            stdin: false,
+            inherit: None,
+            cpus: None,
+        };
+        let mut child = match spawn::spawn(spec) {
+            Ok(child) => child,
+            Err(e) => {
+                let text = format!("task {id}: cannot run /bin/sh: {e}");
+                let _ = self.up.send(Up::Note { node, text }).await;
+                let end = RankEnd::NotStarted;
+                let _ = self
+                    .up
+                    .send(Up::TaskEnd {
+                        node,
+                        id,
+                        end,
+                        wall_us: 0,
+                    })
+                    .await;
+                return None;
+            }
+        };
+        let pgid = child.id().unwrap_or(0);
+        if let Some(g) = guard.as_mut() {
+            g.watch(pgid).await;
+        }
+        let out = tokio::spawn(stdio::forward_as(
+            child.stdout.take().expect("piped"),
+            self.up.clone(),
+            move |data| Up::TaskOutput {
+                id,
+                stream: Stream::Stdout,
+                data,
+            },
+        ));
+        let err = tokio::spawn(stdio::forward_as(
+            child.stderr.take().expect("piped"),
+            self.up.clone(),
+            move |data| Up::TaskOutput {
+                id,
+                stream: Stream::Stderr,
+                data,
+            },
+        ));
+        let (up, exits, ended) = (self.up.clone(), exits.clone(), ended.clone());
+        tokio::spawn(
+            async move {
+                let end = match child.wait().await {
+                    Ok(s) => spawn::end_of(s),
+                    Err(_) => RankEnd::Exited(255),
+                };
+                let wall_us = started.elapsed().as_micros() as u64;
+                let _ = tokio::time::timeout(STDIO_DRAIN, async {
+                    let _ = out.await;
+                    let _ = err.await;
+                })
+                .await;
+                let _ = up
+                    .send(Up::TaskEnd {
+                        node,
+                        id,
+                        end,
+                        wall_us,
+                    })
+                    .await;
+                let _ = ended.send(id).await;
+                let _ = exits.send(0).await;
+            }
+            .instrument(info_span!("task", id)),
+        );
+        Some(pgid)
     }
 
     /// Forks this host's ranks; returns how many were started.

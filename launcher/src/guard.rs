@@ -31,6 +31,11 @@ pub fn run(grace: Duration) {
         }
         if let Some(pgid) = line.strip_prefix("pgid ").and_then(|p| p.parse().ok()) {
             groups.push(pgid);
+        } else if let Some(pgid) = line
+            .strip_prefix("gone ")
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            groups.retain(|&g| g != pgid);
         }
     }
     signals::terminate_groups_blocking(&groups, grace);
@@ -63,6 +68,14 @@ impl GuardHandle {
     pub async fn watch(&mut self, pgid: u32) {
         if let Some(stdin) = &mut self.stdin {
             let _ = stdin.write_all(format!("pgid {pgid}\n").as_bytes()).await;
+            let _ = stdin.flush().await;
+        }
+    }
+
+    /// A task's process group is gone: the guard forgets it.
+    pub async fn unwatch(&mut self, pgid: u32) {
+        if let Some(stdin) = &mut self.stdin {
+            let _ = stdin.write_all(format!("gone {pgid}\n").as_bytes()).await;
             let _ = stdin.flush().await;
         }
     }

@@ -28,12 +28,12 @@ use crate::{
 };
 
 /// Frames from the whole tree into greedyrun's loop.
-const UP_CAPACITY: usize = 4096;
+pub(crate) const UP_CAPACITY: usize = 4096;
 /// After the grace period, how long greedyrun waits for agents to confirm their teardown
 /// before it kills its own remote shells (which makes each agent see EOF and clean up).
-const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
+pub(crate) const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
 /// How long a normal shutdown may take before the remote shells are killed.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chunks of rank output queued for greedyrun's stdout before the loop stops reading frames
 /// (the tree's backpressure) — but never stops handling signals and deadlines.
 const STDOUT_QUEUE: usize = 64;
@@ -93,22 +93,18 @@ pub struct Report {
     pub finished_at: Option<Duration>,
 }
 
-/// Runs a job to its end; prints its output and the one-line diagnostics.
-pub async fn run(cfg: JobConfig) -> Report {
+/// The Start frame of a job (`tasks`: a task stream, whose hosts start no ranks): a fresh
+/// secret and job id, the plan, and `launch_sizes` left for each edge to fill.
+pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
     let plan = &cfg.plan;
-    let n = plan.hosts.len();
-    let t0 = Instant::now();
-    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
-    let secret = greedy_pmix::JobSecret::generate();
     // Unique enough for tracing and the PMI kvsname: greedyrun's pid and start time.
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() % 1_000_000)
         .unwrap_or(0);
-    let job_id = format!("greedy{}.{started}", std::process::id());
-    let start = Start {
+    Start {
         version: PROTOCOL_VERSION,
-        job_id,
+        job_id: format!("greedy{}.{started}", std::process::id()),
         node_idx: 0,
         hosts: plan.hosts.clone(),
         ranks: plan.ranks.clone(),
@@ -124,11 +120,21 @@ pub async fn run(cfg: JobConfig) -> Report {
         grace_s: plan.grace.as_secs_f64(),
         model: plan.model,
         pmi: plan.pmi,
-        secret,
+        secret: greedy_pmix::JobSecret::generate(),
         stdin_rank: cfg.stdin_rank,
         bind: cfg.bind,
         log: String::new(),
-    };
+        tasks,
+    }
+}
+
+/// Runs a job to its end; prints its output and the one-line diagnostics.
+pub async fn run(cfg: JobConfig) -> Report {
+    let plan = &cfg.plan;
+    let n = plan.hosts.len();
+    let t0 = Instant::now();
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let start = start_frame(&cfg, false);
     let fanout = std::sync::Arc::new(Fanout::start(
         &start,
         &plan.launch,
@@ -282,7 +288,8 @@ pub async fn run(cfg: JobConfig) -> Report {
                         say(format!("{}: {text}", host(node)));
                     }
                 }
-                Some(Up::Bye { .. }) => {}
+                // Only a task stream's agents send these (tasks::run).
+                Some(Up::Bye { .. } | Up::TaskOutput { .. } | Up::TaskEnd { .. }) => {}
                 Some(Up::Unclean { node, what }) => say(format!(
                     "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
                     host(node)

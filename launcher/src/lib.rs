@@ -52,6 +52,7 @@ pub mod spawn;
 pub mod ssh;
 pub mod status;
 pub mod stdio;
+pub mod tasks;
 pub mod wireup;
 
 pub use error::Error;

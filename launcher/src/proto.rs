@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -119,6 +119,9 @@ pub struct Start {
     pub bind: BindTo,
     /// Log filter for the agent (`RUST_LOG` syntax) or empty.
     pub log: String,
+    /// A task stream (`greedyrun --tasks`): the agents start no ranks; `ranks` counts each
+    /// host's slots, and greedyrun sends [`Cmd::Task`]s to fill them.
+    pub tasks: bool,
 }
 
 impl Start {
@@ -198,6 +201,14 @@ pub enum Cmd {
     /// End the job: SIGTERM every rank's process group, SIGKILL after the grace period,
     /// then leave like [`Cmd::Shutdown`].
     Teardown,
+    /// Run task `id` on the target host: `sh -c command` in the job's environment and
+    /// working directory, its own process group, stdin /dev/null.
+    Task {
+        /// The task's number in the stream (its line, from 0).
+        id: u64,
+        /// The shell command line.
+        command: String,
+    },
 }
 
 /// A frame travelling down an edge.
@@ -329,6 +340,26 @@ pub enum Up {
         /// Why not.
         what: String,
     },
+    /// Output of a task, forwarded as soon as it was read.
+    TaskOutput {
+        /// The task.
+        id: u64,
+        /// Which stream.
+        stream: Stream,
+        /// The bytes, as read.
+        data: Bytes,
+    },
+    /// A task ended on `node` (all its output was sent before this).
+    TaskEnd {
+        /// Host index.
+        node: u32,
+        /// The task.
+        id: u64,
+        /// How.
+        end: RankEnd,
+        /// From its fork to its end, in microseconds.
+        wall_us: u64,
+    },
 }
 
 /// Length-delimited postcard frames of type `T` in and `U` out.
@@ -444,6 +475,7 @@ mod tests {
             stdin_rank: Some(0),
             bind: BindTo::None,
             log: String::new(),
+            tasks: false,
         }
     }
 

@@ -24,8 +24,18 @@ pub const CHUNK: usize = 64 * 1024;
 pub async fn forward(
     rank: u32,
     stream: Stream,
+    reader: impl AsyncRead + Unpin,
+    up: mpsc::Sender<Up>,
+) {
+    forward_as(reader, up, |data| Up::Output { rank, stream, data }).await
+}
+
+/// Forwards everything `reader` yields as `frame(chunk)` (a rank's or a task's output),
+/// until EOF or until the up channel closes.
+pub async fn forward_as(
     mut reader: impl AsyncRead + Unpin,
     up: mpsc::Sender<Up>,
+    frame: impl Fn(Bytes) -> Up,
 ) {
     let mut buf = vec![0u8; CHUNK];
     loop {
@@ -33,7 +43,7 @@ pub async fn forward(
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 let data = Bytes::copy_from_slice(&buf[..n]);
-                if up.send(Up::Output { rank, stream, data }).await.is_err() {
+                if up.send(frame(data)).await.is_err() {
                     return;
                 }
             }
@@ -41,18 +51,26 @@ pub async fn forward(
     }
 }
 
-/// Adds `[rank] ` at each line start of each (rank, stream).
+/// Adds `[rank] ` (or `[task N] `) at each line start of each (rank or task, stream).
 #[derive(Debug, Default)]
 pub struct Tagger {
-    mid_line: HashMap<(u32, bool), bool>,
+    mid_line: HashMap<(u64, bool), bool>,
 }
 
 impl Tagger {
     /// The bytes to write for a chunk of `rank`'s `stream`.
     pub fn tag(&mut self, rank: u32, stream: Stream, data: &[u8]) -> Vec<u8> {
-        let key = (rank, stream == Stream::Stderr);
+        self.tag_as(u64::from(rank), &format!("[{rank}] "), stream, data)
+    }
+
+    /// The bytes to write for a chunk of task `id`'s `stream`.
+    pub fn tag_task(&mut self, id: u64, stream: Stream, data: &[u8]) -> Vec<u8> {
+        self.tag_as(id, &format!("[task {id}] "), stream, data)
+    }
+
+    fn tag_as(&mut self, key: u64, prefix: &str, stream: Stream, data: &[u8]) -> Vec<u8> {
+        let key = (key, stream == Stream::Stderr);
         let mid = self.mid_line.entry(key).or_insert(false);
-        let prefix = format!("[{rank}] ");
         let mut out = Vec::with_capacity(data.len() + prefix.len());
         for line in data.split_inclusive(|&b| b == b'\n') {
             if !*mid {

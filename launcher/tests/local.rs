@@ -441,3 +441,139 @@ fn openmpi_wires_up_across_agents_over_pmix() {
     let (out, _) = job(&["abort-after-init=2:9"]);
     assert_eq!(out.status.code(), Some(9), "{}", text(&out.stderr));
 }
+
+/// The results file's lines as (task, exit, runs, host), sorted by task.
+fn results(path: &Path) -> Vec<(u64, i64, u64, String)> {
+    let mut rows: Vec<(u64, i64, u64, String)> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["task"].as_u64().unwrap(),
+                v["exit"].as_i64().unwrap(),
+                v["runs"].as_u64().unwrap(),
+                v["host"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_task_stream_reports_every_task_once_and_retries_failures() {
+    let (d, local, _) = shells();
+    let dir = d.path().display().to_string();
+    // 60 tasks; every 20th fails for good, task 7 fails its first run only.
+    let mut lines: Vec<String> = (1..=60)
+        .map(|i| match i {
+            _ if i % 20 == 0 => format!("echo out {i}; exit 4"),
+            7 => format!(
+                "if [ -e {dir}/seven ]; then echo out 7; else touch {dir}/seven; exit 1; fi"
+            ),
+            _ => "echo out $GREEDY_TASK".to_string(),
+        })
+        .collect();
+    lines.insert(30, String::new()); // a blank line is no task, but keeps the numbering
+    let file = d.path().join("tasks");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("results.json");
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "a:2,b:3,c",
+            "--tasks",
+            file.to_str().unwrap(),
+            "--results",
+            res.to_str().unwrap(),
+            "--task-retries",
+            "1",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    // Some tasks failed for good: exit 1, and each is named.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let rows = results(&res);
+    let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let expect: Vec<u64> = (1..=61).filter(|&i| i != 31).collect();
+    assert_eq!(ids, expect, "every task once");
+    for (id, exit, runs, _) in &rows {
+        let line = if *id > 31 { id - 1 } else { *id };
+        match line {
+            _ if line % 20 == 0 => assert_eq!((*exit, *runs), (4, 2), "task {id}"),
+            7 => assert_eq!((*exit, *runs), (0, 2), "task {id}"),
+            _ => assert_eq!((*exit, *runs), (0, 1), "task {id}"),
+        }
+    }
+    // Every host ran some; stdout has each task's output (the failed ones twice).
+    for h in ["a", "b", "c"] {
+        assert!(rows.iter().any(|r| r.3 == h), "no task on {h}: {rows:?}");
+    }
+    assert_eq!(stdout.lines().count(), 60 + 3, "{stdout}");
+    // GREEDY_TASK is the line number: the blank line 31 has none.
+    assert!(
+        stdout.contains("out 7\n") && stdout.contains("out 32\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("out 31\n"), "{stdout}");
+    assert_eq!(
+        text(&out.stderr)
+            .matches("ended with 4 after 2 runs")
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn a_lost_hosts_tasks_run_again_elsewhere() {
+    let (d, local, _) = shells();
+    let dir = d.path().display().to_string();
+    // Task 5 kills its own agent the first time it runs: that host is lost with what it
+    // ran, and all of it runs again on the others.
+    let lines: Vec<String> = (1..=30)
+        .map(|i| match i {
+            5 => format!(
+                "if [ ! -e {dir}/killed ]; then touch {dir}/killed; kill -9 $PPID; sleep 30; fi; echo out 5"
+            ),
+            _ => format!("sleep 0.05; echo out {i}"),
+        })
+        .collect();
+    let file = d.path().join("tasks");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("results.json");
+    let marker = format!("{dir}/tasks");
+    let (out, took) = run(
+        &local,
+        &[
+            "-H",
+            "a:2,b:2,c:2",
+            "--grace",
+            "0.5",
+            "--tasks",
+            &marker,
+            "--results",
+            res.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("lost"), "{stderr}");
+    let rows = results(&res);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<_>>()
+    );
+    assert!(rows.iter().all(|r| r.1 == 0), "{rows:?}");
+    // Task 5 ended on another host than the one it lost.
+    let lost = stderr
+        .split("host ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap();
+    assert_ne!(rows[4].3, lost, "{stderr}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // Its first run (the `sleep 30`) is gone with the lost agent.
+    assert_gone(&format!("{dir}/killed ]"));
+}

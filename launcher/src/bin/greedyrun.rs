@@ -12,6 +12,7 @@ use greedy_launcher::{
     proto::{BindTo, PmiMode},
     ssh,
     status::code,
+    tasks::{self, TaskOptions},
 };
 use greedy_tree::Topology;
 
@@ -182,6 +183,19 @@ pub(crate) struct Args {
     #[arg(long)]
     calibrate: bool,
 
+    /// Run a stream of tasks instead of a program: one shell command per line of FILE (`-`:
+    /// stdin), each in a free slot of the hosts (`sh -c LINE`, `GREEDY_TASK` its line number).
+    #[arg(long, value_name = "FILE|-", conflicts_with = "calibrate")]
+    tasks: Option<String>,
+
+    /// With --tasks: one JSON line per task (task, host, exit, wall_s, runs, command).
+    #[arg(long, value_name = "FILE", requires = "tasks")]
+    results: Option<PathBuf>,
+
+    /// With --tasks: run a task that fails up to K more times.
+    #[arg(long, default_value_t = 0, value_name = "K", requires = "tasks")]
+    task_retries: u32,
+
     /// Print launch timings.
     #[arg(short, long)]
     verbose: bool,
@@ -248,8 +262,19 @@ fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// What greedyrun does with the hosts.
+#[derive(Debug)]
+enum Mode {
+    /// Run the program.
+    Job,
+    /// Measure SEQ and REM.
+    Calibrate,
+    /// Run a stream of tasks.
+    Tasks(TaskOptions),
+}
+
 /// Arguments → a validated job, before any side effect.
-fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
+fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
     let hosts = match (&args.hostfile, &args.hosts, &args.host_list) {
         (Some(p), _, _) => HostSource::Hostfile {
             path: p.display().to_string(),
@@ -283,8 +308,19 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
     let rsh = ssh::remote_shell(&args.rsh, timeout);
     let (argv, more) = if args.calibrate && args.argv.is_empty() {
         (vec!["true".to_string()], Vec::new())
+    } else if args.tasks.is_some() {
+        if !args.argv.is_empty() {
+            bail!("--tasks runs the commands of its lines: give no program");
+        }
+        // The plan's ranks are the stream's slots; nothing runs this program.
+        (vec!["/bin/sh".to_string()], Vec::new())
     } else {
         mpmd_parts(args.argv)?
+    };
+    let pmi = if args.tasks.is_some() {
+        PmiMode::None
+    } else {
+        pmi
     };
     let mut plan = Plan::new(Request {
         n_ranks: args.n_ranks,
@@ -320,6 +356,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
             .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
     }
     let stdin_rank = match args.stdin.as_str() {
+        _ if args.tasks.is_some() => None,
         "none" => None,
         r => {
             let r: u32 = r.parse().context("--stdin takes a rank number or `none`")?;
@@ -360,6 +397,15 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
         .map_or(here.clone(), |d| here.join(d))
         .display()
         .to_string();
+    let mode = match (&args.tasks, args.calibrate) {
+        (Some(source), _) => Mode::Tasks(TaskOptions {
+            source: (source != "-").then(|| PathBuf::from(source)),
+            results: args.results.clone(),
+            retries: args.task_retries,
+        }),
+        (None, true) => Mode::Calibrate,
+        (None, false) => Mode::Job,
+    };
     Ok((
         JobConfig {
             plan,
@@ -380,7 +426,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, bool)> {
             verbose: args.verbose,
             quiet: false,
         },
-        args.calibrate,
+        mode,
     ))
 }
 
@@ -442,7 +488,7 @@ fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
 
 fn main() {
     let args = Args::parse_from(mpirun_habits(std::env::args()));
-    let (cfg, calibrating) = match job_config(args) {
+    let (cfg, mode) = match job_config(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("greedyrun: {e:#}");
@@ -459,8 +505,8 @@ fn main() {
             std::process::exit(code::LAUNCHER);
         }
     };
-    let exit = if calibrating {
-        match rt.block_on(calibrate::calibrate(&cfg)) {
+    let exit = match mode {
+        Mode::Calibrate => match rt.block_on(calibrate::calibrate(&cfg)) {
             Ok(c) => {
                 println!(
                     "# greedyrun --calibrate on {} hosts ({} in the SEQ burst), rsh: {}",
@@ -476,9 +522,9 @@ fn main() {
                 eprintln!("greedyrun: calibration: {e}");
                 code::LAUNCHER
             }
-        }
-    } else {
-        rt.block_on(head::run(cfg)).exit_code
+        },
+        Mode::Tasks(opts) => rt.block_on(tasks::run(cfg, opts)).exit_code,
+        Mode::Job => rt.block_on(head::run(cfg)).exit_code,
     };
     // Do not wait for the blocking stdin reader: it may sit in read() on a terminal.
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -490,7 +536,7 @@ mod tests {
     use super::*;
 
     /// A command line as the shell gives it to greedyrun, through to its job.
-    fn parse(argv: &[&str]) -> anyhow::Result<(JobConfig, bool)> {
+    fn parse(argv: &[&str]) -> anyhow::Result<(JobConfig, Mode)> {
         let argv = mpirun_habits(argv.iter().map(|s| s.to_string()));
         job_config(Args::try_parse_from(argv).unwrap())
     }
@@ -518,7 +564,7 @@ mod tests {
             "hostname",
         ])
         .unwrap();
-        assert!(!cal);
+        assert!(matches!(cal, Mode::Job));
         assert_eq!(cfg.plan.hosts, ["a", "b"]);
         assert_eq!(cfg.stdin_rank, Some(0));
         assert!(
@@ -653,5 +699,35 @@ mod tests {
         assert_eq!(cfg.plan.apps[0].argv, ["py", "t.py"]);
         let e = charm("+p4").unwrap_err();
         assert!(e.to_string().contains("greedy starts 2 processes"), "{e}");
+    }
+
+    #[test]
+    fn tasks_take_no_program_and_serve_no_wireup() {
+        let (cfg, mode) = parse(&[
+            "greedyrun",
+            "-H",
+            "a:3,b",
+            "--tasks",
+            "-",
+            "--results",
+            "r.json",
+            "--task-retries",
+            "2",
+        ])
+        .unwrap();
+        let Mode::Tasks(opts) = mode else {
+            panic!("{mode:?}")
+        };
+        assert_eq!((opts.source, opts.retries), (None, 2));
+        assert_eq!(opts.results, Some(PathBuf::from("r.json")));
+        assert_eq!(cfg.plan.pmi, PmiMode::None);
+        assert_eq!(cfg.stdin_rank, None);
+        // The plan's ranks are the slots.
+        assert_eq!(
+            cfg.plan.ranks.iter().map(Vec::len).collect::<Vec<_>>(),
+            [3, 1]
+        );
+        let e = parse(&["greedyrun", "-H", "a", "--tasks", "f", "--", "prog"]).unwrap_err();
+        assert!(e.to_string().contains("give no program"), "{e}");
     }
 }

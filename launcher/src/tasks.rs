@@ -1,0 +1,594 @@
+//! Task streams (`greedyrun --tasks FILE|-`): one shell command per line, run in the hosts'
+//! slots across the launch tree, each reported exactly once.
+//!
+//! The agents start no ranks (`Start::tasks`); greedyrun reads a line only when a slot is
+//! free, sends it to that host (`Cmd::Task`, routed down the tree), and the host's agent runs
+//! it as `sh -c LINE` in the job's environment and working directory and reports its output
+//! and its end (`Up::TaskOutput`, `Up::TaskEnd`). A task that fails is run again, up to
+//! `--task-retries` more times; the tasks of a host that is lost run again elsewhere. Each
+//! task's final end is one JSON line in `--results FILE`. Memory is bounded by the number of
+//! slots, whatever the length of the stream.
+//!
+//! [`Dispatcher`] is the bookkeeping without I/O; [`run`] is greedyrun's loop around it.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::fanout::{EdgeConfig, Fanout};
+use crate::head::{JobConfig, Report, start_frame};
+use crate::proto::{Cmd, RankEnd, Stream, Up};
+use crate::status::code;
+use crate::stdio::Tagger;
+
+/// A line of the stream: its number (from 1) and its command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// Line number in the stream, from 1: the task's name in results and messages.
+    pub id: u64,
+    /// The shell command line.
+    pub command: String,
+    /// Runs so far that ended in failure (a retry has `attempt` ≥ 1).
+    pub failures: u32,
+}
+
+/// A task's final end, reported once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    /// The task.
+    pub task: Task,
+    /// Host index it last ran on.
+    pub host: u32,
+    /// How its last run ended.
+    pub end: RankEnd,
+    /// Its last run's wall time, in microseconds.
+    pub wall_us: u64,
+    /// How many of its runs ended (a run on a host that was lost did not).
+    pub runs: u32,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    host: u32,
+    task: Task,
+    runs: u32,
+}
+
+/// Which host runs what: free slots, tasks in flight, tasks to run again, hosts lost.
+#[derive(Debug)]
+pub struct Dispatcher {
+    slots: Vec<u32>,
+    /// One entry per free slot; a slot freed goes to the back, so tasks rotate over hosts.
+    free: VecDeque<u32>,
+    up: Vec<bool>,
+    lost: Vec<bool>,
+    in_flight: HashMap<u64, InFlight>,
+    /// Tasks to run before the next line: retries and the tasks of lost hosts.
+    again: VecDeque<(Task, u32)>,
+    retries: u32,
+}
+
+/// What [`Dispatcher::ended`] made of a task's end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Its final end.
+    Done(Done),
+    /// It failed and runs again.
+    Retry,
+    /// Not the run in flight (a lost host's late report after the task moved on): ignored.
+    Stale,
+}
+
+impl Dispatcher {
+    /// `slots[h]` slots on host `h`; a failed task runs at most `retries` more times.
+    pub fn new(slots: Vec<u32>, retries: u32) -> Dispatcher {
+        let n = slots.len();
+        Dispatcher {
+            slots,
+            free: VecDeque::new(),
+            up: vec![false; n],
+            lost: vec![false; n],
+            in_flight: HashMap::new(),
+            again: VecDeque::new(),
+            retries,
+        }
+    }
+
+    /// Host `host`'s agent is up: its slots are free.
+    pub fn host_up(&mut self, host: u32) {
+        let h = host as usize;
+        if h < self.up.len() && !self.up[h] && !self.lost[h] {
+            self.up[h] = true;
+            self.free
+                .extend(std::iter::repeat_n(host, self.slots[h] as usize));
+        }
+    }
+
+    /// Whether a slot is free.
+    pub fn has_free_slot(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// The next task that must run before a new line: a retry or a lost host's task.
+    pub fn take_again(&mut self) -> Option<(Task, u32)> {
+        self.again.pop_front()
+    }
+
+    /// Puts `task` (run `runs` times before) in a free slot: the host to send it to.
+    /// Call only when [`Dispatcher::has_free_slot`].
+    pub fn assign(&mut self, task: Task, runs: u32) -> u32 {
+        let host = self.free.pop_front().expect("a free slot");
+        self.in_flight
+            .insert(task.id, InFlight { host, task, runs });
+        host
+    }
+
+    /// Task `id` ended on `host`.
+    pub fn ended(&mut self, host: u32, id: u64, end: RankEnd, wall_us: u64) -> Ended {
+        match self.in_flight.get(&id) {
+            Some(f) if f.host == host => {}
+            _ => return Ended::Stale,
+        }
+        let InFlight {
+            host,
+            mut task,
+            runs,
+        } = self.in_flight.remove(&id).expect("checked");
+        if !self.lost[host as usize] {
+            self.free.push_back(host);
+        }
+        let runs = runs + 1;
+        if end.failed() && task.failures < self.retries {
+            task.failures += 1;
+            self.again.push_back((task, runs));
+            return Ended::Retry;
+        }
+        Ended::Done(Done {
+            task,
+            host,
+            end,
+            wall_us,
+            runs,
+        })
+    }
+
+    /// Hosts `hosts` are lost (a launch subtree): their slots go, and what ran there runs
+    /// again elsewhere, first; returns how many tasks that is.
+    pub fn hosts_lost(&mut self, hosts: Range<u32>) -> usize {
+        for h in hosts.clone() {
+            if let Some(l) = self.lost.get_mut(h as usize) {
+                *l = true;
+            }
+        }
+        self.free.retain(|h| !hosts.contains(h));
+        let moved: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| hosts.contains(&f.host))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &moved {
+            let f = self.in_flight.remove(id).expect("listed");
+            self.again.push_front((f.task, f.runs));
+        }
+        moved.len()
+    }
+
+    /// Tasks running now.
+    pub fn running(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Nothing in flight and nothing to run again.
+    pub fn idle(&self) -> bool {
+        self.in_flight.is_empty() && self.again.is_empty()
+    }
+
+    /// No host is left that could run anything: every host is lost, or was never up while
+    /// `launch_over` says none will come up any more.
+    pub fn stranded(&self, launch_over: bool) -> bool {
+        let usable = (0..self.up.len()).any(|h| !self.lost[h] && (self.up[h] || !launch_over));
+        !usable
+    }
+
+    /// What can never run now (the host list is exhausted): in flight and to run again.
+    pub fn drain(&mut self) -> Vec<Task> {
+        let mut left: Vec<Task> = self.again.drain(..).map(|(t, _)| t).collect();
+        left.extend(self.in_flight.drain().map(|(_, f)| f.task));
+        left.sort_by_key(|t| t.id);
+        left
+    }
+}
+
+/// Where the lines come from and where the results go.
+#[derive(Debug, Clone)]
+pub struct TaskOptions {
+    /// The file of commands, or `None` for stdin.
+    pub source: Option<PathBuf>,
+    /// JSON lines of the tasks' ends, or `None`.
+    pub results: Option<PathBuf>,
+    /// Runs again of a failed task.
+    pub retries: u32,
+}
+
+/// One result line: the task's number, host, exit code (128 + signal for a signal, 127 if it
+/// could not start), its last run's wall time, its runs and its command.
+fn result_line(done: &Done, host: &str) -> String {
+    let mut line = serde_json::json!({
+        "task": done.task.id,
+        "host": host,
+        "exit": done.end.code(),
+        "wall_s": done.wall_us as f64 / 1e6,
+        "runs": done.runs,
+        "command": done.task.command,
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
+/// Runs a task stream on the plan's hosts to its end; prints the tasks' output and the
+/// one-line diagnostics. Exit code 0 if every task ended 0, 1 if some failed, the launcher's
+/// codes if no host was left to run the rest or the stream could not be read.
+pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
+    let plan = &cfg.plan;
+    let n = plan.hosts.len();
+    let t0 = Instant::now();
+    let say = |line: String| eprintln!("greedyrun: {line}");
+    let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
+    let mut results = match &opts.results {
+        None => None,
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                say(format!("--results {}: {e}", p.display()));
+                return report(code::USAGE, n);
+            }
+        },
+    };
+    let lines: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match &opts.source {
+        None => Box::new(tokio::io::stdin()),
+        Some(p) => match tokio::fs::File::open(p).await {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                say(format!("--tasks {}: {e}", p.display()));
+                return report(code::USAGE, n);
+            }
+        },
+    };
+    let mut lines = BufReader::new(lines).lines();
+    let mut line_no = 0u64;
+    let mut source_done = false;
+
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
+    let start = start_frame(&cfg, true);
+    let fanout = Fanout::start(
+        &start,
+        &plan.launch,
+        0..n + 1,
+        EdgeConfig {
+            rsh: cfg.rsh.clone(),
+            agent: cfg.agent.clone(),
+            batch: plan.batch,
+            retries: cfg.retries,
+            hello_timeout: plan.timeout,
+            by: None,
+        },
+        up_tx,
+    );
+    let mut dispatch = Dispatcher::new(
+        plan.ranks.iter().map(|r| r.len() as u32).collect(),
+        opts.retries,
+    );
+    let mut hello_at: Vec<Option<Duration>> = vec![None; n];
+    let mut tagger = Tagger::default();
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let (mut done, mut failed, mut exit_code) = (0u64, 0u64, 0);
+    let mut ending = false;
+    let mut end_deadline: Option<Instant> = None;
+    let launch_deadline = t0 + plan.timeout;
+    let mut launch_over = false;
+    let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+
+    loop {
+        // Fill every free slot: what must run again first, then new lines.
+        while !ending && dispatch.has_free_slot() {
+            let (task, runs) = match dispatch.take_again() {
+                Some(t) => t,
+                None if source_done => break,
+                None => match lines.next_line().await {
+                    Ok(Some(line)) => {
+                        line_no += 1;
+                        if line.trim().is_empty() {
+                            continue;
+                        }
+                        let task = Task {
+                            id: line_no,
+                            command: line,
+                            failures: 0,
+                        };
+                        (task, 0)
+                    }
+                    Ok(None) => {
+                        source_done = true;
+                        break;
+                    }
+                    Err(e) => {
+                        say(format!("reading the tasks after line {line_no}: {e}"));
+                        source_done = true;
+                        exit_code = code::USAGE;
+                        break;
+                    }
+                },
+            };
+            let (id, command) = (task.id, task.command.clone());
+            let to = dispatch.assign(task, runs);
+            fanout.route(Some(to), Cmd::Task { id, command }).await;
+        }
+        if !ending && source_done && dispatch.idle() {
+            ending = true;
+            fanout.route(None, Cmd::Shutdown).await;
+            end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+        }
+        if !ending && dispatch.stranded(launch_over) {
+            let left = dispatch.drain();
+            let unread = if source_done {
+                String::new()
+            } else {
+                format!("; the stream is not read past line {line_no}")
+            };
+            say(format!(
+                "no host left to run tasks: {} tasks not run{unread}",
+                left.len()
+            ));
+            for task in &left {
+                say(format!("task {} not run: {}", task.id, task.command));
+            }
+            exit_code = code::LAUNCHER;
+            ending = true;
+            fanout.route(None, Cmd::Teardown).await;
+            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+        }
+        tokio::select! {
+            m = up_rx.recv() => match m {
+                None => break,
+                Some(Up::Hello { node }) => {
+                    if let Some(slot) = hello_at.get_mut(node as usize) && slot.is_none() {
+                        *slot = Some(t0.elapsed());
+                    }
+                    dispatch.host_up(node);
+                }
+                Some(Up::TaskOutput { id, stream, data }) => {
+                    let bytes = if cfg.tag_output { tagger.tag_task(id, stream, &data) } else { data.to_vec() };
+                    let _ = match stream {
+                        Stream::Stdout => stdout.write_all(&bytes).await,
+                        Stream::Stderr => stderr.write_all(&bytes).await,
+                    };
+                }
+                Some(Up::TaskEnd { node, id, end, wall_us }) => {
+                    match dispatch.ended(node, id, end, wall_us) {
+                        Ended::Done(d) => {
+                            done += 1;
+                            if d.end.failed() {
+                                failed += 1;
+                                if exit_code == 0 {
+                                    exit_code = 1;
+                                }
+                                say(format!("task {} on {} ended with {} after {} runs: {}", d.task.id, host(d.host), d.end.code(), d.runs, d.task.command));
+                            }
+                            if let Some(w) = results.as_mut() {
+                                let _ = w.write_all(result_line(&d, &host(d.host)).as_bytes());
+                            }
+                        }
+                        Ended::Retry if cfg.verbose => say(format!("task {id} on {} ended with {}: running it again", host(node), end.code())),
+                        Ended::Retry | Ended::Stale => {}
+                    }
+                }
+                Some(Up::Lost { node, what, .. }) => {
+                    let sub = plan.launch.subtree_len(node as usize + 1) as u32;
+                    let moved = dispatch.hosts_lost(node..node + sub);
+                    let out = if sub > 1 { format!("it and its launch subtree ({sub} hosts) leave") } else { "it leaves".into() };
+                    say(format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node)));
+                }
+                Some(Up::Failed { node, what, .. }) => {
+                    let moved = dispatch.hosts_lost(node..node + 1);
+                    say(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
+                }
+                Some(Up::Note { node, text }) => {
+                    if cfg.verbose || !ending {
+                        say(format!("{}: {text}", host(node)));
+                    }
+                }
+                Some(Up::Unclean { node, what }) => say(format!(
+                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
+                    host(node)
+                )),
+                Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. }) => {}
+            },
+            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                if ending { fanout.kill_all(); break; }
+                say(format!("interrupted: {} tasks running are ended", dispatch.running()));
+                exit_code = 130;
+                ending = true;
+                fanout.route(None, Cmd::Teardown).await;
+                end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+            }
+            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                if ending { fanout.kill_all(); break; }
+                exit_code = 143;
+                ending = true;
+                fanout.route(None, Cmd::Teardown).await;
+                end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+            }
+            _ = tick.tick() => {
+                let now = Instant::now();
+                if !launch_over && now >= launch_deadline {
+                    launch_over = true;
+                    let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
+                    if !missing.is_empty() {
+                        say(format!("no agent from {} after {} s: the stream runs without them", greedy_tree::hostlist::compress(&missing), plan.timeout.as_secs_f64()));
+                    }
+                }
+                if !ending && !cfg.progress.is_zero() && now >= next_progress {
+                    next_progress = now + cfg.progress;
+                    let rate = done as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+                    say(format!("tasks: {done} done ({failed} failed), {} running, {rate:.1} tasks/s", dispatch.running()));
+                }
+                if let Some(d) = end_deadline && now >= d {
+                    fanout.kill_all();
+                    end_deadline = None;
+                }
+            }
+        }
+    }
+    let _ = stdout.flush().await;
+    if let Some(mut w) = results.take()
+        && let Err(e) = w.flush()
+    {
+        say(format!("--results: {e}"));
+    }
+    if cfg.verbose {
+        say(format!(
+            "{done} tasks ended ({failed} failed) in {:.3} s",
+            t0.elapsed().as_secs_f64()
+        ));
+    }
+    let mut r = report(exit_code, n);
+    r.hello_at = hello_at;
+    r.finished_at = Some(t0.elapsed());
+    r
+}
+
+fn report(exit_code: i32, n: usize) -> Report {
+    Report {
+        exit_code,
+        hello_at: vec![None; n],
+        finished_at: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: u64) -> Task {
+        Task {
+            id,
+            command: format!("cmd {id}"),
+            failures: 0,
+        }
+    }
+
+    #[test]
+    fn slots_rotate_over_hosts_and_free_on_end() {
+        let mut d = Dispatcher::new(vec![1, 2], 0);
+        assert!(!d.has_free_slot());
+        d.host_up(1);
+        d.host_up(0);
+        d.host_up(0); // a second hello adds nothing
+        let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0)).collect();
+        assert_eq!(hosts, [1, 1, 0]);
+        assert!(!d.has_free_slot());
+        let Ended::Done(done) = d.ended(1, 2, RankEnd::Exited(0), 7) else {
+            panic!()
+        };
+        assert_eq!(
+            (done.task.id, done.host, done.runs, done.wall_us),
+            (2, 1, 1, 7)
+        );
+        assert_eq!(d.assign(task(4), 0), 1);
+    }
+
+    #[test]
+    fn a_failed_task_runs_again_up_to_the_retries_then_is_done_once() {
+        let mut d = Dispatcher::new(vec![1], 2);
+        d.host_up(0);
+        d.assign(task(1), 0);
+        assert_eq!(d.ended(0, 1, RankEnd::Exited(3), 1), Ended::Retry);
+        let (t, runs) = d.take_again().unwrap();
+        assert_eq!((t.failures, runs), (1, 1));
+        d.assign(t, runs);
+        assert_eq!(d.ended(0, 1, RankEnd::Signaled(9), 1), Ended::Retry);
+        let (t, runs) = d.take_again().unwrap();
+        d.assign(t, runs);
+        let Ended::Done(done) = d.ended(0, 1, RankEnd::Exited(3), 1) else {
+            panic!()
+        };
+        assert_eq!((done.runs, done.end.code()), (3, 3));
+        assert!(d.idle());
+        // A second report of it is not a second end.
+        assert_eq!(d.ended(0, 1, RankEnd::Exited(0), 1), Ended::Stale);
+    }
+
+    #[test]
+    fn a_lost_hosts_tasks_run_elsewhere_and_its_late_reports_are_ignored() {
+        let mut d = Dispatcher::new(vec![2, 2, 1], 0);
+        for h in 0..3 {
+            d.host_up(h);
+        }
+        let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0)).collect();
+        assert_eq!(on, [0, 0, 1, 1, 2]);
+        // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
+        assert_eq!(d.hosts_lost(1..3), 3);
+        assert!(!d.has_free_slot());
+        assert!(d.ended(0, 1, RankEnd::Exited(0), 1).is_done());
+        let (moved, _) = d.take_again().unwrap();
+        assert!([3, 4, 5].contains(&moved.id));
+        assert_eq!(d.assign(moved.clone(), 0), 0);
+        // The lost host's report of it comes late: not its end.
+        assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
+        assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
+        assert!(!d.stranded(true));
+        // Task 2 still runs on host 0: lost with it, it is left with the other two.
+        assert_eq!(d.hosts_lost(0..1), 1);
+        assert!(d.stranded(true));
+        let left: Vec<u64> = d.drain().iter().map(|t| t.id).collect();
+        assert_eq!(left.len(), 3);
+        assert!(left.contains(&2));
+        assert!(d.idle());
+    }
+
+    #[test]
+    fn hosts_not_up_yet_are_not_stranded_until_the_launch_is_over() {
+        let d = Dispatcher::new(vec![1, 1], 0);
+        assert!(!d.stranded(false));
+        assert!(d.stranded(true));
+    }
+
+    impl Ended {
+        fn is_done(&self) -> bool {
+            matches!(self, Ended::Done(_))
+        }
+    }
+
+    #[test]
+    fn result_lines_are_json_with_the_command_escaped() {
+        let d = Done {
+            task: Task {
+                id: 7,
+                command: "echo \"a\tb\"".into(),
+                failures: 0,
+            },
+            host: 0,
+            end: RankEnd::Signaled(9),
+            wall_us: 1_500_000,
+            runs: 1,
+        };
+        let v: serde_json::Value = serde_json::from_str(&result_line(&d, "n1")).unwrap();
+        assert_eq!(v["task"], 7);
+        assert_eq!(v["exit"], 137);
+        assert_eq!(v["wall_s"], 1.5);
+        assert_eq!(v["command"], "echo \"a\tb\"");
+        assert_eq!(v["host"], "n1");
+    }
+}
