@@ -272,8 +272,10 @@ impl Agent {
         let mut spawned = false;
 
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
-        let (task_tx, mut task_rx) = mpsc::channel::<u64>(64);
-        let mut tasks: HashMap<u64, u32> = HashMap::new();
+        // Task process groups still running (by group: a task run again on this host has the
+        // same id as its ended run, never the same group while that one is listed).
+        let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
+        let mut tasks: std::collections::HashSet<u32> = std::collections::HashSet::new();
         if !wireup_failed && !self.start.tasks {
             live = self
                 .spawn_ranks(
@@ -308,7 +310,7 @@ impl Agent {
                                 Cmd::Teardown => break End::Teardown,
                                 Cmd::Task { id, command } if self.start.tasks => {
                                     if let Some(pgid) = self.spawn_task(id, command, &mut guard, &exit_tx, &task_tx).await {
-                                        tasks.insert(id, pgid);
+                                        tasks.insert(pgid);
                                         live += 1;
                                     }
                                 }
@@ -341,10 +343,10 @@ impl Agent {
                 Some(_) = exit_rx.recv() => {
                     live = live.saturating_sub(1);
                 },
-                Some(id) = task_rx.recv() => {
+                Some(pgid) = task_rx.recv() => {
                     // What the task left running in its group ends with it: a stream of
                     // thousands of tasks must not pile up their background processes.
-                    if let Some(pgid) = tasks.remove(&id) {
+                    if tasks.remove(&pgid) {
                         if signals::group_alive(pgid) {
                             signals::signal_group(pgid, Signal::SIGKILL);
                         }
@@ -364,11 +366,7 @@ impl Agent {
             Cmd::Teardown
         };
         fanout.route(None, cmd).await;
-        let groups: Vec<u32> = ranks
-            .values()
-            .map(|r| r.pgid)
-            .chain(tasks.into_values())
-            .collect();
+        let groups: Vec<u32> = ranks.values().map(|r| r.pgid).chain(tasks).collect();
         if live > 0 {
             for &g in &groups {
                 signals::signal_group(g, Signal::SIGTERM);
@@ -444,7 +442,8 @@ impl Agent {
     }
 
     /// Forks task `id` (`sh -c command` in the job's environment, `GREEDY_TASK` its number);
-    /// reports its output and its end up, and its id to `ended` and `exits` once it ended.
+    /// reports its output and its end up, and its process group to `ended` (and a count to
+    /// `exits`) once it ended.
     /// Its process group, or `None` if it could not start (its end is reported at once).
     async fn spawn_task(
         &self,
@@ -452,7 +451,7 @@ impl Agent {
         command: String,
         guard: &mut Option<GuardHandle>,
         exits: &mpsc::Sender<u32>,
-        ended: &mpsc::Sender<u64>,
+        ended: &mpsc::Sender<u32>,
     ) -> Option<u32> {
         let node = self.node;
         let mut env: Vec<(String, String)> = self
@@ -538,7 +537,7 @@ impl Agent {
                         wall_us,
                     })
                     .await;
-                let _ = ended.send(id).await;
+                let _ = ended.send(pgid).await;
                 let _ = exits.send(0).await;
             }
             .instrument(info_span!("task", id)),

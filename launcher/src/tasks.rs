@@ -180,6 +180,24 @@ impl Dispatcher {
         moved.len()
     }
 
+    /// A failed task of the streams from now on runs at most `retries` more times.
+    pub fn set_retries(&mut self, retries: u32) {
+        self.retries = retries;
+    }
+
+    /// Slots of the hosts not lost.
+    pub fn total_slots(&self) -> u32 {
+        (0..self.slots.len())
+            .filter(|&h| !self.lost[h])
+            .map(|h| self.slots[h])
+            .sum()
+    }
+
+    /// Hosts lost so far.
+    pub fn lost_hosts(&self) -> usize {
+        self.lost.iter().filter(|&&l| l).count()
+    }
+
     /// Tasks running now.
     pub fn running(&self) -> usize {
         self.in_flight.len()
@@ -206,11 +224,28 @@ impl Dispatcher {
     }
 }
 
+/// Where a stream comes from: a file, stdin, or the clients of a session.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Lines of this file.
+    File(PathBuf),
+    /// Lines of greedyrun's stdin.
+    Stdin,
+    /// A session (`--start-session`): streams submitted through this control socket, one at
+    /// a time, until `--end-session` or `idle` without a client.
+    Session {
+        /// The control socket (in a 0700 directory of its own).
+        socket: PathBuf,
+        /// How long the session waits for a client before it ends.
+        idle: Duration,
+    },
+}
+
 /// Where the lines come from and where the results go.
 #[derive(Debug, Clone)]
 pub struct TaskOptions {
-    /// The file of commands, or `None` for stdin.
-    pub source: Option<PathBuf>,
+    /// The stream.
+    pub source: Source,
     /// JSON lines of the tasks' ends, or `None`.
     pub results: Option<PathBuf>,
     /// Runs again of a failed task.
@@ -233,38 +268,238 @@ fn result_line(done: &Done, host: &str) -> String {
     line
 }
 
-/// Runs a task stream on the plan's hosts to its end; prints the tasks' output and the
-/// one-line diagnostics. Exit code 0 if every task ended 0, 1 if some failed, the launcher's
-/// codes if no host was left to run the rest or the stream could not be read.
+/// Frames from a session to a client: kind, 4-byte big-endian length, payload.
+mod frame {
+    /// Bytes for the client's stdout.
+    pub(super) const STDOUT: u8 = 1;
+    /// Bytes for the client's stderr.
+    pub(super) const STDERR: u8 = 2;
+    /// A result line for the client's `--results`.
+    pub(super) const RESULT: u8 = 3;
+    /// A diagnostic line (the client prints `greedyrun: ` before it).
+    pub(super) const SAY: u8 = 4;
+    /// The stream's exit code, 4 bytes big-endian: the last frame.
+    pub(super) const EXIT: u8 = 5;
+    /// Largest payload a client accepts.
+    pub(super) const MAX: u32 = 1 << 24;
+}
+
+/// The first line a client sends: what it wants.
+const HELLO: &str = "greedy-session 1";
+
+type LineSource = tokio::io::Lines<BufReader<Box<dyn tokio::io::AsyncRead + Unpin + Send>>>;
+
+/// Where the current stream's lines come from and its output, results and diagnostics go.
+enum Feed {
+    /// greedyrun's own stream: stdout, stderr, the `--results` file.
+    Local {
+        lines: LineSource,
+        results: Option<std::io::BufWriter<std::fs::File>>,
+    },
+    /// A session's client, over its control connection.
+    Client {
+        lines: LineSource,
+        out: tokio::net::unix::OwnedWriteHalf,
+        /// Its writes failed (it went away): the rest is dropped, the stream still runs.
+        gone: bool,
+    },
+}
+
+impl Feed {
+    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        match self {
+            Feed::Local { lines, .. } | Feed::Client { lines, .. } => lines.next_line().await,
+        }
+    }
+
+    async fn send(&mut self, kind: u8, payload: &[u8]) {
+        if let Feed::Client { out, gone, .. } = self
+            && !*gone
+        {
+            let mut head = [0u8; 5];
+            head[0] = kind;
+            head[1..].copy_from_slice(&(payload.len() as u32).to_be_bytes());
+            if out.write_all(&head).await.is_err() || out.write_all(payload).await.is_err() {
+                *gone = true;
+            }
+        }
+    }
+
+    async fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        match self {
+            Feed::Local { .. } => {
+                let _ = match stream {
+                    Stream::Stdout => tokio::io::stdout().write_all(bytes).await,
+                    Stream::Stderr => tokio::io::stderr().write_all(bytes).await,
+                };
+            }
+            Feed::Client { .. } => {
+                let kind = match stream {
+                    Stream::Stdout => frame::STDOUT,
+                    Stream::Stderr => frame::STDERR,
+                };
+                self.send(kind, bytes).await;
+            }
+        }
+    }
+
+    async fn result(&mut self, line: &str) {
+        match self {
+            Feed::Local { results, .. } => {
+                if let Some(w) = results.as_mut() {
+                    let _ = w.write_all(line.as_bytes());
+                }
+            }
+            Feed::Client { .. } => self.send(frame::RESULT, line.as_bytes()).await,
+        }
+    }
+
+    async fn say(&mut self, text: String) {
+        match self {
+            Feed::Local { .. } => eprintln!("greedyrun: {text}"),
+            Feed::Client { .. } => self.send(frame::SAY, text.as_bytes()).await,
+        }
+    }
+
+    async fn finish(mut self, code: i32) {
+        match &mut self {
+            Feed::Local { results, .. } => {
+                if let Some(w) = results.as_mut()
+                    && let Err(e) = w.flush()
+                {
+                    eprintln!("greedyrun: --results: {e}");
+                }
+                let _ = tokio::io::stdout().flush().await;
+            }
+            Feed::Client { .. } => {
+                self.send(frame::EXIT, &code.to_be_bytes()).await;
+                if let Feed::Client { out, .. } = &mut self {
+                    let _ = out.shutdown().await;
+                }
+            }
+        }
+    }
+}
+
+/// The stream being run and its account.
+struct Current {
+    feed: Feed,
+    line_no: u64,
+    source_done: bool,
+    done: u64,
+    failed: u64,
+    exit_code: i32,
+    t0: Instant,
+    tagger: Option<Tagger>,
+}
+
+impl Current {
+    fn new(feed: Feed, tag: bool) -> Current {
+        Current {
+            feed,
+            line_no: 0,
+            source_done: false,
+            done: 0,
+            failed: 0,
+            exit_code: 0,
+            t0: Instant::now(),
+            tagger: tag.then(Tagger::default),
+        }
+    }
+}
+
+/// What a client asked for.
+enum Request {
+    /// Run the stream that follows, with these retries and tagging.
+    Tasks { retries: u32, tag: bool },
+    /// Say how the session is.
+    Status,
+    /// End the session.
+    End,
+}
+
+/// Reads a client's first line (`greedy-session 1 tasks retries=K tag=0|1`, `… status`,
+/// `… end`), within 5 s.
+async fn read_request(lines: &mut LineSource) -> Option<Request> {
+    let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .ok()?
+        .ok()??;
+    let rest = line.strip_prefix(HELLO)?.trim();
+    let mut words = rest.split_whitespace();
+    match words.next()? {
+        "status" => Some(Request::Status),
+        "end" => Some(Request::End),
+        "tasks" => {
+            let (mut retries, mut tag) = (0, false);
+            for w in words {
+                match w.split_once('=')? {
+                    ("retries", k) => retries = k.parse().ok()?,
+                    ("tag", t) => tag = t == "1",
+                    _ => return None,
+                }
+            }
+            Some(Request::Tasks { retries, tag })
+        }
+        _ => None,
+    }
+}
+
+/// Runs a task stream on the plan's hosts to its end (or, for a session, the streams its
+/// clients submit until one ends it or none comes for `idle`); prints the tasks' output and
+/// the one-line diagnostics. Exit code 0 if every task ended 0, 1 if some failed, the
+/// launcher's codes if no host was left to run the rest or the stream could not be read.
 pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let plan = &cfg.plan;
     let n = plan.hosts.len();
     let t0 = Instant::now();
-    let say = |line: String| eprintln!("greedyrun: {line}");
+    let log = |line: String| eprintln!("greedyrun: {line}");
     let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
-    let mut results = match &opts.results {
-        None => None,
-        Some(p) => match std::fs::File::create(p) {
-            Ok(f) => Some(std::io::BufWriter::new(f)),
-            Err(e) => {
-                say(format!("--results {}: {e}", p.display()));
-                return report(code::USAGE, n);
+
+    let mut current: Option<Current> = None;
+    let mut listener: Option<tokio::net::UnixListener> = None;
+    let mut idle: Option<Duration> = None;
+    match &opts.source {
+        Source::File(_) | Source::Stdin => {
+            let results = match &opts.results {
+                None => None,
+                Some(p) => match std::fs::File::create(p) {
+                    Ok(f) => Some(std::io::BufWriter::new(f)),
+                    Err(e) => {
+                        log(format!("--results {}: {e}", p.display()));
+                        return report(code::USAGE, n);
+                    }
+                },
+            };
+            let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match &opts.source {
+                Source::File(p) => match tokio::fs::File::open(p).await {
+                    Ok(f) => Box::new(f),
+                    Err(e) => {
+                        log(format!("--tasks {}: {e}", p.display()));
+                        return report(code::USAGE, n);
+                    }
+                },
+                _ => Box::new(tokio::io::stdin()),
+            };
+            let feed = Feed::Local {
+                lines: BufReader::new(input).lines(),
+                results,
+            };
+            current = Some(Current::new(feed, cfg.tag_output));
+        }
+        Source::Session { socket, idle: i } => {
+            match tokio::net::UnixListener::bind(socket) {
+                Ok(l) => listener = Some(l),
+                Err(e) => {
+                    log(format!("session socket {}: {e}", socket.display()));
+                    return report(code::LAUNCHER, n);
+                }
             }
-        },
-    };
-    let lines: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match &opts.source {
-        None => Box::new(tokio::io::stdin()),
-        Some(p) => match tokio::fs::File::open(p).await {
-            Ok(f) => Box::new(f),
-            Err(e) => {
-                say(format!("--tasks {}: {e}", p.display()));
-                return report(code::USAGE, n);
-            }
-        },
-    };
-    let mut lines = BufReader::new(lines).lines();
-    let mut line_no = 0u64;
-    let mut source_done = false;
+            idle = Some(*i);
+        }
+    }
+    let session = listener.is_some();
+    let own_uid = nix::unistd::geteuid().as_raw();
 
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
     let start = start_frame(&cfg, true);
@@ -287,46 +522,59 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         opts.retries,
     );
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
-    let mut tagger = Tagger::default();
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
-    let (mut done, mut failed, mut exit_code) = (0u64, 0u64, 0);
+    let mut session_code = 0;
     let mut ending = false;
     let mut end_deadline: Option<Instant> = None;
     let launch_deadline = t0 + plan.timeout;
     let mut launch_over = false;
+    let mut idle_since = Instant::now();
     let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let mut sigterm = signal(SignalKind::terminate()).ok();
+    // A session outlives the terminal it was started from.
+    let mut sighup = session.then(|| signal(SignalKind::hangup()).ok()).flatten();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     loop {
         // Fill every free slot: what must run again first, then new lines.
         while !ending && dispatch.has_free_slot() {
-            let (task, runs) = match dispatch.take_again() {
+            let again = dispatch.take_again();
+            let Some(cur) = current.as_mut() else {
+                if let Some((task, _)) = again {
+                    log(format!(
+                        "task {} of a stream that has ended: dropped",
+                        task.id
+                    ));
+                }
+                break;
+            };
+            let (task, runs) = match again {
                 Some(t) => t,
-                None if source_done => break,
-                None => match lines.next_line().await {
+                None if cur.source_done => break,
+                None => match cur.feed.next_line().await {
                     Ok(Some(line)) => {
-                        line_no += 1;
+                        cur.line_no += 1;
                         if line.trim().is_empty() {
                             continue;
                         }
                         let task = Task {
-                            id: line_no,
+                            id: cur.line_no,
                             command: line,
                             failures: 0,
                         };
                         (task, 0)
                     }
                     Ok(None) => {
-                        source_done = true;
+                        cur.source_done = true;
                         break;
                     }
                     Err(e) => {
-                        say(format!("reading the tasks after line {line_no}: {e}"));
-                        source_done = true;
-                        exit_code = code::USAGE;
+                        let line_no = cur.line_no;
+                        cur.feed
+                            .say(format!("reading the tasks after line {line_no}: {e}"))
+                            .await;
+                        cur.source_done = true;
+                        cur.exit_code = code::USAGE;
                         break;
                     }
                 },
@@ -335,29 +583,54 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             let to = dispatch.assign(task, runs);
             fanout.route(Some(to), Cmd::Task { id, command }).await;
         }
-        if !ending && source_done && dispatch.idle() {
-            ending = true;
-            fanout.route(None, Cmd::Shutdown).await;
-            end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+        if let Some(cur) = current.as_ref()
+            && cur.source_done
+            && dispatch.idle()
+        {
+            let cur = current.take().expect("checked");
+            let code = cur.exit_code;
+            if cfg.verbose {
+                log(format!(
+                    "{} tasks ended ({} failed) in {:.3} s",
+                    cur.done,
+                    cur.failed,
+                    cur.t0.elapsed().as_secs_f64()
+                ));
+            }
+            cur.feed.finish(code).await;
+            idle_since = Instant::now();
+            if !session && !ending {
+                session_code = code;
+                ending = true;
+                fanout.route(None, Cmd::Shutdown).await;
+                end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+            }
         }
         if !ending && dispatch.stranded(launch_over) {
             let left = dispatch.drain();
-            let unread = if source_done {
-                String::new()
-            } else {
-                format!("; the stream is not read past line {line_no}")
-            };
-            say(format!(
-                "no host left to run tasks: {} tasks not run{unread}",
-                left.len()
-            ));
-            for task in &left {
-                say(format!("task {} not run: {}", task.id, task.command));
+            let mut text = format!("no host left to run tasks: {} tasks not run", left.len());
+            if let Some(cur) = current.as_mut() {
+                if !cur.source_done {
+                    text += &format!("; the stream is not read past line {}", cur.line_no);
+                }
+                cur.feed.say(text.clone()).await;
+                for task in &left {
+                    cur.feed
+                        .say(format!("task {} not run: {}", task.id, task.command))
+                        .await;
+                }
+                cur.exit_code = code::LAUNCHER;
+                cur.source_done = true;
             }
-            exit_code = code::LAUNCHER;
+            log(text);
+            session_code = code::LAUNCHER;
             ending = true;
             fanout.route(None, Cmd::Teardown).await;
             end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+            if let Some(cur) = current.take() {
+                let code = cur.exit_code;
+                cur.feed.finish(code).await;
+            }
         }
         tokio::select! {
             m = up_rx.recv() => match m {
@@ -369,28 +642,31 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     dispatch.host_up(node);
                 }
                 Some(Up::TaskOutput { id, stream, data }) => {
-                    let bytes = if cfg.tag_output { tagger.tag_task(id, stream, &data) } else { data.to_vec() };
-                    let _ = match stream {
-                        Stream::Stdout => stdout.write_all(&bytes).await,
-                        Stream::Stderr => stderr.write_all(&bytes).await,
-                    };
+                    if let Some(cur) = current.as_mut() {
+                        let bytes = match cur.tagger.as_mut() {
+                            Some(t) => t.tag_task(id, stream, &data),
+                            None => data.to_vec(),
+                        };
+                        cur.feed.output(stream, &bytes).await;
+                    }
                 }
                 Some(Up::TaskEnd { node, id, end, wall_us }) => {
                     match dispatch.ended(node, id, end, wall_us) {
                         Ended::Done(d) => {
-                            done += 1;
-                            if d.end.failed() {
-                                failed += 1;
-                                if exit_code == 0 {
-                                    exit_code = 1;
+                            if let Some(cur) = current.as_mut() {
+                                cur.done += 1;
+                                if d.end.failed() {
+                                    cur.failed += 1;
+                                    if cur.exit_code == 0 {
+                                        cur.exit_code = 1;
+                                    }
+                                    let runs = if d.runs == 1 { "1 run".to_string() } else { format!("{} runs", d.runs) };
+                                    cur.feed.say(format!("task {} on {} ended with {} after {runs}: {}", d.task.id, host(d.host), d.end.code(), d.task.command)).await;
                                 }
-                                say(format!("task {} on {} ended with {} after {} runs: {}", d.task.id, host(d.host), d.end.code(), d.runs, d.task.command));
-                            }
-                            if let Some(w) = results.as_mut() {
-                                let _ = w.write_all(result_line(&d, &host(d.host)).as_bytes());
+                                cur.feed.result(&result_line(&d, &host(d.host))).await;
                             }
                         }
-                        Ended::Retry if cfg.verbose => say(format!("task {id} on {} ended with {}: running it again", host(node), end.code())),
+                        Ended::Retry if cfg.verbose => log(format!("task {id} on {} ended with {}: running it again", host(node), end.code())),
                         Ended::Retry | Ended::Stale => {}
                     }
                 }
@@ -398,51 +674,109 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     let sub = plan.launch.subtree_len(node as usize + 1) as u32;
                     let moved = dispatch.hosts_lost(node..node + sub);
                     let out = if sub > 1 { format!("it and its launch subtree ({sub} hosts) leave") } else { "it leaves".into() };
-                    say(format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node)));
+                    let text = format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node));
+                    match current.as_mut() {
+                        Some(cur) if !ending => cur.feed.say(text).await,
+                        _ => log(text),
+                    }
                 }
                 Some(Up::Failed { node, what, .. }) => {
                     let moved = dispatch.hosts_lost(node..node + 1);
-                    say(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
+                    log(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
                 }
                 Some(Up::Note { node, text }) => {
                     if cfg.verbose || !ending {
-                        say(format!("{}: {text}", host(node)));
+                        log(format!("{}: {text}", host(node)));
                     }
                 }
-                Some(Up::Unclean { node, what }) => say(format!(
+                Some(Up::Unclean { node, what }) => log(format!(
                     "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
                     host(node)
                 )),
                 Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. }) => {}
             },
+            accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && current.is_none() && !ending => {
+                let Ok((conn, _)) = accepted else { continue };
+                // The socket's directory is the owner's alone (0700); the peer's uid, from the
+                // kernel, is checked anyway.
+                let uid = conn.peer_cred().map(|c| c.uid());
+                if uid.as_ref().ok() != Some(&own_uid) {
+                    log(format!("refused a control connection from uid {uid:?}: the session is uid {own_uid}'s"));
+                    continue;
+                }
+                let (rd, out) = conn.into_split();
+                let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
+                let mut lines = BufReader::new(boxed).lines();
+                let mut feed = Feed::Client { lines: BufReader::new(Box::new(tokio::io::empty()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>).lines(), out, gone: false };
+                match read_request(&mut lines).await {
+                    Some(Request::Tasks { retries, tag }) => {
+                        if let Feed::Client { lines: l, .. } = &mut feed { *l = lines; }
+                        dispatch.set_retries(retries);
+                        current = Some(Current::new(feed, tag));
+                    }
+                    Some(Request::Status) => {
+                        let up = hello_at.iter().filter(|h| h.is_some()).count();
+                        let text = format!(
+                            "session of {n} hosts ({up} up, {} lost), {} slots, {} tasks running, up {:.0} s, idle {:.0} s",
+                            dispatch.lost_hosts(), dispatch.total_slots(), dispatch.running(),
+                            t0.elapsed().as_secs_f64(), idle_since.elapsed().as_secs_f64(),
+                        );
+                        let counts = serde_json::json!({
+                            "hosts": n, "up": up, "lost": dispatch.lost_hosts(),
+                            "slots": dispatch.total_slots(), "running": dispatch.running(),
+                        });
+                        feed.send(frame::RESULT, counts.to_string().as_bytes()).await;
+                        feed.send(frame::SAY, text.as_bytes()).await;
+                        feed.finish(0).await;
+                    }
+                    Some(Request::End) => {
+                        feed.finish(0).await;
+                        ending = true;
+                        fanout.route(None, Cmd::Shutdown).await;
+                        end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                    }
+                    None => log("a control connection said nothing greedyrun understands: closed".into()),
+                }
+            }
             Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 if ending { fanout.kill_all(); break; }
-                say(format!("interrupted: {} tasks running are ended", dispatch.running()));
-                exit_code = 130;
+                log(format!("interrupted: {} tasks running are ended", dispatch.running()));
+                session_code = 130;
                 ending = true;
                 fanout.route(None, Cmd::Teardown).await;
                 end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
             }
             Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 if ending { fanout.kill_all(); break; }
-                exit_code = 143;
+                session_code = 143;
                 ending = true;
                 fanout.route(None, Cmd::Teardown).await;
                 end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
             }
+            Some(()) = async { match sighup.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {}
             _ = tick.tick() => {
                 let now = Instant::now();
                 if !launch_over && now >= launch_deadline {
                     launch_over = true;
                     let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
                     if !missing.is_empty() {
-                        say(format!("no agent from {} after {} s: the stream runs without them", greedy_tree::hostlist::compress(&missing), plan.timeout.as_secs_f64()));
+                        log(format!("no agent from {} after {} s: the stream runs without them", greedy_tree::hostlist::compress(&missing), plan.timeout.as_secs_f64()));
                     }
                 }
-                if !ending && !cfg.progress.is_zero() && now >= next_progress {
+                if let (Some(idle), None, false) = (idle, &current, ending)
+                    && idle_since.elapsed() >= idle
+                {
+                    log(format!("no stream for {} s: the session ends", idle.as_secs_f64()));
+                    ending = true;
+                    fanout.route(None, Cmd::Shutdown).await;
+                    end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                }
+                if let Some(cur) = current.as_mut()
+                    && !session && !cfg.progress.is_zero() && now >= next_progress
+                {
                     next_progress = now + cfg.progress;
-                    let rate = done as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-                    say(format!("tasks: {done} done ({failed} failed), {} running, {rate:.1} tasks/s", dispatch.running()));
+                    let rate = cur.done as f64 / cur.t0.elapsed().as_secs_f64().max(1e-9);
+                    log(format!("tasks: {} done ({} failed), {} running, {rate:.1} tasks/s", cur.done, cur.failed, dispatch.running()));
                 }
                 if let Some(d) = end_deadline && now >= d {
                     fanout.kill_all();
@@ -451,19 +785,19 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             }
         }
     }
-    let _ = stdout.flush().await;
-    if let Some(mut w) = results.take()
-        && let Err(e) = w.flush()
-    {
-        say(format!("--results: {e}"));
+    if let Some(cur) = current.take() {
+        let code = if cur.exit_code == 0 {
+            session_code
+        } else {
+            cur.exit_code
+        };
+        session_code = code;
+        cur.feed.finish(code).await;
     }
-    if cfg.verbose {
-        say(format!(
-            "{done} tasks ended ({failed} failed) in {:.3} s",
-            t0.elapsed().as_secs_f64()
-        ));
+    if let Source::Session { socket, .. } = &opts.source {
+        let _ = std::fs::remove_file(socket);
     }
-    let mut r = report(exit_code, n);
+    let mut r = report(session_code, n);
     r.hello_at = hello_at;
     r.finished_at = Some(t0.elapsed());
     r
@@ -475,6 +809,136 @@ fn report(exit_code: i32, n: usize) -> Report {
         hello_at: vec![None; n],
         finished_at: None,
     }
+}
+
+/// What a client of a session does: send `request` (and, for a stream, its lines), print
+/// what comes back, write results to `results`; returns the exit code the session sent.
+pub async fn submit(
+    socket: &std::path::Path,
+    request: &str,
+    lines: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+    results: Option<PathBuf>,
+) -> i32 {
+    use tokio::io::AsyncReadExt;
+    let say = |line: String| eprintln!("greedyrun: {line}");
+    let conn = match tokio::net::UnixStream::connect(socket).await {
+        Ok(c) => c,
+        Err(e) => {
+            say(format!(
+                "GREEDY_SESSION={}: {e} (has the session ended?)",
+                socket.display()
+            ));
+            return code::LAUNCHER;
+        }
+    };
+    let mut results = match results {
+        None => None,
+        Some(p) => match std::fs::File::create(&p) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                say(format!("--results {}: {e}", p.display()));
+                return code::USAGE;
+            }
+        },
+    };
+    let (mut rd, mut wr) = conn.into_split();
+    let header = format!("{HELLO} {request}\n");
+    let sender = tokio::spawn(async move {
+        wr.write_all(header.as_bytes()).await?;
+        if let Some(mut lines) = lines {
+            tokio::io::copy(&mut lines, &mut wr).await?;
+        }
+        wr.shutdown().await
+    });
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let exit = loop {
+        let mut head = [0u8; 5];
+        if rd.read_exact(&mut head).await.is_err() {
+            say("the session went away before the stream ended".into());
+            break code::LAUNCHER;
+        }
+        let len = u32::from_be_bytes(head[1..].try_into().expect("4 bytes"));
+        if len > frame::MAX {
+            say(format!(
+                "the session sent a frame of {len} bytes: not a greedy session"
+            ));
+            break code::LAUNCHER;
+        }
+        let mut payload = vec![0u8; len as usize];
+        if rd.read_exact(&mut payload).await.is_err() {
+            say("the session went away before the stream ended".into());
+            break code::LAUNCHER;
+        }
+        match head[0] {
+            frame::STDOUT => {
+                let _ = stdout.write_all(&payload).await;
+            }
+            frame::STDERR => {
+                let _ = stderr.write_all(&payload).await;
+            }
+            frame::RESULT => {
+                if let Some(w) = results.as_mut() {
+                    let _ = w.write_all(&payload);
+                }
+            }
+            frame::SAY => say(String::from_utf8_lossy(&payload).into_owned()),
+            frame::EXIT if payload.len() == 4 => {
+                break i32::from_be_bytes(payload[..].try_into().expect("4 bytes"));
+            }
+            k => {
+                say(format!(
+                    "the session sent a frame of kind {k}: not a greedy session"
+                ));
+                break code::LAUNCHER;
+            }
+        }
+    };
+    sender.abort();
+    let _ = stdout.flush().await;
+    if let Some(mut w) = results
+        && let Err(e) = w.flush()
+    {
+        say(format!("--results: {e}"));
+    }
+    exit
+}
+
+/// A session's hosts up and lost, from its status; `None` if it does not answer (yet).
+pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
+    use tokio::io::AsyncReadExt;
+    let conn = tokio::net::UnixStream::connect(socket).await.ok()?;
+    let (mut rd, mut wr) = conn.into_split();
+    wr.write_all(format!("{HELLO} status\n").as_bytes())
+        .await
+        .ok()?;
+    let ask = async {
+        loop {
+            let mut head = [0u8; 5];
+            rd.read_exact(&mut head).await.ok()?;
+            let len = u32::from_be_bytes(head[1..].try_into().expect("4 bytes"));
+            if len > frame::MAX {
+                return None;
+            }
+            let mut payload = vec![0u8; len as usize];
+            rd.read_exact(&mut payload).await.ok()?;
+            if head[0] == frame::RESULT {
+                let v: serde_json::Value = serde_json::from_slice(&payload).ok()?;
+                return Some((v["up"].as_u64()? as usize, v["lost"].as_u64()? as usize));
+            }
+            if head[0] == frame::EXIT {
+                return None;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), ask)
+        .await
+        .ok()?
+}
+
+/// The request line of a stream for a session.
+pub fn stream_request(retries: u32, tag: bool) -> String {
+    format!("tasks retries={retries} tag={}", u8::from(tag))
 }
 
 #[cfg(test)]

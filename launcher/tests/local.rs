@@ -577,3 +577,196 @@ fn a_lost_hosts_tasks_run_again_elsewhere() {
     // Its first run (the `sleep 30`) is gone with the lost agent.
     assert_gone(&format!("{dir}/killed ]"));
 }
+
+#[test]
+fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    let greedyrun = |args: &[&str], session: Option<&str>| {
+        let mut cmd = Command::new(GREEDYRUN);
+        cmd.args(args)
+            .env_remove("GREEDY_SESSION")
+            .stdin(Stdio::null());
+        if let Some(s) = session {
+            cmd.env("GREEDY_SESSION", s);
+        }
+        cmd.output().unwrap()
+    };
+    let out = greedyrun(
+        &[
+            "--rsh",
+            local.to_str().unwrap(),
+            "-H",
+            "a:2,b:2",
+            "--start-session",
+            "--idle-timeout",
+            "60",
+        ],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let socket = stdout
+        .trim()
+        .strip_prefix("export GREEDY_SESSION=")
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string();
+    // The session's process, and the agents below it (other tests run agents beside).
+    let serve = session_process(&socket).expect("the session's process");
+    let agents = || agents_below(serve).len();
+    let started = agents();
+    assert_eq!(started, 2, "one agent per host");
+    // Two streams, one after the other, on the same agents: no new remote shell.
+    let tasks = d.path().join("tasks");
+    std::fs::write(
+        &tasks,
+        format!("echo one $GREEDY_TASK\nexit 6\ntouch {marker}/ran; echo three\n"),
+    )
+    .unwrap();
+    for round in 0..2 {
+        let res = d.path().join(format!("res{round}"));
+        let out = greedyrun(
+            &[
+                "--tasks",
+                tasks.to_str().unwrap(),
+                "--results",
+                res.to_str().unwrap(),
+            ],
+            Some(&socket),
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains("one 1\n") && stdout.contains("three\n"),
+            "{stdout}"
+        );
+        assert!(
+            text(&out.stderr).contains("task 2 on "),
+            "{}",
+            text(&out.stderr)
+        );
+        let rows = results(&res);
+        assert_eq!(
+            rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+            [(1, 0), (2, 6), (3, 0)]
+        );
+        assert_eq!(
+            agents(),
+            started,
+            "the session's agents stay, none is added"
+        );
+    }
+    let out = greedyrun(&["--status"], Some(&socket));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("2 hosts (2 up, 0 lost), 4 slots, 0 tasks running"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Another user cannot reach the control socket.
+    let other = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            GREEDYRUN,
+            "--status",
+        ])
+        .env("GREEDY_SESSION", &socket)
+        .output()
+        .unwrap();
+    assert_ne!(other.status.code(), Some(0));
+    assert!(
+        text(&other.stderr).contains("ermission denied"),
+        "{}",
+        text(&other.stderr)
+    );
+    let agent_pids = descendants(serve, "greedyd");
+    assert_eq!(agent_pids.len(), 4, "two agents and their guards");
+    let out = greedyrun(&["--end-session"], Some(&socket));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exists = |pid: &u32| Path::new(&format!("/proc/{pid}")).exists();
+    while exists(&serve) || agent_pids.iter().any(exists) {
+        assert!(
+            Instant::now() < deadline,
+            "the session or its agents outlived it"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = Path::new(&socket).parent().unwrap().to_path_buf();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(Instant::now() < deadline, "{} left behind", dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = greedyrun(&["--status"], Some(&socket));
+    assert_eq!(out.status.code(), Some(125));
+}
+
+/// The process serving the session whose control socket is `socket`.
+fn session_process(socket: &str) -> Option<u32> {
+    let wanted = format!("GREEDY_SESSION_SERVE={socket}");
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        env.split(|&b| b == 0)
+            .any(|v| v == wanted.as_bytes())
+            .then_some(pid)
+    })
+}
+
+/// Processes named `comm` below `root`.
+fn descendants(root: u32, comm: &str) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    let mut name = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces, so split at the last ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent.insert(pid, ppid);
+            name.insert(
+                pid,
+                head.split_once('(')
+                    .map(|x| x.1.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    let below = |mut p: u32| {
+        while let Some(&pp) = parent.get(&p) {
+            if pp == root {
+                return true;
+            }
+            p = pp;
+        }
+        false
+    };
+    name.iter()
+        .filter(|(pid, n)| n.as_str() == comm && below(**pid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// The agents below `root` (not their guards).
+fn agents_below(root: u32) -> Vec<u32> {
+    descendants(root, "greedyd")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| !text(&c).contains("--guard"))
+        })
+        .collect()
+}

@@ -1,6 +1,6 @@
 //! `greedyrun`: start a parallel job on many hosts over rsh/ssh along the greedy launch tree.
 
-use std::{path::PathBuf, time::Duration};
+use std::{os::unix::process::CommandExt, path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
@@ -12,7 +12,7 @@ use greedy_launcher::{
     proto::{BindTo, PmiMode},
     ssh,
     status::code,
-    tasks::{self, TaskOptions},
+    tasks::{self, Source, TaskOptions},
 };
 use greedy_tree::Topology;
 
@@ -196,6 +196,23 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0, value_name = "K", requires = "tasks")]
     task_retries: u32,
 
+    /// Start the agents on the hosts and keep them: prints `export GREEDY_SESSION=…` for
+    /// `eval`. While GREEDY_SESSION is set, `greedyrun --tasks` runs on that session's hosts.
+    #[arg(long, conflicts_with_all = ["tasks", "calibrate", "status", "end_session"])]
+    start_session: bool,
+
+    /// With --start-session: end the session after this long without a stream.
+    #[arg(long, default_value_t = 1800.0, value_name = "SECS")]
+    idle_timeout: f64,
+
+    /// Say how the session of GREEDY_SESSION is: hosts, slots, tasks running.
+    #[arg(long, conflicts_with_all = ["tasks", "calibrate", "end_session"])]
+    status: bool,
+
+    /// End the session of GREEDY_SESSION: its agents leave every host.
+    #[arg(long, conflicts_with_all = ["tasks", "calibrate"])]
+    end_session: bool,
+
     /// Print launch timings.
     #[arg(short, long)]
     verbose: bool,
@@ -308,16 +325,16 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
     let rsh = ssh::remote_shell(&args.rsh, timeout);
     let (argv, more) = if args.calibrate && args.argv.is_empty() {
         (vec!["true".to_string()], Vec::new())
-    } else if args.tasks.is_some() {
+    } else if args.tasks.is_some() || args.start_session {
         if !args.argv.is_empty() {
-            bail!("--tasks runs the commands of its lines: give no program");
+            bail!("--tasks and --start-session run the commands of a stream: give no program");
         }
         // The plan's ranks are the stream's slots; nothing runs this program.
         (vec!["/bin/sh".to_string()], Vec::new())
     } else {
         mpmd_parts(args.argv)?
     };
-    let pmi = if args.tasks.is_some() {
+    let pmi = if args.tasks.is_some() || args.start_session {
         PmiMode::None
     } else {
         pmi
@@ -356,7 +373,7 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
             .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
     }
     let stdin_rank = match args.stdin.as_str() {
-        _ if args.tasks.is_some() => None,
+        _ if args.tasks.is_some() || args.start_session => None,
         "none" => None,
         r => {
             let r: u32 = r.parse().context("--stdin takes a rank number or `none`")?;
@@ -397,14 +414,27 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
         .map_or(here.clone(), |d| here.join(d))
         .display()
         .to_string();
-    let mode = match (&args.tasks, args.calibrate) {
-        (Some(source), _) => Mode::Tasks(TaskOptions {
-            source: (source != "-").then(|| PathBuf::from(source)),
+    let mode = match (&args.tasks, args.calibrate, std::env::var_os(SERVE_VAR)) {
+        // The session's own process (--start-session started it).
+        (_, _, Some(socket)) => Mode::Tasks(TaskOptions {
+            source: Source::Session {
+                socket: socket.into(),
+                idle: secs("--idle-timeout", args.idle_timeout)?,
+            },
+            results: None,
+            retries: 0,
+        }),
+        (Some(source), _, None) => Mode::Tasks(TaskOptions {
+            source: if source == "-" {
+                Source::Stdin
+            } else {
+                Source::File(source.into())
+            },
             results: args.results.clone(),
             retries: args.task_retries,
         }),
-        (None, true) => Mode::Calibrate,
-        (None, false) => Mode::Job,
+        (None, true, None) => Mode::Calibrate,
+        (None, false, None) => Mode::Job,
     };
     Ok((
         JobConfig {
@@ -486,15 +516,126 @@ fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
-fn main() {
-    let args = Args::parse_from(mpirun_habits(std::env::args()));
-    let (cfg, mode) = match job_config(args) {
-        Ok(c) => c,
+/// Set in the environment of the process `--start-session` starts: the control socket it
+/// serves.
+const SERVE_VAR: &str = "GREEDY_SESSION_SERVE";
+/// Where a session's control socket is, for the commands that use it.
+const SESSION_VAR: &str = "GREEDY_SESSION";
+
+/// The commands that talk to a running session: `--status`, `--end-session`, and `--tasks`
+/// while GREEDY_SESSION is set. `None` if this command is not one of them.
+fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
+    if std::env::var_os(SERVE_VAR).is_some() {
+        return None;
+    }
+    let socket = std::env::var_os(SESSION_VAR).map(PathBuf::from);
+    let request = if args.status {
+        "status".to_string()
+    } else if args.end_session {
+        "end".to_string()
+    } else if args.tasks.is_some() && socket.is_some() {
+        tasks::stream_request(args.task_retries, args.tag_output)
+    } else {
+        return None;
+    };
+    let Some(socket) = socket else {
+        eprintln!(
+            "greedyrun: --status and --end-session need GREEDY_SESSION (from `eval $(greedyrun --start-session …)`)"
+        );
+        return Some(code::USAGE);
+    };
+    let lines: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>> = match args.tasks.as_deref() {
+        None => None,
+        Some("-") => Some(Box::new(tokio::io::stdin())),
+        Some(path) => match rt.block_on(tokio::fs::File::open(path)) {
+            Ok(f) => Some(Box::new(f)),
+            Err(e) => {
+                eprintln!("greedyrun: --tasks {path}: {e}");
+                return Some(code::USAGE);
+            }
+        },
+    };
+    Some(rt.block_on(tasks::submit(
+        &socket,
+        &request,
+        lines,
+        args.results.clone(),
+    )))
+}
+
+/// `--start-session`: starts this same command line in the background as the session (its
+/// output in a log beside the control socket, in a 0700 directory of its own), waits until
+/// every host is up or lost, and prints `export GREEDY_SESSION=SOCKET`.
+fn start_session(cfg: &JobConfig, rt: &tokio::runtime::Runtime) -> i32 {
+    let parent = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = match greedy_pmix::pmix::private_dir(&parent, "greedy-session.") {
+        Ok(d) => d,
         Err(e) => {
-            eprintln!("greedyrun: {e:#}");
-            std::process::exit(code::USAGE);
+            eprintln!(
+                "greedyrun: a directory for the session in {}: {e}",
+                parent.display()
+            );
+            return code::LAUNCHER;
         }
     };
+    let (socket, log) = (dir.join("control"), dir.join("session.log"));
+    let spawned = std::fs::File::create(&log).and_then(|out| {
+        let err = out.try_clone()?;
+        std::process::Command::new(std::env::current_exe()?)
+            .args(std::env::args_os().skip(1))
+            .env(SERVE_VAR, &socket)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+    });
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("greedyrun: starting the session: {e}");
+            return code::LAUNCHER;
+        }
+    };
+    let hosts = cfg.plan.hosts.len();
+    let deadline = std::time::Instant::now() + cfg.plan.timeout + Duration::from_secs(5);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            eprint!("{text}");
+            eprintln!("greedyrun: the session ended as it started ({status})");
+            return code::LAUNCHER;
+        }
+        if let Some((up, lost)) = rt.block_on(tasks::session_hosts(&socket))
+            && up + lost >= hosts
+        {
+            if lost > 0 {
+                eprintln!(
+                    "greedyrun: {lost} of {hosts} hosts lost as the session started (see {})",
+                    log.display()
+                );
+            }
+            println!("export GREEDY_SESSION={}", socket.display());
+            return 0;
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!(
+                "greedyrun: the session's hosts were not up after {} s (see {})",
+                cfg.plan.timeout.as_secs_f64(),
+                log.display()
+            );
+            let _ = child.kill();
+            return code::LAUNCH_TIMEOUT;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn main() {
+    let args = Args::parse_from(mpirun_habits(std::env::args()));
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -505,6 +646,23 @@ fn main() {
             std::process::exit(code::LAUNCHER);
         }
     };
+    if let Some(exit) = session_client(&args, &rt) {
+        rt.shutdown_timeout(Duration::from_millis(100));
+        std::process::exit(exit);
+    }
+    let starting = args.start_session && std::env::var_os(SERVE_VAR).is_none();
+    let (cfg, mode) = match job_config(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("greedyrun: {e:#}");
+            std::process::exit(code::USAGE);
+        }
+    };
+    if starting {
+        let exit = start_session(&cfg, &rt);
+        rt.shutdown_timeout(Duration::from_millis(100));
+        std::process::exit(exit);
+    }
     let exit = match mode {
         Mode::Calibrate => match rt.block_on(calibrate::calibrate(&cfg)) {
             Ok(c) => {
@@ -523,7 +681,23 @@ fn main() {
                 code::LAUNCHER
             }
         },
-        Mode::Tasks(opts) => rt.block_on(tasks::run(cfg, opts)).exit_code,
+        Mode::Tasks(opts) => {
+            let session = match &opts.source {
+                Source::Session { socket, .. } => socket.parent().map(PathBuf::from),
+                _ => None,
+            };
+            let exit = rt.block_on(tasks::run(cfg, opts)).exit_code;
+            // A session that ended cleanly leaves nothing; otherwise its log stays.
+            if exit == 0
+                && let Some(dir) = session
+                && dir
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("greedy-session."))
+            {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            exit
+        }
         Mode::Job => rt.block_on(head::run(cfg)).exit_code,
     };
     // Do not wait for the blocking stdin reader: it may sit in read() on a terminal.
@@ -718,7 +892,8 @@ mod tests {
         let Mode::Tasks(opts) = mode else {
             panic!("{mode:?}")
         };
-        assert_eq!((opts.source, opts.retries), (None, 2));
+        assert!(matches!(opts.source, Source::Stdin), "{:?}", opts.source);
+        assert_eq!(opts.retries, 2);
         assert_eq!(opts.results, Some(PathBuf::from("r.json")));
         assert_eq!(cfg.plan.pmi, PmiMode::None);
         assert_eq!(cfg.stdin_rank, None);
@@ -729,5 +904,10 @@ mod tests {
         );
         let e = parse(&["greedyrun", "-H", "a", "--tasks", "f", "--", "prog"]).unwrap_err();
         assert!(e.to_string().contains("give no program"), "{e}");
+        let (_, mode) = parse(&["greedyrun", "-H", "a,b", "--start-session"]).unwrap();
+        assert!(
+            matches!(mode, Mode::Job),
+            "started by main, not job_config: {mode:?}"
+        );
     }
 }
