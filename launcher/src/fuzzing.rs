@@ -16,7 +16,28 @@ use crate::wireup;
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target of this crate.
-pub const TARGETS: &[Target] = &[("proto_down", proto_down), ("proto_up", proto_up)];
+pub const TARGETS: &[Target] = &[
+    ("proto_down", proto_down),
+    ("proto_up", proto_up),
+    ("session_request", session_request),
+];
+
+/// A session's control connection's first line, as the session reads it: no panic, and what
+/// parses as a stream's request is the request greedyrun's client would have sent.
+pub fn session_request(data: &[u8]) {
+    let line = String::from_utf8_lossy(data);
+    if let Some(crate::tasks::Request::Tasks { retries, tag }) = crate::tasks::parse_request(&line)
+    {
+        let sent = format!(
+            "greedy-session 1 {}",
+            crate::tasks::stream_request(retries, tag)
+        );
+        assert_eq!(
+            crate::tasks::parse_request(&sent),
+            Some(crate::tasks::Request::Tasks { retries, tag })
+        );
+    }
+}
 
 /// Decodes every frame of `data` as `T`, checking each re-encodes to one canonical form: the
 /// encoding of what decodes is a fixed point (floats may be NaN, so values are compared as

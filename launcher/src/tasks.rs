@@ -409,7 +409,8 @@ impl Current {
 }
 
 /// What a client asked for.
-enum Request {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Request {
     /// Run the stream that follows, with these retries and tagging.
     Tasks { retries: u32, tag: bool },
     /// Say how the session is.
@@ -418,13 +419,18 @@ enum Request {
     End,
 }
 
-/// Reads a client's first line (`greedy-session 1 tasks retries=K tag=0|1`, `… status`,
-/// `… end`), within 5 s.
+/// Reads a client's first line within 5 s ([`parse_request`]).
 async fn read_request(lines: &mut LineSource) -> Option<Request> {
     let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
         .await
         .ok()?
         .ok()??;
+    parse_request(&line)
+}
+
+/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1`, `… status`, `… end`;
+/// `None` for anything else.
+pub(crate) fn parse_request(line: &str) -> Option<Request> {
     let rest = line.strip_prefix(HELLO)?.trim();
     let mut words = rest.split_whitespace();
     match words.next()? {
@@ -1032,6 +1038,31 @@ mod tests {
     impl Ended {
         fn is_done(&self) -> bool {
             matches!(self, Ended::Done(_))
+        }
+    }
+
+    #[test]
+    fn control_requests_parse_or_are_refused() {
+        let tasks = |r, t| Some(Request::Tasks { retries: r, tag: t });
+        assert_eq!(
+            parse_request("greedy-session 1 status"),
+            Some(Request::Status)
+        );
+        assert_eq!(parse_request("greedy-session 1 end"), Some(Request::End));
+        assert_eq!(
+            parse_request(&format!("{HELLO} {}", stream_request(3, true))),
+            tasks(3, true)
+        );
+        assert_eq!(parse_request("greedy-session 1 tasks"), tasks(0, false));
+        for bad in [
+            "",
+            "status",
+            "greedy-session 2 status",
+            "greedy-session 1 tasks retries=-1",
+            "greedy-session 1 tasks nice=5",
+            "greedy-session 1 reboot",
+        ] {
+            assert_eq!(parse_request(bad), None, "{bad:?}");
         }
     }
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Task streams (issue 20): N tasks of `/bin/true` and of `sleep 0.01` through greedyrun --tasks
+# on H loopback pseudo-hosts of S slots (one greedyd each, started through a fake remote shell
+# on this machine, as tests/launcher/pmix-scale.sh does), fresh and on a running session,
+# against the machine's own ceiling: `xargs -P H*S sh -c` on the same lines (a local
+# fork/exec loop with as many tasks at once as greedy's slots).
+# Everything shares this machine's cores: tasks/s here are the CPU's, not the tree's.
+# Prints one markdown row per (workload, runner): median wall of R runs, tasks/s, ratio to the
+# ceiling.
+# usage: tests/launcher/tasks-bench.sh [--tasks N] [--hosts H] [--slots S] [--reps R]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+ntasks=10000 hosts=16 slots=2 reps=3
+while (($#)); do
+  case $1 in
+    --tasks) ntasks=$2; shift 2 ;;
+    --hosts) hosts=$2; shift 2 ;;
+    --slots) slots=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    *) echo "usage: $0 [--tasks N] [--hosts H] [--slots S] [--reps R]" >&2; exit 2 ;;
+  esac
+done
+fail() { echo "tasks-bench: FAIL: $*" >&2; exit 1; }
+cd "$ROOT"
+cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
+BIN=$CARGO_TARGET_DIR/release/greedyrun
+work=$(mktemp -d /var/tmp/greedy-tasks-bench.XXXXXX)
+session=""
+cleanup() {
+  [[ -z $session ]] || GREEDY_SESSION=$session "$BIN" --end-session >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+printf '#!/bin/sh\nshift\nexec sh -c "exec $*"\n' >"$work/localsh"
+chmod +x "$work/localsh"
+list=$(awk -v n="$hosts" -v s="$slots" 'BEGIN { for (i = 0; i < n; i++) printf "%s127.1.%d.%d:%d", (i ? "," : ""), int(i / 250), i % 250 + 1, s }')
+width=$((hosts * slots))
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+echo "| workload | runner | median s | tasks/s | of the ceiling |"
+echo "|---|---|---|---|---|"
+for workload in /bin/true "sleep 0.01"; do
+  awk -v n="$ntasks" -v w="$workload" 'BEGIN { for (i = 0; i < n; i++) print w }' >"$work/tasks"
+  declare -A wall=()
+  for runner in ceiling fresh session; do
+    : >"$work/times"
+    for ((r = 0; r < reps; r++)); do
+      if [[ $runner == session && -z $session ]]; then
+        session=$("$BIN" --rsh "$work/localsh" -H "$list" --progress 0 --start-session | sed -n 's/^export GREEDY_SESSION=//p')
+        [[ -n $session ]] || fail "the session did not start"
+      fi
+      t0=$(ms)
+      case $runner in
+        ceiling) xargs -d '\n' -P "$width" -n 1 sh -c <"$work/tasks" ;;
+        fresh) "$BIN" --rsh "$work/localsh" -H "$list" --progress 0 --tasks "$work/tasks" --results "$work/r.json" ;;
+        session) GREEDY_SESSION=$session "$BIN" --tasks "$work/tasks" --results "$work/r.json" ;;
+      esac || fail "$runner: $workload failed"
+      t1=$(ms)
+      [[ $runner == ceiling ]] || [[ $(wc -l <"$work/r.json") == "$ntasks" ]] || fail "$runner: not every task reported"
+      echo $((t1 - t0)) >>"$work/times"
+    done
+    wall[$runner]=$(median <"$work/times")
+    rate=$(awk -v n="$ntasks" -v ms="${wall[$runner]}" 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+    of=$(awk -v a="${wall[ceiling]}" -v b="${wall[$runner]}" 'BEGIN { printf "%.0f %%", 100 * a / b }')
+    label=$([[ $runner == ceiling ]] && echo "xargs -P $width (this machine)" || echo "greedyrun --tasks, $runner ($hosts hosts x $slots)")
+    echo "| $ntasks x \`$workload\` | $label | $(awk -v ms="${wall[$runner]}" 'BEGIN { printf "%.2f", ms / 1000 }') | $rate | $of |"
+  done
+done
