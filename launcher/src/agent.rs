@@ -315,6 +315,21 @@ impl Agent {
                                     }
                                 }
                                 Cmd::Task { id, .. } => warn!(id, "a task for a job that runs ranks: ignored"),
+                                Cmd::CancelTasks => {
+                                    let groups: Vec<u32> = tasks.iter().copied().collect();
+                                    for &g in &groups {
+                                        signals::signal_group(g, Signal::SIGTERM);
+                                    }
+                                    let grace = self.grace;
+                                    tokio::spawn(async move {
+                                        tokio::time::sleep(grace).await;
+                                        for g in groups {
+                                            if signals::group_alive(g) {
+                                                signals::signal_group(g, Signal::SIGKILL);
+                                            }
+                                        }
+                                    });
+                                }
                             }
                         }
                     }

@@ -201,6 +201,9 @@ pub enum Cmd {
     /// End the job: SIGTERM every rank's process group, SIGKILL after the grace period,
     /// then leave like [`Cmd::Shutdown`].
     Teardown,
+    /// End every task running on the target host: SIGTERM to each task's process group,
+    /// SIGKILL after the grace period (a session's client went away mid-stream).
+    CancelTasks,
     /// Run task `id` on the target host: `sh -c command` in the job's environment and
     /// working directory, its own process group, stdin /dev/null.
     Task {

@@ -198,6 +198,12 @@ impl Dispatcher {
         self.lost.iter().filter(|&&l| l).count()
     }
 
+    /// Drops what was to run again (its stream was cancelled); tasks in flight stay until they
+    /// end, which frees their slots.
+    pub fn forget_again(&mut self) {
+        self.again.clear();
+    }
+
     /// Tasks running now.
     pub fn running(&self) -> usize {
         self.in_flight.len()
@@ -270,6 +276,8 @@ fn result_line(done: &Done, host: &str) -> String {
 
 /// Frames from a session to a client: kind, 4-byte big-endian length, payload.
 mod frame {
+    /// Nothing: sent while a stream runs, so a client that went away is noticed.
+    pub(super) const KEEPALIVE: u8 = 0;
     /// Bytes for the client's stdout.
     pub(super) const STDOUT: u8 = 1;
     /// Bytes for the client's stderr.
@@ -323,6 +331,11 @@ impl Feed {
                 *gone = true;
             }
         }
+    }
+
+    /// A client's writes failed: it is gone.
+    fn gone(&self) -> bool {
+        matches!(self, Feed::Client { gone: true, .. })
     }
 
     async fn output(&mut self, stream: Stream, bytes: &[u8]) {
@@ -777,6 +790,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     fanout.route(None, Cmd::Shutdown).await;
                     end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
                 }
+                // A client that went away mid-stream ends its stream: its running tasks are
+                // ended, nothing more is read, and the session takes the next client.
+                if let Some(cur) = current.as_mut()
+                    && session
+                    && !cur.feed.gone()
+                {
+                    cur.feed.send(frame::KEEPALIVE, &[]).await;
+                    if cur.feed.gone() {
+                        log(format!("the client of the stream went away: its {} running tasks are ended", dispatch.running()));
+                        cur.source_done = true;
+                        dispatch.forget_again();
+                        fanout.route(None, Cmd::CancelTasks).await;
+                    }
+                }
                 if let Some(cur) = current.as_mut()
                     && !session && !cfg.progress.is_zero() && now >= next_progress
                 {
@@ -888,6 +915,7 @@ pub async fn submit(
                     let _ = w.write_all(&payload);
                 }
             }
+            frame::KEEPALIVE => {}
             frame::SAY => say(String::from_utf8_lossy(&payload).into_owned()),
             frame::EXIT if payload.len() == 4 => {
                 break i32::from_be_bytes(payload[..].try_into().expect("4 bytes"));
