@@ -555,53 +555,25 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     loop {
-        // Fill every free slot: what must run again first, then new lines.
+        // Free slots first take what must run again; new lines are read in the select below,
+        // so a source that is slow to give them (a pipe, a client) never holds the rest.
         while !ending && dispatch.has_free_slot() {
-            let again = dispatch.take_again();
-            let Some(cur) = current.as_mut() else {
-                if let Some((task, _)) = again {
-                    log(format!(
-                        "task {} of a stream that has ended: dropped",
-                        task.id
-                    ));
-                }
+            let Some((task, runs)) = dispatch.take_again() else {
                 break;
             };
-            let (task, runs) = match again {
-                Some(t) => t,
-                None if cur.source_done => break,
-                None => match cur.feed.next_line().await {
-                    Ok(Some(line)) => {
-                        cur.line_no += 1;
-                        if line.trim().is_empty() {
-                            continue;
-                        }
-                        let task = Task {
-                            id: cur.line_no,
-                            command: line,
-                            failures: 0,
-                        };
-                        (task, 0)
-                    }
-                    Ok(None) => {
-                        cur.source_done = true;
-                        break;
-                    }
-                    Err(e) => {
-                        let line_no = cur.line_no;
-                        cur.feed
-                            .say(format!("reading the tasks after line {line_no}: {e}"))
-                            .await;
-                        cur.source_done = true;
-                        cur.exit_code = code::USAGE;
-                        break;
-                    }
-                },
-            };
+            if current.is_none() {
+                log(format!(
+                    "task {} of a stream that has ended: dropped",
+                    task.id
+                ));
+                continue;
+            }
             let (id, command) = (task.id, task.command.clone());
             let to = dispatch.assign(task, runs);
             fanout.route(Some(to), Cmd::Task { id, command }).await;
         }
+        let want_line =
+            !ending && dispatch.has_free_slot() && current.as_ref().is_some_and(|c| !c.source_done);
         if let Some(cur) = current.as_ref()
             && cur.source_done
             && dispatch.idle()
@@ -652,6 +624,28 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             }
         }
         tokio::select! {
+            // Cancel-safe (`Lines::next_line`): a line is never lost to another branch.
+            line = async { current.as_mut().expect("guarded").feed.next_line().await }, if want_line => {
+                let cur = current.as_mut().expect("guarded");
+                match line {
+                    Ok(Some(line)) => {
+                        cur.line_no += 1;
+                        if !line.trim().is_empty() {
+                            let (id, command) = (cur.line_no, line.clone());
+                            let task = Task { id, command: line, failures: 0 };
+                            let to = dispatch.assign(task, 0);
+                            fanout.route(Some(to), Cmd::Task { id, command }).await;
+                        }
+                    }
+                    Ok(None) => cur.source_done = true,
+                    Err(e) => {
+                        let line_no = cur.line_no;
+                        cur.feed.say(format!("reading the tasks after line {line_no}: {e}")).await;
+                        cur.source_done = true;
+                        cur.exit_code = code::USAGE;
+                    }
+                }
+            }
             m = up_rx.recv() => match m {
                 None => break,
                 Some(Up::Hello { node }) => {
@@ -726,10 +720,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 let (rd, out) = conn.into_split();
                 let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
                 let mut lines = BufReader::new(boxed).lines();
-                let mut feed = Feed::Client { lines: BufReader::new(Box::new(tokio::io::empty()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>).lines(), out, gone: false };
-                match read_request(&mut lines).await {
+                let request = read_request(&mut lines).await;
+                let mut feed = Feed::Client { lines, out, gone: false };
+                match request {
                     Some(Request::Tasks { retries, tag }) => {
-                        if let Feed::Client { lines: l, .. } = &mut feed { *l = lines; }
                         dispatch.set_retries(retries);
                         current = Some(Current::new(feed, tag));
                     }
@@ -819,10 +813,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         }
     }
     if let Some(cur) = current.take() {
-        let code = if cur.exit_code == 0 {
-            session_code
-        } else {
-            cur.exit_code
+        // An interrupt decides (the tasks it ended failed because of it); else the stream's.
+        let code = match session_code {
+            130 | 143 => session_code,
+            _ if cur.exit_code != 0 => cur.exit_code,
+            _ => session_code,
         };
         session_code = code;
         cur.feed.finish(code).await;

@@ -195,7 +195,9 @@ fn sigint_terms_every_rank_and_exits_130() {
     .unwrap();
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
     assert_eq!(
         rest.iter().filter(|l| l.ends_with("TERM")).count(),
         4,
@@ -802,4 +804,36 @@ fn agents_below(root: u32) -> Vec<u32> {
                 .is_ok_and(|c| !text(&c).contains("--guard"))
         })
         .collect()
+}
+
+#[test]
+fn a_task_stream_from_a_pipe_runs_each_line_as_it_comes() {
+    let (_d, local, _) = shells();
+    let mut child = greedyrun(&local, &["-H", "a,b", "--tasks", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Each line runs while the pipe stays open: its output comes before the next line is sent.
+    for word in ["first", "second"] {
+        writeln!(stdin, "echo {word}").unwrap();
+        stdin.flush().unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), word);
+    }
+    // Ctrl-C while greedyrun waits for the next line ends it at once.
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    drop(stdin);
 }
