@@ -25,7 +25,10 @@ EXIT STATUS:
     124   some agent did not start within --timeout (the message names the hosts)
     125   a host could not be reached, an agent or its remote shell died, or the wire-up failed
     130   greedyrun got SIGINT (Ctrl-C); 143: SIGTERM. Ranks got SIGTERM, SIGKILL after --grace
-    141   greedyrun's stdout was closed (broken pipe); the job was ended quietly";
+    141   greedyrun's stdout was closed (broken pipe); the job was ended quietly
+With --tasks: 0 every task ended 0; 1 some task failed after its retries (each is named);
+    2 the stream or --results could not be opened; 125 no host was left to run the rest
+    (each task not run is named); 130/143 interrupted.";
 
 /// Which wire-up the ranks get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -185,6 +188,7 @@ pub(crate) struct Args {
 
     /// Run a stream of tasks instead of a program: one shell command per line of FILE (`-`:
     /// stdin), each in a free slot of the hosts (`sh -c LINE`, `GREEDY_TASK` its line number).
+    /// With GREEDY_SESSION set, on that session's hosts (no host option needed).
     #[arg(long, value_name = "FILE|-", conflicts_with = "calibrate")]
     tasks: Option<String>,
 

@@ -63,6 +63,10 @@ default of \fB\-\-rsh\fR.
 defaults of \fB\-\-seq\fR and \fB\-\-rem\fR; \fBgreedyrun \-\-calibrate\fR prints the
 lines to set them.
 .TP
+.B GREEDY_SESSION
+the control socket of a running session (\fBeval $(greedyrun \-\-start\-session ...)\fR sets
+it): \fB\-\-tasks\fR, \fB\-\-status\fR and \fB\-\-end\-session\fR use that session's hosts.
+.TP
 .B GREEDY_AGENT
 default of \fB\-\-agent\fR (greedyd beside this greedyrun). The value is split at blanks, so
 \fBGREEDY_AGENT="env GREEDY_LOG=debug /usr/bin/greedyd"\fR turns on the agents' logs.
@@ -94,6 +98,10 @@ greedyrun got SIGINT (Ctrl\-C) or SIGTERM; every rank got SIGTERM, then SIGKILL 
 .TP
 .B 141
 greedyrun's standard output was closed (broken pipe); the job was ended quietly.
+.PP
+With \fB\-\-tasks\fR: 0 when every task ended 0; 1 when some task failed after its retries
+(each is named); 2 when the stream or \fB\-\-results\fR could not be opened; 125 when no host
+was left to run the rest (each task not run is named); 130 or 143 when interrupted.
 .SH NOTES
 greedyd must be at the same path on every host (the package installs it as
 /usr/bin/greedyd). One remote shell per host is started, along the greedy launch tree; each
