@@ -22,6 +22,10 @@ this rank's index among the ranks of its host, and their number.
 .TP
 .B GREEDY_CPUS
 with \fB\-\-bind\-to core\fR or \fBsocket\fR: the CPUs the rank is bound to, comma-separated.
+.TP
+.B GREEDY_TASK
+with \fB\-\-tasks\fR: the task's line number in the stream (from 1); a task gets
+\fBGREEDY_JOB\fR and \fBGREEDY_NODE\fR too, no rank variables and no wire\-up.
 .PP
 An outer launcher's endpoints in greedyrun's environment (\fBPMI_*\fR but \fBPMI_DEBUG\fR,
 \fBPMIX_*\fR but \fBPMIX_MCA_*\fR, \fBNETSTART\fR, ...) are not passed on. Then, by
