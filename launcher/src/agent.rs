@@ -456,6 +456,24 @@ impl Agent {
             .collect()
     }
 
+    /// What every rank and task of this host starts with: the job's environment less an outer
+    /// launcher's endpoints (this greedyrun inside another job: they must not reach the
+    /// processes beside this job's), `GREEDY_JOB` and `GREEDY_NODE`.
+    fn job_env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .start
+            .env
+            .iter()
+            .filter(|(k, _)| !greedy_pmix::node::is_launcher_variable(k))
+            .cloned()
+            .collect();
+        env.extend([
+            ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
+            ("GREEDY_NODE".to_string(), self.node.to_string()),
+        ]);
+        env
+    }
+
     /// Forks task `id` (`sh -c command` in the job's environment, `GREEDY_TASK` its number);
     /// reports its output and its end up, and its process group to `ended` (and a count to
     /// `exits`) once it ended.
@@ -469,18 +487,8 @@ impl Agent {
         ended: &mpsc::Sender<u32>,
     ) -> Option<u32> {
         let node = self.node;
-        let mut env: Vec<(String, String)> = self
-            .start
-            .env
-            .iter()
-            .filter(|(k, _)| !greedy_pmix::node::is_launcher_variable(k))
-            .cloned()
-            .collect();
-        env.extend([
-            ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
-            ("GREEDY_TASK".to_string(), id.to_string()),
-            ("GREEDY_NODE".to_string(), node.to_string()),
-        ]);
+        let mut env = self.job_env();
+        env.push(("GREEDY_TASK".to_string(), id.to_string()));
         let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
         let started = tokio::time::Instant::now();
         let spec = spawn::RankSpec {
@@ -575,20 +583,10 @@ impl Agent {
         let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
         let mut started = 0;
         for (local_id, &rank) in local.iter().enumerate() {
-            // An outer launcher's endpoints (this greedyrun inside another job) must not reach
-            // the ranks beside this job's.
-            let mut env: Vec<(String, String)> = self
-                .start
-                .env
-                .iter()
-                .filter(|(k, _)| !greedy_pmix::node::is_launcher_variable(k))
-                .cloned()
-                .collect();
+            let mut env = self.job_env();
             env.extend([
-                ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
                 ("GREEDY_RANK".to_string(), rank.to_string()),
                 ("GREEDY_SIZE".to_string(), n_ranks.to_string()),
-                ("GREEDY_NODE".to_string(), node.to_string()),
                 ("GREEDY_LOCAL_RANK".to_string(), local_id.to_string()),
                 ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
             ]);

@@ -128,17 +128,14 @@ pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
     }
 }
 
-/// Runs a job to its end; prints its output and the one-line diagnostics.
-pub async fn run(cfg: JobConfig) -> Report {
+/// Starts greedyrun's children along the plan's launch tree (position 0 is greedyrun), each
+/// sent `start`; their frames come up on `up`.
+pub(crate) fn launch(cfg: &JobConfig, start: &Start, up: mpsc::Sender<Up>) -> Fanout {
     let plan = &cfg.plan;
-    let n = plan.hosts.len();
-    let t0 = Instant::now();
-    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
-    let start = start_frame(&cfg, false);
-    let fanout = std::sync::Arc::new(Fanout::start(
-        &start,
+    Fanout::start(
+        start,
         &plan.launch,
-        0..n + 1,
+        0..plan.hosts.len() + 1,
         EdgeConfig {
             rsh: cfg.rsh.clone(),
             agent: cfg.agent.clone(),
@@ -147,8 +144,18 @@ pub async fn run(cfg: JobConfig) -> Report {
             hello_timeout: plan.timeout,
             by: None,
         },
-        up_tx.clone(),
-    ));
+        up,
+    )
+}
+
+/// Runs a job to its end; prints its output and the one-line diagnostics.
+pub async fn run(cfg: JobConfig) -> Report {
+    let plan = &cfg.plan;
+    let n = plan.hosts.len();
+    let t0 = Instant::now();
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let start = start_frame(&cfg, false);
+    let fanout = std::sync::Arc::new(launch(&cfg, &start, up_tx.clone()));
     drop(up_tx);
     let overlay_tree: Tree = greedy_pmix::overlay::tree(n, &start.model);
 

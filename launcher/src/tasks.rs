@@ -21,8 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use crate::fanout::{EdgeConfig, Fanout};
-use crate::head::{JobConfig, Report, start_frame};
+use crate::head::{JobConfig, Report, launch, start_frame};
 use crate::proto::{Cmd, RankEnd, Stream, Up};
 use crate::status::code;
 use crate::stdio::Tagger;
@@ -521,21 +520,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let own_uid = nix::unistd::geteuid().as_raw();
 
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
-    let start = start_frame(&cfg, true);
-    let fanout = Fanout::start(
-        &start,
-        &plan.launch,
-        0..n + 1,
-        EdgeConfig {
-            rsh: cfg.rsh.clone(),
-            agent: cfg.agent.clone(),
-            batch: plan.batch,
-            retries: cfg.retries,
-            hello_timeout: plan.timeout,
-            by: None,
-        },
-        up_tx,
-    );
+    let fanout = launch(&cfg, &start_frame(&cfg, true), up_tx);
     let mut dispatch = Dispatcher::new(
         plan.ranks.iter().map(|r| r.len() as u32).collect(),
         opts.retries,
