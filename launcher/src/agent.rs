@@ -271,11 +271,11 @@ impl Agent {
         let mut live = 0usize;
         let mut spawned = false;
 
-        // A task stream's hosts start no ranks: greedyrun sends them tasks.
         // Task process groups still running (by group: a task run again on this host has the
         // same id as its ended run, never the same group while that one is listed).
         let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
         let mut tasks: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        // A task stream's hosts start no ranks: greedyrun sends them tasks.
         if !wireup_failed && !self.start.tasks {
             live = self
                 .spawn_ranks(

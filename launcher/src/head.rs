@@ -295,8 +295,9 @@ pub async fn run(cfg: JobConfig) -> Report {
                         say(format!("{}: {text}", host(node)));
                     }
                 }
+                Some(Up::Bye { .. }) => {}
                 // Only a task stream's agents send these (tasks::run).
-                Some(Up::Bye { .. } | Up::TaskOutput { .. } | Up::TaskEnd { .. }) => {}
+                Some(Up::TaskOutput { .. } | Up::TaskEnd { .. }) => {}
                 Some(Up::Unclean { node, what }) => say(format!(
                     "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
                     host(node)
