@@ -258,6 +258,17 @@ fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_secs(2));
+    let (status, took, err) = interrupt(&mut child);
+    assert_eq!(status.code(), Some(130), "{err}");
+    // Grace 1 s, then the stdout drain (1 s): not the 5 s + linger it took with stdout blocked.
+    assert!(took < Duration::from_secs(4), "took {took:?}: {err}");
+    assert!(err.contains("dropped"), "{err}");
+    assert_gone("yes 4253");
+}
+
+/// Sends greedyrun (`child`, its stderr piped) SIGINT as Ctrl-C would, waits for it: how it
+/// ended, how long that took, and what it said on stderr.
+fn interrupt(child: &mut std::process::Child) -> (std::process::ExitStatus, Duration, String) {
     let t0 = Instant::now();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -268,11 +279,7 @@ fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
     let took = t0.elapsed();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(130), "{err}");
-    // Grace 1 s, then the stdout drain (1 s): not the 5 s + linger it took with stdout blocked.
-    assert!(took < Duration::from_secs(4), "took {took:?}: {err}");
-    assert!(err.contains("dropped"), "{err}");
-    assert_gone("yes 4253");
+    (status, took, err)
 }
 
 /// `sleep SECS` on hosts a, b and c through `rsh`, with a 2 s launch timeout.
@@ -812,16 +819,8 @@ fn a_task_stream_from_a_pipe_runs_each_line_as_it_comes() {
         assert_eq!(lines.next().unwrap().unwrap(), word);
     }
     // Ctrl-C while greedyrun waits for the next line ends it at once.
-    let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, took, stderr) = interrupt(&mut child);
     assert_eq!(status.code(), Some(130), "{stderr}");
-    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(took < Duration::from_secs(10), "{took:?}");
     drop(stdin);
 }
