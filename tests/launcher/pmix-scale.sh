@@ -28,6 +28,7 @@ done
 fail() { echo "pmix-scale: FAIL: $*" >&2; exit 1; }
 ((hosts >= 1 && hosts <= 50000)) || fail "--hosts $hosts: 1..50000"
 . "$ROOT/tests/slurm/release.sh"
+. "$ROOT/tests/launcher/loopback.sh"
 RELEASE_ROOT=""
 [[ -z $release ]] || release_select "$release"
 cd "$ROOT"
@@ -50,9 +51,8 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck disable=SC2046 # pkg-config's words are separate flags
 gcc -O1 -o "$work/pmix_maps" tests/mpi/pmix_maps.c $(pkg-config --cflags --libs pmix) ||
   fail "building pmix_maps"
-printf '#!/bin/sh\n# fake remote shell: ignore the host, start the agent here\nshift\nexec sh -c "exec $*"\n' >"$work/localsh"
-chmod +x "$work/localsh"
-list=$(awk -v n="$hosts" 'BEGIN { for (i = 0; i < n; i++) printf "%s127.1.%d.%d", (i ? "," : ""), int(i / 250), i % 250 + 1 }')
+loopback_rsh "$work"
+list=$(loopback_hosts "$hosts")
 size=$((hosts * ppn))
 
 t0=${EPOCHREALTIME/./}

@@ -23,6 +23,7 @@ while (($#)); do
   esac
 done
 fail() { echo "tasks-bench: FAIL: $*" >&2; exit 1; }
+. "$ROOT/tests/launcher/loopback.sh"
 cd "$ROOT"
 cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
 BIN=$CARGO_TARGET_DIR/release/greedyrun
@@ -33,9 +34,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-printf '#!/bin/sh\nshift\nexec sh -c "exec $*"\n' >"$work/localsh"
-chmod +x "$work/localsh"
-list=$(awk -v n="$hosts" -v s="$slots" 'BEGIN { for (i = 0; i < n; i++) printf "%s127.1.%d.%d:%d", (i ? "," : ""), int(i / 250), i % 250 + 1, s }')
+loopback_rsh "$work"
+list=$(loopback_hosts "$hosts" "$slots")
 width=$((hosts * slots))
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

@@ -10,6 +10,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 VENV=${GREEDY_PARSL_VENV:-/var/tmp/greedy-parsl}
 fail() { echo "parsl: FAIL: $*" >&2; exit 1; }
+. "$ROOT/tests/launcher/loopback.sh"
 cd "$ROOT"
 cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
 [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
@@ -22,8 +23,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-printf '#!/bin/sh\nshift\nexec sh -c "exec $*"\n' >"$work/localsh"
-chmod +x "$work/localsh"
+loopback_rsh "$work"
 # The worker pools are Parsl's own process_worker_pool.py, from the venv.
 export PATH=$VENV/bin:$PATH
 cd "$work"
