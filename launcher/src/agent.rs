@@ -28,6 +28,7 @@ use crate::{
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
     proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, Up},
+    session::JobAgents,
     signals, spawn, stdio, wireup,
 };
 
@@ -275,6 +276,8 @@ impl Agent {
         // same id as its ended run, never the same group while that one is listed).
         let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
         let mut tasks: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        // A session's jobs, each run by a greedyd of its own on this host.
+        let mut jobs = JobAgents::new(node, self.grace, self.up.clone());
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
         if !wireup_failed && !self.start.tasks {
             live = self
@@ -315,6 +318,12 @@ impl Agent {
                                     }
                                 }
                                 Cmd::Task { id, .. } => warn!(id, "a task for a job that runs ranks: ignored"),
+                                Cmd::JobStart { job, nodes, start } if self.start.tasks => {
+                                    jobs.start(job, &nodes, *start, &mut guard).await;
+                                }
+                                Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
+                                Cmd::ForJob { job, cmd } => jobs.deliver(job, cmd),
+                                Cmd::EndJob { job } => jobs.end(job),
                                 Cmd::CancelTasks => {
                                     let groups: Vec<u32> = tasks.iter().copied().collect();
                                     for &g in &groups {
@@ -358,6 +367,11 @@ impl Agent {
                 Some(_) = exit_rx.recv() => {
                     live = live.saturating_sub(1);
                 },
+                job = jobs.ended(), if !jobs.is_empty() => {
+                    if let (Some(pgid), Some(g)) = (jobs.forget(job), guard.as_mut()) {
+                        g.unwatch(pgid).await;
+                    }
+                },
                 Some(pgid) = task_rx.recv() => {
                     // What the task left running in its group ends with it: a stream of
                     // thousands of tasks must not pile up their background processes.
@@ -381,6 +395,9 @@ impl Agent {
             Cmd::Teardown
         };
         fanout.route(None, cmd).await;
+        // A session's jobs end as if their remote shells were lost: each greedyd tears its
+        // ranks down within the grace period.
+        jobs.end_all(self.grace + SUBTREE_LINGER).await;
         let groups: Vec<u32> = ranks.values().map(|r| r.pgid).chain(tasks).collect();
         if live > 0 {
             for &g in &groups {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::proto::{Down, FrameCodec, Up};
+use crate::proto::{Down, FrameCodec, ToSession, Up};
 use crate::wireup;
 
 /// A fuzz target: the name of its binary and corpus directory, and its body.
@@ -20,6 +20,7 @@ pub const TARGETS: &[Target] = &[
     ("proto_down", proto_down),
     ("proto_up", proto_up),
     ("session_request", session_request),
+    ("session_job", session_job),
 ];
 
 /// A session's control connection's first line, as the session reads it: no panic, and what
@@ -83,6 +84,28 @@ pub fn proto_up(data: &[u8]) {
     frames::<Up>(data, |msg| {
         if let Up::Exit { end, .. } = msg {
             let _ = end.failed();
+        }
+    });
+}
+
+/// The frames a job's client sends a session, as the session reads them (the codec is
+/// [`crate::proto::SessionCodec`]'s): no panic, canonical re-encoding, and a job that passes
+/// [`crate::proto::Start::check`] is reserved on a session's board (or refused) and released
+/// without a panic, whatever its hosts and ranks.
+pub fn session_job(data: &[u8]) {
+    frames::<ToSession>(data, |msg| {
+        let ToSession::Start(start) = msg else { return };
+        if start.check().is_err() {
+            return;
+        }
+        let board = crate::session::JobBoard::new(
+            vec!["n1".into(), "n2".into(), "n1".into()],
+            vec![2, 0, 4],
+        );
+        (0..3).for_each(|i| board.host_up(i));
+        if let Ok((job, _, _)) = board.reserve(&start) {
+            board.release(job, &start);
+            assert_eq!(board.running(), (0, 0));
         }
     });
 }

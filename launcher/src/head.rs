@@ -148,15 +148,66 @@ pub(crate) fn launch(cfg: &JobConfig, start: &Start, up: mpsc::Sender<Up>) -> Fa
     )
 }
 
+/// Where greedyrun's commands go: down its own remote shells, or to a session that runs the
+/// job on the agents it keeps ([`crate::session`]).
+enum Edges {
+    Tree(Fanout),
+    Session(crate::session::JobLink),
+}
+
+impl Edges {
+    async fn route(&self, to: Option<u32>, cmd: Cmd) {
+        match self {
+            Edges::Tree(f) => f.route(to, cmd).await,
+            Edges::Session(l) => l.route(to, cmd),
+        }
+    }
+
+    fn kill_all(&self) {
+        match self {
+            Edges::Tree(f) => f.kill_all(),
+            Edges::Session(l) => l.kill_all(),
+        }
+    }
+}
+
 /// Runs a job to its end; prints its output and the one-line diagnostics.
 pub async fn run(cfg: JobConfig) -> Report {
+    let (up_tx, up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let start = start_frame(&cfg, false);
+    let fanout = launch(&cfg, &start, up_tx);
+    drive(cfg, start, Edges::Tree(fanout), up_rx).await
+}
+
+/// Runs a job to its end on the session `attached` connects to: the same job, output and
+/// verdict as [`run`], on agents that are already up.
+pub async fn run_attached(cfg: JobConfig, attached: crate::session::Attached) -> Report {
+    let start = start_frame(&cfg, false);
+    match attached.start(&start).await {
+        Ok((link, up_rx)) => drive(cfg, start, Edges::Session(link), up_rx).await,
+        Err(why) => {
+            eprintln!("greedyrun: {why}");
+            Report {
+                exit_code: code::LAUNCHER,
+                hello_at: vec![None; cfg.plan.hosts.len()],
+                finished_at: None,
+            }
+        }
+    }
+}
+
+/// greedyrun's loop over a started job's frames, whatever its edges.
+async fn drive(
+    cfg: JobConfig,
+    start: Start,
+    edges: Edges,
+    mut up_rx: mpsc::Receiver<Up>,
+) -> Report {
     let plan = &cfg.plan;
     let n = plan.hosts.len();
     let t0 = Instant::now();
-    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
-    let start = start_frame(&cfg, false);
-    let fanout = std::sync::Arc::new(launch(&cfg, &start, up_tx.clone()));
-    drop(up_tx);
+    let attached = matches!(edges, Edges::Session(_));
+    let fanout = std::sync::Arc::new(edges);
     let overlay_tree: Tree = greedy_pmix::overlay::tree(n, &start.model);
 
     // stdin → the stdin rank's host.
@@ -218,7 +269,9 @@ pub async fn run(cfg: JobConfig) -> Report {
                     {
                         *slot = Some(t0.elapsed());
                         n_up += 1;
-                        if n_up == n && cfg.verbose {
+                        if n_up == n && cfg.verbose && attached {
+                            say(format!("all {n} hosts of the session run the job after {:.3} s", t0.elapsed().as_secs_f64()));
+                        } else if n_up == n && cfg.verbose {
                             say(format!(
                                 "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s, --batch {}) predicts {:.3} s for this {} tree",
                                 t0.elapsed().as_secs_f64(),
@@ -277,7 +330,8 @@ pub async fn run(cfg: JobConfig) -> Report {
                     }
                 }
                 Some(Up::Lost { node, by, what }) => {
-                    let sub = plan.launch.subtree_len(node as usize + 1);
+                    // A session's job loses only that host: its agents are not a launch tree.
+                    let sub = if attached { 1 } else { plan.launch.subtree_len(node as usize + 1) };
                     let by = by.map(|b| format!(" (started by {})", host(b))).unwrap_or_default();
                     let sub = if sub > 1 { format!("; its launch subtree of {sub} hosts goes with it") } else { String::new() };
                     verdict = status.launcher_failed(
@@ -296,8 +350,8 @@ pub async fn run(cfg: JobConfig) -> Report {
                     }
                 }
                 Some(Up::Bye { .. }) => {}
-                // Only a task stream's agents send these (tasks::run).
-                Some(Up::TaskOutput { .. } | Up::TaskEnd { .. }) => {}
+                // Only a task stream's or a session's agents send these (tasks::run).
+                Some(Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. }) => {}
                 Some(Up::Unclean { node, what }) => say(format!(
                     "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
                     host(node)

@@ -6,7 +6,7 @@
 //! to them), [`agent`] (greedyd: its subtree, its ranks, teardown), [`head`] (greedyrun's loop),
 //! [`status`] (which event ends the job with which code), and the smaller pieces: [`ssh`],
 //! [`spawn`], [`stdio`], [`signals`], [`guard`], [`reap`], [`wireup`] (greedy-pmix embedded),
-//! [`calibrate`].
+//! [`calibrate`], [`tasks`] (task streams and sessions), [`session`] (jobs on a session).
 //!
 //! Every edge of the launch tree is a remote shell: a parent runs `ssh host greedyd` and talks
 //! to the child agent over that shell's stdin/stdout. The job description goes down once,
@@ -47,6 +47,7 @@ pub mod head;
 pub mod plan;
 pub mod proto;
 pub mod reap;
+pub mod session;
 pub mod signals;
 pub mod spawn;
 pub mod ssh;

@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -212,6 +212,78 @@ pub enum Cmd {
         /// The shell command line.
         command: String,
     },
+    /// A session's job ([`crate::session`]): the target hosts listed in `nodes` (the job's
+    /// host `i` is the session's host `nodes[i]`) each start a greedyd of their own for it,
+    /// given `start` as their Start with their index in `nodes`.
+    JobStart {
+        /// The job's number in the session.
+        job: u32,
+        /// The session host of each of the job's hosts.
+        nodes: Vec<u32>,
+        /// The job, as greedyrun made it.
+        start: Box<Start>,
+    },
+    /// A command for the greedyd of a session's job on the target host.
+    ForJob {
+        /// The job's number in the session.
+        job: u32,
+        /// The command.
+        cmd: JobCmd,
+    },
+    /// End a session's job on the target host as a lost remote shell would: its greedyd's
+    /// stdin is closed (it tears its ranks down), and it is killed if it is still there after
+    /// the grace period.
+    EndJob {
+        /// The job's number in the session.
+        job: u32,
+    },
+}
+
+/// What greedyrun sends to the ranks' side of a job: the commands of [`Cmd`] a job's own
+/// greedyd takes, and nothing that nests (so a frame is never a tower of jobs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum JobCmd {
+    /// [`Cmd::Stdin`].
+    Stdin(Bytes),
+    /// [`Cmd::StdinEof`].
+    StdinEof,
+    /// [`Cmd::Address`].
+    Address {
+        /// Overlay node the address belongs to.
+        node: u32,
+        /// `ip:port`.
+        addr: String,
+    },
+    /// [`Cmd::Shutdown`].
+    Shutdown,
+    /// [`Cmd::Teardown`].
+    Teardown,
+}
+
+impl JobCmd {
+    /// The job-level command `cmd` is, if it is one.
+    pub fn of(cmd: Cmd) -> Option<JobCmd> {
+        Some(match cmd {
+            Cmd::Stdin(b) => JobCmd::Stdin(b),
+            Cmd::StdinEof => JobCmd::StdinEof,
+            Cmd::Address { node, addr } => JobCmd::Address { node, addr },
+            Cmd::Shutdown => JobCmd::Shutdown,
+            Cmd::Teardown => JobCmd::Teardown,
+            _ => return None,
+        })
+    }
+}
+
+impl From<JobCmd> for Cmd {
+    fn from(cmd: JobCmd) -> Cmd {
+        match cmd {
+            JobCmd::Stdin(b) => Cmd::Stdin(b),
+            JobCmd::StdinEof => Cmd::StdinEof,
+            JobCmd::Address { node, addr } => Cmd::Address { node, addr },
+            JobCmd::Shutdown => Cmd::Shutdown,
+            JobCmd::Teardown => Cmd::Teardown,
+        }
+    }
 }
 
 /// A frame travelling down an edge.
@@ -363,6 +435,43 @@ pub enum Up {
         /// From its fork to its end, in microseconds.
         wall_us: u64,
     },
+    /// A frame of a session's job, from that job's greedyd: an [`Up`] as its codec wrote it
+    /// (postcard), relayed without being decoded on the way, so frames never nest.
+    Job {
+        /// The job's number in the session.
+        job: u32,
+        /// The job's frame; its node numbers are the job's.
+        frame: Bytes,
+    },
+}
+
+/// What a client sends a session for a job ([`crate::session`]), after its request line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToSession {
+    /// Run this job (its hosts are among the session's; `launch_sizes` is ignored).
+    Start(Box<Start>),
+    /// A command for the job's host `to` (every host of the job when `None`).
+    Route {
+        /// The job's host index.
+        to: Option<u32>,
+        /// The command.
+        cmd: JobCmd,
+    },
+    /// End the job at once, as killing its remote shells would.
+    Kill,
+}
+
+/// What a session sends a job's client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromSession {
+    /// The session's hosts that are up, with their free slots (the first frame).
+    Hosts(Vec<(String, u32)>),
+    /// The job cannot run: why (the last frame).
+    Refused(String),
+    /// The session took the job: its slots are the job's, and its hosts are starting it.
+    Started,
+    /// A frame of the job; node numbers are the job's.
+    Up(Up),
 }
 
 /// Length-delimited postcard frames of type `T` in and `U` out.
@@ -427,6 +536,10 @@ impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
 pub type ParentCodec = FrameCodec<Up, Down>;
 /// Codec of a child's end of an edge: reads [`Down`], writes [`Up`].
 pub type ChildCodec = FrameCodec<Down, Up>;
+/// Codec of a session's end of a job's control connection.
+pub type SessionCodec = FrameCodec<ToSession, FromSession>;
+/// Codec of a job client's end of its control connection.
+pub type ClientCodec = FrameCodec<FromSession, ToSession>;
 
 #[cfg(test)]
 mod tests {

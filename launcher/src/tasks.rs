@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::head::{JobConfig, Report, launch, start_frame};
 use crate::proto::{Cmd, RankEnd, Stream, Up};
+use crate::session::{self, JobBoard};
 use crate::status::code;
 use crate::stdio::Tagger;
 
@@ -427,6 +428,8 @@ pub(crate) enum Request {
     Tasks { retries: u32, tag: bool },
     /// Say how the session is.
     Status,
+    /// Run a job on the session's agents ([`crate::session`]).
+    Job,
     /// End the session.
     End,
 }
@@ -448,6 +451,7 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
     match words.next()? {
         "status" => Some(Request::Status),
         "end" => Some(Request::End),
+        "job" => Some(Request::Job),
         "tasks" => {
             let (mut retries, mut tag) = (0, false);
             for w in words {
@@ -520,7 +524,12 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let own_uid = nix::unistd::geteuid().as_raw();
 
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
-    let fanout = launch(&cfg, &start_frame(&cfg, true), up_tx);
+    let fanout = std::sync::Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
+    // A session's jobs (crate::session) on the same hosts and slots.
+    let board = JobBoard::new(
+        plan.hosts.clone(),
+        plan.ranks.iter().map(|r| r.len() as u32).collect(),
+    );
     let mut dispatch = Dispatcher::new(
         plan.ranks.iter().map(|r| r.len() as u32).collect(),
         opts.retries,
@@ -638,6 +647,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                         *slot = Some(t0.elapsed());
                     }
                     dispatch.host_up(node);
+                    board.host_up(node);
                 }
                 Some(Up::TaskOutput { id, stream, data }) => {
                     if let Some(cur) = current.as_mut() {
@@ -670,6 +680,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 }
                 Some(Up::Lost { node, what, .. }) => {
                     let sub = plan.launch.subtree_len(node as usize + 1) as u32;
+                    for (queue, frames) in board.hosts_lost(node..node + sub, &what) {
+                        for f in frames {
+                            let _ = queue.send(f).await;
+                        }
+                    }
                     let moved = dispatch.hosts_lost(node..node + sub);
                     let out = if sub > 1 { format!("it and its launch subtree ({sub} hosts) leave") } else { "it leaves".into() };
                     let text = format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node));
@@ -679,6 +694,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                 }
                 Some(Up::Failed { node, what, .. }) => {
+                    for (queue, frames) in board.hosts_lost(node..node + 1, &what) {
+                        for f in frames {
+                            let _ = queue.send(f).await;
+                        }
+                    }
                     let moved = dispatch.hosts_lost(node..node + 1);
                     log(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
                 }
@@ -691,6 +711,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
                     host(node)
                 )),
+                Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame).await,
                 Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. }) => {}
             },
             accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && current.is_none() && !ending => {
@@ -706,8 +727,18 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
                 let mut lines = BufReader::new(boxed).lines();
                 let request = read_request(&mut lines).await;
+                if request == Some(Request::Job) {
+                    // Served beside the loop: several jobs run at once on disjoint slots.
+                    tokio::spawn(session::serve_job(lines.into_inner(), out, board.clone(), fanout.clone()));
+                    continue;
+                }
                 let mut feed = Feed::Client { lines, out, gone: false };
+                let (jobs, busy) = board.running();
                 match request {
+                    Some(Request::Tasks { .. }) if jobs > 0 => {
+                        feed.say(format!("{jobs} jobs run on the session's hosts: a task stream runs when they have ended")).await;
+                        feed.finish(code::LAUNCHER).await;
+                    }
                     Some(Request::Tasks { retries, tag }) => {
                         dispatch.set_retries(retries);
                         current = Some(Current::new(feed, tag));
@@ -715,16 +746,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     Some(Request::Status) => {
                         let up = hello_at.iter().filter(|h| h.is_some()).count();
                         let text = format!(
-                            "session of {n} hosts ({up} up, {} lost), {} slots, {} tasks running, up {:.0} s, idle {:.0} s",
+                            "session of {n} hosts ({up} up, {} lost), {} slots, {} tasks running, {jobs} jobs running on {busy} slots, up {:.0} s, idle {:.0} s",
                             dispatch.lost_hosts(), dispatch.total_slots(), dispatch.running(),
                             t0.elapsed().as_secs_f64(), idle_since.elapsed().as_secs_f64(),
                         );
                         let counts = serde_json::json!({
                             "hosts": n, "up": up, "lost": dispatch.lost_hosts(),
                             "slots": dispatch.total_slots(), "running": dispatch.running(),
+                            "jobs": jobs, "job_slots": busy,
                         });
                         feed.send(frame::RESULT, counts.to_string().as_bytes()).await;
                         feed.send(frame::SAY, text.as_bytes()).await;
+                        for line in board.describe() {
+                            feed.send(frame::SAY, line.as_bytes()).await;
+                        }
                         feed.finish(0).await;
                     }
                     Some(Request::End) => {
@@ -733,6 +768,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                         fanout.route(None, Cmd::Shutdown).await;
                         end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
                     }
+                    Some(Request::Job) => {}
                     None => log("a control connection said nothing greedyrun understands: closed".into()),
                 }
             }
@@ -760,6 +796,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     if !missing.is_empty() {
                         log(format!("no agent from {} after {} s: the stream runs without them", greedy_tree::hostlist::compress(&missing), plan.timeout.as_secs_f64()));
                     }
+                }
+                if board.running().0 > 0 {
+                    idle_since = now;
                 }
                 if let (Some(idle), None, false) = (idle, &current, ending)
                     && idle_since.elapsed() >= idle
@@ -950,6 +989,11 @@ pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
         .ok()?
 }
 
+/// The request line of a job for a session.
+pub fn job_request() -> String {
+    format!("{HELLO} job\n")
+}
+
 /// The request line of a stream for a session.
 pub fn stream_request(retries: u32, tag: bool) -> String {
     format!("tasks retries={retries} tag={}", u8::from(tag))
@@ -1057,6 +1101,7 @@ mod tests {
             Some(Request::Status)
         );
         assert_eq!(parse_request("greedy-session 1 end"), Some(Request::End));
+        assert_eq!(parse_request(job_request().trim_end()), Some(Request::Job));
         assert_eq!(
             parse_request(&format!("{HELLO} {}", stream_request(3, true))),
             tasks(3, true)

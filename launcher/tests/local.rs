@@ -352,14 +352,11 @@ fn usage_errors_exit_2_before_anything_starts() {
     assert!(text(&out.stderr).contains("-n 5 needs 5 slots"));
 }
 
-/// Debian's MPICH (PMI-1 over PMI_PORT) wires up through greedy-pmix across three agents.
-/// UCX uses shared memory: all agents are on this machine (the cluster test crosses hosts).
-#[test]
-fn mpich_wires_up_across_agents() {
-    let (d, local, _) = shells();
-    let exe = d.path().join("wireup");
+/// tests/mpi/wireup.c built in `dir` with Debian's `mpicc.FLAVOUR` (`mpich`, `openmpi`).
+fn wireup_program(dir: &Path, flavour: &str) -> String {
+    let exe = dir.join(format!("wireup-{flavour}"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
-    let built = Command::new("mpicc.mpich")
+    let built = Command::new(format!("mpicc.{flavour}"))
         .arg("-O1")
         .arg("-o")
         .arg(&exe)
@@ -367,9 +364,17 @@ fn mpich_wires_up_across_agents() {
         .status();
     assert!(
         built.is_ok_and(|s| s.success()),
-        "mpicc.mpich (scripts/install-deps installs mpich and libmpich-dev)"
+        "mpicc.{flavour} (scripts/install-deps installs Debian's MPICH and Open MPI)"
     );
-    let exe = exe.display().to_string();
+    exe.display().to_string()
+}
+
+/// Debian's MPICH (PMI-1 over PMI_PORT) wires up through greedy-pmix across three agents.
+/// UCX uses shared memory: all agents are on this machine (the cluster test crosses hosts).
+#[test]
+fn mpich_wires_up_across_agents() {
+    let (d, local, _) = shells();
+    let exe = wireup_program(d.path(), "mpich");
     let (out, _) = run(
         &local,
         &[
@@ -411,19 +416,7 @@ fn mpich_wires_up_across_agents() {
 #[test]
 fn openmpi_wires_up_across_agents_over_pmix() {
     let (d, local, _) = shells();
-    let exe = d.path().join("wireup");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
-    let built = Command::new("mpicc.openmpi")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "mpicc.openmpi (scripts/install-deps installs openmpi-bin and libopenmpi-dev)"
-    );
-    let exe = exe.display().to_string();
+    let exe = wireup_program(d.path(), "openmpi");
     let job = |extra: &[&str]| {
         let mut args = vec![
             "-H",
@@ -732,6 +725,177 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
     }
     let out = greedyrun(&["--status"], Some(&socket));
     assert_eq!(out.status.code(), Some(125));
+}
+
+/// MPI jobs run on a session's agents as on fresh ones, with no new remote shell: MPICH
+/// (PMI-1) and Open MPI (PMIx) with no protocol flag, exit codes, two jobs at once on
+/// disjoint slots, a job that finds no free slot refused, and a job whose client is killed
+/// ended alone while the session stays.
+#[test]
+fn a_session_runs_mpi_jobs_on_its_agents() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    // Counts the remote shells: the session's, and none per job.
+    let counted = d.path().join("countsh");
+    let count = d.path().join("shells");
+    std::fs::write(
+        &counted,
+        format!(
+            "#!/bin/sh\necho x >> {}\nexec {} \"$@\"\n",
+            count.display(),
+            local.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&counted)
+        .status()
+        .unwrap();
+    let shells = || {
+        std::fs::read_to_string(&count)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let greedyrun = |args: &[&str], session: &str| {
+        Command::new(GREEDYRUN)
+            .args(args)
+            .env("GREEDY_SESSION", session)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", counted.to_str().unwrap()])
+        .args([
+            "-H",
+            "localhost:2,127.0.0.2:2,127.0.0.3:2",
+            "--start-session",
+        ])
+        .args(["--idle-timeout", "120"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let socket = stdout
+        .trim()
+        .strip_prefix("export GREEDY_SESSION=")
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string();
+    let serve = session_process(&socket).expect("the session's process");
+    // Ended however the test ends, so a failed assertion leaves no session behind.
+    struct Ends(String);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = Command::new(GREEDYRUN)
+                .arg("--end-session")
+                .env("GREEDY_SESSION", &self.0)
+                .output();
+        }
+    }
+    let _ends = Ends(socket.clone());
+    assert_eq!(shells(), 3);
+
+    let mpich = wireup_program(d.path(), "mpich");
+    let ompi = wireup_program(d.path(), "openmpi");
+    for (exe, env) in [
+        (&mpich, &["UCX_TLS=self,sm"][..]),
+        (
+            &ompi,
+            &[
+                "OMPI_MCA_pml=ob1",
+                "OMPI_MCA_btl=self,tcp",
+                "OMPI_MCA_btl_tcp_if_include=lo",
+            ][..],
+        ),
+    ] {
+        let mut args = vec!["-n", "5", "--", "env", "EXPECT_SIZE=5"];
+        args.extend_from_slice(env);
+        args.push(exe);
+        let out = greedyrun(&args, &socket);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{exe}: {} {stdout}",
+            text(&out.stderr)
+        );
+        assert_eq!(stdout.matches("of 5: ok").count(), 5, "{stdout}");
+        args.push("fail-before-init=3:7");
+        let out = greedyrun(&args, &socket);
+        assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    }
+
+    // A long job on two hosts' slots; another fits beside it on the third; a third does not.
+    let long = format!("sleep 4276 # {marker}");
+    let mut first = Command::new(GREEDYRUN)
+        .args(["-n", "4", "sh", "-c", &long])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(&long).len() < 4 {
+        assert!(Instant::now() < deadline, "the long job did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = greedyrun(
+        &["-n", "2", "sh", "-c", "echo $GREEDY_RANK/$GREEDY_SIZE"],
+        &socket,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut got: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    got.sort();
+    assert_eq!(got, ["0/2", "1/2"]);
+    let out = greedyrun(&["-n", "3", "-H", "localhost:3", "true"], &socket);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("localhost has fewer than the 3 free slots"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = greedyrun(&["--status"], &socket);
+    assert!(
+        text(&out.stderr).contains("1 jobs running on 4 slots")
+            && text(&out.stderr).contains(": 4 ranks on localhost,127.0.0.2, sh -c sleep 4276"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Its client killed, the job ends alone.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_gone(&long);
+    // Its slots are free once each host's greedyd for it said bye.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !text(&greedyrun(&["--status"], &socket).stderr).contains(" 0 jobs running") {
+        assert!(Instant::now() < deadline, "the killed job kept its slots");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = greedyrun(&["-n", "6", "true"], &socket);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(shells(), 3, "no remote shell per job");
+    // The jobs' greedyds exit once their bye is read; only the session's agents stay.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agents_below(serve).len() != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "a job's greedyd outlived its job"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let out = greedyrun(&["--end-session"], &socket);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{serve}")).exists() {
+        assert!(Instant::now() < deadline, "the session outlived its end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The process serving the session whose control socket is `socket`.

@@ -7,6 +7,7 @@
 #   abort       charm.abort(...) -> non-zero, the message and the rank named
 #   fail-start  rank 5 exits 5 before charm.start() -> job ends 5, its host (n3) named
 #   +p9         refused before anything starts (a non-SMP client would die silently)
+#   session     ok and exit3 again as jobs on a session's agents (GREEDY_SESSION)
 # and no process left behind after each case. charm4py 1.1 from PyPI is installed on first use
 # (tests/charm/charm4py.sh). Needs root; ~1-2 min.
 set -euo pipefail
@@ -103,4 +104,16 @@ run plus-p8 --pmi charm -- "${PY[@]}" ok +p8
 ((RC == 0)) && grep -q "pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "+p8: exit $RC: $ERR $OUT"
 no_orphans plus-p8
 pass "+p8 (= -n) accepted and dropped"
+# The same program as a job on a session's agents (started once): no flag, same checks.
+eval "$("$BIN/greedyrun" --timeout 60 --hosts "n[1-$NODES]" --ppn 2 --start-session)"
+[[ -S ${GREEDY_SESSION:-} ]] || fail "session: no control socket"
+GR=("$BIN/greedyrun" --timeout 60 --progress 0 -n 8)
+run session-ok -- "${PY[@]}" ok
+((RC == 0)) && grep -q "charm-e2e: pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "session ok: exit $RC: $ERR $OUT"
+run session-exit3 -- "${PY[@]}" exit3
+((RC == 3)) || fail "session exit3: expected 3, got $RC: $ERR"
+"$BIN/greedyrun" --end-session
+unset GREEDY_SESSION
+no_orphans session
+pass "on a session's agents: 8 PEs on 4 hosts checked, charm.exit(3) -> 3, nothing left"
 echo "charm-e2e: all passed"

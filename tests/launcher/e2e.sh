@@ -29,6 +29,8 @@
 #   clients   issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
 #             MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4 hosts x 2, no --pmi;
 #             ranks started without the launcher's environment (singletons) named fast
+#   session   the same clients as jobs on a session's agents (`--start-session`, GREEDY_SESSION),
+#             an exit code, a job on the free hosts beside a running one, Ctrl-C, nothing left
 #   delay     the same launches with --delay 20
 #
 # MPICH: Debian's MPICH 4.0.2 (ch4:ucx) hangs in MPI_Finalize over UCX/TCP between these
@@ -389,6 +391,38 @@ for client in "${CLIENTS[@]}"; do
     fail "clients: $client: exit $RC: $ERR $OUT"
   pass "clients: $client 4x2 with no --pmi: 8/8 ranks ok in ${SECS}s"
 done
+# Issue 20: the same clients as jobs on a session's agents (started once over ssh), with no
+# flag; an exit code; a job on the other hosts beside a running one; then nothing left.
+eval "$("${GR[@]}" --hosts "n[1-4]" --ppn 2 --start-session)"
+[[ -S ${GREEDY_SESSION:-} ]] || fail "session: no control socket"
+for client in "${CLIENTS[@]}"; do
+  client_cmd "$client" "$WORK/clients"
+  run "session-$client" -n 8 --timeout 60 -- env EXPECT_SIZE=8 "${CMD[@]}"
+  ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] ||
+    fail "session: $client: exit $RC: $ERR $OUT"
+  pass "session: $client 4x2 on the session's agents, no --pmi: 8/8 ranks ok in ${SECS}s"
+done
+client_cmd mpich5 "$WORK/clients"
+run session-fail -n 8 --timeout 60 -- "${CMD[@]}" fail-before-init=5:7
+((RC == 7)) || fail "session: expected 7, got $RC: $ERR"
+set +e
+"${GR[@]}" -n 4 --hosts "n[1-2]:2" -- sleep 4277 >"$WORK/session-long.out" 2>&1 </dev/null &
+long=$!
+set -e
+sleep 1
+run session-beside -n 4 -- sh -c 'echo "beside $(hostname)"'
+[[ $RC == 0 && $(grep -c '^beside n[34]$' <<<"$OUT") == 4 ]] ||
+  fail "session: a job beside the running one should get n3, n4: exit $RC: $ERR $OUT"
+kill -INT "$long"
+set +e
+wait "$long"
+RC=$?
+set -e
+((RC == 130)) || fail "session: Ctrl-C of a job on the session: expected 130, got $RC"
+"${GR[@]}" --end-session
+unset GREEDY_SESSION
+no_orphans session
+pass "session: a failing job (7), a job beside a running one on the free hosts, Ctrl-C (130), end: nothing left"
 # Singletons: ranks 4-7 run with an emptied environment (as a careless wrapper would), start as
 # "rank 0 of 1" and end 0 without a word, while ranks 0-3 wait in their first fence for them.
 client_cmd mpich5 "$WORK/clients"

@@ -1,11 +1,16 @@
 //! `greedyrun`: start a parallel job on many hosts over rsh/ssh along the greedy launch tree.
 
-use std::{os::unix::process::CommandExt, path::PathBuf, time::Duration};
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use greedy_launcher::{
-    allocation, calibrate,
+    allocation::{self, Allocation},
+    calibrate,
     exports::{self, Exports},
     head::{self, JobConfig},
     plan::{HostSource, MapBy, Part, Plan, Request},
@@ -201,15 +206,16 @@ pub(crate) struct Args {
     task_retries: u32,
 
     /// Start the agents on the hosts and keep them: prints `export GREEDY_SESSION=…` for
-    /// `eval`. While GREEDY_SESSION is set, `greedyrun --tasks` runs on that session's hosts.
+    /// `eval`. While GREEDY_SESSION is set, `greedyrun PROG` and `greedyrun --tasks` run on
+    /// that session's agents (its free slots; no new remote shell).
     #[arg(long, conflicts_with_all = ["tasks", "calibrate", "status", "end_session"])]
     start_session: bool,
 
-    /// With --start-session: end the session after this long without a stream.
+    /// With --start-session: end the session after this long without a stream or a job.
     #[arg(long, default_value_t = 1800.0, value_name = "SECS")]
     idle_timeout: f64,
 
-    /// Say how the session of GREEDY_SESSION is: hosts, slots, tasks running.
+    /// Say how the session of GREEDY_SESSION is: hosts, slots, tasks and jobs running.
     #[arg(long, conflicts_with_all = ["tasks", "calibrate", "end_session"])]
     status: bool,
 
@@ -294,8 +300,9 @@ enum Mode {
     Tasks(TaskOptions),
 }
 
-/// Arguments → a validated job, before any side effect.
-fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
+/// Arguments → a validated job, before any side effect; `session`: the free slots of the
+/// session the job runs on, its hosts when no host option is given.
+fn job_config(args: Args, session: Option<Allocation>) -> anyhow::Result<(JobConfig, Mode)> {
     let hosts = match (&args.hostfile, &args.hosts, &args.host_list) {
         (Some(p), _, _) => HostSource::Hostfile {
             path: p.display().to_string(),
@@ -303,6 +310,13 @@ fn job_config(args: Args) -> anyhow::Result<(JobConfig, Mode)> {
                 .with_context(|| format!("read hostfile {}", p.display()))?,
         },
         (_, Some(e), _) | (_, _, Some(e)) => HostSource::List(e.clone()),
+        _ if session.is_some() => {
+            let a = session.expect("checked");
+            if a.hostfile.is_empty() {
+                bail!("{}: every slot is taken by the jobs running there", a.what);
+            }
+            HostSource::Allocation(a)
+        }
         _ => {
             let found =
                 allocation::detect(&|k| std::env::var(k).ok(), &|p| std::fs::read_to_string(p))?;
@@ -567,6 +581,34 @@ fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
     )))
 }
 
+/// A job while GREEDY_SESSION is set: connects to that session and asks for its free slots.
+/// `Ok(None)` if this command is not such a job; `Err(code)` if the session cannot be used.
+fn session_job(
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Option<greedy_launcher::session::Attached>, i32> {
+    let Some(socket) = std::env::var_os(SESSION_VAR) else {
+        return Ok(None);
+    };
+    if std::env::var_os(SERVE_VAR).is_some()
+        || args.start_session
+        || args.calibrate
+        || args.tasks.is_some()
+    {
+        return Ok(None);
+    }
+    match rt.block_on(greedy_launcher::session::attach(
+        Path::new(&socket),
+        &tasks::job_request(),
+    )) {
+        Ok(a) => Ok(Some(a)),
+        Err(why) => {
+            eprintln!("greedyrun: {why}");
+            Err(code::LAUNCHER)
+        }
+    }
+}
+
 /// `--start-session`: starts this same command line in the background as the session (its
 /// output in a log beside the control socket, in a 0700 directory of its own), waits until
 /// every host is up or lost, and prints `export GREEDY_SESSION=SOCKET`.
@@ -655,7 +697,11 @@ fn main() {
         std::process::exit(exit);
     }
     let starting = args.start_session && std::env::var_os(SERVE_VAR).is_none();
-    let (cfg, mode) = match job_config(args) {
+    let attached = match session_job(&args, &rt) {
+        Ok(a) => a,
+        Err(exit) => std::process::exit(exit),
+    };
+    let (cfg, mode) = match job_config(args, attached.as_ref().map(|a| a.allocation())) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("greedyrun: {e:#}");
@@ -702,7 +748,10 @@ fn main() {
             }
             exit
         }
-        Mode::Job => rt.block_on(head::run(cfg)).exit_code,
+        Mode::Job => match attached {
+            Some(a) => rt.block_on(head::run_attached(cfg, a)).exit_code,
+            None => rt.block_on(head::run(cfg)).exit_code,
+        },
     };
     // Do not wait for the blocking stdin reader: it may sit in read() on a terminal.
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -716,7 +765,7 @@ mod tests {
     /// A command line as the shell gives it to greedyrun, through to its job.
     fn parse(argv: &[&str]) -> anyhow::Result<(JobConfig, Mode)> {
         let argv = mpirun_habits(argv.iter().map(|s| s.to_string()));
-        job_config(Args::try_parse_from(argv).unwrap())
+        job_config(Args::try_parse_from(argv).unwrap(), None)
     }
 
     #[test]
@@ -870,6 +919,7 @@ mod tests {
             ];
             job_config(
                 Args::try_parse_from(mpirun_habits(v.iter().map(|s| s.to_string()))).unwrap(),
+                None,
             )
         };
         let (cfg, _) = charm("+p2").unwrap();

@@ -1,0 +1,747 @@
+//! Jobs on a session's running tree: `greedyrun` with `GREEDY_SESSION` set runs its job on
+//! the agents a session keeps, with no new remote shell.
+//!
+//! Three sides, one idea:
+//! - **The client** ([`attach`], [`Attached::start`]) is greedyrun as always: it plans the job
+//!   on the session's free slots and runs [`crate::head`]'s loop (terminal, signals, stdin,
+//!   verdict, deadlines), whose edges are the session's control connection instead of remote
+//!   shells ([`JobLink`]).
+//! - **The session** ([`JobBoard`], [`serve_job`]) reserves the slots, sends the job down its
+//!   tree ([`Cmd::JobStart`]), routes the client's commands to the job's hosts
+//!   ([`Cmd::ForJob`]) and the job's frames ([`Up::Job`]) back to the client.
+//! - **Each agent** ([`JobAgents`]) starts a greedyd of its own for its part of the job and
+//!   gives it the job's Start on its stdin, exactly as a remote shell would have: so wire-up,
+//!   stdio, signals, exit codes and teardown are a fresh launch's, and a job that fails takes
+//!   only its own greedyd with it. Closing that greedyd's stdin is losing its remote shell.
+
+use std::{
+    collections::HashMap,
+    ops::Range,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::{
+    io::{AsyncRead, AsyncWriteExt},
+    net::unix::OwnedWriteHalf,
+    sync::mpsc,
+};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tracing::{debug, info, warn};
+
+use crate::{
+    allocation::Allocation,
+    fanout::Fanout,
+    guard::GuardHandle,
+    proto::{
+        ClientCodec, Cmd, Down, FromSession, JobCmd, MAX_FRAME, ParentCodec, SessionCodec, Start,
+        ToSession, Up,
+    },
+    signals,
+};
+
+/// How long either side of a control connection waits for the other's next step of the
+/// handshake (hosts, the job, its start).
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// Frames of one job queued towards its client.
+const JOB_UP_CAPACITY: usize = 1024;
+
+// ----- the session -----
+
+/// A job the session runs: its hosts (session host of each job host), its client's queue,
+/// and what `--status` says of it.
+struct Entry {
+    nodes: Vec<u32>,
+    up: mpsc::Sender<Up>,
+    what: String,
+}
+
+/// What the session knows of its hosts' slots and the jobs on them.
+struct Board {
+    slots: Vec<u32>,
+    busy: Vec<u32>,
+    up: Vec<bool>,
+    lost: Vec<bool>,
+    next: u32,
+    jobs: HashMap<u32, Entry>,
+}
+
+/// The session's jobs: which slots they hold and where their frames go. Shared by the
+/// session's loop (hosts up and lost, frames from the tree) and each job's [`serve_job`].
+pub struct JobBoard {
+    hosts: Vec<String>,
+    inner: Mutex<Board>,
+}
+
+impl JobBoard {
+    /// A board for the session's hosts with these slots, no host up yet.
+    pub fn new(hosts: Vec<String>, slots: Vec<u32>) -> Arc<JobBoard> {
+        let n = hosts.len();
+        Arc::new(JobBoard {
+            hosts,
+            inner: Mutex::new(Board {
+                slots,
+                busy: vec![0; n],
+                up: vec![false; n],
+                lost: vec![false; n],
+                next: 1,
+                jobs: HashMap::new(),
+            }),
+        })
+    }
+
+    fn board(&self) -> std::sync::MutexGuard<'_, Board> {
+        // A panic elsewhere cannot leave the counts half-written: each update is one store.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `node`'s agent said hello.
+    pub fn host_up(&self, node: u32) {
+        if let Some(u) = self.board().up.get_mut(node as usize) {
+            *u = true;
+        }
+    }
+
+    /// The session lost `nodes` (a subtree): each job on them is told it lost those hosts.
+    /// Returns, per job, its queue and the frames to put on it.
+    pub fn hosts_lost(&self, nodes: Range<u32>, what: &str) -> Vec<(mpsc::Sender<Up>, Vec<Up>)> {
+        let mut b = self.board();
+        for i in nodes.clone() {
+            if let Some(l) = b.lost.get_mut(i as usize) {
+                *l = true;
+            }
+        }
+        b.jobs
+            .values()
+            .filter_map(|e| {
+                let lost: Vec<Up> = (e.nodes.iter().enumerate())
+                    .filter(|(_, n)| nodes.contains(n))
+                    .map(|(i, _)| Up::Lost {
+                        node: i as u32,
+                        by: None,
+                        what: format!("the session lost this host: {what}"),
+                    })
+                    .collect();
+                (!lost.is_empty()).then(|| (e.up.clone(), lost))
+            })
+            .collect()
+    }
+
+    /// Where frames of `job` go, if it runs.
+    pub fn queue_of(&self, job: u32) -> Option<mpsc::Sender<Up>> {
+        self.board().jobs.get(&job).map(|e| e.up.clone())
+    }
+
+    /// Jobs running, and the slots they hold.
+    pub fn running(&self) -> (usize, u32) {
+        let b = self.board();
+        (b.jobs.len(), b.busy.iter().sum())
+    }
+
+    /// One line per running job, in the order they started.
+    pub fn describe(&self) -> Vec<String> {
+        let b = self.board();
+        let mut jobs: Vec<(&u32, &Entry)> = b.jobs.iter().collect();
+        jobs.sort_by_key(|(job, _)| **job);
+        jobs.into_iter().map(|(_, e)| e.what.clone()).collect()
+    }
+
+    /// The hosts that are up and not lost, with their free slots.
+    fn free(&self) -> Vec<(String, u32)> {
+        let b = self.board();
+        (0..self.hosts.len())
+            .filter(|&i| b.up[i] && !b.lost[i])
+            .map(|i| (self.hosts[i].clone(), b.slots[i].saturating_sub(b.busy[i])))
+            .collect()
+    }
+
+    /// Takes the slots `start`'s ranks need on the session's hosts of those names: the job's
+    /// number, the session host of each job host, and the job's queue; or why not.
+    pub(crate) fn reserve(
+        &self,
+        start: &Start,
+    ) -> Result<(u32, Vec<u32>, mpsc::Receiver<Up>), String> {
+        let mut b = self.board();
+        let mut nodes: Vec<u32> = Vec::with_capacity(start.hosts.len());
+        for (host, ranks) in start.hosts.iter().zip(&start.ranks) {
+            let need = ranks.len() as u32;
+            let mut named = false;
+            let found = (0..self.hosts.len()).find(|&i| {
+                let ours = self.hosts[i] == *host && !nodes.contains(&(i as u32));
+                named |= ours;
+                ours && b.up[i] && !b.lost[i] && b.slots[i] - b.busy[i] >= need
+            });
+            match found {
+                Some(i) => nodes.push(i as u32),
+                None if !named => {
+                    return Err(format!(
+                        "{host} is not one of the session's hosts (unset GREEDY_SESSION to launch there afresh)"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "{host} has fewer than the {need} free slots the job needs there (jobs running on the session hold the others, or the host is lost)"
+                    ));
+                }
+            }
+        }
+        let job = b.next;
+        b.next += 1;
+        for (&n, ranks) in nodes.iter().zip(&start.ranks) {
+            b.busy[n as usize] += ranks.len() as u32;
+        }
+        let (tx, rx) = mpsc::channel(JOB_UP_CAPACITY);
+        let ranks: usize = start.ranks.iter().map(Vec::len).sum();
+        let what = format!(
+            "job {job} ({}): {ranks} ranks on {}, {}",
+            start.job_id,
+            greedy_tree::hostlist::compress(&start.hosts),
+            start.apps[0].argv.join(" ")
+        );
+        b.jobs.insert(
+            job,
+            Entry {
+                nodes: nodes.clone(),
+                up: tx,
+                what,
+            },
+        );
+        Ok((job, nodes, rx))
+    }
+
+    /// `job` ended: its slots are free again.
+    pub(crate) fn release(&self, job: u32, start: &Start) {
+        let mut b = self.board();
+        if let Some(e) = b.jobs.remove(&job) {
+            for (&n, ranks) in e.nodes.iter().zip(&start.ranks) {
+                b.busy[n as usize] = b.busy[n as usize].saturating_sub(ranks.len() as u32);
+            }
+        }
+    }
+}
+
+/// The session's side of a client's job, from its request line to the job's end: offers the
+/// free slots, takes the job, sends it down the tree, and relays both ways until every host
+/// of the job said bye or was lost. A client that goes away ends its job ([`Cmd::EndJob`]).
+pub async fn serve_job<R: AsyncRead + Unpin>(
+    rd: R,
+    wr: OwnedWriteHalf,
+    board: Arc<JobBoard>,
+    fanout: Arc<Fanout>,
+) {
+    let mut rd = FramedRead::new(rd, SessionCodec::default());
+    let mut wr = FramedWrite::new(wr, SessionCodec::default());
+    if wr.send(FromSession::Hosts(board.free())).await.is_err() {
+        return;
+    }
+    let start = match tokio::time::timeout(HANDSHAKE, rd.next()).await {
+        Ok(Some(Ok(ToSession::Start(s)))) => s,
+        _ => return,
+    };
+    if let Err(why) = start.check() {
+        let _ = wr.send(FromSession::Refused(why)).await;
+        return;
+    }
+    let (job, nodes, mut ups) = match board.reserve(&start) {
+        Ok(r) => r,
+        Err(why) => {
+            let _ = wr.send(FromSession::Refused(why)).await;
+            return;
+        }
+    };
+    info!(job, hosts = nodes.len(), id = %start.job_id, "job attached");
+    let _ = wr.send(FromSession::Started).await;
+    let cmd = Cmd::JobStart {
+        job,
+        nodes: nodes.clone(),
+        start: start.clone(),
+    };
+    fanout.route(None, cmd).await;
+    let mut done = vec![false; nodes.len()];
+    let mut left = nodes.len();
+    let mut client = true;
+    while left > 0 {
+        tokio::select! {
+            f = rd.next(), if client => match f {
+                Some(Ok(ToSession::Route { to, cmd })) => {
+                    let to = match to {
+                        None => None,
+                        Some(i) => match nodes.get(i as usize) {
+                            Some(&n) => Some(n),
+                            None => continue,
+                        },
+                    };
+                    fanout.route(to, Cmd::ForJob { job, cmd }).await;
+                }
+                Some(Ok(ToSession::Kill)) => fanout.route(None, Cmd::EndJob { job }).await,
+                Some(Ok(ToSession::Start(_))) => {}
+                None | Some(Err(_)) => {
+                    debug!(job, "the job's client went away: the job ends");
+                    client = false;
+                    fanout.route(None, Cmd::EndJob { job }).await;
+                }
+            },
+            up = ups.recv() => {
+                let Some(up) = up else { break };
+                if let Up::Bye { node } | Up::Lost { node, .. } = &up
+                    && let Some(d) = done.get_mut(*node as usize)
+                    && !*d
+                {
+                    *d = true;
+                    left -= 1;
+                }
+                if client && wr.send(FromSession::Up(up)).await.is_err() {
+                    client = false;
+                    fanout.route(None, Cmd::EndJob { job }).await;
+                }
+            }
+        }
+    }
+    board.release(job, &start);
+    info!(job, "job ended");
+    let _ = wr.get_mut().shutdown().await;
+}
+
+/// A frame of a job as the session's loop got it from the tree, to the job's queue.
+pub async fn job_frame(board: &JobBoard, job: u32, frame: &[u8]) {
+    match postcard::from_bytes::<Up>(frame) {
+        Ok(up) => {
+            if let Some(q) = board.queue_of(job) {
+                let _ = q.send(up).await;
+            }
+        }
+        Err(e) => warn!(job, "undecodable frame of a job: {e}"),
+    }
+}
+
+// ----- the client -----
+
+/// A client's control connection to a session, with the session's free slots.
+pub struct Attached {
+    rd: FramedRead<tokio::net::unix::OwnedReadHalf, ClientCodec>,
+    wr: FramedWrite<OwnedWriteHalf, ClientCodec>,
+    /// The session's hosts that are up, with their free slots.
+    pub hosts: Vec<(String, u32)>,
+    what: String,
+}
+
+/// Connects to the session at `socket` for a job: the session's free slots, or why not.
+pub async fn attach(socket: &Path, request_line: &str) -> Result<Attached, String> {
+    let conn = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+        format!(
+            "GREEDY_SESSION={}: {e} (has the session ended?)",
+            socket.display()
+        )
+    })?;
+    let (rd, mut wr) = conn.into_split();
+    wr.write_all(request_line.as_bytes())
+        .await
+        .map_err(|e| format!("GREEDY_SESSION={}: {e}", socket.display()))?;
+    let mut rd = FramedRead::new(rd, ClientCodec::default());
+    let hosts = match tokio::time::timeout(HANDSHAKE, rd.next()).await {
+        Ok(Some(Ok(FromSession::Hosts(h)))) => h,
+        Ok(Some(Ok(FromSession::Refused(why)))) => return Err(why),
+        Err(_) => {
+            return Err(format!(
+                "the session did not answer within {} s (is it busy with a task stream?)",
+                HANDSHAKE.as_secs()
+            ));
+        }
+        _ => return Err("the session sent no hosts".into()),
+    };
+    Ok(Attached {
+        rd,
+        wr: FramedWrite::new(wr, ClientCodec::default()),
+        hosts,
+        what: format!("the session GREEDY_SESSION={}", socket.display()),
+    })
+}
+
+impl Attached {
+    /// The session's free slots as an allocation, for the plan.
+    pub fn allocation(&self) -> Allocation {
+        let hostfile = self
+            .hosts
+            .iter()
+            .filter(|(_, free)| *free > 0)
+            .map(|(h, free)| format!("{h} slots={free}\n"))
+            .collect();
+        Allocation {
+            what: self.what.clone(),
+            hostfile,
+        }
+    }
+
+    /// Hands the session the job; once it took it, the link for greedyrun's loop and the
+    /// job's frames. A job the session refused is an error saying why.
+    pub(crate) async fn start(
+        mut self,
+        start: &Start,
+    ) -> Result<(JobLink, mpsc::Receiver<Up>), String> {
+        let gone = |e: crate::Error| format!("the session went away: {e}");
+        self.wr
+            .send(ToSession::Start(Box::new(start.clone())))
+            .await
+            .map_err(gone)?;
+        match tokio::time::timeout(HANDSHAKE, self.rd.next()).await {
+            Ok(Some(Ok(FromSession::Started))) => {}
+            Ok(Some(Ok(FromSession::Refused(why)))) => {
+                return Err(format!("the session cannot run the job: {why}"));
+            }
+            Ok(Some(Err(e))) => return Err(gone(e)),
+            _ => return Err("the session did not take the job".into()),
+        }
+        let (up_tx, up_rx) = mpsc::channel(crate::head::UP_CAPACITY);
+        let (tx, mut rx) = mpsc::unbounded_channel::<ToSession>();
+        let mut wr = self.wr;
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if wr.send(m).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut rd = self.rd;
+        let n = start.hosts.len();
+        tokio::spawn(async move {
+            let mut done = vec![false; n];
+            while let Some(Ok(FromSession::Up(up))) = rd.next().await {
+                if let Up::Bye { node } | Up::Lost { node, .. } = &up
+                    && let Some(d) = done.get_mut(*node as usize)
+                {
+                    *d = true;
+                }
+                if up_tx.send(up).await.is_err() {
+                    return;
+                }
+            }
+            // The session ended under the job: its hosts are lost to it.
+            for node in (0..n as u32).filter(|&i| !done[i as usize]) {
+                let what = "the session ended".to_string();
+                let lost = Up::Lost {
+                    node,
+                    by: None,
+                    what,
+                };
+                if up_tx.send(lost).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok((JobLink { tx }, up_rx))
+    }
+}
+
+/// greedyrun's edges when its job runs on a session: the control connection.
+#[derive(Debug)]
+pub(crate) struct JobLink {
+    tx: mpsc::UnboundedSender<ToSession>,
+}
+
+impl JobLink {
+    /// Sends `cmd` to the job's host `to` (every host when `None`).
+    pub(crate) fn route(&self, to: Option<u32>, cmd: Cmd) {
+        match JobCmd::of(cmd) {
+            Some(cmd) => {
+                let _ = self.tx.send(ToSession::Route { to, cmd });
+            }
+            None => warn!("not a command for a session's job: dropped"),
+        }
+    }
+
+    /// Ends the job at once, as killing its remote shells would.
+    pub(crate) fn kill_all(&self) {
+        let _ = self.tx.send(ToSession::Kill);
+    }
+}
+
+// ----- each agent -----
+
+/// The greedyd of one job on this host.
+struct JobAgent {
+    /// Frames for its stdin; dropped to close it.
+    down: Option<mpsc::UnboundedSender<Down>>,
+    pgid: u32,
+}
+
+/// A session agent's jobs: for each, a greedyd of its own, its frames relayed up as
+/// [`Up::Job`].
+pub struct JobAgents {
+    node: u32,
+    grace: Duration,
+    up: mpsc::Sender<Up>,
+    jobs: HashMap<u32, JobAgent>,
+    ended_tx: mpsc::Sender<u32>,
+    ended_rx: mpsc::Receiver<u32>,
+}
+
+impl JobAgents {
+    /// No jobs yet, on session host `node`, frames going to `up`.
+    pub fn new(node: u32, grace: Duration, up: mpsc::Sender<Up>) -> JobAgents {
+        let (ended_tx, ended_rx) = mpsc::channel(16);
+        JobAgents {
+            node,
+            grace,
+            up,
+            jobs: HashMap::new(),
+            ended_tx,
+            ended_rx,
+        }
+    }
+
+    /// Starts this host's greedyd for `job` if the host is one of `nodes`. Its ranks' guard
+    /// is its own; `guard` (this agent's) watches its process group, so killing this agent
+    /// ends it too.
+    pub async fn start(
+        &mut self,
+        job: u32,
+        nodes: &[u32],
+        mut start: Start,
+        guard: &mut Option<GuardHandle>,
+    ) {
+        let Some(i) = nodes.iter().position(|&n| n == self.node) else {
+            return;
+        };
+        let i = i as u32;
+        start.node_idx = i;
+        start.launch_sizes = vec![1];
+        let lost = move |what: String| Up::Lost {
+            node: i,
+            by: None,
+            what,
+        };
+        let spawned = std::env::current_exe().and_then(|exe| {
+            tokio::process::Command::new(exe)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .kill_on_drop(false)
+                .spawn()
+        });
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let frame = encode(&lost(format!("cannot start greedyd for the job: {e}")));
+                let _ = self.up.send(Up::Job { job, frame }).await;
+                return;
+            }
+        };
+        let pgid = child.id().unwrap_or(0);
+        if let Some(g) = guard.as_mut() {
+            g.watch(pgid).await;
+        }
+        let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Down>();
+        let _ = down_tx.send(Down::Start(Box::new(start)));
+        let mut stdin =
+            FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
+        // Its bye closes its stdin (it waits for that before it exits, as after a remote
+        // shell's parent read its bye).
+        let (bye_tx, mut bye_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    f = down_rx.recv() => {
+                        let Some(f) = f else { break };
+                        if stdin.send(f).await.is_err() {
+                            break;
+                        }
+                    }
+                    _ = &mut bye_rx => break,
+                }
+            }
+            // Dropped here: its stdin closes, as a lost remote shell's would.
+        });
+        let stdout = child.stdout.take().expect("piped");
+        let (up, ended) = (self.up.clone(), self.ended_tx.clone());
+        tokio::spawn(async move {
+            let codec = LengthDelimitedCodec::builder()
+                .length_field_length(4)
+                .max_frame_length(MAX_FRAME)
+                .new_codec();
+            let mut frames = FramedRead::new(stdout, codec);
+            let mut bye = Some(bye_tx);
+            while let Some(Ok(frame)) = frames.next().await {
+                let frame: Bytes = frame.freeze();
+                if matches!(postcard::from_bytes::<Up>(&frame), Ok(Up::Bye { .. })) {
+                    bye.take().map(|b| b.send(()));
+                }
+                let _ = up.send(Up::Job { job, frame }).await;
+            }
+            let status = child.wait().await;
+            if bye.is_some() {
+                let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                let frame = encode(&lost(format!("its greedyd for the job ended ({how})")));
+                let _ = up.send(Up::Job { job, frame }).await;
+            }
+            let _ = ended.send(job).await;
+        });
+        self.jobs.insert(
+            job,
+            JobAgent {
+                down: Some(down_tx),
+                pgid,
+            },
+        );
+    }
+
+    /// Passes `cmd` to `job`'s greedyd, if it runs here.
+    pub fn deliver(&self, job: u32, cmd: JobCmd) {
+        if let Some(down) = self.jobs.get(&job).and_then(|j| j.down.as_ref()) {
+            let _ = down.send(Down::Route {
+                to: None,
+                cmd: cmd.into(),
+            });
+        }
+    }
+
+    /// Ends `job` here as a lost remote shell would: its greedyd's stdin closes (it tears its
+    /// ranks down and says bye); SIGKILL to its group after the grace period and 5 s more.
+    pub fn end(&mut self, job: u32) {
+        if let Some(j) = self.jobs.get_mut(&job)
+            && j.down.take().is_some()
+        {
+            let (pgid, wait) = (j.pgid, self.grace + Duration::from_secs(5));
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                if signals::group_alive(pgid) {
+                    signals::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+                }
+            });
+        }
+    }
+
+    /// The next job whose greedyd is gone (its last frame relayed).
+    pub async fn ended(&mut self) -> u32 {
+        self.ended_rx.recv().await.expect("a sender is kept")
+    }
+
+    /// Forgets `job` (its greedyd is gone); its process group, for the guard to unwatch.
+    pub fn forget(&mut self, job: u32) -> Option<u32> {
+        self.jobs.remove(&job).map(|j| j.pgid)
+    }
+
+    /// Ends every job (this agent is ending) and waits for their greedyds, at most `limit`;
+    /// those still there are killed.
+    pub async fn end_all(&mut self, limit: Duration) {
+        let jobs: Vec<u32> = self.jobs.keys().copied().collect();
+        for &job in &jobs {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.down = None;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.jobs.is_empty() {
+            tokio::select! {
+                Some(job) = self.ended_rx.recv() => { self.jobs.remove(&job); }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        for j in self.jobs.values() {
+            signals::signal_group(j.pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Whether no job runs here.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+/// An [`Up`] as its codec's body: what a job's greedyd would have written.
+fn encode(up: &Up) -> Bytes {
+    postcard::to_stdvec(up).map(Bytes::from).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{App, BindTo, PROTOCOL_VERSION, PmiMode};
+
+    /// A job of `ranks[i]` ranks on `hosts[i]`.
+    fn job(hosts: &[&str], ranks: &[u32]) -> Start {
+        let mut next = 0;
+        let ranks = ranks
+            .iter()
+            .map(|&k| {
+                next += k;
+                (next - k..next).collect()
+            })
+            .collect();
+        Start {
+            version: PROTOCOL_VERSION,
+            job_id: "j".into(),
+            node_idx: 0,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ranks,
+            launch_sizes: vec![1],
+            apps: vec![App {
+                first_rank: 0,
+                argv: vec!["true".into()],
+            }],
+            env: vec![],
+            cwd: "/".into(),
+            rsh: vec![],
+            agent: vec![],
+            batch: 1,
+            retries: 0,
+            hello_timeout_s: 1.0,
+            grace_s: 1.0,
+            model: greedy_tree::LaunchModel::new(0.01, 0.1).unwrap(),
+            pmi: PmiMode::Auto,
+            secret: greedy_pmix::JobSecret::generate(),
+            stdin_rank: None,
+            bind: BindTo::None,
+            log: String::new(),
+            tasks: false,
+        }
+    }
+
+    #[test]
+    fn jobs_hold_disjoint_slots_until_released() {
+        let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![2, 2, 2]);
+        assert!(board.free().is_empty(), "no host up yet");
+        (0..3).for_each(|i| board.host_up(i));
+        let first = job(&["a", "b"], &[2, 2]);
+        let (j1, nodes, _q1) = board.reserve(&first).unwrap();
+        assert_eq!(nodes, [0, 1]);
+        assert_eq!(board.running(), (1, 4));
+        assert_eq!(
+            board.free(),
+            [("a".into(), 0), ("b".into(), 0), ("c".into(), 2)]
+        );
+        let e = board.reserve(&job(&["a"], &[1])).unwrap_err();
+        assert!(e.contains("a has fewer than the 1 free slots"), "{e}");
+        let e = board.reserve(&job(&["z"], &[1])).unwrap_err();
+        assert!(e.contains("z is not one of the session's hosts"), "{e}");
+        let (j2, nodes, _q2) = board.reserve(&job(&["c"], &[2])).unwrap();
+        assert_eq!(
+            board.describe(),
+            [
+                format!("job {j1} (j): 4 ranks on a,b, true"),
+                format!("job {j2} (j): 2 ranks on c, true")
+            ]
+        );
+        assert_eq!(nodes, [2]);
+        assert_ne!(j1, j2);
+        board.release(j1, &first);
+        assert_eq!(board.running(), (1, 2));
+        assert!(board.queue_of(j1).is_none());
+    }
+
+    #[test]
+    fn a_lost_host_is_lost_to_the_jobs_on_it_and_to_later_ones() {
+        let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![1, 1, 1]);
+        (0..3).for_each(|i| board.host_up(i));
+        let (_, _, _q) = board.reserve(&job(&["b", "c"], &[1, 1])).unwrap();
+        let told = board.hosts_lost(2..3, "shell ended");
+        assert_eq!(told.len(), 1);
+        assert!(
+            matches!(&told[0].1[..], [Up::Lost { node: 1, by: None, what }] if what.contains("shell ended"))
+        );
+        assert_eq!(board.free(), [("a".into(), 1), ("b".into(), 0)]);
+        assert!(board.reserve(&job(&["c"], &[1])).is_err());
+    }
+}
