@@ -27,16 +27,20 @@ pub const TARGETS: &[Target] = &[
 /// parses as a stream's request is the request greedyrun's client would have sent.
 pub fn session_request(data: &[u8]) {
     let line = String::from_utf8_lossy(data);
-    if let Some(crate::tasks::Request::Tasks { retries, tag }) = crate::tasks::parse_request(&line)
+    if let Some(
+        request @ crate::tasks::Request::Tasks {
+            retries,
+            tag,
+            progress_ms,
+        },
+    ) = crate::tasks::parse_request(&line)
     {
+        let progress = Duration::from_millis(progress_ms);
         let sent = format!(
             "greedy-session 1 {}",
-            crate::tasks::stream_request(retries, tag)
+            crate::tasks::stream_request(retries, tag, progress)
         );
-        assert_eq!(
-            crate::tasks::parse_request(&sent),
-            Some(crate::tasks::Request::Tasks { retries, tag })
-        );
+        assert_eq!(crate::tasks::parse_request(&sent), Some(request));
     }
 }
 

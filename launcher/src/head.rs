@@ -414,6 +414,7 @@ async fn drive(
         match verdict {
             Verdict::Continue => {}
             Verdict::Finished => {
+                status.finishing();
                 fanout.route(None, Cmd::Shutdown).await;
                 end_deadline.get_or_insert(Instant::now() + SHUTDOWN_TIMEOUT);
             }

@@ -46,6 +46,8 @@ pub struct JobStatus {
     /// The code the job will exit with, once something failed.
     failure: Option<i32>,
     tearing_down: bool,
+    /// Every rank ended well and the agents were told to shut down.
+    finishing: bool,
 }
 
 impl JobStatus {
@@ -57,6 +59,7 @@ impl JobStatus {
             keep_going,
             failure: None,
             tearing_down: false,
+            finishing: false,
         }
     }
 
@@ -83,9 +86,16 @@ impl JobStatus {
         Verdict::Continue
     }
 
+    /// The agents were told to shut down after [`Verdict::Finished`]: the job has succeeded,
+    /// and what fails while it shuts down (an overlay join that nothing needed, meeting a node
+    /// that already left) does not change that.
+    pub fn finishing(&mut self) {
+        self.finishing = true;
+    }
+
     /// The launcher failed (`code` 124/125 or a wire-up abort's code); `message` says why.
     pub fn launcher_failed(&mut self, code: i32, message: String) -> Verdict {
-        if self.tearing_down {
+        if self.tearing_down || self.finishing {
             return Verdict::Continue;
         }
         self.tearing_down = true;
@@ -188,6 +198,11 @@ mod tests {
             s.rank_ended(RankEnd::Exited(0), "rank 1"),
             Verdict::Finished
         );
+        assert_eq!(s.exit_code(), 0);
+        // A node's wire-up failing while the finished job shuts down (its overlay peer left
+        // first) does not fail it; before the shutdown, the same failure would.
+        s.finishing();
+        assert_eq!(s.launcher_failed(1, "overlay".into()), Verdict::Continue);
         assert_eq!(s.exit_code(), 0);
     }
 

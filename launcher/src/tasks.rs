@@ -259,13 +259,15 @@ pub struct TaskOptions {
 }
 
 /// One result line: the task's number, host, exit code (128 + signal for a signal, 127 if it
-/// could not start), its last run's wall time, its runs and its command.
-fn result_line(done: &Done, host: &str) -> String {
+/// could not start), its last run's wall time, when it ended (seconds since the stream
+/// started, so tasks/s over time can be drawn), its runs and its command.
+fn result_line(done: &Done, host: &str, end_s: f64) -> String {
     let mut line = serde_json::json!({
         "task": done.task.id,
         "host": host,
         "exit": done.end.code(),
         "wall_s": done.wall_us as f64 / 1e6,
+        "end_s": (end_s * 1e3).round() / 1e3,
         "runs": done.runs,
         "command": done.task.command,
     })
@@ -404,10 +406,13 @@ struct Current {
     exit_code: i32,
     t0: Instant,
     tagger: Option<Tagger>,
+    /// Period of its progress line (zero: none), and when the next is due.
+    progress: Duration,
+    next_progress: Instant,
 }
 
 impl Current {
-    fn new(feed: Feed, tag: bool) -> Current {
+    fn new(feed: Feed, tag: bool, progress: Duration) -> Current {
         Current {
             feed,
             line_no: 0,
@@ -417,6 +422,8 @@ impl Current {
             exit_code: 0,
             t0: Instant::now(),
             tagger: tag.then(Tagger::default),
+            progress,
+            next_progress: Instant::now() + progress,
         }
     }
 }
@@ -424,8 +431,13 @@ impl Current {
 /// What a client asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Request {
-    /// Run the stream that follows, with these retries and tagging.
-    Tasks { retries: u32, tag: bool },
+    /// Run the stream that follows, with these retries, tagging, and a progress line every
+    /// `progress_ms` (0: none).
+    Tasks {
+        retries: u32,
+        tag: bool,
+        progress_ms: u64,
+    },
     /// Say how the session is.
     Status,
     /// Run a job on the session's agents ([`crate::session`]).
@@ -443,8 +455,8 @@ async fn read_request(lines: &mut LineSource) -> Option<Request> {
     parse_request(&line)
 }
 
-/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1`, `… status`, `… end`;
-/// `None` for anything else.
+/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1 progress_ms=MS`,
+/// `… status`, `… job`, `… end`; `None` for anything else.
 pub(crate) fn parse_request(line: &str) -> Option<Request> {
     let rest = line.strip_prefix(HELLO)?.trim();
     let mut words = rest.split_whitespace();
@@ -453,15 +465,20 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
         "end" => Some(Request::End),
         "job" => Some(Request::Job),
         "tasks" => {
-            let (mut retries, mut tag) = (0, false);
+            let (mut retries, mut tag, mut progress_ms) = (0, false, 0);
             for w in words {
                 match w.split_once('=')? {
                     ("retries", k) => retries = k.parse().ok()?,
                     ("tag", t) => tag = t == "1",
+                    ("progress_ms", p) => progress_ms = p.parse().ok()?,
                     _ => return None,
                 }
             }
-            Some(Request::Tasks { retries, tag })
+            Some(Request::Tasks {
+                retries,
+                tag,
+                progress_ms,
+            })
         }
         _ => None,
     }
@@ -507,7 +524,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 lines: BufReader::new(input).lines(),
                 results,
             };
-            current = Some(Current::new(feed, cfg.tag_output));
+            current = Some(Current::new(feed, cfg.tag_output, cfg.progress));
         }
         Source::Session { socket, idle: i } => {
             match tokio::net::UnixListener::bind(socket) {
@@ -541,7 +558,6 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let launch_deadline = t0 + plan.timeout;
     let mut launch_over = false;
     let mut idle_since = Instant::now();
-    let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let mut sigterm = signal(SignalKind::terminate()).ok();
     // A session outlives the terminal it was started from.
@@ -671,7 +687,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                                     let runs = if d.runs == 1 { "1 run".to_string() } else { format!("{} runs", d.runs) };
                                     cur.feed.say(format!("task {} on {} ended with {} after {runs}: {}", d.task.id, host(d.host), d.end.code(), d.task.command)).await;
                                 }
-                                cur.feed.result(&result_line(&d, &host(d.host))).await;
+                                cur.feed.result(&result_line(&d, &host(d.host), cur.t0.elapsed().as_secs_f64())).await;
                             }
                         }
                         Ended::Retry if cfg.verbose => log(format!("task {id} on {} ended with {}: running it again", host(node), end.code())),
@@ -739,9 +755,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                         feed.say(format!("{jobs} jobs run on the session's hosts: a task stream runs when they have ended")).await;
                         feed.finish(code::LAUNCHER).await;
                     }
-                    Some(Request::Tasks { retries, tag }) => {
+                    Some(Request::Tasks { retries, tag, progress_ms }) => {
                         dispatch.set_retries(retries);
-                        current = Some(Current::new(feed, tag));
+                        current = Some(Current::new(feed, tag, Duration::from_millis(progress_ms)));
                     }
                     Some(Request::Status) => {
                         let up = hello_at.iter().filter(|h| h.is_some()).count();
@@ -823,11 +839,12 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                 }
                 if let Some(cur) = current.as_mut()
-                    && !session && !cfg.progress.is_zero() && now >= next_progress
+                    && !cur.progress.is_zero() && now >= cur.next_progress
                 {
-                    next_progress = now + cfg.progress;
+                    cur.next_progress = now + cur.progress;
                     let rate = cur.done as f64 / cur.t0.elapsed().as_secs_f64().max(1e-9);
-                    log(format!("tasks: {} done ({} failed), {} running, {rate:.1} tasks/s", cur.done, cur.failed, dispatch.running()));
+                    let line = format!("tasks: {} done ({} failed), {} running, {rate:.1} tasks/s", cur.done, cur.failed, dispatch.running());
+                    cur.feed.say(line).await;
                 }
                 if let Some(d) = end_deadline && now >= d {
                     fanout.kill_all();
@@ -994,9 +1011,13 @@ pub fn job_request() -> String {
     format!("{HELLO} job\n")
 }
 
-/// The request line of a stream for a session.
-pub fn stream_request(retries: u32, tag: bool) -> String {
-    format!("tasks retries={retries} tag={}", u8::from(tag))
+/// The request line of a stream for a session (`progress`: the period of its progress line).
+pub fn stream_request(retries: u32, tag: bool, progress: Duration) -> String {
+    format!(
+        "tasks retries={retries} tag={} progress_ms={}",
+        u8::from(tag),
+        progress.as_millis()
+    )
 }
 
 #[cfg(test)]
@@ -1095,7 +1116,13 @@ mod tests {
 
     #[test]
     fn control_requests_parse_or_are_refused() {
-        let tasks = |r, t| Some(Request::Tasks { retries: r, tag: t });
+        let tasks = |r, t, p| {
+            Some(Request::Tasks {
+                retries: r,
+                tag: t,
+                progress_ms: p,
+            })
+        };
         assert_eq!(
             parse_request("greedy-session 1 status"),
             Some(Request::Status)
@@ -1103,10 +1130,13 @@ mod tests {
         assert_eq!(parse_request("greedy-session 1 end"), Some(Request::End));
         assert_eq!(parse_request(job_request().trim_end()), Some(Request::Job));
         assert_eq!(
-            parse_request(&format!("{HELLO} {}", stream_request(3, true))),
-            tasks(3, true)
+            parse_request(&format!(
+                "{HELLO} {}",
+                stream_request(3, true, Duration::from_secs(2))
+            )),
+            tasks(3, true, 2000)
         );
-        assert_eq!(parse_request("greedy-session 1 tasks"), tasks(0, false));
+        assert_eq!(parse_request("greedy-session 1 tasks"), tasks(0, false, 0));
         for bad in [
             "",
             "status",
@@ -1132,7 +1162,8 @@ mod tests {
             wall_us: 1_500_000,
             runs: 1,
         };
-        let v: serde_json::Value = serde_json::from_str(&result_line(&d, "n1")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&result_line(&d, "n1", 2.3456)).unwrap();
+        assert_eq!(v["end_s"], 2.346);
         assert_eq!(v["task"], 7);
         assert_eq!(v["exit"], 137);
         assert_eq!(v["wall_s"], 1.5);

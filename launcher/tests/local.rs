@@ -606,13 +606,7 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
         ],
         None,
     );
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let socket = stdout
-        .trim()
-        .strip_prefix("export GREEDY_SESSION=")
-        .unwrap_or_else(|| panic!("{stdout}"))
-        .to_string();
+    let socket = session_socket(&out);
     // The session's process, and the agents below it (other tests run agents beside).
     let serve = session_process(&socket).expect("the session's process");
     let agents = || agents_below(serve).len();
@@ -778,13 +772,7 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let socket = stdout
-        .trim()
-        .strip_prefix("export GREEDY_SESSION=")
-        .unwrap_or_else(|| panic!("{stdout}"))
-        .to_string();
+    let socket = session_socket(&out);
     let serve = session_process(&socket).expect("the session's process");
     // Ended however the test ends, so a failed assertion leaves no session behind.
     struct Ends(String);
@@ -896,6 +884,17 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
         assert!(Instant::now() < deadline, "the session outlived its end");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The control socket `greedyrun --start-session` printed (`export GREEDY_SESSION=…`).
+fn session_socket(out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    stdout
+        .trim()
+        .strip_prefix("export GREEDY_SESSION=")
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string()
 }
 
 /// The process serving the session whose control socket is `socket`.

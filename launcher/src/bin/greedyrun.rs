@@ -197,7 +197,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE|-", conflicts_with = "calibrate")]
     tasks: Option<String>,
 
-    /// With --tasks: one JSON line per task (task, host, exit, wall_s, runs, command).
+    /// With --tasks: one JSON line per task (task, host, exit, wall_s, end_s, runs, command).
     #[arg(long, value_name = "FILE", requires = "tasks")]
     results: Option<PathBuf>,
 
@@ -552,7 +552,14 @@ fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
     } else if args.end_session {
         "end".to_string()
     } else if args.tasks.is_some() && socket.is_some() {
-        tasks::stream_request(args.task_retries, args.tag_output)
+        let progress = match secs("--progress", args.progress) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("greedyrun: {e}");
+                return Some(code::USAGE);
+            }
+        };
+        tasks::stream_request(args.task_retries, args.tag_output, progress)
     } else {
         return None;
     };
