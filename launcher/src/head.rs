@@ -93,6 +93,17 @@ pub struct Report {
     pub finished_at: Option<Duration>,
 }
 
+impl Report {
+    /// A job of `hosts` hosts that ends with `exit_code` before any host said hello.
+    pub(crate) fn unlaunched(exit_code: i32, hosts: usize) -> Report {
+        Report {
+            exit_code,
+            hello_at: vec![None; hosts],
+            finished_at: None,
+        }
+    }
+}
+
 /// The Start frame of a job (`tasks`: a task stream, whose hosts start no ranks): a fresh
 /// secret and job id, the plan, and `launch_sizes` left for each edge to fill.
 pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
@@ -187,11 +198,7 @@ pub async fn run_attached(cfg: JobConfig, attached: crate::session::Attached) ->
         Ok((link, up_rx)) => drive(cfg, start, Edges::Session(link), up_rx).await,
         Err(why) => {
             eprintln!("greedyrun: {why}");
-            Report {
-                exit_code: code::LAUNCHER,
-                hello_at: vec![None; cfg.plan.hosts.len()],
-                finished_at: None,
-            }
+            Report::unlaunched(code::LAUNCHER, cfg.plan.hosts.len())
         }
     }
 }

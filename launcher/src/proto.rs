@@ -231,8 +231,8 @@ pub enum Cmd {
         cmd: JobCmd,
     },
     /// End a session's job on the target host as a lost remote shell would: its greedyd's
-    /// stdin is closed (it tears its ranks down), and it is killed if it is still there after
-    /// the grace period.
+    /// stdin is closed (it tears its ranks down), and it is killed if it is still there 5 s
+    /// after the grace period.
     EndJob {
         /// The job's number in the session.
         job: u32,

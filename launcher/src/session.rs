@@ -105,29 +105,37 @@ impl JobBoard {
         }
     }
 
-    /// The session lost `nodes` (a subtree): each job on them is told it lost those hosts.
-    /// Returns, per job, its queue and the frames to put on it.
-    pub fn hosts_lost(&self, nodes: Range<u32>, what: &str) -> Vec<(mpsc::Sender<Up>, Vec<Up>)> {
-        let mut b = self.board();
-        for i in nodes.clone() {
-            if let Some(l) = b.lost.get_mut(i as usize) {
-                *l = true;
+    /// The session lost `nodes` (a subtree): no job gets them again, and each job on them is
+    /// told it lost those hosts (an `Up::Lost` in its own numbering, on its queue).
+    pub async fn hosts_lost(&self, nodes: Range<u32>, what: &str) {
+        let told: Vec<(mpsc::Sender<Up>, Vec<u32>)> = {
+            let mut b = self.board();
+            for i in nodes.clone() {
+                if let Some(l) = b.lost.get_mut(i as usize) {
+                    *l = true;
+                }
+            }
+            (b.jobs.values())
+                .map(|e| {
+                    let lost = (e.nodes.iter().enumerate())
+                        .filter(|(_, n)| nodes.contains(n))
+                        .map(|(i, _)| i as u32);
+                    (e.up.clone(), lost.collect())
+                })
+                .collect()
+        };
+        for (queue, lost) in told {
+            for node in lost {
+                let what = format!("the session lost this host: {what}");
+                let _ = queue
+                    .send(Up::Lost {
+                        node,
+                        by: None,
+                        what,
+                    })
+                    .await;
             }
         }
-        b.jobs
-            .values()
-            .filter_map(|e| {
-                let lost: Vec<Up> = (e.nodes.iter().enumerate())
-                    .filter(|(_, n)| nodes.contains(n))
-                    .map(|(i, _)| Up::Lost {
-                        node: i as u32,
-                        by: None,
-                        what: format!("the session lost this host: {what}"),
-                    })
-                    .collect();
-                (!lost.is_empty()).then(|| (e.up.clone(), lost))
-            })
-            .collect()
     }
 
     /// Where frames of `job` go, if it runs.
@@ -324,12 +332,12 @@ pub struct Attached {
     rd: FramedRead<tokio::net::unix::OwnedReadHalf, ClientCodec>,
     wr: FramedWrite<OwnedWriteHalf, ClientCodec>,
     /// The session's hosts that are up, with their free slots.
-    pub hosts: Vec<(String, u32)>,
+    hosts: Vec<(String, u32)>,
     what: String,
 }
 
 /// Connects to the session at `socket` for a job: the session's free slots, or why not.
-pub async fn attach(socket: &Path, request_line: &str) -> Result<Attached, String> {
+pub async fn attach(socket: &Path) -> Result<Attached, String> {
     let conn = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         format!(
             "GREEDY_SESSION={}: {e} (has the session ended?)",
@@ -337,7 +345,7 @@ pub async fn attach(socket: &Path, request_line: &str) -> Result<Attached, Strin
         )
     })?;
     let (rd, mut wr) = conn.into_split();
-    wr.write_all(request_line.as_bytes())
+    wr.write_all(crate::tasks::job_request().as_bytes())
         .await
         .map_err(|e| format!("GREEDY_SESSION={}: {e}", socket.display()))?;
     let mut rd = FramedRead::new(rd, ClientCodec::default());
@@ -735,11 +743,15 @@ mod tests {
     fn a_lost_host_is_lost_to_the_jobs_on_it_and_to_later_ones() {
         let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![1, 1, 1]);
         (0..3).for_each(|i| board.host_up(i));
-        let (_, _, _q) = board.reserve(&job(&["b", "c"], &[1, 1])).unwrap();
-        let told = board.hosts_lost(2..3, "shell ended");
-        assert_eq!(told.len(), 1);
+        let (_, _, mut q) = board.reserve(&job(&["b", "c"], &[1, 1])).unwrap();
+        futures_util::FutureExt::now_or_never(board.hosts_lost(2..3, "shell ended"))
+            .expect("room on the job's queue");
         assert!(
-            matches!(&told[0].1[..], [Up::Lost { node: 1, by: None, what }] if what.contains("shell ended"))
+            matches!(q.try_recv(), Ok(Up::Lost { node: 1, by: None, what }) if what.contains("shell ended"))
+        );
+        assert!(
+            q.try_recv().is_err(),
+            "the job is told once, of its one lost host"
         );
         assert_eq!(board.free(), [("a".into(), 1), ("b".into(), 0)]);
         assert!(board.reserve(&job(&["c"], &[1])).is_err());

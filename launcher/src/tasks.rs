@@ -506,7 +506,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     Ok(f) => Some(std::io::BufWriter::new(f)),
                     Err(e) => {
                         log(format!("--results {}: {e}", p.display()));
-                        return report(code::USAGE, n);
+                        return Report::unlaunched(code::USAGE, n);
                     }
                 },
             };
@@ -515,7 +515,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     Ok(f) => Box::new(f),
                     Err(e) => {
                         log(format!("--tasks {}: {e}", p.display()));
-                        return report(code::USAGE, n);
+                        return Report::unlaunched(code::USAGE, n);
                     }
                 },
                 _ => Box::new(tokio::io::stdin()),
@@ -531,7 +531,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 Ok(l) => listener = Some(l),
                 Err(e) => {
                     log(format!("session socket {}: {e}", socket.display()));
-                    return report(code::LAUNCHER, n);
+                    return Report::unlaunched(code::LAUNCHER, n);
                 }
             }
             idle = Some(*i);
@@ -542,15 +542,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
 
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
     let fanout = std::sync::Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
+    let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
     // A session's jobs (crate::session) on the same hosts and slots.
-    let board = JobBoard::new(
-        plan.hosts.clone(),
-        plan.ranks.iter().map(|r| r.len() as u32).collect(),
-    );
-    let mut dispatch = Dispatcher::new(
-        plan.ranks.iter().map(|r| r.len() as u32).collect(),
-        opts.retries,
-    );
+    let board = JobBoard::new(plan.hosts.clone(), slots.clone());
+    let mut dispatch = Dispatcher::new(slots, opts.retries);
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut session_code = 0;
     let mut ending = false;
@@ -696,11 +691,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 }
                 Some(Up::Lost { node, what, .. }) => {
                     let sub = plan.launch.subtree_len(node as usize + 1) as u32;
-                    for (queue, frames) in board.hosts_lost(node..node + sub, &what) {
-                        for f in frames {
-                            let _ = queue.send(f).await;
-                        }
-                    }
+                    board.hosts_lost(node..node + sub, &what).await;
                     let moved = dispatch.hosts_lost(node..node + sub);
                     let out = if sub > 1 { format!("it and its launch subtree ({sub} hosts) leave") } else { "it leaves".into() };
                     let text = format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node));
@@ -710,11 +701,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                 }
                 Some(Up::Failed { node, what, .. }) => {
-                    for (queue, frames) in board.hosts_lost(node..node + 1, &what) {
-                        for f in frames {
-                            let _ = queue.send(f).await;
-                        }
-                    }
+                    board.hosts_lost(node..node + 1, &what).await;
                     let moved = dispatch.hosts_lost(node..node + 1);
                     log(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
                 }
@@ -866,17 +853,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     if let Source::Session { socket, .. } = &opts.source {
         let _ = std::fs::remove_file(socket);
     }
-    let mut r = report(session_code, n);
-    r.hello_at = hello_at;
-    r.finished_at = Some(t0.elapsed());
-    r
-}
-
-fn report(exit_code: i32, n: usize) -> Report {
     Report {
-        exit_code,
-        hello_at: vec![None; n],
-        finished_at: None,
+        exit_code: session_code,
+        hello_at,
+        finished_at: Some(t0.elapsed()),
     }
 }
 

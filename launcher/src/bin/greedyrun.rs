@@ -604,10 +604,7 @@ fn session_job(
     {
         return Ok(None);
     }
-    match rt.block_on(greedy_launcher::session::attach(
-        Path::new(&socket),
-        &tasks::job_request(),
-    )) {
+    match rt.block_on(greedy_launcher::session::attach(Path::new(&socket))) {
         Ok(a) => Ok(Some(a)),
         Err(why) => {
             eprintln!("greedyrun: {why}");
