@@ -53,15 +53,8 @@ SHELLS=${SHELLS:-rsh ssh}
 SETTLE=${SETTLE:-30}
 fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q --release -p greedy-launcher
-BIN=$CARGO_TARGET_DIR/release
-cargo build -q --release -p greedy-netdelay
-export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
+. "$ROOT/tests/launcher/cluster-bench.sh"
 . "$ROOT/tests/mpi/mpich5.sh"
-
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 
 MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
@@ -80,23 +73,6 @@ if [[ " $PARTS " == *" A "* ]]; then
 fi
 CSV=$W/results.csv
 echo "part,hosts,config,run,wall_ms,rc,ok,cpu_s,launch_ms,model_ms" >"$CSV"
-
-busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-
-# Waits (up to SETTLE/2 s, default 15) until the machine is nearly idle: Open MPI's orteds and a failed run's
-# ranks keep burning CPU for seconds after their launcher exits, and the next run must not pay
-# for its predecessor's teardown (measured: a greedyrun run right after mpirun used 2x the CPU).
-settle() {
-  local a b _i
-  for _i in $(seq "$SETTLE"); do
-    a=$(busy_jiffies)
-    sleep 0.5
-    b=$(busy_jiffies)
-    ((b - a < 20)) && return 0 # < 20 % of the 2 cores busy
-  done
-  return 0 # never idle (other work on the machine): measure anyway
-}
 
 # measure PART N CONFIG RUN EXPECT CMD... : one timed run, appended to the CSV.
 measure() {

@@ -1,7 +1,8 @@
-# Sourced by the benchmarks that take the emulated cluster (tests/launcher/session-bench.sh,
-# tasks-cluster-bench.sh): needs ROOT and a fail function; builds greedyrun and the delayer
-# (release), sets TC, BIN (the release directory) and GREEDY_NETDELAY, and brings in
-# cluster_up and wait_sshd (tests/cluster/claim.sh).
+# Sourced by the benchmarks that take the emulated cluster (tests/launcher/bench.sh,
+# session-bench.sh, tasks-cluster-bench.sh): needs ROOT and a fail function; builds greedyrun
+# and the delayer (release), sets TC, BIN (the release directory) and GREEDY_NETDELAY, brings
+# in cluster_up and wait_sshd (tests/cluster/claim.sh), and defines ms (the time in ms),
+# busy_jiffies and settle (SETTLE half-seconds at most, default 30).
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -10,3 +11,20 @@ BIN=$CARGO_TARGET_DIR/release
 export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$BIN/greedy-netdelay}
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
+
+busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+# Waits (up to SETTLE/2 s, default 15) until the machine is nearly idle: Open MPI's orteds and a failed run's
+# ranks keep burning CPU for seconds after their launcher exits, and the next run must not pay
+# for its predecessor's teardown (measured: a greedyrun run right after mpirun used 2x the CPU).
+settle() {
+  local a b _i
+  for _i in $(seq "${SETTLE:-30}"); do
+    a=$(busy_jiffies)
+    sleep 0.5
+    b=$(busy_jiffies)
+    ((b - a < 20)) && return 0 # < 20 % of the 2 cores busy
+  done
+  return 0 # never idle (other work on the machine): measure anyway
+}

@@ -45,17 +45,6 @@ mkdir -p "$W"
 cd "$W"
 "$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
 
-busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-settle() { # until < 20 % of the 2 cores are busy, at most 15 s
-  local a b _i
-  for _i in $(seq 30); do
-    a=$(busy_jiffies)
-    sleep 0.5
-    b=$(busy_jiffies)
-    ((b - a < 20)) && return 0
-  done
-}
 CSV=$W/results.csv
 echo "workload,hosts,runner,run,wall_ms,cpu_s,ok" >"$CSV"
 # measure WORKLOAD N RUNNER RUN EXPECT CMD...: one timed run; a run without N lines matching

@@ -46,7 +46,6 @@ width=$((hosts * 2))
 list="n[1-$hosts]"
 awk -v n="$ntasks" 'BEGIN { for (i = 0; i < n; i++) print "/bin/true" }' >tasks
 awk -v n="$msrun" 'BEGIN { for (i = 0; i < n; i++) print "/bin/true" }' >srun-tasks
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 logins=$(seq -f "2/n%g" -s , 1 "$hosts")
 command -v parallel >/dev/null || fail "GNU parallel is not installed (scripts/install-deps)"
 CSV=$W/results.csv
