@@ -278,12 +278,13 @@ fn measure_launchers(ctx: &Ctx) -> Result<()> {
 }
 
 /// Launcher configurations in table order, and what each one is.
-const LAUNCHERS: [(&str, &str); 6] = [
+const LAUNCHERS: [(&str, &str); 7] = [
     (
         "gr-greedy",
         "greedyrun defaults (greedy tree, cheap ssh hops)",
     ),
     ("gr-greedy-pmi", "the same with the PMI wire-up started"),
+    ("gr-greedy-rsh", "greedyrun over rsh (part C only)"),
     ("gr-flat", "greedyrun --topology flat (cheap hops, no tree)"),
     (
         "gr-flat-kex",

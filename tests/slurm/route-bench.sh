@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Benchmark for docs/benchmarks.md: `srun -N16 true` wall time under route/greedy vs
-# route/default at TreeWidth 50, 16 and 4 on the emulated cluster with a packet delay.
+# Benchmark for docs/benchmarks.md: `srun -NN true` (N = 16 unless --nodes) wall time under
+# route/greedy vs route/default at TreeWidth 50, 16 and 4 (or --treewidths) on the emulated
+# cluster with a packet delay.
 # route/greedy runs with its built-in defaults (the calibrated RouteSeq/RouteRem, no
 # greedy.conf). Each (route, TreeWidth) cluster is brought up fresh, ROUNDS times in
 # alternation so that drift of the machine's load hits both routes alike; every timed srun
 # starts on an idle cluster. Prints one markdown table row per TreeWidth: medians, min-max,
 # and the ratio greedy/default.
 #
-# usage: tests/slurm/route-bench.sh [--delay MS] [--reps R] [--rounds K] [--csv FILE]
+# usage: tests/slurm/route-bench.sh [--nodes N] [--treewidths "50 16 4"] [--command CMD]
+#          [--delay MS] [--reps R] [--rounds K] [--csv FILE]
 # --csv FILE: also append every timed srun to FILE (delay_ms,treewidth,route,round,rep,ms; a
 #   header if FILE is new; greedy-bench reads it).
 # Needs root; about 2 min with the defaults (delay 10, 8 reps, 2 rounds). Leaves nothing behind.
@@ -17,14 +19,17 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-delay=10 reps=8 rounds=2 csv=/dev/null
+delay=10 reps=8 rounds=2 csv=/dev/null nodes=16 treewidths="50 16 4" command=true
 while (($#)); do
   case $1 in
+    --nodes) nodes=$2; shift 2 ;;
+    --treewidths) treewidths=$2; shift 2 ;;
+    --command) command=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --csv) csv=$(realpath "$2"); shift 2 ;;
-    *) echo "usage: $0 [--delay MS] [--reps R] [--rounds K] [--csv FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--nodes N] [--treewidths LIST] [--command CMD] [--delay MS] [--reps R] [--rounds K] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
 fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
@@ -43,7 +48,7 @@ cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
 wait_idle() {
   local i
   for ((i = 0; i < 300; i++)); do
-    [[ $(sinfo -h -o '%T %D') == "idle 16" ]] && return 0
+    [[ $(sinfo -h -o '%T %D') == "idle $nodes" ]] && return 0
     sleep 0.05
   done
   fail "hosts not idle after 15 s: $(sinfo -h -o '%T %D')"
@@ -51,7 +56,8 @@ wait_idle() {
 time_srun() {
   wait_idle
   local t0=$EPOCHREALTIME
-  timeout 120 srun -N16 true 2>>"$work/srun.err" || fail "srun -N16 true: $(tail -3 "$work/srun.err")"
+  timeout 120 srun -N"$nodes" "$command" >/dev/null 2>>"$work/srun.err" ||
+    fail "srun -N$nodes $command: $(tail -3 "$work/srun.err")"
   echo "$EPOCHREALTIME - $t0" | bc -l
 }
 stats() { # stdin: seconds; prints "median min max" in ms
@@ -59,9 +65,9 @@ stats() { # stdin: seconds; prints "median min max" in ms
 }
 
 for ((k = 0; k < rounds; k++)); do
-  for tw in 50 16 4; do
+  for tw in $treewidths; do
     for route in default greedy; do
-      args=(--nodes 16 --delay "$delay" --slurm --treewidth "$tw")
+      args=(--nodes "$nodes" --delay "$delay" --slurm --treewidth "$tw")
       [[ $route == greedy ]] && args+=(--plugindir "$work" --route greedy)
       # Waits while another test holds the machine: it may slip in between our clusters.
       cluster_claim "${args[@]}"
@@ -81,9 +87,9 @@ done
 
 echo "| TreeWidth | route/default median (min–max) ms | route/greedy median (min–max) ms | greedy / default |"
 echo "|---|---|---|---|"
-for tw in 50 16 4; do
+for tw in $treewidths; do
   read -r dm dlo dhi < <(stats <"$work/default-$tw")
   read -r gm glo ghi < <(stats <"$work/greedy-$tw")
   echo "| $tw | $dm ($dlo–$dhi) | $gm ($glo–$ghi) | $(echo "scale=2; $gm / $dm" | bc -l) |"
 done
-echo "($((reps * rounds)) runs each, --delay $delay, $(date -u +%FT%TZ))"
+echo "($((reps * rounds)) runs each of srun -N$nodes $command, --delay $delay, $(date -u +%FT%TZ))"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A PMIx job on N Slurm nodes (default 600) under `srun --mpi=greedy` (issue 19): the emulated
+# cluster with N slurmd, and one rank per node of tests/mpi/pmix_maps, the libpmix client that
+# checks the node and process maps mpi_greedy.so registered (PMIx_Resolve_nodes/_peers against
+# PMIX_LOCAL_SIZE; past ~500 hosts the maps are PMIX_REGEX blobs on PMIx 7), fences with data
+# and reads the key of the rank farthest from it. Passes when every rank reports once, srun
+# exits 0 and no step is left. First an `srun -NN hostname`, so a cluster that cannot run a
+# plain step is told apart from a failing plugin.
+#
+# All N hosts share this machine's 2 cores: the times printed are the CPU's (about 0.2 CPU-s
+# per node for the PMIx job), not the tree's. About 3 min at 600 nodes, most of it `up`.
+# usage: tests/slurm/pmix-scale.sh [--nodes N]   (root)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TC="$ROOT/slurm-conf/testcluster"
+export GREEDY_TC_QUIET=1
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+nodes=600
+while (($#)); do
+  case $1 in
+    --nodes) nodes=$2; shift 2 ;;
+    *) echo "usage: $0 [--nodes N]" >&2; exit 2 ;;
+  esac
+done
+fail() { echo "slurm-pmix-scale: FAIL: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || fail "must run as root"
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+(cd "$ROOT" && cargo build -q --release --locked -p greedy-slurm-mpi) || fail "building mpi_greedy.so"
+plugdir=$(mktemp -d /var/tmp/slurm-pmix-scale.XXXXXX)
+chmod 755 "$plugdir"
+cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$plugdir/mpi_greedy.so"
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
+cluster_up --nodes "$nodes" --slurm --plugindir "$plugdir"
+trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$plugdir"' EXIT
+eval "$("$TC" env)"
+W=$GREEDY_TC_SCRATCH/pmix-scale
+mkdir -p "$W"
+cd "$W"
+# shellcheck disable=SC2046 # pkg-config's words are separate flags
+gcc -O1 -o pmix_maps "$ROOT/tests/mpi/pmix_maps.c" $(pkg-config --cflags --libs pmix) ||
+  fail "building pmix_maps"
+
+t0=$(ms)
+timeout 300 srun -N"$nodes" hostname >hostname.out 2>hostname.err ||
+  fail "srun -N$nodes hostname: $(tail -3 hostname.err)"
+got=$(sort -u hostname.out | wc -l)
+((got == nodes)) || fail "srun -N$nodes hostname: $got distinct hosts answered"
+echo "slurm-pmix-scale: srun -N$nodes hostname in $(($(ms) - t0)) ms"
+
+t0=$(ms)
+rc=0
+timeout 600 srun -N"$nodes" --mpi=greedy ./pmix_maps "$nodes" >out 2>err || rc=$?
+t1=$(ms)
+((rc == 0)) || fail "srun --mpi=greedy exited $rc: $(grep -v '^maps ' out err | head -5)"
+bad=$(awk -v n="$nodes" '
+  $1 == "maps" && $3 == n && $4 == n && $5 == "ok" { seen[$2]++; next }
+  { print "unexpected: " $0; exit }
+  END { for (r = 0; r < n; r++) if (seen[r] != 1) { print "rank " r " reported " seen[r] + 0 " times"; exit } }' out)
+[[ -z $bad ]] || fail "$bad"
+[[ ! -s err ]] || fail "srun's stderr is not empty: $(head -3 err)"
+left=$(squeue -h -s | grep -v '\.extern' || true)
+[[ -z $left ]] || fail "steps left: $left"
+echo "slurm-pmix-scale: PASS: $nodes nodes x 1 rank under srun --mpi=greedy in $((t1 - t0)) ms"
