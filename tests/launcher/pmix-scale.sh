@@ -29,6 +29,7 @@ fail() { echo "pmix-scale: FAIL: $*" >&2; exit 1; }
 ((hosts >= 1 && hosts <= 50000)) || fail "--hosts $hosts: 1..50000"
 . "$ROOT/tests/slurm/release.sh"
 . "$ROOT/tests/launcher/loopback.sh"
+. "$ROOT/tests/mpi/pmix_maps.sh"
 RELEASE_ROOT=""
 [[ -z $release ]] || release_select "$release"
 cd "$ROOT"
@@ -61,10 +62,7 @@ in_root timeout 600 "$BIN/greedyrun" --rsh "$work/localsh" --progress 0 -H "$lis
   -n "$size" --map-by node "$work/pmix_maps" "$hosts" >"$work/out" 2>"$work/err" || rc=$?
 t1=${EPOCHREALTIME/./}
 ((rc == 0)) || fail "greedyrun exited $rc: $(grep -v '^maps ' "$work/out" "$work/err" | head -5)"
-bad=$(awk -v size="$size" -v n="$hosts" '
-  $1 == "maps" && $3 == size && $4 == n && $5 == "ok" { seen[$2]++; next }
-  { print "unexpected: " $0; exit }
-  END { for (r = 0; r < size; r++) if (seen[r] != 1) { print "rank " r " reported " seen[r] + 0 " times"; exit } }' "$work/out")
+bad=$(pmix_maps_verdict "$work/out" "$size" "$hosts")
 [[ -z $bad ]] || fail "$bad"
 sleep 0.5
 left=$(pgrep -f "$work/" || true)

