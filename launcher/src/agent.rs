@@ -356,8 +356,9 @@ impl Agent {
                     match changed {
                         Ok(()) => {
                             let info = abort_rx.as_ref().and_then(|r| r.borrow().clone());
-                            if let Some(info) = info {
-                                self.fail(info.code, format!("wire-up aborted: {info}")).await;
+                            if let Some(abort) = info {
+                                warn!("wire-up aborted: {abort}");
+                                let _ = self.up.send(Up::Aborted { node, abort }).await;
                                 abort_rx = None;
                             }
                         }
@@ -666,7 +667,7 @@ impl Agent {
                         child.stderr.take().expect("piped"),
                         self.up.clone(),
                     ));
-                    let up = self.up.clone();
+                    let (up, me) = (self.up.clone(), self.node);
                     let exit_tx = exit_tx.clone();
                     let service = service.cloned();
                     tokio::spawn(
@@ -685,6 +686,13 @@ impl Agent {
                             let (end, silent) = match &service {
                                 Some(service) => {
                                     service.rank_exited(rank, end.code()).await;
+                                    // A rank that aborted exits once the abort is out: it
+                                    // goes up first, so greedyrun's code is the abort's
+                                    // (the main loop sends it again; greedyrun keeps one).
+                                    let abort = service.overlay().aborted().borrow().clone();
+                                    if let Some(abort) = abort {
+                                        let _ = up.send(Up::Aborted { node: me, abort }).await;
+                                    }
                                     let silent = service.family_of(rank).is_none();
                                     (wireup::end_of(service, rank, end), silent)
                                 }

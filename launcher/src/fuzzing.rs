@@ -107,9 +107,14 @@ pub fn session_job(data: &[u8]) {
             vec![2, 0, 4],
         );
         (0..3).for_each(|i| board.host_up(i));
-        if let Ok((job, _, _)) = board.reserve(&start) {
-            board.release(job, &start);
-            assert_eq!(board.running(), (0, 0));
+        if let Ok(ticket) = board.reserve(&start) {
+            let ups = futures_util::FutureExt::now_or_never(board.admitted(&ticket, &start));
+            assert!(
+                matches!(ups, Some(Ok(_))),
+                "no task holds a slot: let in at once"
+            );
+            board.release(&ticket);
+            assert_eq!(board.running(), (0, 0, 0));
         }
     });
 }

@@ -349,6 +349,10 @@ async fn drive(
                 Some(Up::Failed { node, code, what }) => {
                     verdict = status.launcher_failed(code, format!("{}: {what}", host(node)));
                 }
+                Some(Up::Aborted { node, abort }) => {
+                    let message = format!("{}: wire-up aborted: {abort}", host(node));
+                    verdict = status.aborted(&abort, message);
+                }
                 Some(Up::Note { node, text }) => {
                     // Once the job is ending, remote shells complain about connections that
                     // the teardown closed ("Connection reset by peer"): noise, unless asked.

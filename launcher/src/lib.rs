@@ -49,6 +49,7 @@ pub mod proto;
 pub mod reap;
 pub mod session;
 pub mod signals;
+pub mod slots;
 pub mod spawn;
 pub mod ssh;
 pub mod status;

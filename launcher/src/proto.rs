@@ -386,7 +386,14 @@ pub enum Up {
         /// What was waited for or what happened, with the remote shell's last words.
         what: String,
     },
-    /// An agent-level failure (wire-up abort, a rank that could not start, a bad Start).
+    /// The job's wire-up was aborted: the abort `node`'s service heard of first.
+    Aborted {
+        /// Host index.
+        node: u32,
+        /// The abort, with where and when it started.
+        abort: greedy_pmix::AbortInfo,
+    },
+    /// An agent-level failure (a rank that could not start, a bad Start, the wire-up's start).
     Failed {
         /// Host index.
         node: u32,
@@ -468,6 +475,8 @@ pub enum FromSession {
     Hosts(Vec<(String, u32)>),
     /// The job cannot run: why (the last frame).
     Refused(String),
+    /// The job waits for slots that tasks hold: why, for the user (`Started` follows).
+    Waiting(String),
     /// The session took the job: its slots are the job's, and its hosts are starting it.
     Started,
     /// A frame of the job; node numbers are the job's.

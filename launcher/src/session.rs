@@ -15,7 +15,7 @@
 //!   only its own greedyd with it. Closing that greedyd's stdin is losing its remote shell.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet, VecDeque},
     ops::Range,
     path::Path,
     sync::{Arc, Mutex},
@@ -27,7 +27,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::{
     io::{AsyncRead, AsyncWriteExt},
     net::unix::OwnedWriteHalf,
-    sync::mpsc,
+    sync::{Notify, mpsc},
 };
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::{debug, info, warn};
@@ -41,6 +41,7 @@ use crate::{
         ToSession, Up,
     },
     signals,
+    slots::Slots,
 };
 
 /// How long either side of a control connection waits for the other's next step of the
@@ -61,35 +62,76 @@ struct Entry {
 
 /// What the session knows of its hosts' slots and the jobs on them.
 struct Board {
-    slots: Vec<u32>,
-    busy: Vec<u32>,
-    up: Vec<bool>,
-    lost: Vec<bool>,
+    slots: Slots,
     next: u32,
     jobs: HashMap<u32, Entry>,
+    /// Jobs waiting for slots that tasks hold, first come first served, with what they need.
+    queue: VecDeque<(u32, Vec<(u32, u32)>)>,
+    /// Jobs that got their slots and have not picked them up yet ([`JobBoard::admitted`]).
+    admitted: HashSet<u32>,
+    /// Jobs that will never get their slots, and why.
+    refused: HashMap<u32, String>,
 }
 
-/// The session's jobs: which slots they hold and where their frames go. Shared by the
-/// session's loop (hosts up and lost, frames from the tree) and each job's [`serve_job`].
+impl Board {
+    /// Lets waiting jobs in, in order, while their slots are free; refuses those that need a
+    /// lost host. Whether any changed.
+    fn admit_waiting(&mut self, hosts: &[String]) -> bool {
+        let mut changed = false;
+        while let Some((job, need)) = self.queue.front() {
+            let (job, need) = (*job, need.clone());
+            if let Some(&(h, _)) = need.iter().find(|(h, _)| self.slots.is_lost(*h)) {
+                let host = &hosts[h as usize];
+                self.refused
+                    .insert(job, format!("{host}, where it waited for slots, was lost"));
+            } else if self.slots.fits_now(&need) {
+                self.slots.hold(&need);
+                self.admitted.insert(job);
+            } else {
+                break;
+            }
+            self.queue.pop_front();
+            self.slots.stop_waiting(&need);
+            changed = true;
+        }
+        changed
+    }
+}
+
+/// A job the session took: its number, the session host of each job host, the slots it
+/// needs there, and whether it waits for tasks to free them.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    job: u32,
+    nodes: Vec<u32>,
+    need: Vec<(u32, u32)>,
+    waits: bool,
+}
+
+/// The session's slots, the jobs that hold or wait for them, and where the jobs' frames go.
+/// Shared by the session's loop (hosts up and lost, tasks, frames from the tree) and each
+/// job's [`serve_job`].
 pub struct JobBoard {
     hosts: Vec<String>,
     inner: Mutex<Board>,
+    /// Told when waiting jobs were let in or refused.
+    changed: Notify,
 }
 
 impl JobBoard {
     /// A board for the session's hosts with these slots, no host up yet.
     pub fn new(hosts: Vec<String>, slots: Vec<u32>) -> Arc<JobBoard> {
-        let n = hosts.len();
         Arc::new(JobBoard {
             hosts,
             inner: Mutex::new(Board {
-                slots,
-                busy: vec![0; n],
-                up: vec![false; n],
-                lost: vec![false; n],
+                slots: Slots::new(slots),
                 next: 1,
                 jobs: HashMap::new(),
+                queue: VecDeque::new(),
+                admitted: HashSet::new(),
+                refused: HashMap::new(),
             }),
+            changed: Notify::new(),
         })
     }
 
@@ -98,23 +140,52 @@ impl JobBoard {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Runs `f` on the board, then lets waiting jobs in if their slots are now free.
+    fn update<T>(&self, f: impl FnOnce(&mut Board) -> T) -> T {
+        let (out, changed) = {
+            let mut b = self.board();
+            let out = f(&mut b);
+            (out, b.admit_waiting(&self.hosts))
+        };
+        if changed {
+            self.changed.notify_waiters();
+        }
+        out
+    }
+
     /// `node`'s agent said hello.
     pub fn host_up(&self, node: u32) {
-        if let Some(u) = self.board().up.get_mut(node as usize) {
-            *u = true;
-        }
+        self.board().slots.host_up(node);
+    }
+
+    /// Whether a task could take a slot now.
+    pub fn has_free_task_slot(&self) -> bool {
+        self.board().slots.has_free_for_task()
+    }
+
+    /// A slot for a task: its host, or `None`.
+    pub fn take_task_slot(&self) -> Option<u32> {
+        self.board().slots.take_for_task()
+    }
+
+    /// A task on `node` ended: its slot goes to a job waiting for it, else to the next task.
+    pub fn task_ended(&self, node: u32) {
+        self.update(|b| b.slots.task_ended(node));
+    }
+
+    /// Slots of the hosts not lost; hosts lost; whether no host is left that could run
+    /// anything (every host lost, or never up while `launch_over` says none will come).
+    pub fn capacity(&self, launch_over: bool) -> (u32, usize, bool) {
+        let b = self.board();
+        let s = &b.slots;
+        (s.total(), s.lost_hosts(), s.stranded(launch_over))
     }
 
     /// The session lost `nodes` (a subtree): no job gets them again, and each job on them is
     /// told it lost those hosts (an `Up::Lost` in its own numbering, on its queue).
     pub async fn hosts_lost(&self, nodes: Range<u32>, what: &str) {
-        let told: Vec<(mpsc::Sender<Up>, Vec<u32>)> = {
-            let mut b = self.board();
-            for i in nodes.clone() {
-                if let Some(l) = b.lost.get_mut(i as usize) {
-                    *l = true;
-                }
-            }
+        let told: Vec<(mpsc::Sender<Up>, Vec<u32>)> = self.update(|b| {
+            b.slots.hosts_lost(nodes.clone());
             (b.jobs.values())
                 .map(|e| {
                     let lost = (e.nodes.iter().enumerate())
@@ -123,7 +194,7 @@ impl JobBoard {
                     (e.up.clone(), lost.collect())
                 })
                 .collect()
-        };
+        });
         for (queue, lost) in told {
             for node in lost {
                 let what = format!("the session lost this host: {what}");
@@ -143,10 +214,10 @@ impl JobBoard {
         self.board().jobs.get(&job).map(|e| e.up.clone())
     }
 
-    /// Jobs running, and the slots they hold.
-    pub fn running(&self) -> (usize, u32) {
+    /// Jobs running, the slots they hold, and jobs waiting for slots.
+    pub fn running(&self) -> (usize, u32, usize) {
         let b = self.board();
-        (b.jobs.len(), b.busy.iter().sum())
+        (b.jobs.len(), b.slots.held().0, b.queue.len())
     }
 
     /// One line per running job, in the order they started.
@@ -157,21 +228,19 @@ impl JobBoard {
         jobs.into_iter().map(|(_, e)| e.what.clone()).collect()
     }
 
-    /// The hosts that are up and not lost, with their free slots.
+    /// The hosts that are up and not lost, with the slots no job holds or waits for (a job
+    /// may have those, waiting for the tasks in them to end).
     fn free(&self) -> Vec<(String, u32)> {
         let b = self.board();
-        (0..self.hosts.len())
-            .filter(|&i| b.up[i] && !b.lost[i])
-            .map(|i| (self.hosts[i].clone(), b.slots[i].saturating_sub(b.busy[i])))
+        (0..self.hosts.len() as u32)
+            .filter(|&i| b.slots.is_usable(i))
+            .map(|i| (self.hosts[i as usize].clone(), b.slots.for_jobs(i)))
             .collect()
     }
 
-    /// Takes the slots `start`'s ranks need on the session's hosts of those names: the job's
-    /// number, the session host of each job host, and the job's queue; or why not.
-    pub(crate) fn reserve(
-        &self,
-        start: &Start,
-    ) -> Result<(u32, Vec<u32>, mpsc::Receiver<Up>), String> {
+    /// Takes the slots `start`'s ranks need on the session's hosts of those names, or queues
+    /// the job for the slots that tasks hold; or says why it can never have them.
+    pub(crate) fn reserve(&self, start: &Start) -> Result<Ticket, String> {
         let mut b = self.board();
         let mut nodes: Vec<u32> = Vec::with_capacity(start.hosts.len());
         for (host, ranks) in start.hosts.iter().zip(&start.ranks) {
@@ -180,7 +249,7 @@ impl JobBoard {
             let found = (0..self.hosts.len()).find(|&i| {
                 let ours = self.hosts[i] == *host && !nodes.contains(&(i as u32));
                 named |= ours;
-                ours && b.up[i] && !b.lost[i] && b.slots[i] - b.busy[i] >= need
+                ours && b.slots.for_jobs(i as u32) >= need
             });
             match found {
                 Some(i) => nodes.push(i as u32),
@@ -198,36 +267,88 @@ impl JobBoard {
         }
         let job = b.next;
         b.next += 1;
-        for (&n, ranks) in nodes.iter().zip(&start.ranks) {
-            b.busy[n as usize] += ranks.len() as u32;
+        let need: Vec<(u32, u32)> = (nodes.iter().zip(&start.ranks))
+            .map(|(&n, ranks)| (n, ranks.len() as u32))
+            .collect();
+        let waits = !b.queue.is_empty() || !b.slots.fits_now(&need);
+        if waits {
+            b.slots.wait(&need);
+            b.queue.push_back((job, need.clone()));
+        } else {
+            b.slots.hold(&need);
+            b.admitted.insert(job);
         }
-        let (tx, rx) = mpsc::channel(JOB_UP_CAPACITY);
-        let ranks: usize = start.ranks.iter().map(Vec::len).sum();
-        let what = format!(
-            "job {job} ({}): {ranks} ranks on {}, {}",
-            start.job_id,
-            greedy_tree::hostlist::compress(&start.hosts),
-            start.apps[0].argv.join(" ")
-        );
-        b.jobs.insert(
+        Ok(Ticket {
             job,
-            Entry {
-                nodes: nodes.clone(),
-                up: tx,
-                what,
-            },
-        );
-        Ok((job, nodes, rx))
+            nodes,
+            need,
+            waits,
+        })
     }
 
-    /// `job` ended: its slots are free again.
-    pub(crate) fn release(&self, job: u32, start: &Start) {
-        let mut b = self.board();
-        if let Some(e) = b.jobs.remove(&job) {
-            for (&n, ranks) in e.nodes.iter().zip(&start.ranks) {
-                b.busy[n as usize] = b.busy[n as usize].saturating_sub(ranks.len() as u32);
+    /// Once `ticket`'s job has its slots: its queue of frames (it runs from now on), or why it
+    /// will never have them.
+    pub(crate) async fn admitted(
+        &self,
+        ticket: &Ticket,
+        start: &Start,
+    ) -> Result<mpsc::Receiver<Up>, String> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut b = self.board();
+                if let Some(why) = b.refused.remove(&ticket.job) {
+                    return Err(why);
+                }
+                if b.admitted.remove(&ticket.job) {
+                    let (tx, rx) = mpsc::channel(JOB_UP_CAPACITY);
+                    let ranks: usize = start.ranks.iter().map(Vec::len).sum();
+                    let what = format!(
+                        "job {} ({}): {ranks} ranks on {}, {}",
+                        ticket.job,
+                        start.job_id,
+                        greedy_tree::hostlist::compress(&start.hosts),
+                        start.apps[0].argv.join(" ")
+                    );
+                    let nodes = ticket.nodes.clone();
+                    b.jobs.insert(
+                        ticket.job,
+                        Entry {
+                            nodes,
+                            up: tx,
+                            what,
+                        },
+                    );
+                    return Ok(rx);
+                }
             }
+            changed.await;
         }
+    }
+
+    /// `ticket`'s job will not run (its client went away while it waited): what it held or
+    /// waited for is free.
+    pub(crate) fn give_up(&self, ticket: &Ticket) {
+        self.update(|b| {
+            if b.admitted.remove(&ticket.job) {
+                b.slots.release(&ticket.need);
+            } else if let Some(i) = b.queue.iter().position(|(j, _)| *j == ticket.job) {
+                b.queue.remove(i);
+                b.slots.stop_waiting(&ticket.need);
+            }
+            b.refused.remove(&ticket.job);
+        });
+    }
+
+    /// `ticket`'s job ended: its slots are free again.
+    pub(crate) fn release(&self, ticket: &Ticket) {
+        self.update(|b| {
+            if b.jobs.remove(&ticket.job).is_some() {
+                b.slots.release(&ticket.need);
+            }
+        });
     }
 }
 
@@ -253,13 +374,40 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
         let _ = wr.send(FromSession::Refused(why)).await;
         return;
     }
-    let (job, nodes, mut ups) = match board.reserve(&start) {
-        Ok(r) => r,
+    let ticket = match board.reserve(&start) {
+        Ok(t) => t,
         Err(why) => {
             let _ = wr.send(FromSession::Refused(why)).await;
             return;
         }
     };
+    if ticket.waits {
+        let (jobs, _, queued) = board.running();
+        let why = format!(
+            "waiting for slots that the task stream's tasks hold ({jobs} jobs running, {} waiting before this one)",
+            queued.saturating_sub(1)
+        );
+        if wr.send(FromSession::Waiting(why)).await.is_err() {
+            board.give_up(&ticket);
+            return;
+        }
+    }
+    // A client that goes away (or sends anything) while its job waits gives the slots up.
+    let admitted = tokio::select! {
+        a = board.admitted(&ticket, &start) => a,
+        _ = rd.next() => {
+            board.give_up(&ticket);
+            return;
+        }
+    };
+    let mut ups = match admitted {
+        Ok(ups) => ups,
+        Err(why) => {
+            let _ = wr.send(FromSession::Refused(why)).await;
+            return;
+        }
+    };
+    let (job, nodes) = (ticket.job, ticket.nodes.clone());
     info!(job, hosts = nodes.len(), id = %start.job_id, "job attached");
     let _ = wr.send(FromSession::Started).await;
     let cmd = Cmd::JobStart {
@@ -308,7 +456,7 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
             }
         }
     }
-    board.release(job, &start);
+    board.release(&ticket);
     info!(job, "job ended");
     let _ = wr.get_mut().shutdown().await;
 }
@@ -394,13 +542,25 @@ impl Attached {
             .send(ToSession::Start(Box::new(start.clone())))
             .await
             .map_err(gone)?;
-        match tokio::time::timeout(HANDSHAKE, self.rd.next()).await {
-            Ok(Some(Ok(FromSession::Started))) => {}
-            Ok(Some(Ok(FromSession::Refused(why)))) => {
-                return Err(format!("the session cannot run the job: {why}"));
+        // A job that waits for slots waits as long as the tasks in them run.
+        let mut patience = Some(HANDSHAKE);
+        loop {
+            let next = match patience {
+                Some(p) => tokio::time::timeout(p, self.rd.next()).await,
+                None => Ok(self.rd.next().await),
+            };
+            match next {
+                Ok(Some(Ok(FromSession::Started))) => break,
+                Ok(Some(Ok(FromSession::Waiting(why)))) => {
+                    eprintln!("greedyrun: {why}");
+                    patience = None;
+                }
+                Ok(Some(Ok(FromSession::Refused(why)))) => {
+                    return Err(format!("the session cannot run the job: {why}"));
+                }
+                Ok(Some(Err(e))) => return Err(gone(e)),
+                _ => return Err("the session did not take the job".into()),
             }
-            Ok(Some(Err(e))) => return Err(gone(e)),
-            _ => return Err("the session did not take the job".into()),
         }
         let (up_tx, up_rx) = mpsc::channel(crate::head::UP_CAPACITY);
         let (tx, mut rx) = mpsc::unbounded_channel::<ToSession>();
@@ -707,15 +867,24 @@ mod tests {
         }
     }
 
+    /// The job's queue once the board let it in.
+    fn queue(board: &JobBoard, t: &Ticket, start: &Start) -> mpsc::Receiver<Up> {
+        futures_util::FutureExt::now_or_never(board.admitted(t, start))
+            .expect("admitted at once")
+            .unwrap()
+    }
+
     #[test]
     fn jobs_hold_disjoint_slots_until_released() {
         let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![2, 2, 2]);
         assert!(board.free().is_empty(), "no host up yet");
         (0..3).for_each(|i| board.host_up(i));
         let first = job(&["a", "b"], &[2, 2]);
-        let (j1, nodes, _q1) = board.reserve(&first).unwrap();
-        assert_eq!(nodes, [0, 1]);
-        assert_eq!(board.running(), (1, 4));
+        let t1 = board.reserve(&first).unwrap();
+        assert!(!t1.waits);
+        assert_eq!(t1.nodes, [0, 1]);
+        let _q1 = queue(&board, &t1, &first);
+        assert_eq!(board.running(), (1, 4, 0));
         assert_eq!(
             board.free(),
             [("a".into(), 0), ("b".into(), 0), ("c".into(), 2)]
@@ -724,26 +893,98 @@ mod tests {
         assert!(e.contains("a has fewer than the 1 free slots"), "{e}");
         let e = board.reserve(&job(&["z"], &[1])).unwrap_err();
         assert!(e.contains("z is not one of the session's hosts"), "{e}");
-        let (j2, nodes, _q2) = board.reserve(&job(&["c"], &[2])).unwrap();
+        let second = job(&["c"], &[2]);
+        let t2 = board.reserve(&second).unwrap();
+        let _q2 = queue(&board, &t2, &second);
         assert_eq!(
             board.describe(),
             [
-                format!("job {j1} (j): 4 ranks on a,b, true"),
-                format!("job {j2} (j): 2 ranks on c, true")
+                format!("job {} (j): 4 ranks on a,b, true", t1.job),
+                format!("job {} (j): 2 ranks on c, true", t2.job)
             ]
         );
-        assert_eq!(nodes, [2]);
-        assert_ne!(j1, j2);
-        board.release(j1, &first);
-        assert_eq!(board.running(), (1, 2));
-        assert!(board.queue_of(j1).is_none());
+        assert_eq!(t2.nodes, [2]);
+        assert_ne!(t1.job, t2.job);
+        board.release(&t1);
+        assert_eq!(board.running(), (1, 2, 0));
+        assert!(board.queue_of(t1.job).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_job_waits_for_the_slots_of_tasks_which_take_none_of_them_meanwhile() {
+        let board = JobBoard::new(vec!["a".into(), "b".into()], vec![2, 1]);
+        (0..2).for_each(|i| board.host_up(i));
+        let on: Vec<u32> = (0..3).map(|_| board.take_task_slot().unwrap()).collect();
+        assert_eq!(on, [0, 0, 1], "a task stream fills every slot");
+        // A job asks for a's two slots: the tasks hold them, so it waits.
+        assert_eq!(board.free(), [("a".into(), 2), ("b".into(), 1)]);
+        let start = job(&["a"], &[2]);
+        let t = board.reserve(&start).unwrap();
+        assert!(t.waits);
+        assert_eq!(board.running(), (0, 0, 1));
+        let waiter = {
+            let board = board.clone();
+            let start = start.clone();
+            tokio::spawn(async move {
+                let t = t;
+                board.admitted(&t, &start).await.map(|_| t)
+            })
+        };
+        // Slots freed on a go to the job, not to the next task; b's to the next task.
+        board.task_ended(0);
+        board.task_ended(1);
+        assert_eq!(board.take_task_slot(), Some(1));
+        assert_eq!(board.take_task_slot(), None);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one of a's slots is still a task's");
+        board.task_ended(0);
+        let t = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("let in once both slots were free")
+            .unwrap()
+            .unwrap();
+        assert_eq!(board.running(), (1, 2, 0));
+        assert_eq!(board.take_task_slot(), None, "the job holds a");
+        board.release(&t);
+        assert_eq!(board.take_task_slot(), Some(0));
+    }
+
+    #[test]
+    fn a_waiting_job_that_gives_up_or_loses_its_host_frees_what_it_waited_for() {
+        let board = JobBoard::new(vec!["a".into(), "b".into()], vec![1, 1]);
+        (0..2).for_each(|i| board.host_up(i));
+        assert_eq!(board.take_task_slot(), Some(0));
+        let start = job(&["a"], &[1]);
+        let t = board.reserve(&start).unwrap();
+        assert!(t.waits);
+        board.give_up(&t);
+        board.task_ended(0);
+        assert_eq!(board.take_task_slot(), Some(1));
+        assert_eq!(
+            board.take_task_slot(),
+            Some(0),
+            "nobody waits for a any more"
+        );
+        let t = board.reserve(&start).unwrap();
+        futures_util::FutureExt::now_or_never(board.hosts_lost(0..1, "shell ended"))
+            .expect("no job to tell");
+        let why = futures_util::FutureExt::now_or_never(board.admitted(&t, &start))
+            .expect("answered at once")
+            .unwrap_err();
+        assert!(
+            why.contains("a, where it waited for slots, was lost"),
+            "{why}"
+        );
+        assert_eq!(board.running(), (0, 0, 0));
     }
 
     #[test]
     fn a_lost_host_is_lost_to_the_jobs_on_it_and_to_later_ones() {
         let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![1, 1, 1]);
         (0..3).for_each(|i| board.host_up(i));
-        let (_, _, mut q) = board.reserve(&job(&["b", "c"], &[1, 1])).unwrap();
+        let start = job(&["b", "c"], &[1, 1]);
+        let t = board.reserve(&start).unwrap();
+        let mut q = queue(&board, &t, &start);
         futures_util::FutureExt::now_or_never(board.hosts_lost(2..3, "shell ended"))
             .expect("room on the job's queue");
         assert!(

@@ -5,7 +5,8 @@
 //! * the first rank to fail (non-zero exit, signal, could not start) sets the code: its exit
 //!   code, 128+signal, or 127; unless `keep_going`, it also ends the job;
 //! * a launcher failure (lost host, timeout, wire-up abort) ends the job with its own code
-//!   unless a rank failed first;
+//!   unless a rank failed first; of wire-up aborts started on several hosts before each heard
+//!   of the others, the earliest sets the code, whichever greedyrun hears of first;
 //! * SIGINT/SIGTERM to greedyrun end the job with 130/143 unless something failed first;
 //! * ranks killed by our own teardown are not failures of their own.
 
@@ -45,6 +46,8 @@ pub struct JobStatus {
     keep_going: bool,
     /// The code the job will exit with, once something failed.
     failure: Option<i32>,
+    /// When the wire-up abort that set `failure` started, if one did.
+    abort_at: Option<greedy_pmix::WallTime>,
     tearing_down: bool,
     /// Every rank ended well and the agents were told to shut down.
     finishing: bool,
@@ -58,6 +61,7 @@ impl JobStatus {
             ended: 0,
             keep_going,
             failure: None,
+            abort_at: None,
             tearing_down: false,
             finishing: false,
         }
@@ -93,7 +97,7 @@ impl JobStatus {
         self.finishing = true;
     }
 
-    /// The launcher failed (`code` 124/125 or a wire-up abort's code); `message` says why.
+    /// The launcher failed (`code` 124/125, or an agent's own failure); `message` says why.
     pub fn launcher_failed(&mut self, code: i32, message: String) -> Verdict {
         if self.tearing_down || self.finishing {
             return Verdict::Continue;
@@ -101,6 +105,26 @@ impl JobStatus {
         self.tearing_down = true;
         self.failure.get_or_insert(code);
         Verdict::Teardown { message }
+    }
+
+    /// The wire-up was aborted by `abort`; `message` says where it was heard of.
+    ///
+    /// Two hosts can start aborts before either hears of the other (a rank calls `MPI_Abort`,
+    /// and a peer whose connection to it then fails aborts with its own code); whichever
+    /// reaches greedyrun first, the job's code is the earliest's, the cause's.
+    pub fn aborted(&mut self, abort: &greedy_pmix::AbortInfo, message: String) -> Verdict {
+        if let Some(at) = self.abort_at {
+            if abort.at < at {
+                self.failure = Some(abort.code);
+                self.abort_at = Some(abort.at);
+            }
+            return Verdict::Continue;
+        }
+        let verdict = self.launcher_failed(abort.code, message);
+        if verdict != Verdict::Continue {
+            self.abort_at = Some(abort.at);
+        }
+        verdict
     }
 
     /// greedyrun received `signal` (2 or 15).
@@ -222,6 +246,35 @@ mod tests {
         );
         assert_eq!(s.launcher_failed(125, "lost".into()), Verdict::Continue);
         assert_eq!(s.exit_code(), 3);
+    }
+
+    #[test]
+    fn the_earliest_abort_sets_the_code_whichever_arrives_first() {
+        use greedy_pmix::{AbortInfo, WallTime};
+        let abort = |code, at| AbortInfo {
+            at: WallTime(at),
+            ..AbortInfo::new(0, Some(1), code, "r".into())
+        };
+        let mut s = JobStatus::new(8, false);
+        // A peer's abort, caused by the rank's, arrives first and ends the job.
+        assert!(matches!(
+            s.aborted(&abort(14, 1_012), "n4: wire-up aborted".into()),
+            Verdict::Teardown { .. }
+        ));
+        assert_eq!(s.exit_code(), 14);
+        // The cause, 12 ms earlier, arrives next and sets the code; later ones do not.
+        assert_eq!(s.aborted(&abort(3, 1_000), "n3".into()), Verdict::Continue);
+        assert_eq!(s.aborted(&abort(9, 1_005), "n5".into()), Verdict::Continue);
+        assert_eq!(s.rank_ended(RankEnd::Signaled(9), "r"), Verdict::Continue);
+        assert_eq!(s.exit_code(), 3);
+        // A rank's failure before any abort is the cause: an abort after it changes nothing.
+        let mut s = JobStatus::new(2, false);
+        assert!(matches!(
+            s.rank_ended(RankEnd::Exited(5), "r"),
+            Verdict::Teardown { .. }
+        ));
+        assert_eq!(s.aborted(&abort(14, 1), "n1".into()), Verdict::Continue);
+        assert_eq!(s.exit_code(), 5);
     }
 
     #[test]

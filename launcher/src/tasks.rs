@@ -26,6 +26,7 @@ use crate::proto::{Cmd, RankEnd, Stream, Up};
 use crate::session::{self, JobBoard};
 use crate::status::code;
 use crate::stdio::Tagger;
+use std::sync::Arc;
 
 /// A line of the stream: its number (from 1) and its command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,14 +61,10 @@ struct InFlight {
     runs: u32,
 }
 
-/// Which host runs what: free slots, tasks in flight, tasks to run again, hosts lost.
-#[derive(Debug)]
+/// Which host runs what: tasks in flight and tasks to run again, in slots taken from the
+/// session's [`JobBoard`] (which jobs share).
 pub struct Dispatcher {
-    slots: Vec<u32>,
-    /// One entry per free slot; a slot freed goes to the back, so tasks rotate over hosts.
-    free: VecDeque<u32>,
-    up: Vec<bool>,
-    lost: Vec<bool>,
+    board: Arc<JobBoard>,
     in_flight: HashMap<u64, InFlight>,
     /// Tasks to run before the next line: retries and the tasks of lost hosts.
     again: VecDeque<(Task, u32)>,
@@ -86,33 +83,19 @@ pub enum Ended {
 }
 
 impl Dispatcher {
-    /// `slots[h]` slots on host `h`; a failed task runs at most `retries` more times.
-    pub fn new(slots: Vec<u32>, retries: u32) -> Dispatcher {
-        let n = slots.len();
+    /// Tasks in `board`'s slots; a failed task runs at most `retries` more times.
+    pub fn new(board: Arc<JobBoard>, retries: u32) -> Dispatcher {
         Dispatcher {
-            slots,
-            free: VecDeque::new(),
-            up: vec![false; n],
-            lost: vec![false; n],
+            board,
             in_flight: HashMap::new(),
             again: VecDeque::new(),
             retries,
         }
     }
 
-    /// Host `host`'s agent is up: its slots are free.
-    pub fn host_up(&mut self, host: u32) {
-        let h = host as usize;
-        if h < self.up.len() && !self.up[h] && !self.lost[h] {
-            self.up[h] = true;
-            self.free
-                .extend(std::iter::repeat_n(host, self.slots[h] as usize));
-        }
-    }
-
-    /// Whether a slot is free.
+    /// Whether a slot is free for a task.
     pub fn has_free_slot(&self) -> bool {
-        !self.free.is_empty()
+        self.board.has_free_task_slot()
     }
 
     /// The next task that must run before a new line: a retry or a lost host's task.
@@ -123,7 +106,7 @@ impl Dispatcher {
     /// Puts `task` (run `runs` times before) in a free slot: the host to send it to.
     /// Call only when [`Dispatcher::has_free_slot`].
     pub fn assign(&mut self, task: Task, runs: u32) -> u32 {
-        let host = self.free.pop_front().expect("a free slot");
+        let host = self.board.take_task_slot().expect("a free slot");
         self.in_flight
             .insert(task.id, InFlight { host, task, runs });
         host
@@ -140,9 +123,7 @@ impl Dispatcher {
             mut task,
             runs,
         } = self.in_flight.remove(&id).expect("checked");
-        if !self.lost[host as usize] {
-            self.free.push_back(host);
-        }
+        self.board.task_ended(host);
         let runs = runs + 1;
         if end.failed() && task.failures < self.retries {
             task.failures += 1;
@@ -158,15 +139,9 @@ impl Dispatcher {
         })
     }
 
-    /// Hosts `hosts` are lost (a launch subtree): their slots go, and what ran there runs
+    /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there runs
     /// again elsewhere, first; returns how many tasks that is.
     pub fn hosts_lost(&mut self, hosts: Range<u32>) -> usize {
-        for h in hosts.clone() {
-            if let Some(l) = self.lost.get_mut(h as usize) {
-                *l = true;
-            }
-        }
-        self.free.retain(|h| !hosts.contains(h));
         let moved: Vec<u64> = self
             .in_flight
             .iter()
@@ -175,6 +150,7 @@ impl Dispatcher {
             .collect();
         for id in &moved {
             let f = self.in_flight.remove(id).expect("listed");
+            self.board.task_ended(f.host);
             self.again.push_front((f.task, f.runs));
         }
         moved.len()
@@ -183,19 +159,6 @@ impl Dispatcher {
     /// A failed task of the streams from now on runs at most `retries` more times.
     pub fn set_retries(&mut self, retries: u32) {
         self.retries = retries;
-    }
-
-    /// Slots of the hosts not lost.
-    pub fn total_slots(&self) -> u32 {
-        (0..self.slots.len())
-            .filter(|&h| !self.lost[h])
-            .map(|h| self.slots[h])
-            .sum()
-    }
-
-    /// Hosts lost so far.
-    pub fn lost_hosts(&self) -> usize {
-        self.lost.iter().filter(|&&l| l).count()
     }
 
     /// Drops what was to run again (its stream was cancelled); tasks in flight stay until they
@@ -212,13 +175,6 @@ impl Dispatcher {
     /// Nothing in flight and nothing to run again.
     pub fn idle(&self) -> bool {
         self.in_flight.is_empty() && self.again.is_empty()
-    }
-
-    /// No host is left that could run anything: every host is lost, or was never up while
-    /// `launch_over` says none will come up any more.
-    pub fn stranded(&self, launch_over: bool) -> bool {
-        let usable = (0..self.up.len()).any(|h| !self.lost[h] && (self.up[h] || !launch_over));
-        !usable
     }
 
     /// What can never run now (the host list is exhausted): in flight and to run again.
@@ -545,7 +501,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
     // A session's jobs (crate::session) on the same hosts and slots.
     let board = JobBoard::new(plan.hosts.clone(), slots.clone());
-    let mut dispatch = Dispatcher::new(slots, opts.retries);
+    let mut dispatch = Dispatcher::new(board.clone(), opts.retries);
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut session_code = 0;
     let mut ending = false;
@@ -602,7 +558,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
             }
         }
-        if !ending && dispatch.stranded(launch_over) {
+        if !ending && board.capacity(launch_over).2 {
             let left = dispatch.drain();
             let mut text = format!("no host left to run tasks: {} tasks not run", left.len());
             if let Some(cur) = current.as_mut() {
@@ -657,7 +613,6 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     if let Some(slot) = hello_at.get_mut(node as usize) && slot.is_none() {
                         *slot = Some(t0.elapsed());
                     }
-                    dispatch.host_up(node);
                     board.host_up(node);
                 }
                 Some(Up::TaskOutput { id, stream, data }) => {
@@ -715,9 +670,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     host(node)
                 )),
                 Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame).await,
-                Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. }) => {}
+                Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. } | Up::Aborted { .. }) => {}
             },
-            accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && current.is_none() && !ending => {
+            accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && !ending => {
                 let Ok((conn, _)) = accepted else { continue };
                 // The socket's directory is the owner's alone (0700); the peer's uid, from the
                 // kernel, is checked anyway.
@@ -736,10 +691,12 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     continue;
                 }
                 let mut feed = Feed::Client { lines, out, gone: false };
-                let (jobs, busy) = board.running();
+                let (jobs, busy, waiting) = board.running();
+                let (slots, lost, _) = board.capacity(launch_over);
                 match request {
-                    Some(Request::Tasks { .. }) if jobs > 0 => {
-                        feed.say(format!("{jobs} jobs run on the session's hosts: a task stream runs when they have ended")).await;
+                    // The stream shares the slots with jobs (crate::slots); one stream at a time.
+                    Some(Request::Tasks { .. }) if current.is_some() => {
+                        feed.say("a task stream runs on the session: streams run one at a time, submit this one when it has ended".into()).await;
                         feed.finish(code::LAUNCHER).await;
                     }
                     Some(Request::Tasks { retries, tag, progress_ms }) => {
@@ -748,15 +705,15 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                     Some(Request::Status) => {
                         let up = hello_at.iter().filter(|h| h.is_some()).count();
+                        let stream = if current.is_some() { "; a task stream runs" } else { "" };
                         let text = format!(
-                            "session of {n} hosts ({up} up, {} lost), {} slots, {} tasks running, {jobs} jobs running on {busy} slots, up {:.0} s, idle {:.0} s",
-                            dispatch.lost_hosts(), dispatch.total_slots(), dispatch.running(),
-                            t0.elapsed().as_secs_f64(), idle_since.elapsed().as_secs_f64(),
+                            "session of {n} hosts ({up} up, {lost} lost), {slots} slots, {} tasks running, {jobs} jobs running on {busy} slots, {waiting} jobs waiting for slots, up {:.0} s, idle {:.0} s{stream}",
+                            dispatch.running(), t0.elapsed().as_secs_f64(), idle_since.elapsed().as_secs_f64(),
                         );
                         let counts = serde_json::json!({
-                            "hosts": n, "up": up, "lost": dispatch.lost_hosts(),
-                            "slots": dispatch.total_slots(), "running": dispatch.running(),
-                            "jobs": jobs, "job_slots": busy,
+                            "hosts": n, "up": up, "lost": lost,
+                            "slots": slots, "running": dispatch.running(), "stream": current.is_some(),
+                            "jobs": jobs, "job_slots": busy, "jobs_waiting": waiting,
                         });
                         feed.send(frame::RESULT, counts.to_string().as_bytes()).await;
                         feed.send(frame::SAY, text.as_bytes()).await;
@@ -768,8 +725,19 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     Some(Request::End) => {
                         feed.finish(0).await;
                         ending = true;
-                        fanout.route(None, Cmd::Shutdown).await;
-                        end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                        if let Some(cur) = current.as_mut() {
+                            // The stream ends with the session: what runs is ended, what is
+                            // not read is not run.
+                            let text = format!("the session is being ended (--end-session): {} running tasks are ended, the stream is not read past line {}", dispatch.running(), cur.line_no);
+                            cur.feed.say(text).await;
+                            cur.exit_code = code::LAUNCHER;
+                            cur.source_done = true;
+                            fanout.route(None, Cmd::Teardown).await;
+                            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+                        } else {
+                            fanout.route(None, Cmd::Shutdown).await;
+                            end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                        }
                     }
                     Some(Request::Job) => {}
                     None => log("a control connection said nothing greedyrun understands: closed".into()),
@@ -1012,13 +980,27 @@ mod tests {
         }
     }
 
+    /// A dispatcher on hosts with these slots, none up yet, and its board.
+    fn dispatcher(slots: Vec<u32>, retries: u32) -> (Dispatcher, Arc<JobBoard>) {
+        let hosts = (0..slots.len()).map(|i| format!("h{i}")).collect();
+        let board = JobBoard::new(hosts, slots);
+        (Dispatcher::new(board.clone(), retries), board)
+    }
+
+    /// Hosts `hosts` are lost, as the session's loop tells the board and the dispatcher.
+    fn lose(board: &JobBoard, d: &mut Dispatcher, hosts: Range<u32>) -> usize {
+        futures_util::FutureExt::now_or_never(board.hosts_lost(hosts.clone(), "gone"))
+            .expect("no job to tell");
+        d.hosts_lost(hosts)
+    }
+
     #[test]
     fn slots_rotate_over_hosts_and_free_on_end() {
-        let mut d = Dispatcher::new(vec![1, 2], 0);
+        let (mut d, board) = dispatcher(vec![1, 2], 0);
         assert!(!d.has_free_slot());
-        d.host_up(1);
-        d.host_up(0);
-        d.host_up(0); // a second hello adds nothing
+        board.host_up(1);
+        board.host_up(0);
+        board.host_up(0); // a second hello adds nothing
         let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0)).collect();
         assert_eq!(hosts, [1, 1, 0]);
         assert!(!d.has_free_slot());
@@ -1034,8 +1016,8 @@ mod tests {
 
     #[test]
     fn a_failed_task_runs_again_up_to_the_retries_then_is_done_once() {
-        let mut d = Dispatcher::new(vec![1], 2);
-        d.host_up(0);
+        let (mut d, board) = dispatcher(vec![1], 2);
+        board.host_up(0);
         d.assign(task(1), 0);
         assert_eq!(d.ended(0, 1, RankEnd::Exited(3), 1), Ended::Retry);
         let (t, runs) = d.take_again().unwrap();
@@ -1055,14 +1037,14 @@ mod tests {
 
     #[test]
     fn a_lost_hosts_tasks_run_elsewhere_and_its_late_reports_are_ignored() {
-        let mut d = Dispatcher::new(vec![2, 2, 1], 0);
+        let (mut d, board) = dispatcher(vec![2, 2, 1], 0);
         for h in 0..3 {
-            d.host_up(h);
+            board.host_up(h);
         }
         let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0)).collect();
         assert_eq!(on, [0, 0, 1, 1, 2]);
         // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
-        assert_eq!(d.hosts_lost(1..3), 3);
+        assert_eq!(lose(&board, &mut d, 1..3), 3);
         assert!(!d.has_free_slot());
         assert!(d.ended(0, 1, RankEnd::Exited(0), 1).is_done());
         let (moved, _) = d.take_again().unwrap();
@@ -1071,21 +1053,14 @@ mod tests {
         // The lost host's report of it comes late: not its end.
         assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
         assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
-        assert!(!d.stranded(true));
+        assert!(!board.capacity(true).2);
         // Task 2 still runs on host 0: lost with it, it is left with the other two.
-        assert_eq!(d.hosts_lost(0..1), 1);
-        assert!(d.stranded(true));
+        assert_eq!(lose(&board, &mut d, 0..1), 1);
+        assert!(board.capacity(true).2);
         let left: Vec<u64> = d.drain().iter().map(|t| t.id).collect();
         assert_eq!(left.len(), 3);
         assert!(left.contains(&2));
         assert!(d.idle());
-    }
-
-    #[test]
-    fn hosts_not_up_yet_are_not_stranded_until_the_launch_is_over() {
-        let d = Dispatcher::new(vec![1, 1], 0);
-        assert!(!d.stranded(false));
-        assert!(d.stranded(true));
     }
 
     impl Ended {

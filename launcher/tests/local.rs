@@ -721,6 +721,108 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
     assert_eq!(out.status.code(), Some(125));
 }
 
+/// A task stream and jobs share a session's slots: a job that needs slots the stream's tasks
+/// hold waits for them (and no new task takes them), `--status` answers while the stream runs,
+/// and a second stream is refused while one runs; every task is reported once.
+#[test]
+fn a_session_runs_a_stream_beside_jobs() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
+        .args(["--idle-timeout", "60"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&out);
+    struct Ends(String);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let _ = Command::new(GREEDYRUN)
+                .arg("--end-session")
+                .env("GREEDY_SESSION", &self.0)
+                .output();
+        }
+    }
+    let _ends = Ends(socket.clone());
+    let greedyrun = |args: &[&str]| {
+        Command::new(GREEDYRUN)
+            .args(args)
+            .env("GREEDY_SESSION", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // Four slow tasks fill the four slots; six quick ones follow.
+    let tasks = d.path().join("tasks");
+    let slow = format!("sleep 3 # {marker}");
+    let mut lines = vec![slow.clone(); 4];
+    lines.extend((0..6).map(|_| "echo quick".to_string()));
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("res");
+    let stream = Command::new(GREEDYRUN)
+        .args(["--tasks", tasks.to_str().unwrap()])
+        .args(["--results", res.to_str().unwrap()])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(&slow).len() < 4 {
+        assert!(Instant::now() < deadline, "the slow tasks did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = text(&greedyrun(&["--status"]).stderr);
+    assert!(
+        status.contains("4 slots, 4 tasks running") && status.contains("a task stream runs"),
+        "{status}"
+    );
+    let second = greedyrun(&["--tasks", tasks.to_str().unwrap()]);
+    assert_eq!(second.status.code(), Some(125));
+    assert!(
+        text(&second.stderr).contains("streams run one at a time"),
+        "{}",
+        text(&second.stderr)
+    );
+    // The job needs both of localhost's slots: it waits for the slow tasks there.
+    let t = Instant::now();
+    let job = greedyrun(&[
+        "-n",
+        "2",
+        "-H",
+        "localhost:2",
+        "sh",
+        "-c",
+        "echo $GREEDY_RANK/$GREEDY_SIZE",
+    ]);
+    let waited = t.elapsed();
+    assert_eq!(job.status.code(), Some(0), "{}", text(&job.stderr));
+    assert!(
+        text(&job.stderr).contains("waiting for slots that the task stream's tasks hold"),
+        "{}",
+        text(&job.stderr)
+    );
+    let mut got: Vec<String> = text(&job.stdout).lines().map(str::to_owned).collect();
+    got.sort();
+    assert_eq!(got, ["0/2", "1/2"]);
+    assert!(
+        waited > Duration::from_secs(1),
+        "the job did not wait: {waited:?}"
+    );
+    let out = stream.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).matches("quick\n").count(), 6);
+    let rows = results(&res);
+    let mut ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    ids.sort();
+    assert_eq!(ids, (1..=10).collect::<Vec<_>>(), "each task once");
+    assert!(rows.iter().all(|r| r.1 == 0), "{rows:?}");
+}
+
 /// MPI jobs run on a session's agents as on fresh ones, with no new remote shell: MPICH
 /// (PMI-1) and Open MPI (PMIx) with no protocol flag, exit codes, two jobs at once on
 /// disjoint slots, a job that finds no free slot refused, and a job whose client is killed

@@ -255,12 +255,7 @@ impl Engine {
             self.job.describe_nodes(&[node]),
             op.name()
         );
-        let info = AbortInfo {
-            origin_node: self.node_idx,
-            rank: None,
-            code: 1,
-            reason,
-        };
+        let info = AbortInfo::new(self.node_idx, None, 1, reason);
         self.abort(info, out);
     }
 
@@ -386,15 +381,7 @@ impl Engine {
             seq,
             result: Err(err),
         });
-        self.abort(
-            AbortInfo {
-                origin_node: self.node_idx,
-                rank: None,
-                code: 1,
-                reason,
-            },
-            out,
-        );
+        self.abort(AbortInfo::new(self.node_idx, None, 1, reason), out);
     }
 
     /// Nodes whose contribution this node still waits for.

@@ -15,6 +15,55 @@ pub struct AbortInfo {
     pub code: i32,
     /// What happened, for a person: names the rank and quotes offending text.
     pub reason: String,
+    /// When the abort started, on the origin's clock.
+    pub at: WallTime,
+}
+
+impl AbortInfo {
+    /// An abort starting now at `origin_node`.
+    pub fn new(origin_node: usize, rank: Option<u32>, code: i32, reason: String) -> Self {
+        AbortInfo {
+            origin_node,
+            rank,
+            code,
+            reason,
+            at: WallTime::now(),
+        }
+    }
+}
+
+/// A moment on a node's wall clock, in microseconds since the Unix epoch.
+///
+/// Two nodes can abort a job independently before either hears of the other (a rank calls
+/// `MPI_Abort`, and a peer whose connection to it then fails aborts with its own code); the
+/// job ends with the earliest, which is the cause. Cluster clocks agree to well under the
+/// tens of milliseconds such a cascade takes.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct WallTime(pub u64);
+
+impl WallTime {
+    /// This node's clock now.
+    pub fn now() -> Self {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        WallTime(u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
+impl fmt::Display for WallTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for WallTime {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(WallTime)
+    }
 }
 
 impl fmt::Display for AbortInfo {

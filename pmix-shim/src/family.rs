@@ -106,12 +106,12 @@ fn untag(job: &JobSpec, blobs: Vec<Bytes>) -> Result<Vec<Bytes>, AbortInfo> {
                 who(if first.is_none() { 0 } else { node })
             ),
         };
-        return Err(AbortInfo {
-            origin_node: job.node_idx,
-            rank: job.ranks.get(node).and_then(|r| r.first()).copied(),
-            code: 1,
+        return Err(AbortInfo::new(
+            job.node_idx,
+            job.ranks.get(node).and_then(|r| r.first()).copied(),
+            1,
             reason,
-        });
+        ));
     }
     Ok(blobs.into_iter().map(|mut b| b.split_off(1)).collect())
 }

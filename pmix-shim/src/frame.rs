@@ -14,7 +14,7 @@ use crate::AbortInfo;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"GRDY";
 /// The overlay format version; bump on any change to [`Message`].
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
 /// Largest body accepted before a peer has proved the job secret: the handshake frames are
@@ -268,15 +268,15 @@ mod tests {
             "error: not a greedy overlay frame (starts with [47, 45, 54, 20])",
         );
         check(
-            b"GRDY\x00\x03\x00\x00\x00\x00",
-            "error: peer speaks overlay version 3, we speak 2",
+            b"GRDY\x00\x02\x00\x00\x00\x00",
+            "error: peer speaks overlay version 2, we speak 3",
         );
         check(
-            b"GRDY\x00\x02\xff\xff\xff\xff",
+            b"GRDY\x00\x03\xff\xff\xff\xff",
             "error: frame of 4294967295 bytes exceeds the limit of 1024",
         );
         check(
-            b"GRDY\x00\x02\x00\x00\x00\x01\xee",
+            b"GRDY\x00\x03\x00\x00\x00\x01\xee",
             "error: undecodable frame body: Hit the end of buffer, expected more data",
         );
         let mut two = encode(Message::Bye);

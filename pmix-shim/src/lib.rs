@@ -61,5 +61,5 @@ pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;
-pub use error::{AbortInfo, Error};
+pub use error::{AbortInfo, Error, WallTime};
 pub use job::{JobSecret, JobSpec};

@@ -501,12 +501,7 @@ impl Joiner {
             // Leaving mid-join makes whatever the join was waiting for fail; say why instead.
             Err(_) if overlay.inner.shutdown.is_cancelled() => Err(Error::Shutdown { node: me }),
             Err(e) => {
-                let info = AbortInfo {
-                    origin_node: me,
-                    rank: None,
-                    code: 1,
-                    reason: format!("joining the overlay failed: {e}"),
-                };
+                let info = AbortInfo::new(me, None, 1, format!("joining the overlay failed: {e}"));
                 state.send_replace(JoinState::Failed(info.clone()));
                 overlay.abort(info).await;
                 Err(e)
@@ -749,7 +744,7 @@ async fn run_engine(
                         let host = shared.job.hosts.get(node).cloned().unwrap_or_default();
                         let reason = format!("lost overlay link to node {node} ({host}): {reason}");
                         warn!(peer = node, "{reason}");
-                        engine.abort(AbortInfo { origin_node: me, rank: None, code: 1, reason }, &mut out);
+                        engine.abort(AbortInfo::new(me, None, 1, reason), &mut out);
                     } else if clean {
                         engine.neighbour_left(node, &mut out);
                     }
@@ -757,7 +752,7 @@ async fn run_engine(
                 Event::DirectFailed { node, reason } => {
                     parked.remove(&node);
                     if engine.aborted().is_none() {
-                        engine.abort(AbortInfo { origin_node: me, rank: None, code: 1, reason }, &mut out);
+                        engine.abort(AbortInfo::new(me, None, 1, reason), &mut out);
                     }
                 }
             },

@@ -326,12 +326,7 @@ impl Bridge {
         self.tracker.spawn_on(
             async move {
                 overlay
-                    .abort(AbortInfo {
-                        origin_node,
-                        rank,
-                        code,
-                        reason,
-                    })
+                    .abort(AbortInfo::new(origin_node, rank, code, reason))
                     .await
             },
             &self.runtime,
@@ -700,12 +695,12 @@ impl PmixServer {
             warn!(rank, code, "aborting job: {reason}");
             self.inner
                 .overlay
-                .abort(AbortInfo {
-                    origin_node: self.inner.job.node_idx,
-                    rank: Some(rank),
+                .abort(AbortInfo::new(
+                    self.inner.job.node_idx,
+                    Some(rank),
                     code,
                     reason,
-                })
+                ))
                 .await;
         }
     }
@@ -964,12 +959,7 @@ async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
             done.complete(Status::ERROR, Vec::new());
             shared
                 .overlay
-                .abort(AbortInfo {
-                    origin_node: me,
-                    rank: None,
-                    code: 1,
-                    reason,
-                })
+                .abort(AbortInfo::new(me, None, 1, reason))
                 .await;
             continue;
         }

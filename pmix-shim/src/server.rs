@@ -320,12 +320,7 @@ impl Shared {
     async fn abort(&self, rank: Option<u32>, code: i32, reason: String) {
         warn!(?rank, code, "aborting job: {reason}");
         self.overlay
-            .abort(AbortInfo {
-                origin_node: self.job.node_idx,
-                rank,
-                code,
-                reason,
-            })
+            .abort(AbortInfo::new(self.job.node_idx, rank, code, reason))
             .await;
     }
 
@@ -376,12 +371,7 @@ impl Shared {
                                 format!("fence: undecodable key/values from node {node}: {e}");
                             shared
                                 .overlay
-                                .abort(AbortInfo {
-                                    origin_node: shared.job.node_idx,
-                                    rank: None,
-                                    code: 1,
-                                    reason,
-                                })
+                                .abort(AbortInfo::new(shared.job.node_idx, None, 1, reason))
                                 .await;
                             return;
                         }

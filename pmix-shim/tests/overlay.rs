@@ -243,7 +243,7 @@ async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
     for expect in [
         "not a greedy overlay frame (starts with [47, 45, 54, 20])",
         "claims node 2 but fails the job-secret proof",
-        "peer speaks overlay version 9, we speak 2",
+        "peer speaks overlay version 9, we speak 3",
     ] {
         assert!(
             text.lines().any(|l| l.contains("DEBUG")
@@ -300,12 +300,7 @@ async fn collective_timeout_names_the_missing_node_and_aborts_everyone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_from_one_node_reaches_all() {
     let (overlays, _) = start_all(5, config()).await;
-    let info = greedy_pmix::AbortInfo {
-        origin_node: 4,
-        rank: Some(4),
-        code: 9,
-        reason: "test".into(),
-    };
+    let info = greedy_pmix::AbortInfo::new(4, Some(4), 9, "test".into());
     overlays[4].abort(info.clone()).await;
     for o in &overlays {
         let mut w = o.aborted();

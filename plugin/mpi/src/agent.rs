@@ -30,7 +30,8 @@
 use crate::Error;
 use crate::charm::{self, Stdio};
 use crate::plan::{Rendezvous as Choice, StepPlan};
-use crate::rendezvous::{SrunRendezvous, report_exit};
+use crate::rendezvous::{ExitReport, SrunRendezvous, report_exit};
+use greedy_pmix::WallTime;
 use greedy_pmix::charm::server::OUTPUT_CAPACITY;
 use greedy_pmix::family::Family;
 use greedy_pmix::node::{NodeConfig, NodeService};
@@ -332,7 +333,7 @@ impl Agent {
                 handle.spawn(async move {
                     let reason =
                         format!("rank {rank} on {} ended with charm.exit({code})", p.node());
-                    report_to_srun(&p, code, &reason).await;
+                    report_to_srun(&p, code, WallTime::now(), reason).await;
                 });
             }));
         }
@@ -505,6 +506,7 @@ async fn watch_abort(
         end_step(
             &plan,
             info.code,
+            info.at,
             format!("{origin}: {}", info.reason),
             kill_step,
             before_join,
@@ -515,16 +517,15 @@ async fn watch_abort(
 
 /// Tells srun the job's exit code and why (srun exits with it); logs what went wrong, never
 /// waiting longer than [`REPORT_TIMEOUT`].
-async fn report_to_srun(plan: &StepPlan, code: i32, reason: &str) {
+async fn report_to_srun(plan: &StepPlan, code: i32, at: WallTime, reason: String) {
     let (job, step) = (plan.job_id, plan.step_id);
-    let report = report_exit(
-        plan.srun,
-        &plan.kvsname,
-        &plan.secret,
-        plan.node_idx,
+    let exit = ExitReport {
+        node: plan.node_idx,
         code,
+        at,
         reason,
-    );
+    };
+    let report = report_exit(plan.srun, &plan.kvsname, &plan.secret, exit);
     match tokio::time::timeout(REPORT_TIMEOUT, report).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!("mpi/greedy: step {job}.{step}: exit code {code} not reported: {e}"),
@@ -545,12 +546,13 @@ async fn report_to_srun(plan: &StepPlan, code: i32, reason: &str) {
 async fn end_step(
     plan: &StepPlan,
     code: i32,
+    at: WallTime,
     reason: String,
     kill_step: Arc<KillStepFn>,
     before_join: bool,
 ) {
     let (job, step) = (plan.job_id, plan.step_id);
-    report_to_srun(plan, if code == 0 { 1 } else { code }, &reason).await;
+    report_to_srun(plan, if code == 0 { 1 } else { code }, at, reason).await;
     let kill = kill_step.clone();
     let done = tokio::task::spawn_blocking(move || kill(job, step)).await;
     if !matches!(done, Ok(true)) {

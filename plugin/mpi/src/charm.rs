@@ -320,8 +320,6 @@ fn write_event(filed: &Filed, closed: &mut HashSet<u32>, ev: Event, node: &str) 
             return;
         }
         Event::Out(o) if o.is_end() => {
-            // After a clean end a client exits 0 (`die`) or 1 (socket closed): say what the
-            // real code was, where the user sees the 1.
             // After a clean end a client exits 0 (`die`) or 1 (socket closed): the real code
             // goes to srun, before the process exits.
             let code = filed.server.get().and_then(|s| s.charm_exit_code(o.rank));

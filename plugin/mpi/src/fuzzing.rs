@@ -40,8 +40,8 @@ pub fn rendezvous_line(data: &[u8]) {
         Line::Publish(node, addr, mac) | Line::Answer(node, addr, mac) => {
             rendezvous::verify(secret, "1.0", *node, addr, mac)
         }
-        Line::Exit(node, code, mac, reason) => {
-            rendezvous::verify(secret, "1.0", *node, &format!("exit {code} {reason}"), mac)
+        Line::Exit(report, mac) => {
+            rendezvous::verify(secret, "1.0", report.node, &report.signed_text(), mac)
         }
         Line::Lookup(_) => false,
     };

@@ -8,11 +8,14 @@
 //! Wire format, one line each way, ASCII:
 //! - `P <node> <addr> <mac>`: publish (stepd → srun; no reply);
 //! - `L <node>`: look up (stepd → srun), answered `A <node> <addr> <mac>` once published;
-//! - `X <node> <code> <mac> <reason>`: the job ended with `code` (stepd → srun), answered `K`
-//!   once recorded; `reason` (the rest of the line) is for the user.
+//! - `X <node> <code> <at> <mac> <reason>`: the job ended with `code` by an abort that started
+//!   at `at` (µs since the epoch, the node's clock) (stepd → srun), answered `K` once
+//!   recorded; `reason` (the rest of the line) is for the user. Two nodes can each start an
+//!   abort before hearing of the other's; srun keeps the earliest, the cause.
 //!
 //! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
-//! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <reason>`): srun accepts only lines from holders of the secret, and a stepd
+//! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <at> <reason>`):
+//! srun accepts only lines from holders of the secret, and a stepd
 //! accepts only answers srun signed, so no stranger can insert an address or an exit code.
 //! (The overlay authenticates every link again; this only keeps strangers from making the join
 //! time out.) The secret never travels here.
@@ -26,7 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Notify, Semaphore};
 
-use greedy_pmix::{JobSecret, auth, rendezvous::Rendezvous};
+use greedy_pmix::{JobSecret, WallTime, auth, rendezvous::Rendezvous};
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
@@ -39,7 +42,7 @@ pub const MAX_CONNECTIONS: usize = 8192;
 /// What every signature of these lines is labelled with (greedy-pmix `auth::sign`).
 const LABEL: &[u8] = b"greedy-mpi rendezvous";
 
-/// `mac` of the wire format: `what` is the address, or `exit <code> <reason>`; hex of
+/// `mac` of the wire format: `what` is the address, or an [`ExitReport`]'s text; hex of
 /// greedy-pmix's signed statement.
 pub fn mac(secret: &JobSecret, job: &str, node: usize, what: &dyn Display) -> String {
     let statement = what.to_string();
@@ -69,11 +72,6 @@ pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, he
     auth::verify_signed(secret, LABEL, job, node, statement.as_bytes(), &bytes)
 }
 
-/// What an `X` line's MAC covers besides the job and node.
-fn exit_text(code: i32, reason: &str) -> String {
-    format!("exit {code} {reason}")
-}
-
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Line {
@@ -83,8 +81,8 @@ pub enum Line {
     Lookup(usize),
     /// `A node addr mac`.
     Answer(usize, SocketAddr, String),
-    /// `X node code mac reason`.
-    Exit(usize, i32, String, String),
+    /// `X node code at mac reason`.
+    Exit(ExitReport, String),
 }
 
 impl Display for Line {
@@ -94,7 +92,7 @@ impl Display for Line {
             Line::Publish(node, addr, mac) => write!(f, "P {node} {addr} {mac}"),
             Line::Lookup(node) => write!(f, "L {node}"),
             Line::Answer(node, addr, mac) => write!(f, "A {node} {addr} {mac}"),
-            Line::Exit(node, code, mac, reason) => write!(f, "X {node} {code} {mac} {reason}"),
+            Line::Exit(r, mac) => write!(f, "X {} {} {} {mac} {}", r.node, r.code, r.at, r.reason),
         }
     }
 }
@@ -103,12 +101,19 @@ impl Display for Line {
 pub fn parse(line: &str) -> Result<Line, String> {
     let bad = || format!("malformed rendezvous line {line:?}");
     if let Some(rest) = line.strip_prefix("X ") {
-        let mut it = rest.splitn(4, ' ');
+        let mut it = rest.splitn(5, ' ');
         let node = it.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
         let code = it.next().and_then(|c| c.parse().ok()).ok_or_else(bad)?;
+        let at = it.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
         let mac = it.next().filter(|m| !m.is_empty()).ok_or_else(bad)?;
-        let reason = it.next().unwrap_or_default();
-        return Ok(Line::Exit(node, code, mac.to_string(), reason.to_string()));
+        let reason = it.next().unwrap_or_default().to_string();
+        let report = ExitReport {
+            node,
+            code,
+            at,
+            reason,
+        };
+        return Ok(Line::Exit(report, mac.to_string()));
     }
     let mut it = line.split(' ');
     let (cmd, node) = (it.next(), it.next().and_then(|n| n.parse::<usize>().ok()));
@@ -143,8 +148,17 @@ pub struct ExitReport {
     pub node: usize,
     /// The exit code the job ends with (the failing rank's, or 128+signal).
     pub code: i32,
+    /// When the abort started, on the reporting node's clock.
+    pub at: WallTime,
     /// What happened, for the user.
     pub reason: String,
+}
+
+impl ExitReport {
+    /// What the report's MAC covers besides the job and node.
+    pub fn signed_text(&self) -> String {
+        format!("exit {} {} {}", self.code, self.at, self.reason)
+    }
 }
 
 /// The board srun serves: node → overlay address.
@@ -155,7 +169,7 @@ struct Board {
     n_nodes: usize,
     addrs: std::sync::Mutex<HashMap<usize, SocketAddr>>,
     published: Notify,
-    /// The first exit report: the abort that ended the job (later ones follow from it).
+    /// The earliest exit report: the abort that ended the job (later ones follow from it).
     exit: std::sync::Mutex<Option<ExitReport>>,
 }
 
@@ -164,8 +178,8 @@ struct Board {
 pub struct Reports(Arc<Board>);
 
 impl Reports {
-    /// The first exit report received, if any.
-    pub fn first(&self) -> Option<ExitReport> {
+    /// The exit report of the earliest abort, if any node reported one.
+    pub fn earliest(&self) -> Option<ExitReport> {
         self.0
             .exit
             .lock()
@@ -280,16 +294,17 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            Line::Exit(node, code, mac, reason) => {
-                let text = exit_text(code, &reason);
+            Line::Exit(report, mac) => {
+                let (node, text) = (report.node, report.signed_text());
                 if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &text, &mac) {
                     return Err(format!("refused exit report for node {node}"));
                 }
-                board
-                    .exit
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(ExitReport { node, code, reason });
+                {
+                    let mut kept = board.exit.lock().unwrap_or_else(|p| p.into_inner());
+                    if kept.as_ref().is_none_or(|k| report.at < k.at) {
+                        *kept = Some(report);
+                    }
+                }
                 w.write_all(b"K\n").await.map_err(|e| e.to_string())?;
             }
             Line::Answer(..) => return Err("unexpected answer line".into()),
@@ -303,25 +318,23 @@ pub async fn report_exit(
     srun: SocketAddr,
     job: &str,
     secret: &JobSecret,
-    node: usize,
-    code: i32,
-    reason: &str,
+    mut report: ExitReport,
 ) -> Result<(), String> {
     // One line: no newlines, and short enough for srun's line limit.
-    let mut reason: String = reason.replace(['\n', '\r'], " ");
-    if reason.len() > MAX_REASON {
+    report.reason = report.reason.replace(['\n', '\r'], " ");
+    if report.reason.len() > MAX_REASON {
         let mut cut = MAX_REASON;
-        while !reason.is_char_boundary(cut) {
+        while !report.reason.is_char_boundary(cut) {
             cut -= 1;
         }
-        reason.truncate(cut);
+        report.reason.truncate(cut);
     }
-    let mac = mac(secret, job, node, &exit_text(code, &reason));
+    let mac = mac(secret, job, report.node, &report.signed_text());
     let stream = TcpStream::connect(srun)
         .await
         .map_err(|e| format!("connect to srun {srun}: {e}"))?;
     let (r, mut w) = stream.into_split();
-    w.write_all(format!("{}\n", Line::Exit(node, code, mac, reason)).as_bytes())
+    w.write_all(format!("{}\n", Line::Exit(report, mac)).as_bytes())
         .await
         .map_err(|e| format!("write to srun {srun}: {e}"))?;
     let mut ack = String::new();
@@ -452,7 +465,7 @@ mod tests {
         for line in [
             format!("P 3 {a} {m}"),
             "L 12".into(),
-            format!("X 2 7 {m} a b"),
+            format!("X 2 7 1764172800000000 {m} a b"),
         ] {
             assert_eq!(parse(&line).unwrap().to_string(), line);
         }
@@ -514,36 +527,72 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_signed_exit_report_is_what_srun_returns() {
+    async fn the_earliest_signed_exit_report_is_what_srun_returns() {
         let secret = &key(SECRET_BYTES);
         let (srun, reports, server) = board().await;
-        assert_eq!(reports.first(), None);
+        let report = |node, code, at, reason: &str| ExitReport {
+            node,
+            code,
+            at: WallTime(at),
+            reason: reason.to_string(),
+        };
+        assert_eq!(reports.earliest(), None);
         // A stranger's report is refused and changes nothing.
-        let forged =
-            report_exit(srun, "5.1", &key(b"wrong-secret-0000000"), 1, 0, "all fine").await;
+        let forged = report_exit(
+            srun,
+            "5.1",
+            &key(b"wrong-secret-0000000"),
+            report(1, 0, 1, "all fine"),
+        )
+        .await;
         assert!(forged.is_err(), "{forged:?}");
-        assert_eq!(reports.first(), None);
+        assert_eq!(reports.earliest(), None);
+        // A peer's abort that followed from the cause reaches srun first; the cause still wins,
+        // and a report of a later abort after it changes nothing.
+        let peer = report(0, 14, 2_000_012, "rank 7 aborted: connection refused");
+        report_exit(srun, "5.1", secret, peer).await.unwrap();
+        assert_eq!(reports.earliest().unwrap().code, 14);
         let long = format!(
             "rank 9 exited with code 7 before PMI finalize\n{}",
             "x".repeat(400)
         );
-        report_exit(srun, "5.1", secret, 2, 7, &long).await.unwrap();
-        report_exit(srun, "5.1", secret, 0, 137, "later")
+        report_exit(srun, "5.1", secret, report(2, 7, 2_000_000, &long))
             .await
             .unwrap();
-        let first = reports.first().unwrap();
-        assert_eq!((first.node, first.code), (2, 7));
+        report_exit(srun, "5.1", secret, report(1, 137, 2_000_005, "later"))
+            .await
+            .unwrap();
+        let kept = reports.earliest().unwrap();
+        assert_eq!((kept.node, kept.code, kept.at), (2, 7, WallTime(2_000_000)));
         assert!(
-            first
-                .reason
+            kept.reason
                 .starts_with("rank 9 exited with code 7 before PMI finalize x")
         );
-        assert_eq!(first.reason.len(), MAX_REASON);
+        assert_eq!(kept.reason.len(), MAX_REASON);
+        // A signature covers the time: a report moved earlier does not verify.
+        let signed = mac(secret, "5.1", 1, &report(1, 3, 9, "r").signed_text());
+        let moved = Line::Exit(report(1, 3, 8, "r"), signed);
+        let mut conn = TcpStream::connect(srun).await.unwrap();
+        conn.write_all(format!("{moved}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        let _ = BufReader::new(conn).read_line(&mut answer).await;
+        assert_eq!(answer, "", "a report with a forged time was taken");
+        assert_eq!(reports.earliest().unwrap().code, 7);
         assert_eq!(
-            parse(&format!("X 2 7 {} a b", "ab")).unwrap(),
-            Line::Exit(2, 7, "ab".into(), "a b".into())
+            parse(&format!("X 2 7 15 {} a b", "ab")).unwrap(),
+            Line::Exit(report(2, 7, 15, "a b"), "ab".into())
         );
-        for bad in ["X", "X 1", "X 1 x m r", "X 1 7", "X 1 7 "] {
+        for bad in [
+            "X",
+            "X 1",
+            "X 1 x 3 m r",
+            "X 1 7",
+            "X 1 7 3",
+            "X 1 7 3 ",
+            "X 1 7 x m r",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
         server.abort();

@@ -53,7 +53,7 @@ impl Client {
     /// Stops the listener (the step has ended) and returns how the job ended, if a node said.
     pub fn fini(mut self) -> Option<ExitReport> {
         self.stop_listener();
-        self.reports.first()
+        self.reports.earliest()
     }
 
     fn stop_listener(&mut self) {

@@ -310,12 +310,7 @@ impl Shared {
         }
         warn!(?rank, code, "aborting job: {reason}");
         self.overlay
-            .abort(AbortInfo {
-                origin_node: self.job.node_idx,
-                rank,
-                code,
-                reason,
-            })
+            .abort(AbortInfo::new(self.job.node_idx, rank, code, reason))
             .await;
     }
 

@@ -1,0 +1,284 @@
+//! The slots of a session's (or a stream's) hosts, with one owner: who holds each — a job's
+//! ranks, a task of the stream, or a job waiting for it — and which a task may take next.
+//! Sans I/O; [`crate::session::JobBoard`] keeps it behind its lock.
+//!
+//! A job takes whole slots on named hosts and may wait for slots the stream's tasks hold: while
+//! it waits, a task that ends gives its slot to the job, not to the next task. Tasks take what
+//! neither holds, rotating over the hosts (a slot freed goes to the back of the queue).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// Slot counts per host and the queue tasks take slots from.
+#[derive(Debug)]
+pub struct Slots {
+    slots: Vec<u32>,
+    /// Held by running jobs.
+    jobs: Vec<u32>,
+    /// Held by the stream's tasks in flight.
+    tasks: Vec<u32>,
+    /// Needed by jobs waiting for slots that tasks hold.
+    waiting: Vec<u32>,
+    up: Vec<bool>,
+    lost: Vec<bool>,
+    /// Hosts with a slot free for a task, one entry per slot, checked when taken (a job may
+    /// have taken the slot since); `queued[h]` entries of host `h`, never fewer than its free
+    /// slots and never more than its slots.
+    queue: VecDeque<u32>,
+    queued: Vec<u32>,
+}
+
+impl Slots {
+    /// `slots[h]` slots on host `h`, no host up yet.
+    pub fn new(slots: Vec<u32>) -> Slots {
+        let n = slots.len();
+        Slots {
+            slots,
+            jobs: vec![0; n],
+            tasks: vec![0; n],
+            waiting: vec![0; n],
+            up: vec![false; n],
+            lost: vec![false; n],
+            queue: VecDeque::new(),
+            queued: vec![0; n],
+        }
+    }
+
+    /// Hosts.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// No hosts.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    fn usable(&self, h: usize) -> bool {
+        self.up[h] && !self.lost[h]
+    }
+
+    /// Slots of `h` that a task may take now.
+    fn free_for_tasks(&self, h: usize) -> u32 {
+        if !self.usable(h) {
+            return 0;
+        }
+        self.slots[h].saturating_sub(self.jobs[h] + self.tasks[h] + self.waiting[h])
+    }
+
+    /// Queues `h` once per slot free for tasks that is not queued yet.
+    fn top_up(&mut self, h: usize) {
+        while self.queued[h] < self.free_for_tasks(h) {
+            self.queue.push_back(h as u32);
+            self.queued[h] += 1;
+        }
+    }
+
+    /// Host `h`'s agent is up: its slots are free.
+    pub fn host_up(&mut self, h: u32) {
+        let h = h as usize;
+        if h < self.len() && !self.up[h] && !self.lost[h] {
+            self.up[h] = true;
+            self.top_up(h);
+        }
+    }
+
+    /// Hosts `hosts` are lost: none of their slots is taken again.
+    pub fn hosts_lost(&mut self, hosts: Range<u32>) {
+        for h in hosts {
+            if let Some(l) = self.lost.get_mut(h as usize) {
+                *l = true;
+            }
+        }
+    }
+
+    /// Whether `h` is up and not lost.
+    pub fn is_usable(&self, h: u32) -> bool {
+        (h as usize) < self.len() && self.usable(h as usize)
+    }
+
+    /// Whether host `h` was lost.
+    pub fn is_lost(&self, h: u32) -> bool {
+        self.lost.get(h as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether a task could take a slot now.
+    pub fn has_free_for_task(&mut self) -> bool {
+        while let Some(&h) = self.queue.front() {
+            if self.free_for_tasks(h as usize) > 0 {
+                return true;
+            }
+            self.queue.pop_front();
+            self.queued[h as usize] -= 1;
+        }
+        false
+    }
+
+    /// A slot for a task: its host, or `None` if none is free.
+    pub fn take_for_task(&mut self) -> Option<u32> {
+        if !self.has_free_for_task() {
+            return None;
+        }
+        let h = self.queue.pop_front().expect("checked");
+        self.queued[h as usize] -= 1;
+        self.tasks[h as usize] += 1;
+        Some(h)
+    }
+
+    /// A task on `h` ended: its slot is free again (for a waiting job first).
+    pub fn task_ended(&mut self, h: u32) {
+        let h = h as usize;
+        if let Some(t) = self.tasks.get_mut(h) {
+            *t = t.saturating_sub(1);
+            self.top_up(h);
+        }
+    }
+
+    /// Slots of `h` no job holds: what a job may ask for there (waiting for tasks to end).
+    pub fn for_jobs(&self, h: u32) -> u32 {
+        let h = h as usize;
+        if h >= self.len() || !self.usable(h) {
+            return 0;
+        }
+        self.slots[h].saturating_sub(self.jobs[h] + self.waiting[h])
+    }
+
+    /// Whether `need` (host, slots) is free of jobs and tasks now.
+    pub fn fits_now(&self, need: &[(u32, u32)]) -> bool {
+        need.iter().all(|&(h, n)| {
+            let h = h as usize;
+            self.usable(h) && self.slots[h].saturating_sub(self.jobs[h] + self.tasks[h]) >= n
+        })
+    }
+
+    /// A job holds `need` from now on.
+    pub fn hold(&mut self, need: &[(u32, u32)]) {
+        for &(h, n) in need {
+            self.jobs[h as usize] += n;
+        }
+    }
+
+    /// A job that held `need` ended.
+    pub fn release(&mut self, need: &[(u32, u32)]) {
+        for &(h, n) in need {
+            let h = h as usize;
+            self.jobs[h] = self.jobs[h].saturating_sub(n);
+            self.top_up(h);
+        }
+    }
+
+    /// A job waits for `need`: no task takes those slots as they free.
+    pub fn wait(&mut self, need: &[(u32, u32)]) {
+        for &(h, n) in need {
+            self.waiting[h as usize] += n;
+        }
+    }
+
+    /// A job stopped waiting for `need` (it got the slots, or gave up).
+    pub fn stop_waiting(&mut self, need: &[(u32, u32)]) {
+        for &(h, n) in need {
+            let h = h as usize;
+            self.waiting[h] = self.waiting[h].saturating_sub(n);
+            self.top_up(h);
+        }
+    }
+
+    /// Slots held by jobs, and by tasks.
+    pub fn held(&self) -> (u32, u32) {
+        (self.jobs.iter().sum(), self.tasks.iter().sum())
+    }
+
+    /// Slots of the hosts not lost.
+    pub fn total(&self) -> u32 {
+        (0..self.len())
+            .filter(|&h| !self.lost[h])
+            .map(|h| self.slots[h])
+            .sum()
+    }
+
+    /// Hosts lost so far.
+    pub fn lost_hosts(&self) -> usize {
+        self.lost.iter().filter(|&&l| l).count()
+    }
+
+    /// No host is left that could run anything: every host is lost, or was never up while
+    /// `launch_over` says none will come up any more.
+    pub fn stranded(&self, launch_over: bool) -> bool {
+        !(0..self.len()).any(|h| !self.lost[h] && (self.up[h] || !launch_over))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_up(slots: Vec<u32>) -> Slots {
+        let mut s = Slots::new(slots);
+        (0..s.len() as u32).for_each(|h| s.host_up(h));
+        s
+    }
+
+    #[test]
+    fn tasks_rotate_over_hosts_and_free_on_end() {
+        let mut s = all_up(vec![1, 2]);
+        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.take_for_task(), Some(1));
+        assert_eq!(s.take_for_task(), Some(1));
+        assert_eq!(s.take_for_task(), None);
+        s.task_ended(0);
+        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.held(), (0, 3));
+    }
+
+    #[test]
+    fn a_waiting_job_gets_the_slots_tasks_free_and_tasks_get_the_rest() {
+        let mut s = all_up(vec![2, 2]);
+        for _ in 0..4 {
+            s.take_for_task().unwrap();
+        }
+        let need = [(0, 2)];
+        assert!(!s.fits_now(&need));
+        assert_eq!(s.for_jobs(0), 2, "a job may wait for the tasks' slots");
+        s.wait(&need);
+        assert_eq!(s.for_jobs(0), 0, "a second job waits behind it");
+        s.task_ended(0);
+        s.task_ended(1);
+        // Host 0's slot is the job's, host 1's a task's.
+        assert_eq!(s.take_for_task(), Some(1));
+        assert_eq!(s.take_for_task(), None);
+        s.task_ended(0);
+        assert!(s.fits_now(&need));
+        s.stop_waiting(&need);
+        s.hold(&need);
+        assert_eq!(s.take_for_task(), None, "the job holds host 0");
+        s.release(&need);
+        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.take_for_task(), None);
+    }
+
+    #[test]
+    fn a_slot_a_job_took_is_not_given_to_a_task_and_the_queue_stays_bounded() {
+        let mut s = all_up(vec![3]);
+        for _ in 0..100 {
+            s.hold(&[(0, 2)]);
+            s.release(&[(0, 2)]);
+        }
+        assert!(s.queue.len() <= 3, "{} queued", s.queue.len());
+        s.hold(&[(0, 2)]);
+        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.take_for_task(), None);
+    }
+
+    #[test]
+    fn lost_hosts_give_nothing_and_strand_the_stream_when_all_are_gone() {
+        let mut s = Slots::new(vec![1, 1]);
+        s.host_up(0);
+        assert!(!s.stranded(false));
+        s.hosts_lost(0..1);
+        assert_eq!(s.take_for_task(), None);
+        assert!(!s.stranded(false), "host 1 may still come up");
+        assert!(s.stranded(true));
+        assert_eq!((s.total(), s.lost_hosts()), (1, 1));
+    }
+}
