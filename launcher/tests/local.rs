@@ -737,16 +737,7 @@ fn a_session_runs_a_stream_beside_jobs() {
         .output()
         .unwrap();
     let socket = session_socket(&out);
-    struct Ends(String);
-    impl Drop for Ends {
-        fn drop(&mut self) {
-            let _ = Command::new(GREEDYRUN)
-                .arg("--end-session")
-                .env("GREEDY_SESSION", &self.0)
-                .output();
-        }
-    }
-    let _ends = Ends(socket.clone());
+    let _ends = EndsSession(socket.clone());
     let greedyrun = |args: &[&str]| {
         Command::new(GREEDYRUN)
             .args(args)
@@ -876,17 +867,7 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
         .unwrap();
     let socket = session_socket(&out);
     let serve = session_process(&socket).expect("the session's process");
-    // Ended however the test ends, so a failed assertion leaves no session behind.
-    struct Ends(String);
-    impl Drop for Ends {
-        fn drop(&mut self) {
-            let _ = Command::new(GREEDYRUN)
-                .arg("--end-session")
-                .env("GREEDY_SESSION", &self.0)
-                .output();
-        }
-    }
-    let _ends = Ends(socket.clone());
+    let _ends = EndsSession(socket.clone());
     assert_eq!(shells(), 3);
 
     let mpich = wireup_program(d.path(), "mpich");
@@ -985,6 +966,19 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
     while Path::new(&format!("/proc/{serve}")).exists() {
         assert!(Instant::now() < deadline, "the session outlived its end");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Ends the session at this control socket however the test ends, so a failed assertion
+/// leaves no session behind.
+struct EndsSession(String);
+
+impl Drop for EndsSession {
+    fn drop(&mut self) {
+        let _ = Command::new(GREEDYRUN)
+            .arg("--end-session")
+            .env("GREEDY_SESSION", &self.0)
+            .output();
     }
 }
 

@@ -62,3 +62,15 @@ wait_sshd() {
     done
   done
 }
+# wait_idle: every Slurm node idle again (a job's nodes come back one by one after it ends), so
+# the next srun neither queues ("job N queued and waiting for resources") nor pays for the last
+# job; fails naming the states left after 30 s.
+wait_idle() {
+  local _i st
+  for ((_i = 0; _i < 600; _i++)); do
+    st=$(sinfo -h -o '%T' | sort -u | tr '\n' ' ')
+    [[ $st == "idle " ]] && return 0
+    sleep 0.05
+  done
+  fail "Slurm nodes not idle after 30 s: $(sinfo -h -o '%T %D' | tr '\n' ' ')"
+}

@@ -53,10 +53,11 @@ export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
 . "$ROOT/tests/slurm/mpi-build.sh"
 build_mpi_prog "$ROOT/tests/slurm/init_time.c" init_time
 
-busy() {
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] ||
-    ip netns list | grep -q '^gtc-' || pgrep -f 'slurm-conf/testcluster (up|down)' >/dev/null
-}
+# busy, and wait_idle: every timed srun starts on an idle cluster (the previous step's nodes
+# may still be completing: slurmd polls for the stepd's exit once a second, which is not this
+# step's cost).
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
 wait_free() {
   local i
   for i in $(seq "${GREEDY_CLAIM_WAITS:-30}"); do
@@ -69,17 +70,6 @@ wait_free() {
 ours=0
 trap 'cd "$ROOT"; ((ours)) && "$TC" down >/dev/null 2>&1; true' EXIT
 
-# Every timed srun starts on an idle cluster: the previous step's nodes may still be
-# completing (slurmd polls for the stepd's exit once a second), which is not this step's cost.
-wait_idle() {
-  local i st
-  for i in $(seq 100); do
-    st=$(sinfo -h -o '%T' | sort -u | tr '\n' ' ')
-    [[ $st == "idle " ]] && return 0
-    sleep 0.1
-  done
-  fail "nodes did not return to idle: $st"
-}
 
 # stats FILE: "median min max" of one number per line
 stats() { sort -n "$1" | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f %.0f %.0f", m, v[1], v[NR] }'; }

@@ -51,6 +51,7 @@ got=$(sort -u hostname.out | wc -l)
 ((got == nodes)) || fail "srun -N$nodes hostname: $got distinct hosts answered"
 echo "slurm-pmix-scale: srun -N$nodes hostname in $(($(ms) - t0)) ms"
 
+wait_idle
 t0=$(ms)
 rc=0
 timeout 600 srun -N"$nodes" --mpi=greedy ./pmix_maps "$nodes" >out 2>err || rc=$?

@@ -45,14 +45,6 @@ ours=0
 trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
 
-wait_idle() {
-  local i
-  for ((i = 0; i < 300; i++)); do
-    [[ $(sinfo -h -o '%T %D') == "idle $nodes" ]] && return 0
-    sleep 0.05
-  done
-  fail "hosts not idle after 15 s: $(sinfo -h -o '%T %D')"
-}
 time_srun() {
   wait_idle
   local t0=$EPOCHREALTIME

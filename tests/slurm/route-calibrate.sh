@@ -36,14 +36,8 @@ trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 
 # Every host idle again: a job started while the last one's nodes are still completing waits
 # in the queue, and that wait is not the launch.
-wait_idle() {
-  local i
-  for ((i = 0; i < 300; i++)); do
-    [[ $(sinfo -h -o '%T %D') == "idle 16" ]] && return 0
-    sleep 0.05
-  done
-  fail "hosts not idle after 15 s: $(sinfo -h -o '%T %D')"
-}
+# shellcheck source=../cluster/claim.sh
+. "$ROOT/tests/cluster/claim.sh"
 # time_srun N: wall seconds of one `srun -N N true`, started on an idle cluster.
 time_srun() {
   wait_idle

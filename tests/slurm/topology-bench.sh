@@ -58,15 +58,6 @@ trap 'cd "$ROOT"; "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 eval "$("$TC" env)"
 LOGDIR=$(dirname "$(dirname "$SLURM_CONF")")/log
 
-wait_idle() {
-  local i st
-  for ((i = 0; i < 600; i++)); do
-    st=$(sinfo -h -o '%T %D')
-    [[ $st == "idle 64" ]] && return 0
-    sleep 0.05
-  done
-  fail "hosts not idle after 30 s: $st"
-}
 use_topology() { # greedy | the delegate: slurm.conf's line, then the daemons restarted
   sed -i '/^TopologyPlugin=/d' "$SLURM_CONF"
   [[ $1 == greedy ]] && echo "TopologyPlugin=topology/greedy" >>"$SLURM_CONF"
