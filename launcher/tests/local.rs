@@ -89,6 +89,15 @@ fn alive(marker: &str) -> Vec<String> {
     found
 }
 
+/// Waits up to `secs` seconds until `n` processes carry `marker`; else fails saying `what`.
+fn wait_alive(marker: &str, n: usize, secs: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while alive(marker).len() < n {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn assert_gone(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !alive(marker).is_empty() {
@@ -220,11 +229,7 @@ fn killed_agent_is_named_and_its_ranks_are_reaped_by_the_guard() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while alive("sleep 4253").len() < 3 {
-        assert!(Instant::now() < deadline, "ranks did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_alive("sleep 4253", 3, 20, "ranks did not start");
     // The agents are greedyrun's children (the fake shell execs them); kill the first one.
     let children =
         std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
@@ -625,11 +630,12 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(&format!("sleep 4270 # {marker}")).len() < 2 {
-        assert!(Instant::now() < deadline, "the long tasks did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_alive(
+        &format!("sleep 4270 # {marker}"),
+        2,
+        10,
+        "the long tasks did not start",
+    );
     client.kill().unwrap();
     client.wait().unwrap();
     assert_gone(&format!("sleep 4270 # {marker}"));
@@ -762,11 +768,7 @@ fn a_session_runs_a_stream_beside_jobs() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(&slow).len() < 4 {
-        assert!(Instant::now() < deadline, "the slow tasks did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_alive(&slow, 4, 10, "the slow tasks did not start");
     let status = text(&greedyrun(&["--status"]).stderr);
     assert!(
         status.contains("4 slots, 4 tasks running") && status.contains("a task stream runs"),
@@ -910,11 +912,7 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(&long).len() < 4 {
-        assert!(Instant::now() < deadline, "the long job did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_alive(&long, 4, 10, "the long job did not start");
     let out = greedyrun(
         &["-n", "2", "sh", "-c", "echo $GREEDY_RANK/$GREEDY_SIZE"],
         &socket,
