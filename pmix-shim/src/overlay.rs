@@ -44,7 +44,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::{
     AbortInfo, Error, JobSpec, auth,
     collectives::{Engine, Op, Outcome, Output},
-    frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
+    frame::{FrameCodec, FrameError, HANDSHAKE_MAX_BODY, Link, Message},
     listener,
     rendezvous::Rendezvous,
 };
@@ -860,17 +860,35 @@ fn framed(stream: TcpStream) -> (Reader, Writer) {
     (FramedRead::new(r, codec), FramedWrite::new(w, codec))
 }
 
+/// Why a handshake frame did not come.
+enum Missing {
+    /// The peer closed or reset the connection, or did not answer in time: what an overloaded
+    /// peer that gave up on us looks like, so the dialing side may try again.
+    Dropped(String),
+    /// The peer sent something that is not the frame expected.
+    Bad(String),
+}
+
+impl From<Missing> for String {
+    fn from(m: Missing) -> String {
+        match m {
+            Missing::Dropped(r) | Missing::Bad(r) => r,
+        }
+    }
+}
+
 /// The next handshake frame, within `wait`: `handshake_timeout` where a stranger may be on the
 /// other end (the accepting side), else up to the join's deadline ([`handshake_wait`]).
 async fn next_frame(
     reader: &mut Reader,
     expecting: &str,
     wait: Duration,
-) -> Result<Message, String> {
+) -> Result<Message, Missing> {
     match tokio::time::timeout(wait, reader.next()).await {
-        Err(_) => Err(format!("no {expecting} within {wait:?}")),
-        Ok(None) => Err(format!("closed before {expecting}")),
-        Ok(Some(Err(e))) => Err(e.to_string()),
+        Err(_) => Err(Missing::Dropped(format!("no {expecting} within {wait:?}"))),
+        Ok(None) => Err(Missing::Dropped(format!("closed before {expecting}"))),
+        Ok(Some(Err(FrameError::Io(e)))) => Err(Missing::Dropped(e.to_string())),
+        Ok(Some(Err(e))) => Err(Missing::Bad(e.to_string())),
         Ok(Some(Ok(m))) => Ok(m),
     }
 }
@@ -903,7 +921,10 @@ async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Res
     Ok(())
 }
 
-/// Client side: connect (retrying refusals until `deadline`), prove, check the server's proof.
+/// Client side: connect, prove, check the server's proof, run the link. During the join
+/// (`deadline` set) a refused connection or a handshake the peer dropped is tried again until
+/// `deadline`: the accepting side waits only `handshake_timeout` for a hello, and a node
+/// starved of CPU (600 agents on 2 cores in CI) can be slower than that to send it.
 async fn connect(
     shared: &Shared,
     peer: usize,
@@ -911,52 +932,95 @@ async fn connect(
     link: Link,
     deadline: Option<tokio::time::Instant>,
 ) -> Result<(), Error> {
-    let job = &shared.job;
-    let me = job.node_idx;
+    let me = shared.job.node_idx;
     let mut backoff = Duration::from_millis(10);
-    let leaving = || Error::Shutdown { node: me };
-    let stream = loop {
-        // A node that leaves stops retrying; no link exists yet, so nobody waits for a bye.
-        let attempt = tokio::select! {
-            a = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)) => a,
-            _ = shared.shutdown.cancelled() => return Err(leaving()),
-        };
-        let err = match attempt {
-            Ok(Ok(s)) => break s,
-            Ok(Err(e)) => e,
-            Err(_) => std::io::Error::new(std::io::ErrorKind::TimedOut, "connect_timeout"),
+    loop {
+        // A node that leaves stops trying; no link exists yet, so nobody waits for a bye.
+        let failure = tokio::select! {
+            dialed = dial(shared, peer, addr, link, deadline) => match dialed {
+                Ok((reader, writer)) => {
+                    debug!(peer, %addr, ?link, "link up");
+                    shared
+                        .tracker
+                        .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
+                    return Ok(());
+                }
+                Err(Dial::Final(e)) => return Err(e),
+                Err(Dial::Again(e)) => e,
+            },
+            _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
         };
         if deadline.is_none_or(|d| tokio::time::Instant::now() + backoff >= d) {
-            return Err(Error::Connect {
-                node: me,
-                peer_node: peer,
-                addr,
-                source: err,
-            });
+            return Err(failure);
         }
+        debug!(peer, %addr, "trying again in {backoff:?}: {failure}");
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = shared.shutdown.cancelled() => return Err(leaving()),
+            _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
         }
         backoff = (backoff * 2).min(Duration::from_millis(500));
-    };
+    }
+}
+
+/// How one dial ended when it did not bring a link up.
+enum Dial {
+    /// Worth another try before the join's deadline: refused, dropped, or unanswered.
+    Again(Error),
+    /// The peer answered with something wrong; trying again would get the same.
+    Final(Error),
+}
+
+/// One connection and handshake to `peer`; the authenticated halves on success.
+async fn dial(
+    shared: &Shared,
+    peer: usize,
+    addr: SocketAddr,
+    link: Link,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(Reader, Writer), Dial> {
+    let job = &shared.job;
+    let me = job.node_idx;
+    let stream =
+        match tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => {
+                return Err(Dial::Again(Error::Connect {
+                    node: me,
+                    peer_node: peer,
+                    addr,
+                    source,
+                }));
+            }
+            Err(_) => {
+                return Err(Dial::Again(Error::Connect {
+                    node: me,
+                    peer_node: peer,
+                    addr,
+                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect_timeout"),
+                }));
+            }
+        };
     let refused = |reason: String| Error::Handshake {
         node: me,
         peer: format!("node {peer} at {addr}"),
         reason,
     };
+    let missing = |m: Missing| match m {
+        Missing::Dropped(r) => Dial::Again(refused(r)),
+        Missing::Bad(r) => Dial::Final(refused(r)),
+    };
     let (mut reader, mut writer) = framed(stream);
     let challenge = next_frame(&mut reader, "challenge", handshake_wait(shared, deadline))
         .await
-        .map_err(refused)?;
+        .map_err(missing)?;
     let Message::Challenge {
         nonce: server_nonce,
     } = challenge
     else {
-        return Err(refused(format!(
+        return Err(Dial::Final(refused(format!(
             "expected challenge, got {}",
             challenge.kind()
-        )));
+        ))));
     };
     let nonce = auth::nonce();
     let mac = auth::client_proof(
@@ -977,16 +1041,13 @@ async fn connect(
     writer
         .send(hello)
         .await
-        .map_err(|e| refused(e.to_string()))?;
+        .map_err(|e| Dial::Again(refused(e.to_string())))?;
     let welcome = next_frame(&mut reader, "welcome", handshake_wait(shared, deadline))
         .await
-        .map_err(refused)?;
-    auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome).map_err(refused)?;
-    debug!(peer, %addr, ?link, "link up");
-    shared
-        .tracker
-        .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
-    Ok(())
+        .map_err(missing)?;
+    auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome)
+        .map_err(|r| Dial::Final(refused(r)))?;
+    Ok((reader, writer))
 }
 
 /// How long the dialing side waits for its peer's next handshake frame: `handshake_timeout`, or

@@ -441,3 +441,73 @@ async fn leaving_stops_a_rendezvous_lookup() {
         .unwrap();
     assert!(matches!(left, Err(Error::Shutdown { node: 1 })), "{left:?}");
 }
+
+/// A parent too loaded to read a hello within its `handshake_timeout` closes the connection
+/// (CI, 600 agents on 2 cores: "handshake refused: closed before welcome"). The child dials
+/// again within its join deadline instead of failing the job. Here a proxy in front of node 0
+/// passes the challenge on, swallows the hello and closes, once; then it relays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_dials_again_when_its_parent_drops_the_handshake() {
+    let secret = JobSecret::generate();
+    let real = Memory::default();
+    let root = {
+        let (job, board) = (job(2, 0, &secret), real.clone());
+        tokio::spawn(async move { Overlay::start(&job, config(), &board).await })
+    };
+    let node0 = real.lookup(0).await.unwrap();
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let seen = Memory::default();
+    seen.publish(0, proxy.local_addr().unwrap()).await.unwrap();
+    let dropped = Arc::new(Mutex::new(0));
+    let relay = {
+        let dropped = dropped.clone();
+        tokio::spawn(async move {
+            for attempt in 0.. {
+                let (mut child, _) = proxy.accept().await.unwrap();
+                let mut parent = TcpStream::connect(node0).await.unwrap();
+                if attempt == 0 {
+                    let mut buf = vec![0u8; 256];
+                    let k = parent.read(&mut buf).await.unwrap();
+                    child.write_all(&buf[..k]).await.unwrap();
+                    let _hello = child.read(&mut buf).await.unwrap();
+                    *dropped.lock().unwrap() += 1;
+                    continue; // both ends dropped here: closed before welcome
+                }
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy_bidirectional(&mut child, &mut parent).await;
+                });
+            }
+        })
+    };
+    let child = {
+        let job = job(2, 1, &secret);
+        tokio::spawn(async move { Overlay::start(&job, config(), &seen).await })
+    };
+    let joined = |t: tokio::task::JoinHandle<Result<Overlay, Error>>| async move {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("joined in time")
+            .unwrap()
+            .expect("joined")
+    };
+    let (root, child) = (joined(root).await, joined(child).await);
+    assert_eq!(
+        *dropped.lock().unwrap(),
+        1,
+        "the first handshake was dropped"
+    );
+    assert_eq!(*root.aborted().borrow(), None);
+    let both = vec![root, child];
+    let gathered = on_all(&both, |o| async move {
+        o.allgather(Bytes::from(o.node_idx().to_string())).await
+    })
+    .await;
+    relay.abort();
+    shutdown(both).await;
+    for g in gathered {
+        assert_eq!(
+            g.expect("allgather"),
+            vec![Bytes::from("0"), Bytes::from("1")]
+        );
+    }
+}

@@ -21,6 +21,8 @@
 #              of n1, reach nothing: the Open MPI step ends 0 (issue 15, docs/security.md)
 #   config     srun --mpi=list shows greedy; scontrol show config shows mpi.conf's Greedy* keys
 #   exitcode   a rank exiting 7 before MPI_Init, each MPI: the job ends fast, srun exits 7
+#   late       the same with n8 starting its part 3 s late (a Prolog, as sites have): the
+#              step's kill waits for n8's stepd (slurmd and slurmstepd hold it) and ends it
 #   abort      MPI_Abort(3) in rank 5, each MPI: srun exits 3 fast, the step is gone
 #   nonmpi     steps that never speak PMI (hostname, staggered exits) run as usual; a task
 #              exiting 3 ends the step and srun exits 3
@@ -71,12 +73,18 @@ ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 # mpi.conf: mpi/greedy's keys beside another plugin's (which it must leave alone).
 MPICONF=$BINDIR/mpi.conf
 printf '%s\n' '# mpi/greedy test settings' 'PMIxTimeout=300' 'GreedyFenceTimeout=120' >"$MPICONF"
+# slurmd's Prolog: the node named in $LATE starts its part of a job 3 s late.
+LATE=$BINDIR/late-node
+PROLOG=$BINDIR/prolog
+printf '%s\n' '#!/bin/sh' "[ \"\$(cat '$LATE' 2>/dev/null)\" = \"\$SLURMD_NODENAME\" ] && sleep 3" 'exit 0' >"$PROLOG"
+chmod 755 "$PROLOG"
+rm -f "$LATE"
 
 # --- cluster (shared: wait for a free one) -----------------------------------------------------
 . "$ROOT/tests/cluster/claim.sh"
 up() {
   cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
-    --mpi-conf "$MPICONF" ${RELEASE:+--release "$RELEASE"} "$@"
+    --mpi-conf "$MPICONF" --prolog "$PROLOG" ${RELEASE:+--release "$RELEASE"} "$@"
   eval "$("$TC" env)"
   SLOG=$(dirname "$SLURM_CONF")/../log
   WORK=$GREEDY_TC_SCRATCH/mpi
@@ -109,6 +117,14 @@ run() {
   SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
   OUT=$(cat "$WORK/$name.out")
   ERR=$(cat "$WORK/$name.err")
+}
+# What slurmd and the stepds said about the last job, for a failure message: srun's stderr
+# alone did not show why a job took 63 s (CI run 19).
+last_job_log() {
+  local id
+  id=$(squeue -h -t all -o %i 2>/dev/null | sort -n | tail -1)
+  echo "srun: $ERR"
+  [[ -n $id ]] && grep -hw "$id" "$SLOG"/slurmd-n*.log "$SLOG"/slurmctld.log 2>/dev/null | tail -60
 }
 ok16() { # NAME: 16 correct ranks, exit 0
   ((RC == 0)) || fail "$1: exit $RC: $ERR $OUT"
@@ -145,15 +161,25 @@ for mpi in mpich ompi; do
   ((RC == 7)) || fail "exitcode-$mpi: srun exited $RC, not rank 9's 7: $ERR"
   grep -Eq "mpi/greedy: job ended with exit code 7: n5: .*rank 9 (on n5 )?exited with code 7" <<<"$ERR" ||
     fail "exitcode-$mpi: srun does not say why the job ended: $ERR"
-  (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "exitcode-$mpi: took ${SECS}s"
+  (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "exitcode-$mpi: took ${SECS}s: $(last_job_log)"
   no_leftovers "exitcode-$mpi"
   grep -Eq "rank 9 (on n5 )?exited with code .* before" "$SLOG"/slurmd-n5.log ||
     fail "exitcode-$mpi: no log line naming rank 9"
   pass "$mpi: rank 9 exits 7 before MPI_Init: srun exits 7 in ${SECS}s saying why, nothing left"
 
+  # n8's slurmd runs the Prolog 3 s long: the abort and the kill come before n8's slurmstepd
+  # exists, n8's ranks start after them and must still end at once.
+  echo n8 >"$LATE"
+  run "late-$mpi" 90 "${PPN[@]}" --mpi=greedy "$prog" fail-before-init=9:7
+  rm -f "$LATE"
+  ((RC == 7)) || fail "late-$mpi: srun exited $RC, not rank 9's 7: $ERR"
+  (($(awk -v s="$SECS" 'BEGIN { print (s < 20) }'))) || fail "late-$mpi: took ${SECS}s: $(last_job_log)"
+  no_leftovers "late-$mpi"
+  pass "$mpi: rank 9 exits 7 while n8 starts 3 s late: srun exits 7 in ${SECS}s, nothing left"
+
   run "abort-$mpi" 90 "${PPN[@]}" --mpi=greedy "$prog" abort-after-init=5:3
   ((RC == 3)) || fail "abort-$mpi: MPI_Abort(3) in rank 5 but srun exited $RC: $ERR"
-  (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "abort-$mpi: took ${SECS}s"
+  (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "abort-$mpi: took ${SECS}s: $(last_job_log)"
   no_leftovers "abort-$mpi"
   grep -qi "rank 5 .*abort.*3" "$SLOG"/slurmd-n3.log || fail "abort-$mpi: no log line naming rank 5"
   pass "$mpi: MPI_Abort(3) in rank 5: srun exits 3 in ${SECS}s, slurmd log names the rank, nothing left"

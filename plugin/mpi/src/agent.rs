@@ -30,13 +30,14 @@
 use crate::Error;
 use crate::charm::{self, Stdio};
 use crate::plan::{Rendezvous as Choice, StepPlan};
-use crate::rendezvous::{ExitReport, SrunRendezvous, report_exit};
-use greedy_pmix::WallTime;
+use crate::rendezvous::{ExitReport, SrunRendezvous, await_job_end, report_exit};
 use greedy_pmix::charm::server::OUTPUT_CAPACITY;
 use greedy_pmix::family::Family;
 use greedy_pmix::node::{NodeConfig, NodeService};
+use greedy_pmix::overlay::Overlay;
 use greedy_pmix::peer::JobProcesses;
 use greedy_pmix::rendezvous::{Fixed, Rendezvous};
+use greedy_pmix::{AbortInfo, WallTime};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -347,6 +348,7 @@ impl Agent {
             .instrument(span),
         );
         agent.abort_watch = Some(watch);
+        rt.spawn(hear_job_end(plan.clone(), service.overlay().clone()));
         let mut ranks = HashMap::new();
         let mut held = HashMap::new();
         for &rank in local {
@@ -512,6 +514,45 @@ async fn watch_abort(
             before_join,
         )
         .await;
+    }
+}
+
+/// How long a join may take before the node also asks srun to tell it of the job's end.
+/// Joins take milliseconds in most steps, which then open no connection for this.
+const HEAR_END_AFTER: Duration = Duration::from_millis(500);
+
+/// Until this node has joined, an abort elsewhere reaches it only if it is linked to the
+/// node the abort came from; a node whose slurmstepd started late is not, nor are its
+/// tasks, which can start after every kill of the step and would wait in their first fence
+/// until the join timed out (CI: `exitcode-ompi` took 63 s). srun keeps the report of the
+/// abort that ended the job: this node takes it as its own overlay's abort, which fails its
+/// ranks' fences. Ends when the node has joined (the overlay carries every abort from then
+/// on) or its join failed (which aborts anyway).
+async fn hear_job_end(plan: StepPlan, overlay: Overlay) {
+    tokio::select! {
+        _ = overlay.joined() => return,
+        _ = tokio::time::sleep(HEAR_END_AFTER) => {}
+    }
+    let ended = tokio::select! {
+        _ = overlay.joined() => return,
+        ended = await_job_end(plan.srun, &plan.kvsname, &plan.secret, plan.node_idx) => ended,
+    };
+    match ended {
+        Ok(report) => {
+            info!(
+                origin = report.node,
+                "mpi/greedy: srun says the step ended before this node joined: {}", report.reason
+            );
+            let abort = AbortInfo {
+                origin_node: report.node,
+                rank: None,
+                code: report.code,
+                reason: report.reason,
+                at: report.at,
+            };
+            overlay.abort(abort).await;
+        }
+        Err(e) => info!("mpi/greedy: not watching srun for the step's end: {e}"),
     }
 }
 
@@ -764,6 +805,61 @@ mod tests {
             agent.shutdown();
         }
         assert_eq!(*kills.lock().unwrap(), [], "a node ended the step");
+    }
+
+    /// A step whose kill did not reach every node (or reached one before its tasks started):
+    /// nodes 0 to 2 wait in a join that cannot complete, node 3's stepd never having come.
+    /// Node 3's abort (exit 7) is in srun's report: they hear of it from srun within a second
+    /// or so, not at their join timeout, and do not report or kill it again themselves.
+    #[test]
+    fn nodes_that_cannot_join_hear_the_end_from_srun() {
+        use crate::rendezvous::{ExitReport, SrunBoard, report_exit};
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let secret = plan(0, port, Duration::ZERO).secret;
+        let board = rt
+            .block_on(SrunBoard::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                "5.0",
+                &secret,
+                4,
+                Duration::from_secs(30),
+            ))
+            .unwrap();
+        let srun = board.local_addr().unwrap();
+        rt.spawn(board.serve());
+        let agents: Vec<Agent> = (0..3)
+            .map(|i| {
+                let mut p = plan(i, port, Duration::from_secs(30));
+                p.srun = srun;
+                start(&p, &kills)
+            })
+            .collect();
+        let report = ExitReport {
+            node: 3,
+            code: 7,
+            at: greedy_pmix::WallTime::now(),
+            reason: "rank 7 on n4 exited with code 7 before PMI_Init".into(),
+        };
+        rt.block_on(report_exit(srun, "5.0", &secret, report))
+            .unwrap();
+        let t0 = Instant::now();
+        for agent in &agents {
+            let mut aborted = agent.service.as_ref().unwrap().overlay().aborted();
+            let heard = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(5), aborted.wait_for(Option::is_some))
+                    .await
+                    .map(|seen| seen.map(|a| a.clone()))
+            });
+            let abort = heard.expect("heard within 5 s").unwrap().unwrap();
+            assert_eq!((abort.origin_node, abort.code), (3, 7), "{abort}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        for agent in agents {
+            agent.shutdown();
+        }
+        assert_eq!(*kills.lock().unwrap(), [], "only the origin ends the step");
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn rendezvous_line(data: &[u8]) {
         Line::Exit(report, mac) => {
             rendezvous::verify(secret, "1.0", report.node, &report.signed_text(), mac)
         }
+        Line::Watch(node, mac) => rendezvous::verify(secret, "1.0", *node, &"watch", mac),
         Line::Lookup(_) => false,
     };
     assert!(!checked, "a MAC without the secret verified: {line:?}");

@@ -12,6 +12,10 @@
 //!   at `at` (µs since the epoch, the node's clock) (stepd → srun), answered `K` once
 //!   recorded; `reason` (the rest of the line) is for the user. Two nodes can each start an
 //!   abort before hearing of the other's; srun keeps the earliest, the cause.
+//! - `W <node> <mac>`: tell me when the job ends (stepd → srun; `mac` over `watch`),
+//!   answered with the kept `X` line, its reporter's `mac` unchanged, once there is one. A
+//!   node that has not joined the overlay yet hears of an abort no other way
+//!   ([`await_job_end`]); a stranger, who cannot sign the question, hears nothing.
 //!
 //! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
 //! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <at> <reason>`):
@@ -83,6 +87,8 @@ pub enum Line {
     Answer(usize, SocketAddr, String),
     /// `X node code at mac reason`.
     Exit(ExitReport, String),
+    /// `W node mac`.
+    Watch(usize, String),
 }
 
 impl Display for Line {
@@ -93,6 +99,7 @@ impl Display for Line {
             Line::Lookup(node) => write!(f, "L {node}"),
             Line::Answer(node, addr, mac) => write!(f, "A {node} {addr} {mac}"),
             Line::Exit(r, mac) => write!(f, "X {} {} {} {mac} {}", r.node, r.code, r.at, r.reason),
+            Line::Watch(node, mac) => write!(f, "W {node} {mac}"),
         }
     }
 }
@@ -133,6 +140,7 @@ pub fn parse(line: &str) -> Result<Line, String> {
             Line::Answer(node, a, m)
         }
         Some("L") => Line::Lookup(node),
+        Some("W") => Line::Watch(node, it.next().ok_or_else(bad)?.to_string()),
         _ => return Err(bad()),
     };
     if it.next().is_some() {
@@ -169,8 +177,11 @@ struct Board {
     n_nodes: usize,
     addrs: std::sync::Mutex<HashMap<usize, SocketAddr>>,
     published: Notify,
-    /// The earliest exit report: the abort that ended the job (later ones follow from it).
-    exit: std::sync::Mutex<Option<ExitReport>>,
+    /// The earliest exit report, with its reporter's `mac`: the abort that ended the job
+    /// (later ones follow from it).
+    exit: std::sync::Mutex<Option<(ExitReport, String)>>,
+    /// Woken when the first exit report is kept.
+    ended: Notify,
 }
 
 /// srun's view of the exit reports of a [`SrunBoard`], kept after the board is dropped.
@@ -184,7 +195,8 @@ impl Reports {
             .exit
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(report, _)| report.clone())
     }
 }
 
@@ -214,6 +226,7 @@ impl SrunBoard {
                 addrs: Default::default(),
                 published: Notify::new(),
                 exit: Default::default(),
+                ended: Notify::new(),
             }),
             idle_timeout,
         })
@@ -301,11 +314,30 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                 }
                 {
                     let mut kept = board.exit.lock().unwrap_or_else(|p| p.into_inner());
-                    if kept.as_ref().is_none_or(|k| report.at < k.at) {
-                        *kept = Some(report);
+                    if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
+                        *kept = Some((report, mac));
                     }
                 }
+                board.ended.notify_waiters();
                 w.write_all(b"K\n").await.map_err(|e| e.to_string())?;
+            }
+            Line::Watch(node, mac) => {
+                if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &WATCH, &mac) {
+                    return Err(format!("refused watch for node {node}"));
+                }
+                let line = loop {
+                    let notified = board.ended.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if let Some((r, m)) = &*board.exit.lock().unwrap_or_else(|p| p.into_inner()) {
+                        break Line::Exit(r.clone(), m.clone());
+                    }
+                    notified.await;
+                };
+                w.write_all(format!("{line}\n").as_bytes())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                return Ok(());
             }
             Line::Answer(..) => return Err("unexpected answer line".into()),
         }
@@ -345,6 +377,41 @@ pub async fn report_exit(
     match ack.trim_end() {
         "K" => Ok(()),
         _ => Err(format!("srun {srun} refused the exit report")),
+    }
+}
+
+/// What a `W` line's `mac` covers besides the job and node.
+const WATCH: &str = "watch";
+
+/// Node `node`'s wait for the job's end: returns the exit report srun kept once a node made
+/// one (checked against the step secret: srun relays it, a stranger cannot forge it).
+pub async fn await_job_end(
+    srun: SocketAddr,
+    job: &str,
+    secret: &JobSecret,
+    node: usize,
+) -> Result<ExitReport, String> {
+    let stream = TcpStream::connect(srun)
+        .await
+        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
+    let (r, mut w) = stream.into_split();
+    let watch = Line::Watch(node, mac(secret, job, node, &WATCH));
+    w.write_all(format!("{watch}\n").as_bytes())
+        .await
+        .map_err(|e| format!("write to srun {srun}: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(r.take(MAX_LINE as u64 + 1))
+        .read_line(&mut line)
+        .await
+        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+    match parse(line.trim_end()) {
+        Ok(Line::Exit(report, mac))
+            if verify(secret, job, report.node, &report.signed_text(), &mac) =>
+        {
+            Ok(report)
+        }
+        _ if line.is_empty() => Err(format!("srun {srun} closed the watch")),
+        _ => Err(format!("srun {srun} sent an unsigned or wrong end")),
     }
 }
 
@@ -458,13 +525,23 @@ mod tests {
         assert!(!verify(&key(b"0123456789abcdeX"), "7.0", 3, &a, &m));
         assert!(!verify(&key(b"0123456789abcdef"), "7.1", 3, &a, &m));
         assert!(!verify(&key(b"0123456789abcdef"), "7.0", 3, &a, "zz"));
-        for bad in ["", "X 1", "L", "L x", "P 1 nope m", "L 1 extra"] {
+        for bad in [
+            "",
+            "X 1",
+            "L",
+            "L x",
+            "P 1 nope m",
+            "L 1 extra",
+            "W 1",
+            "W 1 m x",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
         // Each line prints back to itself.
         for line in [
             format!("P 3 {a} {m}"),
             "L 12".into(),
+            format!("W 3 {m}"),
             format!("X 2 7 1764172800000000 {m} a b"),
         ] {
             assert_eq!(parse(&line).unwrap().to_string(), line);
@@ -537,6 +614,9 @@ mod tests {
             reason: reason.to_string(),
         };
         assert_eq!(reports.earliest(), None);
+        // A node still joining waits for the end.
+        let watcher = secret.clone();
+        let watch = tokio::spawn(async move { await_job_end(srun, "5.1", &watcher, 1).await });
         // A stranger's report is refused and changes nothing.
         let forged = report_exit(
             srun,
@@ -552,6 +632,15 @@ mod tests {
         let peer = report(0, 14, 2_000_012, "rank 7 aborted: connection refused");
         report_exit(srun, "5.1", secret, peer).await.unwrap();
         assert_eq!(reports.earliest().unwrap().code, 14);
+        let heard = tokio::time::timeout(Duration::from_secs(5), watch)
+            .await
+            .expect("the watch is answered once a report is in")
+            .unwrap()
+            .unwrap();
+        assert_eq!((heard.node, heard.code), (0, 14));
+        // A stranger's watch (it cannot sign it) is closed unanswered.
+        let other = await_job_end(srun, "5.1", &key(b"wrong-secret-0000000"), 1).await;
+        assert_eq!(other, Err(format!("srun {srun} closed the watch")));
         let long = format!(
             "rank 9 exited with code 7 before PMI finalize\n{}",
             "x".repeat(400)
