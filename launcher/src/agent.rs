@@ -27,7 +27,7 @@ use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
-    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, Up},
+    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, TaskId, Up},
     session::JobAgents,
     signals, spawn, stdio, wireup,
 };
@@ -272,10 +272,11 @@ impl Agent {
         let mut live = 0usize;
         let mut spawned = false;
 
-        // Task process groups still running (by group: a task run again on this host has the
-        // same id as its ended run, never the same group while that one is listed).
+        // Task process groups still running, with their stream (by group: a task run again on
+        // this host has the same id as its ended run, never the same group while that one is
+        // listed).
         let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
-        let mut tasks: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        let mut tasks: HashMap<u32, u32> = HashMap::new();
         // A session's jobs, each run by a greedyd of its own on this host.
         let mut jobs = JobAgents::new(node, self.grace, self.up.clone());
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
@@ -313,19 +314,19 @@ impl Agent {
                                 Cmd::Teardown => break End::Teardown,
                                 Cmd::Task { id, command } if self.start.tasks => {
                                     if let Some(pgid) = self.spawn_task(id, command, &mut guard, &exit_tx, &task_tx).await {
-                                        tasks.insert(pgid);
+                                        tasks.insert(pgid, id.stream);
                                         live += 1;
                                     }
                                 }
-                                Cmd::Task { id, .. } => warn!(id, "a task for a job that runs ranks: ignored"),
+                                Cmd::Task { id, .. } => warn!(stream = id.stream, line = id.line, "a task for a job that runs ranks: ignored"),
                                 Cmd::JobStart { job, nodes, start } if self.start.tasks => {
                                     jobs.start(job, &nodes, *start, &mut guard).await;
                                 }
                                 Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
                                 Cmd::ForJob { job, cmd } => jobs.deliver(job, cmd),
                                 Cmd::EndJob { job } => jobs.end(job),
-                                Cmd::CancelTasks => {
-                                    let groups: Vec<u32> = tasks.iter().copied().collect();
+                                Cmd::CancelTasks { stream } => {
+                                    let groups: Vec<u32> = tasks.iter().filter(|&(_, &s)| s == stream).map(|(&g, _)| g).collect();
                                     for &g in &groups {
                                         signals::signal_group(g, Signal::SIGTERM);
                                     }
@@ -376,7 +377,7 @@ impl Agent {
                 Some(pgid) = task_rx.recv() => {
                     // What the task left running in its group ends with it: a stream of
                     // thousands of tasks must not pile up their background processes.
-                    if tasks.remove(&pgid) {
+                    if tasks.remove(&pgid).is_some() {
                         if signals::group_alive(pgid) {
                             signals::signal_group(pgid, Signal::SIGKILL);
                         }
@@ -399,7 +400,11 @@ impl Agent {
         // A session's jobs end as if their remote shells were lost: each greedyd tears its
         // ranks down within the grace period.
         jobs.end_all(self.grace + SUBTREE_LINGER).await;
-        let groups: Vec<u32> = ranks.values().map(|r| r.pgid).chain(tasks).collect();
+        let groups: Vec<u32> = ranks
+            .values()
+            .map(|r| r.pgid)
+            .chain(tasks.into_keys())
+            .collect();
         if live > 0 {
             for &g in &groups {
                 signals::signal_group(g, Signal::SIGTERM);
@@ -498,7 +503,7 @@ impl Agent {
     /// Its process group, or `None` if it could not start (its end is reported at once).
     async fn spawn_task(
         &self,
-        id: u64,
+        id: TaskId,
         command: String,
         guard: &mut Option<GuardHandle>,
         exits: &mpsc::Sender<u32>,
@@ -506,7 +511,7 @@ impl Agent {
     ) -> Option<u32> {
         let node = self.node;
         let mut env = self.job_env();
-        env.push(("GREEDY_TASK".to_string(), id.to_string()));
+        env.push(("GREEDY_TASK".to_string(), id.line.to_string()));
         let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
         let started = tokio::time::Instant::now();
         let spec = spawn::RankSpec {
@@ -520,7 +525,7 @@ impl Agent {
         let mut child = match spawn::spawn(spec) {
             Ok(child) => child,
             Err(e) => {
-                let text = format!("task {id}: cannot run /bin/sh: {e}");
+                let text = format!("task {}: cannot run /bin/sh: {e}", id.line);
                 let _ = self.up.send(Up::Note { node, text }).await;
                 let end = RankEnd::NotStarted;
                 let _ = self
@@ -581,7 +586,7 @@ impl Agent {
                 let _ = ended.send(pgid).await;
                 let _ = exits.send(0).await;
             }
-            .instrument(info_span!("task", id)),
+            .instrument(info_span!("task", stream = id.stream, line = id.line)),
         );
         Some(pgid)
     }

@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -182,6 +182,15 @@ impl Start {
     }
 }
 
+/// A task of a task stream: the stream (a session runs several at once) and the task's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TaskId {
+    /// The stream's number in its session (0 for greedyrun's own stream).
+    pub stream: u32,
+    /// The task's line in its stream, from 1: its name in results and messages.
+    pub line: u64,
+}
+
 /// A command routed down the tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Cmd {
@@ -201,14 +210,17 @@ pub enum Cmd {
     /// End the job: SIGTERM every rank's process group, SIGKILL after the grace period,
     /// then leave like [`Cmd::Shutdown`].
     Teardown,
-    /// End every task running on the target host: SIGTERM to each task's process group,
-    /// SIGKILL after the grace period (a session's client went away mid-stream).
-    CancelTasks,
+    /// End every task of `stream` running on the target host: SIGTERM to each task's process
+    /// group, SIGKILL after the grace period (a session's client went away mid-stream).
+    CancelTasks {
+        /// The stream whose tasks end.
+        stream: u32,
+    },
     /// Run task `id` on the target host: `sh -c command` in the job's environment and
     /// working directory, its own process group, stdin /dev/null.
     Task {
-        /// The task's number in the stream (its line, from 0).
-        id: u64,
+        /// The task.
+        id: TaskId,
         /// The shell command line.
         command: String,
     },
@@ -425,7 +437,7 @@ pub enum Up {
     /// Output of a task, forwarded as soon as it was read.
     TaskOutput {
         /// The task.
-        id: u64,
+        id: TaskId,
         /// Which stream.
         stream: Stream,
         /// The bytes, as read.
@@ -436,7 +448,7 @@ pub enum Up {
         /// Host index.
         node: u32,
         /// The task.
-        id: u64,
+        id: TaskId,
         /// How.
         end: RankEnd,
         /// From its fork to its end, in microseconds.

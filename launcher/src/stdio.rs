@@ -68,6 +68,13 @@ impl Tagger {
         self.tag_as(id, &format!("[task {id}] "), stream, data)
     }
 
+    /// Task `id` has ended: its line state goes (a stream of any length holds only its
+    /// running tasks').
+    pub fn forget_task(&mut self, id: u64) {
+        self.mid_line.remove(&(id, false));
+        self.mid_line.remove(&(id, true));
+    }
+
     fn tag_as(&mut self, key: u64, prefix: &str, stream: Stream, data: &[u8]) -> Vec<u8> {
         let key = (key, stream == Stream::Stderr);
         let mid = self.mid_line.entry(key).or_insert(false);

@@ -7,7 +7,9 @@
 //! and its end (`Up::TaskOutput`, `Up::TaskEnd`). A task that fails is run again, up to
 //! `--task-retries` more times; the tasks of a host that is lost run again elsewhere. Each
 //! task's final end is one JSON line in `--results FILE`. Memory is bounded by the number of
-//! slots, whatever the length of the stream.
+//! slots and streams, whatever the length of the streams. A session runs every stream its
+//! clients submit at once: each stream's reader waits its turn for a free slot, so streams
+//! share the slots line by line.
 //!
 //! [`Dispatcher`] is the bookkeeping without I/O; [`run`] is greedyrun's loop around it.
 
@@ -22,17 +24,17 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::head::{JobConfig, Report, launch, start_frame};
-use crate::proto::{Cmd, RankEnd, Stream, Up};
+use crate::proto::{Cmd, RankEnd, Stream, TaskId, Up};
 use crate::session::{self, JobBoard};
 use crate::status::code;
 use crate::stdio::Tagger;
 use std::sync::Arc;
 
-/// A line of the stream: its number (from 1) and its command.
+/// A line of a stream: its stream and line number, and its command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
-    /// Line number in the stream, from 1: the task's name in results and messages.
-    pub id: u64,
+    /// Its stream and line (from 1: the task's name in results and messages).
+    pub id: TaskId,
     /// The shell command line.
     pub command: String,
     /// Runs so far that ended in failure (a retry has `attempt` ≥ 1).
@@ -65,10 +67,11 @@ struct InFlight {
 /// session's [`JobBoard`] (which jobs share).
 pub struct Dispatcher {
     board: Arc<JobBoard>,
-    in_flight: HashMap<u64, InFlight>,
+    in_flight: HashMap<TaskId, InFlight>,
     /// Tasks to run before the next line: retries and the tasks of lost hosts.
     again: VecDeque<(Task, u32)>,
-    retries: u32,
+    /// Each open stream's runs again of a failed task.
+    retries: HashMap<u32, u32>,
 }
 
 /// What [`Dispatcher::ended`] made of a task's end.
@@ -83,14 +86,24 @@ pub enum Ended {
 }
 
 impl Dispatcher {
-    /// Tasks in `board`'s slots; a failed task runs at most `retries` more times.
-    pub fn new(board: Arc<JobBoard>, retries: u32) -> Dispatcher {
+    /// Tasks in `board`'s slots.
+    pub fn new(board: Arc<JobBoard>) -> Dispatcher {
         Dispatcher {
             board,
             in_flight: HashMap::new(),
             again: VecDeque::new(),
-            retries,
+            retries: HashMap::new(),
         }
+    }
+
+    /// Stream `stream` begins: a failed task of it runs at most `retries` more times.
+    pub fn open_stream(&mut self, stream: u32, retries: u32) {
+        self.retries.insert(stream, retries);
+    }
+
+    /// Stream `stream` has ended (nothing of it runs or waits).
+    pub fn close_stream(&mut self, stream: u32) {
+        self.retries.remove(&stream);
     }
 
     /// Whether a slot is free for a task.
@@ -113,7 +126,7 @@ impl Dispatcher {
     }
 
     /// Task `id` ended on `host`.
-    pub fn ended(&mut self, host: u32, id: u64, end: RankEnd, wall_us: u64) -> Ended {
+    pub fn ended(&mut self, host: u32, id: TaskId, end: RankEnd, wall_us: u64) -> Ended {
         match self.in_flight.get(&id) {
             Some(f) if f.host == host => {}
             _ => return Ended::Stale,
@@ -125,7 +138,8 @@ impl Dispatcher {
         } = self.in_flight.remove(&id).expect("checked");
         self.board.task_ended(host);
         let runs = runs + 1;
-        if end.failed() && task.failures < self.retries {
+        let retries = self.retries.get(&id.stream).copied().unwrap_or(0);
+        if end.failed() && task.failures < retries {
             task.failures += 1;
             self.again.push_back((task, runs));
             return Ended::Retry;
@@ -142,7 +156,7 @@ impl Dispatcher {
     /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there runs
     /// again elsewhere, first; returns how many tasks that is.
     pub fn hosts_lost(&mut self, hosts: Range<u32>) -> usize {
-        let moved: Vec<u64> = self
+        let moved: Vec<TaskId> = self
             .in_flight
             .iter()
             .filter(|(_, f)| hosts.contains(&f.host))
@@ -156,15 +170,10 @@ impl Dispatcher {
         moved.len()
     }
 
-    /// A failed task of the streams from now on runs at most `retries` more times.
-    pub fn set_retries(&mut self, retries: u32) {
-        self.retries = retries;
-    }
-
-    /// Drops what was to run again (its stream was cancelled); tasks in flight stay until they
-    /// end, which frees their slots.
-    pub fn forget_again(&mut self) {
-        self.again.clear();
+    /// Drops what of `stream` was to run again (the stream was cancelled); its tasks in
+    /// flight stay until they end, which frees their slots.
+    pub fn forget_again(&mut self, stream: u32) {
+        self.again.retain(|(t, _)| t.id.stream != stream);
     }
 
     /// Tasks running now.
@@ -172,9 +181,17 @@ impl Dispatcher {
         self.in_flight.len()
     }
 
-    /// Nothing in flight and nothing to run again.
-    pub fn idle(&self) -> bool {
-        self.in_flight.is_empty() && self.again.is_empty()
+    /// Tasks of `stream` running now.
+    pub fn running_of(&self, stream: u32) -> usize {
+        self.in_flight
+            .keys()
+            .filter(|id| id.stream == stream)
+            .count()
+    }
+
+    /// Nothing of `stream` in flight and nothing to run again.
+    pub fn idle(&self, stream: u32) -> bool {
+        self.running_of(stream) == 0 && !self.again.iter().any(|(t, _)| t.id.stream == stream)
     }
 
     /// What can never run now (the host list is exhausted): in flight and to run again.
@@ -193,8 +210,8 @@ pub enum Source {
     File(PathBuf),
     /// Lines of greedyrun's stdin.
     Stdin,
-    /// A session (`--start-session`): streams submitted through this control socket, one at
-    /// a time, until `--end-session` or `idle` without a client.
+    /// A session (`--start-session`): streams submitted through this control socket, run as
+    /// they come, until `--end-session` or `idle` without a client.
     Session {
         /// The control socket (in a 0700 directory of its own).
         socket: PathBuf,
@@ -219,7 +236,7 @@ pub struct TaskOptions {
 /// started, so tasks/s over time can be drawn), its runs and its command.
 fn result_line(done: &Done, host: &str, end_s: f64) -> String {
     let mut line = serde_json::json!({
-        "task": done.task.id,
+        "task": done.task.id.line,
         "host": host,
         "exit": done.end.code(),
         "wall_s": done.wall_us as f64 / 1e6,
@@ -255,16 +272,36 @@ const HELLO: &str = "greedy-session 1";
 
 type LineSource = tokio::io::Lines<BufReader<Box<dyn tokio::io::AsyncRead + Unpin + Send>>>;
 
-/// Where the current stream's lines come from and its output, results and diagnostics go.
+/// A line read from stream `.0`: a line, the end, or the error that ended the reading.
+type Read = (u32, std::io::Result<Option<String>>);
+
+/// Reads stream `stream`'s lines into `to` one at a time, each sent when the loop takes it
+/// (it takes one per free slot): the streams' readers queue for the slots in turn, and no
+/// stream is read ahead by more than a line.
+fn read_lines(
+    stream: u32,
+    mut lines: LineSource,
+    to: mpsc::Sender<Read>,
+) -> tokio_util::task::AbortOnDropHandle<()> {
+    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+        loop {
+            let line = lines.next_line().await;
+            let last = !matches!(line, Ok(Some(_)));
+            if to.send((stream, line)).await.is_err() || last {
+                return;
+            }
+        }
+    }))
+}
+
+/// Where a stream's output, results and diagnostics go.
 enum Feed {
     /// greedyrun's own stream: stdout, stderr, the `--results` file.
     Local {
-        lines: LineSource,
         results: Option<std::io::BufWriter<std::fs::File>>,
     },
     /// A session's client, over its control connection.
     Client {
-        lines: LineSource,
         out: tokio::net::unix::OwnedWriteHalf,
         /// Its writes failed (it went away): the rest is dropped, the stream still runs.
         gone: bool,
@@ -272,12 +309,6 @@ enum Feed {
 }
 
 impl Feed {
-    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
-        match self {
-            Feed::Local { lines, .. } | Feed::Client { lines, .. } => lines.next_line().await,
-        }
-    }
-
     async fn send(&mut self, kind: u8, payload: &[u8]) {
         if let Feed::Client { out, gone, .. } = self
             && !*gone
@@ -352,9 +383,11 @@ impl Feed {
     }
 }
 
-/// The stream being run and its account.
+/// A stream being run and its account.
 struct Current {
     feed: Feed,
+    /// Reads its lines; dropped (aborted) when the stream is cancelled.
+    reader: Option<tokio_util::task::AbortOnDropHandle<()>>,
     line_no: u64,
     source_done: bool,
     done: u64,
@@ -368,9 +401,15 @@ struct Current {
 }
 
 impl Current {
-    fn new(feed: Feed, tag: bool, progress: Duration) -> Current {
+    fn new(
+        feed: Feed,
+        reader: tokio_util::task::AbortOnDropHandle<()>,
+        tag: bool,
+        progress: Duration,
+    ) -> Current {
         Current {
             feed,
+            reader: Some(reader),
             line_no: 0,
             source_done: false,
             done: 0,
@@ -381,6 +420,12 @@ impl Current {
             progress,
             next_progress: Instant::now() + progress,
         }
+    }
+
+    /// Nothing more of it is read or run: it ends once its running tasks have.
+    fn stop_reading(&mut self) {
+        self.source_done = true;
+        self.reader = None;
     }
 }
 
@@ -441,9 +486,10 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
 }
 
 /// Runs a task stream on the plan's hosts to its end (or, for a session, the streams its
-/// clients submit until one ends it or none comes for `idle`); prints the tasks' output and
-/// the one-line diagnostics. Exit code 0 if every task ended 0, 1 if some failed, the
-/// launcher's codes if no host was left to run the rest or the stream could not be read.
+/// clients submit, all at once, until one ends the session or none comes for `idle`); prints
+/// the tasks' output and the one-line diagnostics. Exit code 0 if every task ended 0, 1 if
+/// some failed, the launcher's codes if no host was left to run the rest or the stream could
+/// not be read.
 pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let plan = &cfg.plan;
     let n = plan.hosts.len();
@@ -451,9 +497,13 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let log = |line: String| eprintln!("greedyrun: {line}");
     let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
 
-    let mut current: Option<Current> = None;
+    // Every stream's lines come through one queue, a line per free slot.
+    let (line_tx, mut line_rx) = mpsc::channel::<Read>(1);
+    let mut streams: std::collections::BTreeMap<u32, Current> = Default::default();
+    let mut next_stream = 0u32;
     let mut listener: Option<tokio::net::UnixListener> = None;
     let mut idle: Option<Duration> = None;
+    let mut retries = HashMap::new();
     match &opts.source {
         Source::File(_) | Source::Stdin => {
             let results = match &opts.results {
@@ -476,11 +526,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 },
                 _ => Box::new(tokio::io::stdin()),
             };
-            let feed = Feed::Local {
-                lines: BufReader::new(input).lines(),
-                results,
-            };
-            current = Some(Current::new(feed, cfg.tag_output, cfg.progress));
+            let reader = read_lines(0, BufReader::new(input).lines(), line_tx.clone());
+            let feed = Feed::Local { results };
+            streams.insert(0, Current::new(feed, reader, cfg.tag_output, cfg.progress));
+            retries.insert(0, opts.retries);
+            next_stream = 1;
         }
         Source::Session { socket, idle: i } => {
             match tokio::net::UnixListener::bind(socket) {
@@ -501,7 +551,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
     // A session's jobs (crate::session) on the same hosts and slots.
     let board = JobBoard::new(plan.hosts.clone(), slots.clone());
-    let mut dispatch = Dispatcher::new(board.clone(), opts.retries);
+    let mut dispatch = Dispatcher::new(board.clone());
+    for (stream, k) in retries {
+        dispatch.open_stream(stream, k);
+    }
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut session_code = 0;
     let mut ending = false;
@@ -522,10 +575,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             let Some((task, runs)) = dispatch.take_again() else {
                 break;
             };
-            if current.is_none() {
+            if !streams.contains_key(&task.id.stream) {
                 log(format!(
                     "task {} of a stream that has ended: dropped",
-                    task.id
+                    task.id.line
                 ));
                 continue;
             }
@@ -534,12 +587,15 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             fanout.route(Some(to), Cmd::Task { id, command }).await;
         }
         let want_line =
-            !ending && dispatch.has_free_slot() && current.as_ref().is_some_and(|c| !c.source_done);
-        if let Some(cur) = current.as_ref()
-            && cur.source_done
-            && dispatch.idle()
-        {
-            let cur = current.take().expect("checked");
+            !ending && dispatch.has_free_slot() && streams.values().any(|c| !c.source_done);
+        let over: Vec<u32> = streams
+            .iter()
+            .filter(|&(&s, c)| c.source_done && dispatch.idle(s))
+            .map(|(&s, _)| s)
+            .collect();
+        for stream in over {
+            let cur = streams.remove(&stream).expect("listed");
+            dispatch.close_stream(stream);
             let code = cur.exit_code;
             if cfg.verbose {
                 log(format!(
@@ -560,49 +616,51 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         }
         if !ending && board.capacity(launch_over).2 {
             let left = dispatch.drain();
-            let mut text = format!("no host left to run tasks: {} tasks not run", left.len());
-            if let Some(cur) = current.as_mut() {
+            let text = format!("no host left to run tasks: {} tasks not run", left.len());
+            for (&stream, cur) in streams.iter_mut() {
+                let mut said = text.clone();
                 if !cur.source_done {
-                    text += &format!("; the stream is not read past line {}", cur.line_no);
+                    said += &format!("; the stream is not read past line {}", cur.line_no);
                 }
-                cur.feed.say(text.clone()).await;
-                for task in &left {
+                cur.feed.say(said).await;
+                for task in left.iter().filter(|t| t.id.stream == stream) {
                     cur.feed
-                        .say(format!("task {} not run: {}", task.id, task.command))
+                        .say(format!("task {} not run: {}", task.id.line, task.command))
                         .await;
                 }
                 cur.exit_code = code::LAUNCHER;
-                cur.source_done = true;
+                cur.stop_reading();
             }
             log(text);
             session_code = code::LAUNCHER;
             ending = true;
             fanout.route(None, Cmd::Teardown).await;
             end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
-            if let Some(cur) = current.take() {
+            for (_, cur) in std::mem::take(&mut streams) {
                 let code = cur.exit_code;
                 cur.feed.finish(code).await;
             }
         }
         tokio::select! {
-            // Cancel-safe (`Lines::next_line`): a line is never lost to another branch.
-            line = async { current.as_mut().expect("guarded").feed.next_line().await }, if want_line => {
-                let cur = current.as_mut().expect("guarded");
+            Some((stream, line)) = line_rx.recv(), if want_line => {
+                // A line of a stream cancelled meanwhile is not run.
+                let Some(cur) = streams.get_mut(&stream).filter(|c| !c.source_done) else { continue };
                 match line {
                     Ok(Some(line)) => {
                         cur.line_no += 1;
                         if !line.trim().is_empty() {
-                            let (id, command) = (cur.line_no, line.clone());
+                            let id = TaskId { stream, line: cur.line_no };
+                            let command = line.clone();
                             let task = Task { id, command: line, failures: 0 };
                             let to = dispatch.assign(task, 0);
                             fanout.route(Some(to), Cmd::Task { id, command }).await;
                         }
                     }
-                    Ok(None) => cur.source_done = true,
+                    Ok(None) => cur.stop_reading(),
                     Err(e) => {
                         let line_no = cur.line_no;
                         cur.feed.say(format!("reading the tasks after line {line_no}: {e}")).await;
-                        cur.source_done = true;
+                        cur.stop_reading();
                         cur.exit_code = code::USAGE;
                     }
                 }
@@ -616,9 +674,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     board.host_up(node);
                 }
                 Some(Up::TaskOutput { id, stream, data }) => {
-                    if let Some(cur) = current.as_mut() {
+                    if let Some(cur) = streams.get_mut(&id.stream) {
                         let bytes = match cur.tagger.as_mut() {
-                            Some(t) => t.tag_task(id, stream, &data),
+                            Some(t) => t.tag_task(id.line, stream, &data),
                             None => data.to_vec(),
                         };
                         cur.feed.output(stream, &bytes).await;
@@ -627,20 +685,23 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 Some(Up::TaskEnd { node, id, end, wall_us }) => {
                     match dispatch.ended(node, id, end, wall_us) {
                         Ended::Done(d) => {
-                            if let Some(cur) = current.as_mut() {
+                            if let Some(cur) = streams.get_mut(&id.stream) {
                                 cur.done += 1;
+                                if let Some(t) = cur.tagger.as_mut() {
+                                    t.forget_task(id.line);
+                                }
                                 if d.end.failed() {
                                     cur.failed += 1;
                                     if cur.exit_code == 0 {
                                         cur.exit_code = 1;
                                     }
                                     let runs = if d.runs == 1 { "1 run".to_string() } else { format!("{} runs", d.runs) };
-                                    cur.feed.say(format!("task {} on {} ended with {} after {runs}: {}", d.task.id, host(d.host), d.end.code(), d.task.command)).await;
+                                    cur.feed.say(format!("task {} on {} ended with {} after {runs}: {}", id.line, host(d.host), d.end.code(), d.task.command)).await;
                                 }
                                 cur.feed.result(&result_line(&d, &host(d.host), cur.t0.elapsed().as_secs_f64())).await;
                             }
                         }
-                        Ended::Retry if cfg.verbose => log(format!("task {id} on {} ended with {}: running it again", host(node), end.code())),
+                        Ended::Retry if cfg.verbose => log(format!("task {} of stream {} on {} ended with {}: running it again", id.line, id.stream, host(node), end.code())),
                         Ended::Retry | Ended::Stale => {}
                     }
                 }
@@ -649,16 +710,19 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     board.hosts_lost(node..node + sub, &what).await;
                     let moved = dispatch.hosts_lost(node..node + sub);
                     let out = if sub > 1 { format!("it and its launch subtree ({sub} hosts) leave") } else { "it leaves".into() };
-                    let text = format!("host {} lost: {what}; {out} the stream, {moved} of its tasks run again elsewhere", host(node));
-                    match current.as_mut() {
-                        Some(cur) if !ending => cur.feed.say(text).await,
-                        _ => log(text),
+                    let text = format!("host {} lost: {what}; {out} the streams, {moved} of their tasks run again elsewhere", host(node));
+                    if streams.is_empty() || ending {
+                        log(text);
+                    } else {
+                        for cur in streams.values_mut() {
+                            cur.feed.say(text.clone()).await;
+                        }
                     }
                 }
                 Some(Up::Failed { node, what, .. }) => {
                     board.hosts_lost(node..node + 1, &what).await;
                     let moved = dispatch.hosts_lost(node..node + 1);
-                    log(format!("{}: {what}; out of the stream, {moved} tasks run again elsewhere", host(node)));
+                    log(format!("{}: {what}; out of the streams, {moved} tasks run again elsewhere", host(node)));
                 }
                 Some(Up::Note { node, text }) => {
                     if cfg.verbose || !ending {
@@ -690,29 +754,29 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     tokio::spawn(session::serve_job(lines.into_inner(), out, board.clone(), fanout.clone()));
                     continue;
                 }
-                let mut feed = Feed::Client { lines, out, gone: false };
+                let mut feed = Feed::Client { out, gone: false };
                 let (jobs, busy, waiting) = board.running();
                 let (slots, lost, _) = board.capacity(launch_over);
                 match request {
-                    // The stream shares the slots with jobs (crate::slots); one stream at a time.
-                    Some(Request::Tasks { .. }) if current.is_some() => {
-                        feed.say("a task stream runs on the session: streams run one at a time, submit this one when it has ended".into()).await;
-                        feed.finish(code::LAUNCHER).await;
-                    }
+                    // Streams share the slots with each other and with jobs (crate::slots).
                     Some(Request::Tasks { retries, tag, progress_ms }) => {
-                        dispatch.set_retries(retries);
-                        current = Some(Current::new(feed, tag, Duration::from_millis(progress_ms)));
+                        let stream = next_stream;
+                        next_stream += 1;
+                        dispatch.open_stream(stream, retries);
+                        let reader = read_lines(stream, lines, line_tx.clone());
+                        streams.insert(stream, Current::new(feed, reader, tag, Duration::from_millis(progress_ms)));
                     }
                     Some(Request::Status) => {
                         let up = hello_at.iter().filter(|h| h.is_some()).count();
-                        let stream = if current.is_some() { "; a task stream runs" } else { "" };
+                        let n_streams = streams.len();
+                        let plural = if n_streams == 1 { "" } else { "s" };
                         let text = format!(
-                            "session of {n} hosts ({up} up, {lost} lost), {slots} slots, {} tasks running, {jobs} jobs running on {busy} slots, {waiting} jobs waiting for slots, up {:.0} s, idle {:.0} s{stream}",
+                            "session of {n} hosts ({up} up, {lost} lost), {slots} slots, {} tasks running, {jobs} jobs running on {busy} slots, {waiting} jobs waiting for slots, {n_streams} task stream{plural}, up {:.0} s, idle {:.0} s",
                             dispatch.running(), t0.elapsed().as_secs_f64(), idle_since.elapsed().as_secs_f64(),
                         );
                         let counts = serde_json::json!({
                             "hosts": n, "up": up, "lost": lost,
-                            "slots": slots, "running": dispatch.running(), "stream": current.is_some(),
+                            "slots": slots, "running": dispatch.running(), "streams": n_streams,
                             "jobs": jobs, "job_slots": busy, "jobs_waiting": waiting,
                         });
                         feed.send(frame::RESULT, counts.to_string().as_bytes()).await;
@@ -725,18 +789,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     Some(Request::End) => {
                         feed.finish(0).await;
                         ending = true;
-                        if let Some(cur) = current.as_mut() {
-                            // The stream ends with the session: what runs is ended, what is
-                            // not read is not run.
-                            let text = format!("the session is being ended (--end-session): {} running tasks are ended, the stream is not read past line {}", dispatch.running(), cur.line_no);
+                        // The streams end with the session: what runs is ended, what is not
+                        // read is not run.
+                        for (&stream, cur) in streams.iter_mut() {
+                            let text = format!("the session is being ended (--end-session): {} running tasks are ended, the stream is not read past line {}", dispatch.running_of(stream), cur.line_no);
                             cur.feed.say(text).await;
                             cur.exit_code = code::LAUNCHER;
-                            cur.source_done = true;
-                            fanout.route(None, Cmd::Teardown).await;
-                            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
-                        } else {
+                            cur.stop_reading();
+                        }
+                        if streams.is_empty() {
                             fanout.route(None, Cmd::Shutdown).await;
                             end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                        } else {
+                            fanout.route(None, Cmd::Teardown).await;
+                            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
                         }
                     }
                     Some(Request::Job) => {}
@@ -771,7 +837,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 if board.running().0 > 0 {
                     idle_since = now;
                 }
-                if let (Some(idle), None, false) = (idle, &current, ending)
+                if let (Some(idle), true, false) = (idle, streams.is_empty(), ending)
                     && idle_since.elapsed() >= idle
                 {
                     log(format!("no stream for {} s: the session ends", idle.as_secs_f64()));
@@ -779,27 +845,24 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     fanout.route(None, Cmd::Shutdown).await;
                     end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
                 }
-                // A client that went away mid-stream ends its stream: its running tasks are
-                // ended, nothing more is read, and the session takes the next client.
-                if let Some(cur) = current.as_mut()
-                    && session
-                    && !cur.feed.gone()
-                {
-                    cur.feed.send(frame::KEEPALIVE, &[]).await;
-                    if cur.feed.gone() {
-                        log(format!("the client of the stream went away: its {} running tasks are ended", dispatch.running()));
-                        cur.source_done = true;
-                        dispatch.forget_again();
-                        fanout.route(None, Cmd::CancelTasks).await;
+                for (&stream, cur) in streams.iter_mut() {
+                    // A client that went away mid-stream ends its stream: its running tasks
+                    // are ended, nothing more is read, and the other streams run on.
+                    if session && !cur.feed.gone() {
+                        cur.feed.send(frame::KEEPALIVE, &[]).await;
+                        if cur.feed.gone() {
+                            log(format!("the client of stream {stream} went away: its {} running tasks are ended", dispatch.running_of(stream)));
+                            cur.stop_reading();
+                            dispatch.forget_again(stream);
+                            fanout.route(None, Cmd::CancelTasks { stream }).await;
+                        }
                     }
-                }
-                if let Some(cur) = current.as_mut()
-                    && !cur.progress.is_zero() && now >= cur.next_progress
-                {
-                    cur.next_progress = now + cur.progress;
-                    let rate = cur.done as f64 / cur.t0.elapsed().as_secs_f64().max(1e-9);
-                    let line = format!("tasks: {} done ({} failed), {} running, {rate:.1} tasks/s", cur.done, cur.failed, dispatch.running());
-                    cur.feed.say(line).await;
+                    if !cur.progress.is_zero() && now >= cur.next_progress {
+                        cur.next_progress = now + cur.progress;
+                        let rate = cur.done as f64 / cur.t0.elapsed().as_secs_f64().max(1e-9);
+                        let line = format!("tasks: {} done ({} failed), {} running, {rate:.1} tasks/s", cur.done, cur.failed, dispatch.running_of(stream));
+                        cur.feed.say(line).await;
+                    }
                 }
                 if let Some(d) = end_deadline && now >= d {
                     fanout.kill_all();
@@ -808,14 +871,16 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             }
         }
     }
-    if let Some(cur) = current.take() {
+    for (_, cur) in std::mem::take(&mut streams) {
         // An interrupt decides (the tasks it ended failed because of it); else the stream's.
         let code = match session_code {
             130 | 143 => session_code,
             _ if cur.exit_code != 0 => cur.exit_code,
             _ => session_code,
         };
-        session_code = code;
+        if !session {
+            session_code = code;
+        }
         cur.feed.finish(code).await;
     }
     if let Source::Session { socket, .. } = &opts.source {
@@ -972,19 +1037,27 @@ pub fn stream_request(retries: u32, tag: bool, progress: Duration) -> String {
 mod tests {
     use super::*;
 
-    fn task(id: u64) -> Task {
+    /// Line `line` of stream 0.
+    fn id(line: u64) -> TaskId {
+        TaskId { stream: 0, line }
+    }
+
+    fn task(line: u64) -> Task {
         Task {
-            id,
-            command: format!("cmd {id}"),
+            id: id(line),
+            command: format!("cmd {line}"),
             failures: 0,
         }
     }
 
-    /// A dispatcher on hosts with these slots, none up yet, and its board.
+    /// A dispatcher on hosts with these slots, none up yet, running stream 0 with these
+    /// retries, and its board.
     fn dispatcher(slots: Vec<u32>, retries: u32) -> (Dispatcher, Arc<JobBoard>) {
         let hosts = (0..slots.len()).map(|i| format!("h{i}")).collect();
         let board = JobBoard::new(hosts, slots);
-        (Dispatcher::new(board.clone(), retries), board)
+        let mut d = Dispatcher::new(board.clone());
+        d.open_stream(0, retries);
+        (d, board)
     }
 
     /// Hosts `hosts` are lost, as the session's loop tells the board and the dispatcher.
@@ -1004,12 +1077,12 @@ mod tests {
         let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0)).collect();
         assert_eq!(hosts, [1, 1, 0]);
         assert!(!d.has_free_slot());
-        let Ended::Done(done) = d.ended(1, 2, RankEnd::Exited(0), 7) else {
+        let Ended::Done(done) = d.ended(1, id(2), RankEnd::Exited(0), 7) else {
             panic!()
         };
         assert_eq!(
             (done.task.id, done.host, done.runs, done.wall_us),
-            (2, 1, 1, 7)
+            (id(2), 1, 1, 7)
         );
         assert_eq!(d.assign(task(4), 0), 1);
     }
@@ -1019,20 +1092,20 @@ mod tests {
         let (mut d, board) = dispatcher(vec![1], 2);
         board.host_up(0);
         d.assign(task(1), 0);
-        assert_eq!(d.ended(0, 1, RankEnd::Exited(3), 1), Ended::Retry);
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
         let (t, runs) = d.take_again().unwrap();
         assert_eq!((t.failures, runs), (1, 1));
         d.assign(t, runs);
-        assert_eq!(d.ended(0, 1, RankEnd::Signaled(9), 1), Ended::Retry);
+        assert_eq!(d.ended(0, id(1), RankEnd::Signaled(9), 1), Ended::Retry);
         let (t, runs) = d.take_again().unwrap();
         d.assign(t, runs);
-        let Ended::Done(done) = d.ended(0, 1, RankEnd::Exited(3), 1) else {
+        let Ended::Done(done) = d.ended(0, id(1), RankEnd::Exited(3), 1) else {
             panic!()
         };
         assert_eq!((done.runs, done.end.code()), (3, 3));
-        assert!(d.idle());
+        assert!(d.idle(0));
         // A second report of it is not a second end.
-        assert_eq!(d.ended(0, 1, RankEnd::Exited(0), 1), Ended::Stale);
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(0), 1), Ended::Stale);
     }
 
     #[test]
@@ -1046,9 +1119,9 @@ mod tests {
         // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
         assert_eq!(lose(&board, &mut d, 1..3), 3);
         assert!(!d.has_free_slot());
-        assert!(d.ended(0, 1, RankEnd::Exited(0), 1).is_done());
+        assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
         let (moved, _) = d.take_again().unwrap();
-        assert!([3, 4, 5].contains(&moved.id));
+        assert!([3, 4, 5].contains(&moved.id.line));
         assert_eq!(d.assign(moved.clone(), 0), 0);
         // The lost host's report of it comes late: not its end.
         assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
@@ -1057,10 +1130,48 @@ mod tests {
         // Task 2 still runs on host 0: lost with it, it is left with the other two.
         assert_eq!(lose(&board, &mut d, 0..1), 1);
         assert!(board.capacity(true).2);
-        let left: Vec<u64> = d.drain().iter().map(|t| t.id).collect();
+        let left: Vec<u64> = d.drain().iter().map(|t| t.id.line).collect();
         assert_eq!(left.len(), 3);
         assert!(left.contains(&2));
-        assert!(d.idle());
+        assert!(d.idle(0));
+    }
+
+    /// Two streams at once: each has its own retries; cancelling one forgets only its
+    /// retries; each is idle on its own.
+    #[test]
+    fn streams_share_the_slots_and_keep_their_own_account() {
+        let (mut d, board) = dispatcher(vec![2, 1], 1);
+        d.open_stream(1, 0);
+        for h in 0..2 {
+            board.host_up(h);
+        }
+        let b = |line| Task {
+            id: TaskId { stream: 1, line },
+            command: "b".into(),
+            failures: 0,
+        };
+        d.assign(task(1), 0);
+        d.assign(b(1), 0);
+        d.assign(b(2), 0);
+        assert!(!d.has_free_slot());
+        assert_eq!((d.running_of(0), d.running_of(1)), (1, 2));
+        // Stream 0 retries; stream 1, with none, is done with its failure.
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
+        let failed = d.ended(0, TaskId { stream: 1, line: 1 }, RankEnd::Exited(3), 1);
+        assert!(failed.is_done());
+        assert!(!d.idle(0), "stream 0's retry waits");
+        // Stream 0 is cancelled: its retry goes; stream 1's task runs on.
+        d.forget_again(0);
+        assert!(d.idle(0));
+        assert!(!d.idle(1));
+        assert!(d.take_again().is_none());
+        assert!(
+            d.ended(1, TaskId { stream: 1, line: 2 }, RankEnd::Exited(0), 1)
+                .is_done()
+        );
+        assert!(d.idle(1));
+        d.close_stream(0);
+        d.close_stream(1);
     }
 
     impl Ended {
@@ -1108,7 +1219,7 @@ mod tests {
     fn result_lines_are_json_with_the_command_escaped() {
         let d = Done {
             task: Task {
-                id: 7,
+                id: TaskId { stream: 3, line: 7 },
                 command: "echo \"a\tb\"".into(),
                 failures: 0,
             },

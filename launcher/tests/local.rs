@@ -727,9 +727,10 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
     assert_eq!(out.status.code(), Some(125));
 }
 
-/// A task stream and jobs share a session's slots: a job that needs slots the stream's tasks
-/// hold waits for them (and no new task takes them), `--status` answers while the stream runs,
-/// and a second stream is refused while one runs; every task is reported once.
+/// Task streams and jobs share a session's slots: a job that needs slots the streams' tasks
+/// hold waits for them (and no new task takes them), `--status` answers while streams run, and
+/// a second stream runs beside the first with its own output, results and exit code; every
+/// task is reported once, to its own stream.
 #[test]
 fn a_session_runs_a_stream_beside_jobs() {
     let (d, local, _) = shells();
@@ -771,16 +772,31 @@ fn a_session_runs_a_stream_beside_jobs() {
     wait_alive(&slow, 4, 10, "the slow tasks did not start");
     let status = text(&greedyrun(&["--status"]).stderr);
     assert!(
-        status.contains("4 slots, 4 tasks running") && status.contains("a task stream runs"),
+        status.contains("4 slots, 4 tasks running") && status.contains("1 task stream"),
         "{status}"
     );
-    let second = greedyrun(&["--tasks", tasks.to_str().unwrap()]);
-    assert_eq!(second.status.code(), Some(125));
-    assert!(
-        text(&second.stderr).contains("streams run one at a time"),
-        "{}",
-        text(&second.stderr)
-    );
+    // A second stream runs beside the first, in the slots the slow tasks free.
+    let other = d.path().join("other");
+    std::fs::write(&other, "echo other 1\nexit 4\necho other 3\n").unwrap();
+    let other_res = d.path().join("other-res");
+    let second = Command::new(GREEDYRUN)
+        .args(["--tasks", other.to_str().unwrap()])
+        .args(["--results", other_res.to_str().unwrap()])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = text(&greedyrun(&["--status"]).stderr);
+        if status.contains("2 task streams") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no second stream: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // The job needs both of localhost's slots: it waits for the slow tasks there.
     let t = Instant::now();
     let job = greedyrun(&[
@@ -808,12 +824,76 @@ fn a_session_runs_a_stream_beside_jobs() {
     );
     let out = stream.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).matches("quick\n").count(), 6);
+    assert_eq!(
+        text(&out.stdout),
+        "quick\n".repeat(6),
+        "only its own output"
+    );
     let rows = results(&res);
     let mut ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
     ids.sort();
     assert_eq!(ids, (1..=10).collect::<Vec<_>>(), "each task once");
     assert!(rows.iter().all(|r| r.1 == 0), "{rows:?}");
+    // The second stream: its own output, results numbered by its own lines, its failure.
+    let out = second.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["other 1", "other 3"]);
+    assert!(
+        text(&out.stderr).contains("task 2 on"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mut rows = results(&other_res);
+    rows.sort();
+    assert_eq!(
+        rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [(1, 0), (2, 4), (3, 0)]
+    );
+}
+
+/// Two streams at once on a session: the client of one is killed, which ends that stream's
+/// running tasks only; the other's tasks run on to their end and it exits 0.
+#[test]
+fn a_killed_client_ends_its_stream_only() {
+    let (d, local, _) = shells();
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
+        .args(["--idle-timeout", "60"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&out);
+    let _ends = EndsSession(socket.clone());
+    let stream = |name: &str, lines: &[String]| {
+        let file = d.path().join(name);
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        Command::new(GREEDYRUN)
+            .args(["--tasks", file.to_str().unwrap()])
+            .env("GREEDY_SESSION", &socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (
+        format!("a-{}", d.path().display()),
+        format!("b-{}", d.path().display()),
+    );
+    let mut first = stream("a", &vec![format!("sleep 30 # {a}"); 2]);
+    wait_alive(&a, 2, 10, "stream a's tasks did not start");
+    let second = stream("b", &vec![format!("sleep 2 # {b}"); 3]);
+    wait_alive(&b, 1, 10, "stream b's tasks did not start");
+    first.kill().unwrap();
+    let _ = first.wait();
+    assert_gone(&a);
+    let out = second.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 /// MPI jobs run on a session's agents as on fresh ones, with no new remote shell: MPICH
