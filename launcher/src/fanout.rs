@@ -116,11 +116,14 @@ impl Fanout {
         let sizes = tree.subtree_sizes();
         let mut edges = Vec::new();
         let mut pending = Vec::new();
+        let job = Arc::new(template.clone());
         for r in tree.child_ranges(positions.clone()) {
             let off = r.start - positions.start;
-            let mut start = template.clone();
-            start.node_idx = (r.start - 1) as u32;
-            start.launch_sizes = sizes[off..off + r.len()].to_vec();
+            let start = ChildStart {
+                job: job.clone(),
+                node_idx: (r.start - 1) as u32,
+                launch_sizes: sizes[off..off + r.len()].to_vec(),
+            };
             let (tx, rx) = mpsc::channel(EDGE_CAPACITY);
             let edge_kill = kill.child_token();
             edges.push(Edge {
@@ -159,7 +162,7 @@ impl Fanout {
                     _ = launcher_stop.cancelled() => return,
                 };
                 let node = start.node_idx;
-                let span = info_span!("edge", job = %start.job_id, node);
+                let span = info_span!("edge", job = %start.job.job_id, node);
                 launcher_tracker.spawn(
                     run_edge(start, rx, up.clone(), permit, edge_kill, cfg.clone())
                         .instrument(span),
@@ -228,7 +231,7 @@ const SRUN_LINGER: Duration = Duration::from_secs(3);
 /// edge per host waiting for its agent's connection. Returns once srun has ended.
 async fn launch_star(
     key: JobSecret,
-    pending: Vec<(Start, mpsc::Receiver<Down>, CancellationToken)>,
+    pending: Vec<(ChildStart, mpsc::Receiver<Down>, CancellationToken)>,
     up: mpsc::Sender<Up>,
     cfg: Arc<EdgeConfig>,
     kill: CancellationToken,
@@ -238,7 +241,7 @@ async fn launch_star(
     }
     let hosts: Vec<String> = pending
         .iter()
-        .map(|(s, _, _)| s.hosts[s.node_idx as usize].clone())
+        .map(|(s, _, _)| s.host().to_string())
         .collect();
     let (star, conns) = match connect::Star::start(&cfg.rsh, &cfg.agent, &hosts, &key).await {
         Ok(started) => started,
@@ -258,7 +261,7 @@ async fn launch_star(
     };
     let edges = TaskTracker::new();
     for ((start, rx, edge_kill), conn) in pending.into_iter().zip(conns) {
-        let span = info_span!("edge", job = %start.job_id, node = start.node_idx);
+        let span = info_span!("edge", job = %start.job.job_id, node = start.node_idx);
         let edge = run_star_edge(
             start,
             rx,
@@ -289,7 +292,7 @@ async fn launch_star(
 
 /// One child: launch (with retries), hello, relay, and the lost report.
 async fn run_edge(
-    start: Start,
+    start: ChildStart,
     mut rx: mpsc::Receiver<Down>,
     up: mpsc::Sender<Up>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -297,7 +300,7 @@ async fn run_edge(
     cfg: Arc<EdgeConfig>,
 ) {
     let node = start.node_idx;
-    let host = start.hosts[node as usize].clone();
+    let host = start.host().to_string();
     let lost = |what: String| Up::Lost {
         node,
         by: cfg.by,
@@ -305,7 +308,7 @@ async fn run_edge(
     };
     let mut permit = Some(permit);
     let mut attempt = 0;
-    let token = reap::token(&start.job_id, node);
+    let token = reap::token(&start.job.job_id, node);
     let shell = cfg.rsh.first().cloned().unwrap_or_default();
     loop {
         let (argv, child) = spawn_agent(&cfg, &host, reap::LAUNCH_FLAG, &token, Stdio::piped());
@@ -334,7 +337,7 @@ async fn run_edge(
             let t = tail.lock().unwrap_or_else(|p| p.into_inner());
             t.iter().cloned().collect::<Vec<_>>().join(" / ")
         };
-        let _ = down.send(Down::Start(Box::new(start.clone()))).await;
+        send_start(&mut down, &start).await;
 
         // Hello phase.
         let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
@@ -513,7 +516,7 @@ where
 /// then hello and relay as over a remote shell. The agent is Slurm's to start and end; a
 /// host whose agent never connects is reported lost, naming why when srun ended first.
 async fn run_star_edge(
-    start: Start,
+    start: ChildStart,
     mut rx: mpsc::Receiver<Down>,
     up: mpsc::Sender<Up>,
     conn: connect::Pending,
@@ -522,7 +525,7 @@ async fn run_star_edge(
     hello_timeout: Duration,
 ) {
     let node = start.node_idx;
-    let host = start.hosts[node as usize].clone();
+    let host = start.host().to_string();
     let lost = |what: String| Up::Lost {
         node,
         by: None,
@@ -552,7 +555,7 @@ async fn run_star_edge(
     let (r, w) = stream.into_split();
     let mut frames = FramedRead::new(r, ParentCodec::default());
     let mut down = FramedWrite::new(w, ParentCodec::default());
-    let _ = down.send(Down::Start(Box::new(start))).await;
+    send_start(&mut down, &start).await;
     let hello = loop {
         tokio::select! {
             f = frames.next() => match f {
@@ -585,6 +588,36 @@ async fn run_star_edge(
             ))
             .await;
     }
+}
+
+/// A child's Start: the job's, one copy shared by every child, and the child's own place in
+/// the tree. The whole Start (the plan: every host and rank) is built only to be written: a
+/// copy kept per child made greedyrun's memory grow with children × hosts (under `--rsh
+/// srun` every host is a child).
+#[derive(Debug)]
+struct ChildStart {
+    job: Arc<Start>,
+    node_idx: u32,
+    launch_sizes: Vec<u32>,
+}
+
+impl ChildStart {
+    fn host(&self) -> &str {
+        &self.job.hosts[self.node_idx as usize]
+    }
+}
+
+/// Writes `start` to a child, then lets the writer's buffer go: it grew to the size of the
+/// plan and would be kept, unused, for the edge's life.
+async fn send_start<W: tokio::io::AsyncWrite + Unpin>(
+    down: &mut FramedWrite<W, ParentCodec>,
+    start: &ChildStart,
+) {
+    let mut full = Start::clone(&start.job);
+    full.node_idx = start.node_idx;
+    full.launch_sizes = start.launch_sizes.clone();
+    let _ = down.send(Down::Start(Box::new(full))).await;
+    *down.write_buffer_mut() = Default::default();
 }
 
 /// Starts `RSH host AGENT FLAG TOKEN` (`--launch` or `--reap`, see [`reap`]) in a process
