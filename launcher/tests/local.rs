@@ -735,15 +735,7 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
 fn a_session_runs_a_stream_beside_jobs() {
     let (d, local, _) = shells();
     let marker = d.path().display().to_string();
-    let out = Command::new(GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap()])
-        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
-        .args(["--idle-timeout", "60"])
-        .env_remove("GREEDY_SESSION")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let socket = session_socket(&out);
+    let socket = two_host_session(&local);
     let _ends = EndsSession(socket.clone());
     let greedyrun = |args: &[&str]| {
         Command::new(GREEDYRUN)
@@ -760,15 +752,7 @@ fn a_session_runs_a_stream_beside_jobs() {
     lines.extend((0..6).map(|_| "echo quick".to_string()));
     std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
     let res = d.path().join("res");
-    let stream = Command::new(GREEDYRUN)
-        .args(["--tasks", tasks.to_str().unwrap()])
-        .args(["--results", res.to_str().unwrap()])
-        .env("GREEDY_SESSION", &socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let stream = submit_stream(&socket, &tasks, Some(&res));
     wait_alive(&slow, 4, 10, "the slow tasks did not start");
     let status = text(&greedyrun(&["--status"]).stderr);
     assert!(
@@ -779,15 +763,7 @@ fn a_session_runs_a_stream_beside_jobs() {
     let other = d.path().join("other");
     std::fs::write(&other, "echo other 1\nexit 4\necho other 3\n").unwrap();
     let other_res = d.path().join("other-res");
-    let second = Command::new(GREEDYRUN)
-        .args(["--tasks", other.to_str().unwrap()])
-        .args(["--results", other_res.to_str().unwrap()])
-        .env("GREEDY_SESSION", &socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let second = submit_stream(&socket, &other, Some(&other_res));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let status = text(&greedyrun(&["--status"]).stderr);
@@ -859,27 +835,12 @@ fn a_session_runs_a_stream_beside_jobs() {
 #[test]
 fn a_killed_client_ends_its_stream_only() {
     let (d, local, _) = shells();
-    let out = Command::new(GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap()])
-        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
-        .args(["--idle-timeout", "60"])
-        .env_remove("GREEDY_SESSION")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let socket = session_socket(&out);
+    let socket = two_host_session(&local);
     let _ends = EndsSession(socket.clone());
     let stream = |name: &str, lines: &[String]| {
         let file = d.path().join(name);
         std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-        Command::new(GREEDYRUN)
-            .args(["--tasks", file.to_str().unwrap()])
-            .env("GREEDY_SESSION", &socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        submit_stream(&socket, &file, None)
     };
     let (a, b) = (
         format!("a-{}", d.path().display()),
@@ -1058,6 +1019,35 @@ impl Drop for EndsSession {
             .env("GREEDY_SESSION", &self.0)
             .output();
     }
+}
+
+/// A session on localhost and 127.0.0.2, two slots each, started through `local`; its socket.
+fn two_host_session(local: &Path) -> String {
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
+        .args(["--idle-timeout", "60"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    session_socket(&out)
+}
+
+/// `greedyrun --tasks FILE [--results RES]` submitted to the session at `socket`, its output
+/// piped.
+fn submit_stream(socket: &str, tasks: &Path, results: Option<&Path>) -> std::process::Child {
+    let mut cmd = Command::new(GREEDYRUN);
+    cmd.args(["--tasks", tasks.to_str().unwrap()]);
+    if let Some(r) = results {
+        cmd.args(["--results", r.to_str().unwrap()]);
+    }
+    cmd.env("GREEDY_SESSION", socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// The control socket `greedyrun --start-session` printed (`export GREEDY_SESSION=…`).
