@@ -290,6 +290,9 @@ async fn launch_star(
     star.stop();
 }
 
+/// The first read buffer of an edge to an agent that connected back (8 KiB by default).
+const EDGE_READ_START: usize = 256;
+
 /// One child: launch (with retries), hello, relay, and the lost report.
 async fn run_edge(
     start: ChildStart,
@@ -553,7 +556,9 @@ async fn run_star_edge(
         _ = kill.cancelled() => return,
     };
     let (r, w) = stream.into_split();
-    let mut frames = FramedRead::new(r, ParentCodec::default());
+    // Every host is greedyrun's child here: a read buffer that starts small (it grows with
+    // the frames) keeps greedyrun's memory per host small.
+    let mut frames = FramedRead::with_capacity(r, ParentCodec::default(), EDGE_READ_START);
     let mut down = FramedWrite::new(w, ParentCodec::default());
     send_start(&mut down, &start).await;
     let hello = loop {
