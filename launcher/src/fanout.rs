@@ -290,9 +290,6 @@ async fn launch_star(
     star.stop();
 }
 
-/// The first read buffer of an edge to an agent that connected back (8 KiB by default).
-const EDGE_READ_START: usize = 256;
-
 /// One child: launch (with retries), hello, relay, and the lost report.
 async fn run_edge(
     start: ChildStart,
@@ -514,6 +511,9 @@ where
     }
     Relayed { bye, killed }
 }
+
+/// The first read buffer of an edge to an agent that connected back (8 KiB by default).
+const EDGE_READ_START: usize = 256;
 
 /// One child that the srun step started ([`connect`]): waits for its agent to connect back,
 /// then hello and relay as over a remote shell. The agent is Slurm's to start and end; a

@@ -503,7 +503,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let mut next_stream = 0u32;
     let mut listener: Option<tokio::net::UnixListener> = None;
     let mut idle: Option<Duration> = None;
-    let mut retries = HashMap::new();
+    let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
+    // A session's jobs (crate::session) on the same hosts and slots.
+    let board = JobBoard::new(plan.hosts.clone(), slots);
+    let mut dispatch = Dispatcher::new(board.clone());
     match &opts.source {
         Source::File(_) | Source::Stdin => {
             let results = match &opts.results {
@@ -529,7 +532,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             let reader = read_lines(0, BufReader::new(input).lines(), line_tx.clone());
             let feed = Feed::Local { results };
             streams.insert(0, Current::new(feed, reader, cfg.tag_output, cfg.progress));
-            retries.insert(0, opts.retries);
+            dispatch.open_stream(0, opts.retries);
             next_stream = 1;
         }
         Source::Session { socket, idle: i } => {
@@ -548,13 +551,6 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
 
     let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
     let fanout = std::sync::Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
-    let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
-    // A session's jobs (crate::session) on the same hosts and slots.
-    let board = JobBoard::new(plan.hosts.clone(), slots.clone());
-    let mut dispatch = Dispatcher::new(board.clone());
-    for (stream, k) in retries {
-        dispatch.open_stream(stream, k);
-    }
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut session_code = 0;
     let mut ending = false;

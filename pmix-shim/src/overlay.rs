@@ -980,26 +980,22 @@ async fn dial(
 ) -> Result<(Reader, Writer), Dial> {
     let job = &shared.job;
     let me = job.node_idx;
-    let stream =
-        match tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(source)) => {
-                return Err(Dial::Again(Error::Connect {
-                    node: me,
-                    peer_node: peer,
-                    addr,
-                    source,
-                }));
-            }
-            Err(_) => {
-                return Err(Dial::Again(Error::Connect {
-                    node: me,
-                    peer_node: peer,
-                    addr,
-                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "connect_timeout"),
-                }));
-            }
-        };
+    let stream = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr))
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect_timeout",
+            ))
+        })
+        .map_err(|source| {
+            Dial::Again(Error::Connect {
+                node: me,
+                peer_node: peer,
+                addr,
+                source,
+            })
+        })?;
     let refused = |reason: String| Error::Handshake {
         node: me,
         peer: format!("node {peer} at {addr}"),

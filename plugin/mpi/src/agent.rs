@@ -521,13 +521,14 @@ async fn watch_abort(
 /// Joins take milliseconds in most steps, which then open no connection for this.
 const HEAR_END_AFTER: Duration = Duration::from_millis(500);
 
-/// Until this node has joined, an abort elsewhere reaches it only if it is linked to the
-/// node the abort came from; a node whose slurmstepd started late is not, nor are its
-/// tasks, which can start after every kill of the step and would wait in their first fence
-/// until the join timed out (CI: `exitcode-ompi` took 63 s). srun keeps the report of the
-/// abort that ended the job: this node takes it as its own overlay's abort, which fails its
-/// ranks' fences. Ends when the node has joined (the overlay carries every abort from then
-/// on) or its join failed (which aborts anyway).
+/// Until this node has joined, an abort elsewhere reaches it over the overlay only if it is
+/// linked to the node the abort came from; otherwise only the step kill ends its tasks, and
+/// if that kill fails or misses them they wait in their first fence until the join times
+/// out (CI run 19 saw an `exitcode-ompi` step take 63 s; its cause was not found). srun
+/// keeps the report of the abort that ended the job: this node takes it as its own overlay's
+/// abort, which fails its ranks' fences whatever became of the kill. Ends when the node has
+/// joined (the overlay carries every abort from then on) or its join failed (which aborts
+/// anyway).
 async fn hear_job_end(plan: StepPlan, overlay: Overlay) {
     tokio::select! {
         _ = overlay.joined() => return,

@@ -288,20 +288,11 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                 board.published.notify_waiters();
             }
             Line::Lookup(node) => {
-                let addr = loop {
-                    let notified = board.published.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if let Some(a) = board
-                        .addrs
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get(&node)
-                    {
-                        break *a;
-                    }
-                    notified.await;
-                };
+                let addr = wait_for(&board.published, || {
+                    let addrs = board.addrs.lock().unwrap_or_else(|p| p.into_inner());
+                    addrs.get(&node).copied()
+                })
+                .await;
                 let mac = mac(&board.secret, &board.job, node, &addr);
                 w.write_all(format!("{}\n", Line::Answer(node, addr, mac)).as_bytes())
                     .await
@@ -325,15 +316,11 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
                 if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &WATCH, &mac) {
                     return Err(format!("refused watch for node {node}"));
                 }
-                let line = loop {
-                    let notified = board.ended.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if let Some((r, m)) = &*board.exit.lock().unwrap_or_else(|p| p.into_inner()) {
-                        break Line::Exit(r.clone(), m.clone());
-                    }
-                    notified.await;
-                };
+                let line = wait_for(&board.ended, || {
+                    let kept = board.exit.lock().unwrap_or_else(|p| p.into_inner());
+                    kept.as_ref().map(|(r, m)| Line::Exit(r.clone(), m.clone()))
+                })
+                .await;
                 w.write_all(format!("{line}\n").as_bytes())
                     .await
                     .map_err(|e| e.to_string())?;
@@ -343,6 +330,38 @@ async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> 
         }
     }
     Ok(())
+}
+
+/// What `found` finds, once it finds something: checked again each time `notify` wakes its
+/// waiters (interest is registered before each check, so a wake in between is not missed).
+async fn wait_for<T>(notify: &Notify, mut found: impl FnMut() -> Option<T>) -> T {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if let Some(t) = found() {
+            return t;
+        }
+        notified.await;
+    }
+}
+
+/// A stepd's one-line question to srun at `srun` on a connection of its own, and srun's
+/// one-line answer (empty if srun closed without one).
+async fn ask_srun(srun: SocketAddr, question: &Line) -> Result<String, String> {
+    let stream = TcpStream::connect(srun)
+        .await
+        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
+    let (r, mut w) = stream.into_split();
+    w.write_all(format!("{question}\n").as_bytes())
+        .await
+        .map_err(|e| format!("write to srun {srun}: {e}"))?;
+    let mut answer = String::new();
+    BufReader::new(r.take(MAX_LINE as u64 + 1))
+        .read_line(&mut answer)
+        .await
+        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+    Ok(answer)
 }
 
 /// A stepd's report of how the job ended, to srun at `srun`; returns once srun recorded it.
@@ -362,18 +381,7 @@ pub async fn report_exit(
         report.reason.truncate(cut);
     }
     let mac = mac(secret, job, report.node, &report.signed_text());
-    let stream = TcpStream::connect(srun)
-        .await
-        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
-    let (r, mut w) = stream.into_split();
-    w.write_all(format!("{}\n", Line::Exit(report, mac)).as_bytes())
-        .await
-        .map_err(|e| format!("write to srun {srun}: {e}"))?;
-    let mut ack = String::new();
-    BufReader::new(r)
-        .read_line(&mut ack)
-        .await
-        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+    let ack = ask_srun(srun, &Line::Exit(report, mac)).await?;
     match ack.trim_end() {
         "K" => Ok(()),
         _ => Err(format!("srun {srun} refused the exit report")),
@@ -391,19 +399,7 @@ pub async fn await_job_end(
     secret: &JobSecret,
     node: usize,
 ) -> Result<ExitReport, String> {
-    let stream = TcpStream::connect(srun)
-        .await
-        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
-    let (r, mut w) = stream.into_split();
-    let watch = Line::Watch(node, mac(secret, job, node, &WATCH));
-    w.write_all(format!("{watch}\n").as_bytes())
-        .await
-        .map_err(|e| format!("write to srun {srun}: {e}"))?;
-    let mut line = String::new();
-    BufReader::new(r.take(MAX_LINE as u64 + 1))
-        .read_line(&mut line)
-        .await
-        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+    let line = ask_srun(srun, &Line::Watch(node, mac(secret, job, node, &WATCH))).await?;
     match parse(line.trim_end()) {
         Ok(Line::Exit(report, mac))
             if verify(secret, job, report.node, &report.signed_text(), &mac) =>
