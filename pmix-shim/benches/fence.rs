@@ -4,7 +4,10 @@
 //! TCP on 127.0.0.1) and times collectives, printing Markdown tables for docs/benchmarks.md:
 //! 1. fence latency vs K: an allgather of a 2 KiB blob per node (4 MPICH ranks' UCX addresses,
 //!    research/pmix-pmi.md §4), and a PMI fence through the PMI-1 server with one client per node;
-//! 2. tree vs ring allgather vs blob size at K = 8 and 16, to place the ring threshold.
+//! 2. tree vs ring allgather vs blob size at K = 8 and 16, to place the tree's limit;
+//! 3. tree vs ring vs Bruck at K = 128, 256 and 512, to choose between them past it
+//!    (`BENCH_AGENTS="128 256"` picks the sizes; each agent holds a listener and its links, so
+//!    512 needs about 3000 descriptors).
 //!
 //! Set `BENCH_QUICK=1` for a smoke run with few iterations.
 
@@ -13,6 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use greedy_pmix::{
     JobSecret, JobSpec,
+    collectives::AllgatherRule,
     overlay::{Overlay, OverlayConfig},
     rendezvous::Memory,
     server::{PmiConfig, PmiServer},
@@ -30,11 +34,11 @@ fn job(n: usize, node_idx: usize, secret: &JobSecret) -> JobSpec {
     }
 }
 
-async fn start(n: usize, ring_threshold: u64) -> Vec<Overlay> {
+async fn start(n: usize, allgather: AllgatherRule) -> Vec<Overlay> {
     let board = Memory::default();
     let secret = JobSecret::generate();
     let config = OverlayConfig {
-        ring_threshold,
+        allgather,
         ..Default::default()
     };
     let tasks: Vec<_> = (0..n)
@@ -88,7 +92,7 @@ async fn time_allgather(overlays: &[Overlay], size: usize, iters: usize) -> (Dur
 
 /// A PMI-1 client per node doing put + barrier_in, as MPICH's init does; median fence time.
 async fn time_pmi_fence(n: usize, iters: usize) -> (Duration, Duration) {
-    let overlays = start(n, u64::MAX).await;
+    let overlays = start(n, TREE).await;
     // The PMI server uses the job description only for ranks and names; the secret is unused here.
     let secret = JobSecret::generate();
     let mut clients = Vec::new();
@@ -156,6 +160,41 @@ async fn time_pmi_fence(n: usize, iters: usize) -> (Duration, Duration) {
     (samples[iters / 2], samples[iters * 9 / 10])
 }
 
+/// Every allgather on the tree, whatever its size.
+const TREE: AllgatherRule = AllgatherRule {
+    tree_max: u64::MAX,
+    ring_max_nodes: 0,
+};
+
+/// One table row per size: the p50 of each algorithm at `n` agents, and the fastest. One
+/// algorithm's agents run at a time (three sets of 512 would need 9000 descriptors), and each
+/// set does one unmeasured allgather first, which opens its direct links.
+async fn compare(n: usize, sizes: &[usize], iters: usize) {
+    let mut rows = vec![Vec::new(); sizes.len()];
+    for rule in [
+        TREE,
+        AllgatherRule::ring_above(0),
+        AllgatherRule::bruck_above(0),
+    ] {
+        let overlays = start(n, rule).await;
+        time_allgather(&overlays, 1, 1).await;
+        for (row, &size) in rows.iter_mut().zip(sizes) {
+            row.push(time_allgather(&overlays, size, iters).await.0);
+        }
+        stop(overlays).await;
+    }
+    for (row, &size) in rows.iter().zip(sizes) {
+        let best = ["tree", "ring", "Bruck"][(0..3).min_by_key(|&i| row[i]).unwrap_or(0)];
+        println!(
+            "| {n} | {size} | {} | {} | {} | {} | {best} |",
+            size * n,
+            us(row[0]),
+            us(row[1]),
+            us(row[2])
+        );
+    }
+}
+
 fn us(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1e6)
 }
@@ -173,7 +212,7 @@ fn main() {
         println!("| agents | overlay allgather 2 KiB/node p50 µs | p90 µs | PMI-1 put+barrier_in p50 µs | p90 µs |");
         println!("|---:|---:|---:|---:|---:|");
         for n in [2, 4, 8, 16, 32, 64] {
-            let overlays = start(n, u64::MAX).await;
+            let overlays = start(n, TREE).await;
             let (p50, p90) = time_allgather(&overlays, 2048, iters).await;
             stop(overlays).await;
             let (f50, f90) = time_pmi_fence(n, iters).await;
@@ -181,20 +220,26 @@ fn main() {
         }
 
         let iters = if quick { 3 } else { 20 };
-        println!("\n### Allgather: tree vs ring by blob size per node (loopback, {iters} iterations, p50 µs)\n");
-        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | faster |");
-        println!("|---:|---:|---:|---:|---:|---|");
+        println!("\n### Allgather: tree vs ring vs Bruck by blob size per node (loopback, {iters} iterations, p50 µs)\n");
+        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | Bruck p50 µs | fastest |");
+        println!("|---:|---:|---:|---:|---:|---:|---|");
+        let sizes = [1usize << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20];
         for n in [8, 16] {
-            let tree = start(n, u64::MAX).await;
-            let ring = start(n, 0).await;
-            for size in [1usize << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20] {
-                let (t, _) = time_allgather(&tree, size, iters).await;
-                let (r, _) = time_allgather(&ring, size, iters).await;
-                let faster = if t <= r { "tree" } else { "ring" };
-                println!("| {n} | {size} | {} | {} | {} | {faster} |", size * n, us(t), us(r));
-            }
-            stop(tree).await;
-            stop(ring).await;
+            compare(n, &sizes, iters).await;
+        }
+
+        let agents: Vec<usize> = std::env::var("BENCH_AGENTS")
+            .unwrap_or_else(|_| "128 256 512".into())
+            .split_whitespace()
+            .map(|k| k.parse().expect("BENCH_AGENTS: numbers"))
+            .collect();
+        let iters = if quick { 3 } else { 10 };
+        let sizes = [64usize, 1 << 10, 4 << 10, 16 << 10];
+        println!("\n### Allgather at scale: tree vs ring vs Bruck by blob size per node (loopback, {iters} iterations, p50 µs)\n");
+        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | Bruck p50 µs | fastest |");
+        println!("|---:|---:|---:|---:|---:|---:|---|");
+        for n in agents {
+            compare(n, &sizes, iters).await;
         }
     });
 }

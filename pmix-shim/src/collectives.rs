@@ -10,14 +10,21 @@
 //! - **gather**: each node sends its subtree's blobs to its parent; the root gets all of them.
 //! - **broadcast**: the root's blob flows down the tree.
 //! - **allgather**: blobs go up the tree as in gather. If the whole payload stays within
-//!   `ring_threshold` bytes the root sends the full set down the tree (two tree traversals,
-//!   best for the small blobs of a typical fence). If any subtree exceeds it, that subtree sends
-//!   only its size, the root sends `Ring` down the tree, and every node then runs a ring over
-//!   direct links: node i sends its blob to i+1 and forwards what it gets from i-1 unless the
-//!   next hop is the blob's origin; each blob crosses n-1 links and each node sends and receives
-//!   (n-1)·blob, which is bandwidth-optimal, while the tree root would send the whole payload to
-//!   every child. The root decides, so every node picks the same algorithm although each only
-//!   knows its own blob size. The crossover is measured in docs/benchmarks.md.
+//!   [`AllgatherRule::tree_max`] bytes the root sends the full set down the tree (two tree
+//!   traversals, best for the small blobs of a typical fence). If any subtree exceeds it, that
+//!   subtree sends only its size, and the root sends `Ring` or `Bruck` down the tree (by the
+//!   number of nodes, [`AllgatherRule::ring_max_nodes`]); every node then runs that algorithm
+//!   over direct links:
+//!   - *Bruck*: in round k a node sends every blob it holds (at most 2^k: its own and those of
+//!     the nodes after it) to the node 2^k before it, and receives as many from the node 2^k
+//!     after it, so after ⌈log2 n⌉ rounds it holds all n. Each node sends and receives (n-1)
+//!     blobs, in ⌈log2 n⌉ messages.
+//!   - *ring*: node i sends its blob to i+1 and forwards what it gets from i-1 unless the next
+//!     hop is the blob's origin; each blob crosses n-1 links, n-1 steps in sequence.
+//!
+//!   Both are bandwidth-optimal, while the tree root would send the whole payload to every
+//!   child. The root decides, so every node picks the same algorithm although each only knows
+//!   its own blob size. The crossovers are measured in docs/benchmarks.md.
 //!
 //! Result order: allgather and gather return one blob per node, **indexed by node index**.
 //!
@@ -32,6 +39,7 @@ use std::{
 
 use bytes::Bytes;
 use greedy_tree::Tree;
+use tracing::warn;
 
 use crate::{
     AbortInfo, Error, JobSpec,
@@ -62,6 +70,53 @@ impl Op {
     }
 }
 
+/// Which allgather runs: by the total payload the root sees (every node's blob added up) and
+/// the number of nodes. The defaults are the crossovers measured in docs/benchmarks.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllgatherRule {
+    /// Totals up to this many bytes go up and down the tree.
+    pub tree_max: u64,
+    /// Larger totals run the ring on jobs of up to this many nodes, and Bruck's algorithm on
+    /// larger ones (the ring's n-1 steps in sequence cost more than Bruck's ⌈log2 n⌉ rounds).
+    pub ring_max_nodes: usize,
+}
+
+impl AllgatherRule {
+    /// The tree up to `tree_max` bytes, the ring above.
+    pub fn ring_above(tree_max: u64) -> Self {
+        AllgatherRule {
+            tree_max,
+            ring_max_nodes: usize::MAX,
+        }
+    }
+
+    /// The tree up to `tree_max` bytes, Bruck's algorithm above.
+    pub fn bruck_above(tree_max: u64) -> Self {
+        AllgatherRule {
+            tree_max,
+            ring_max_nodes: 0,
+        }
+    }
+
+    /// What the root of `n` nodes sends down for an allgather past `tree_max`.
+    fn large(&self, n: usize) -> DownContent {
+        if n <= self.ring_max_nodes {
+            DownContent::Ring
+        } else {
+            DownContent::Bruck
+        }
+    }
+}
+
+impl Default for AllgatherRule {
+    fn default() -> Self {
+        AllgatherRule {
+            tree_max: 256 * 1024,
+            ring_max_nodes: 16,
+        }
+    }
+}
+
 /// What a finished collective yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -78,7 +133,7 @@ pub enum Outcome {
 /// What the I/O layer must do.
 #[derive(Debug)]
 pub enum Output {
-    /// Send a message to a node (a tree neighbour, or the ring successor).
+    /// Send a message to a node (a tree neighbour, or a ring or Bruck partner).
     Send {
         /// Destination node.
         to: usize,
@@ -115,6 +170,26 @@ struct State {
     ring: Option<Vec<Option<Bytes>>>,
     /// Ring blobs that arrived before this node learned of the ring.
     early_ring: Vec<(u32, Bytes)>,
+    /// Bruck state, once the root chose Bruck's algorithm.
+    bruck: Option<Bruck>,
+    /// Bruck messages not used yet, by round: each from the one node that sends it.
+    early_bruck: BTreeMap<u32, Vec<(u32, Bytes)>>,
+}
+
+/// Where one node is in Bruck's allgather.
+#[derive(Debug)]
+struct Bruck {
+    /// Blobs by origin node.
+    blobs: Vec<Option<Bytes>>,
+    /// This node holds the blobs of nodes me, me+1, …, me+held-1 (mod n).
+    held: usize,
+    /// The round whose message this node waits for.
+    round: u32,
+}
+
+/// The node that sends node `me` of `n` its message of Bruck round `round`.
+fn bruck_sender(me: usize, n: usize, round: u32) -> usize {
+    (me + (1usize << round)) % n
 }
 
 /// One node's collective engine.
@@ -123,7 +198,7 @@ pub struct Engine {
     node_idx: usize,
     /// The plan every node computed from the job description.
     topo: Arc<Tree>,
-    ring_threshold: u64,
+    allgather: AllgatherRule,
     timeout: Duration,
     next_seq: u64,
     /// This node's depth in the tree, and the tree's depth: for staggered deadlines.
@@ -138,16 +213,16 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine for `job.node_idx` on `topo`; allgathers whose total exceeds
-    /// `ring_threshold` bytes use the ring; every collective must finish within `timeout`.
-    pub fn new(job: JobSpec, topo: Arc<Tree>, ring_threshold: u64, timeout: Duration) -> Self {
+    /// An engine for `job.node_idx` on `topo`; `allgather` picks each allgather's algorithm;
+    /// every collective must finish within `timeout`.
+    pub fn new(job: JobSpec, topo: Arc<Tree>, allgather: AllgatherRule, timeout: Duration) -> Self {
         let depths = topo.depths();
         let depth = depths[job.node_idx] as usize;
         let max_depth = depths.into_iter().max().unwrap_or(0) as usize;
         Engine {
             node_idx: job.node_idx,
             topo,
-            ring_threshold,
+            allgather,
             timeout,
             next_seq: 0,
             depth,
@@ -226,7 +301,7 @@ impl Engine {
     /// Whether collective `state` still needs tree neighbour `node`: the parent, for the
     /// result (or to take this subtree's part); a child, for its subtree's part.
     fn needs(&self, state: &State, node: usize) -> bool {
-        if state.tree_only || state.ring.is_some() || state.op.is_none() {
+        if state.tree_only || state.off_tree() || state.op.is_none() {
             return false;
         }
         if self.topo.parent(self.node_idx) == Some(node) {
@@ -291,6 +366,23 @@ impl Engine {
                 state.early_ring.push((origin, blob));
                 self.advance(seq, out);
             }
+            Message::Bruck { seq, round, blobs } => {
+                if seq < self.next_seq && !self.states.contains_key(&seq) {
+                    return;
+                }
+                let n = self.topo.len();
+                // Only the one node that sends this round here, once: anything else is ignored
+                // rather than trusted (it cannot come from an honest peer).
+                if round >= usize::BITS
+                    || (1usize << round) >= n
+                    || bruck_sender(self.node_idx, n, round) != from
+                {
+                    return;
+                }
+                let state = self.states.entry(seq).or_default();
+                state.early_bruck.entry(round).or_insert(blobs);
+                self.advance(seq, out);
+            }
             Message::Abort(info) => self.abort_from(Some(from), info, out),
             _ => {}
         }
@@ -342,7 +434,7 @@ impl Engine {
     fn deadline(&self, state: &State) -> Option<Instant> {
         let started = state.started?;
         let waiting_for_children =
-            state.op != Some(Op::Broadcast) && !state.sent_up && state.ring.is_none();
+            state.op != Some(Op::Broadcast) && !state.sent_up && !state.off_tree();
         let levels = if waiting_for_children {
             self.max_depth - self.depth
         } else {
@@ -387,8 +479,12 @@ impl Engine {
     /// Nodes whose contribution this node still waits for.
     fn missing(&self, state: &State) -> Vec<usize> {
         let me = self.node_idx;
-        if let Some(ring) = &state.ring {
-            return ring
+        let off_tree = state
+            .ring
+            .as_ref()
+            .or(state.bruck.as_ref().map(|b| &b.blobs));
+        if let Some(blobs) = off_tree {
+            return blobs
                 .iter()
                 .enumerate()
                 .filter(|(_, b)| b.is_none())
@@ -446,7 +542,7 @@ impl Engine {
                     }
                 }
             }
-            oversize |= op == Op::Allgather && !state.tree_only && total > self.ring_threshold;
+            oversize |= op == Op::Allgather && !state.tree_only && total > self.allgather.tree_max;
             state.sent_up = true;
             match self.topo.parent(me) {
                 Some(parent) => {
@@ -481,7 +577,7 @@ impl Engine {
                             return;
                         }
                         Op::Barrier => DownContent::Blobs(Vec::new()),
-                        _ if oversize => DownContent::Ring,
+                        _ if oversize => self.allgather.large(n),
                         _ => DownContent::Blobs(blobs),
                     };
                     state.down = Some(down);
@@ -492,8 +588,8 @@ impl Engine {
             state.down = Some(DownContent::Blobs(vec![(0, state.own.clone())]));
         }
 
-        // Downward phase: forward, then finish or join the ring.
-        if state.ring.is_none() {
+        // Downward phase: forward, then finish or start the ring or Bruck.
+        if !state.off_tree() {
             let Some(down) = state.down.take() else {
                 return;
             };
@@ -522,6 +618,19 @@ impl Engine {
                     });
                     return;
                 }
+                DownContent::Bruck => {
+                    let mut blobs = vec![None; n];
+                    blobs[me] = Some(state.own.clone());
+                    let bruck = Bruck {
+                        blobs,
+                        held: 1,
+                        round: 0,
+                    };
+                    if n > 1 {
+                        bruck_send(seq, me, &bruck, out);
+                    }
+                    state.bruck = Some(bruck);
+                }
                 DownContent::Ring => {
                     let mut ring = vec![None; n];
                     ring[me] = Some(state.own.clone());
@@ -539,6 +648,38 @@ impl Engine {
                     }
                 }
             }
+        }
+
+        if let Some(bruck) = state.bruck.as_mut() {
+            // Bruck phase: take each round's message in turn, then send the next round's.
+            while bruck.held < n {
+                let Some(blobs) = state.early_bruck.remove(&bruck.round) else {
+                    return;
+                };
+                let first = bruck_sender(me, n, bruck.round);
+                let count = (1usize << bruck.round).min(n - bruck.held);
+                let expected = (0..count).map(|j| ((first + j) % n) as u32);
+                if blobs.len() != count || !blobs.iter().map(|(o, _)| *o).eq(expected) {
+                    // Not what the sender must send: wait for the timeout, which names it.
+                    warn!(
+                        seq,
+                        round = bruck.round,
+                        "bruck message with the wrong blobs ignored"
+                    );
+                    return;
+                }
+                for (origin, blob) in blobs {
+                    bruck.blobs[origin as usize] = Some(blob);
+                }
+                bruck.held += count;
+                bruck.round += 1;
+                if bruck.held < n {
+                    bruck_send(seq, me, bruck, out);
+                }
+            }
+            gathered(seq, &mut bruck.blobs, out);
+            self.states.remove(&seq);
+            return;
         }
 
         // Ring phase.
@@ -562,17 +703,52 @@ impl Engine {
             ring[origin_idx] = Some(blob);
         }
         if ring.iter().all(Option::is_some) {
-            let all = ring
-                .iter_mut()
-                .map(|b| b.take().unwrap_or_default())
-                .collect();
+            gathered(seq, ring, out);
             self.states.remove(&seq);
-            out.push(Output::Done {
-                seq,
-                result: Ok(Outcome::Allgather(all)),
-            });
         }
     }
+}
+
+impl State {
+    /// Whether the allgather left the tree for the ring or Bruck's algorithm.
+    fn off_tree(&self) -> bool {
+        self.ring.is_some() || self.bruck.is_some()
+    }
+}
+
+/// Ends allgather `seq` with the blobs gathered off the tree, by origin node.
+fn gathered(seq: u64, blobs: &mut [Option<Bytes>], out: &mut Vec<Output>) {
+    let all = blobs
+        .iter_mut()
+        .map(|b| b.take().unwrap_or_default())
+        .collect();
+    out.push(Output::Done {
+        seq,
+        result: Ok(Outcome::Allgather(all)),
+    });
+}
+
+/// Sends node `me`'s message of Bruck round `bruck.round`: the first 2^round blobs it holds (or
+/// as many as the receiver still lacks) to the node 2^round before it.
+fn bruck_send(seq: u64, me: usize, bruck: &Bruck, out: &mut Vec<Output>) {
+    let n = bruck.blobs.len();
+    let step = 1usize << bruck.round;
+    let count = step.min(n - step);
+    let blobs = (0..count)
+        .map(|j| {
+            let origin = (me + j) % n;
+            let blob = bruck.blobs[origin].clone().unwrap_or_default();
+            (origin as u32, blob)
+        })
+        .collect();
+    out.push(Output::Send {
+        to: (me + n - step) % n,
+        msg: Message::Bruck {
+            seq,
+            round: bruck.round,
+            blobs,
+        },
+    });
 }
 
 fn by_node(n: usize, blobs: Vec<(u32, Bytes)>) -> Vec<Bytes> {

@@ -14,7 +14,7 @@ use crate::AbortInfo;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"GRDY";
 /// The overlay format version; bump on any change to [`Message`].
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
 /// Largest body accepted before a peer has proved the job secret: the handshake frames are
@@ -26,7 +26,7 @@ pub const HANDSHAKE_MAX_BODY: usize = 1024;
 pub enum Link {
     /// A child joining its parent in the tree.
     Child,
-    /// A direct agent-to-agent link for bandwidth-optimal collectives (the ring).
+    /// A direct agent-to-agent link for the collectives off the tree (ring, Bruck).
     Direct,
 }
 
@@ -35,7 +35,8 @@ pub enum Link {
 pub enum UpContent {
     /// The blobs of every node of the sender's subtree, by node index.
     Blobs(Vec<(u32, Bytes)>),
-    /// The subtree's blobs add up to more than the ring threshold; the ring will carry them.
+    /// The subtree's blobs add up to more than the tree carries (`AllgatherRule::tree_max`);
+    /// the ring or Bruck's algorithm will carry them.
     Oversize(u64),
 }
 
@@ -46,6 +47,8 @@ pub enum DownContent {
     Blobs(Vec<(u32, Bytes)>),
     /// The payload is large: run the ring over direct links instead.
     Ring,
+    /// The payload is large: run Bruck's allgather over direct links instead.
+    Bruck,
 }
 
 /// Everything agents say to each other.
@@ -99,6 +102,16 @@ pub enum Message {
         /// The blob.
         blob: Bytes,
     },
+    /// Round `round` of Bruck's allgather `seq`: the blobs the sender holds, to the node
+    /// 2^round before it.
+    Bruck {
+        /// Collective sequence number.
+        seq: u64,
+        /// The round (0-based); the sender is 2^round nodes after the receiver.
+        round: u32,
+        /// The blobs, by origin node.
+        blobs: Vec<(u32, Bytes)>,
+    },
     /// Job-wide abort, flooded along the tree.
     Abort(AbortInfo),
     /// A point-to-point request to the receiving node (e.g. a PMIx direct modex), sent over
@@ -130,6 +143,7 @@ impl Message {
             Message::Up { .. } => "up",
             Message::Down { .. } => "down",
             Message::Ring { .. } => "ring",
+            Message::Bruck { .. } => "bruck",
             Message::Abort(_) => "abort",
             Message::Request { .. } => "request",
             Message::Response { .. } => "response",
@@ -267,16 +281,25 @@ mod tests {
             b"GET / HTTP/1.1\r\n",
             "error: not a greedy overlay frame (starts with [47, 45, 54, 20])",
         );
+        let header = |version: u16, len: u32| {
+            let mut h = MAGIC.to_vec();
+            h.extend(version.to_be_bytes());
+            h.extend(len.to_be_bytes());
+            h
+        };
         check(
-            b"GRDY\x00\x02\x00\x00\x00\x00",
-            "error: peer speaks overlay version 2, we speak 3",
+            &header(VERSION - 1, 0),
+            &format!(
+                "error: peer speaks overlay version {}, we speak {VERSION}",
+                VERSION - 1
+            ),
         );
         check(
-            b"GRDY\x00\x03\xff\xff\xff\xff",
+            &header(VERSION, u32::MAX),
             "error: frame of 4294967295 bytes exceeds the limit of 1024",
         );
         check(
-            b"GRDY\x00\x03\x00\x00\x00\x01\xee",
+            &[header(VERSION, 1), vec![0xee]].concat(),
             "error: undecodable frame body: Hit the end of buffer, expected more data",
         );
         let mut two = encode(Message::Bye);

@@ -2,13 +2,18 @@
 //! binaries and the stable corpus replay (`tests/fuzz_corpus.rs`) run the same checks. Each
 //! takes arbitrary bytes and panics only when an invariant of the code under test breaks.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{
     JobSecret, JobSpec, auth, charm,
+    collectives::{AllgatherRule, Engine, Op},
     frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
     pmi1, pmi2,
     session::{Action, Node, Session},
@@ -129,14 +134,41 @@ pub fn session(data: &[u8]) {
 }
 
 /// The overlay frame decoder: garbage and hostile lengths are refused, and whatever decodes
-/// re-encodes to something that decodes to the same message.
+/// re-encodes to something that decodes to the same message. Each message then reaches the
+/// collectives engine of node 2 of 5 (in a Bruck allgather), as if from node k mod 5 for the
+/// k-th frame: whatever a peer sends, the engine does not panic.
 pub fn overlay_frame(data: &[u8]) {
+    const N: usize = 5;
     let mut codec = FrameCodec { max_body: 1 << 16 };
     let mut buf = BytesMut::from(data);
+    let job = JobSpec {
+        job_id: "fuzz".into(),
+        hosts: (0..N).map(|i| format!("h{i}")).collect(),
+        node_idx: 2,
+        model: Default::default(),
+        ranks: (0..N as u32).map(|i| vec![i]).collect(),
+        secret: JobSecret::from_bytes(&[7; 16]).expect("16 bytes"),
+    };
+    let topo = Arc::new(greedy_tree::greedy(N, &job.model));
+    let mut engine = Engine::new(
+        job,
+        topo,
+        AllgatherRule::bruck_above(0),
+        Duration::from_secs(1),
+    );
+    let mut out = Vec::new();
+    let blob = bytes::Bytes::from_static(b"x");
+    engine.start(Op::Allgather, blob, Instant::now(), None, false, &mut out);
+    let mut from = 0;
     while let Ok(Some(msg)) = codec.decode(&mut buf) {
-        let mut out = BytesMut::new();
-        codec.encode(msg.clone(), &mut out).expect("re-encode");
-        assert_eq!(codec.decode(&mut out).expect("decode").expect("whole"), msg);
+        let mut again = BytesMut::new();
+        codec.encode(msg.clone(), &mut again).expect("re-encode");
+        assert_eq!(
+            codec.decode(&mut again).expect("decode").expect("whole"),
+            msg
+        );
+        engine.on_message(from % N, msg, &mut out);
+        from += 1;
     }
 }
 

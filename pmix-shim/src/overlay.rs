@@ -43,7 +43,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
     AbortInfo, Error, JobSpec, auth,
-    collectives::{Engine, Op, Outcome, Output},
+    collectives::{AllgatherRule, Engine, Op, Outcome, Output},
     frame::{FrameCodec, FrameError, HANDSHAKE_MAX_BODY, Link, Message},
     listener,
     rendezvous::Rendezvous,
@@ -70,9 +70,9 @@ pub struct OverlayConfig {
     /// Every collective after the join. Slurm's `PMIxTimeout` default (300 s) is the model:
     /// a PMI fence waits for the slowest rank of the job, which may still be starting.
     pub collective_timeout: Duration,
-    /// Allgathers whose total payload exceeds this many bytes use the ring instead of the tree
-    /// (measured crossover: docs/benchmarks.md).
-    pub ring_threshold: u64,
+    /// Which algorithm an allgather of a given total size runs (measured crossovers:
+    /// docs/benchmarks.md).
+    pub allgather: AllgatherRule,
     /// Largest frame accepted from a peer; bounds the memory a peer can make us reserve.
     pub max_frame: usize,
     /// Connections accepted at once (links plus handshakes in progress).
@@ -93,7 +93,7 @@ impl Default for OverlayConfig {
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
             collective_timeout: Duration::from_secs(300),
-            ring_threshold: 256 * 1024,
+            allgather: AllgatherRule::default(),
             max_frame: 1 << 30,
             max_connections: 1024,
             shutdown_linger: Duration::from_secs(1),
@@ -373,7 +373,7 @@ impl Overlay {
         let engine = Engine::new(
             job.clone(),
             topo.clone(),
-            config.ring_threshold,
+            config.allgather,
             config.collective_timeout,
         );
         tracker.spawn(
@@ -1134,6 +1134,7 @@ async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: W
                     msg @ (Message::Up { .. }
                     | Message::Down { .. }
                     | Message::Ring { .. }
+                    | Message::Bruck { .. }
                     | Message::Abort(_)
                     | Message::Request { .. }
                     | Message::Response { .. }),

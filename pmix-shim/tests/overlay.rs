@@ -1,4 +1,4 @@
-//! The overlay over loopback: join, every collective, ring and tree allgather, strangers refused.
+//! The overlay over loopback: join, every collective, tree, Bruck and ring allgather, strangers refused.
 
 use std::{
     io::Write,
@@ -9,6 +9,7 @@ use std::{
 use bytes::Bytes;
 use greedy_pmix::{
     Error, JobSecret, JobSpec,
+    collectives::AllgatherRule,
     overlay::{Overlay, OverlayConfig},
     rendezvous::{Memory, Rendezvous},
 };
@@ -61,7 +62,7 @@ fn config() -> OverlayConfig {
         join_timeout: Duration::from_secs(20),
         collective_timeout: Duration::from_secs(20),
         handshake_timeout: Duration::from_secs(2),
-        ring_threshold: 1000,
+        allgather: AllgatherRule::ring_above(1000),
         ..Default::default()
     }
 }
@@ -131,8 +132,27 @@ async fn every_collective_over_loopback() {
     );
     assert!(got[1..].iter().all(Option::is_none));
     // Small (tree) then large (ring: 6 × 400 B > 1000 B) allgathers.
-    for size in [10usize, 400] {
-        let got = on_all(&overlays, move |o| async move {
+    check_allgathers(&overlays, [10, 400]).await;
+    shutdown(overlays).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bruck_allgathers_over_loopback() {
+    let config = OverlayConfig {
+        allgather: AllgatherRule::bruck_above(1000),
+        ..config()
+    };
+    let (overlays, _) = start_all(11, config).await;
+    // The tree, then Bruck's four rounds over direct links, twice (the links stay up).
+    check_allgathers(&overlays, [10, 400, 1000]).await;
+    shutdown(overlays).await;
+}
+
+/// Allgathers of each size in turn: every node gets every node's blob, by node index.
+async fn check_allgathers<const K: usize>(overlays: &[Overlay], sizes: [usize; K]) {
+    let n = overlays.len();
+    for size in sizes {
+        let got = on_all(overlays, move |o| async move {
             o.allgather(Bytes::from(vec![o.node_idx() as u8; size]))
                 .await
                 .unwrap()
@@ -141,7 +161,6 @@ async fn every_collective_over_loopback() {
         let expect: Vec<Bytes> = (0..n).map(|i| Bytes::from(vec![i as u8; size])).collect();
         assert!(got.iter().all(|g| *g == expect), "size {size}");
     }
-    shutdown(overlays).await;
 }
 
 /// Issue 3: a stranger that connects gets nothing and the job is unaffected.
@@ -243,7 +262,10 @@ async fn stranger_connections_are_refused_and_the_job_is_unaffected() {
     for expect in [
         "not a greedy overlay frame (starts with [47, 45, 54, 20])",
         "claims node 2 but fails the job-secret proof",
-        "peer speaks overlay version 9, we speak 3",
+        &format!(
+            "peer speaks overlay version 9, we speak {}",
+            greedy_pmix::frame::VERSION
+        ),
     ] {
         assert!(
             text.lines().any(|l| l.contains("DEBUG")

@@ -30,8 +30,10 @@ pub struct Settings {
     pub ppn: u32,
     /// Endpoint bytes per rank.
     pub bytes_per_rank: f64,
-    /// greedy-pmix's tree → ring switch, total bytes.
-    pub ring_threshold: f64,
+    /// greedy-pmix's default `AllgatherRule`: the tree up to this many bytes in total…
+    pub tree_max: f64,
+    /// …past it the ring on up to this many nodes, Bruck's algorithm on more.
+    pub ring_max_nodes: usize,
     /// Which measured shell's fitted model the projections use (its lowest delay).
     pub project_from: String,
     /// Ranks of the allgather comparison.
@@ -70,7 +72,8 @@ impl Default for Settings {
             },
             ppn: 1,
             bytes_per_rank: 1024.0,
-            ring_threshold: 256.0 * 1024.0,
+            tree_max: 256.0 * 1024.0,
+            ring_max_nodes: 16,
             project_from: "ssh".into(),
             allgather_ranks: 100_000,
         }
@@ -243,7 +246,8 @@ fn scale_section(
         "The simulation's {} fit at {} ms delay (SEQ {:.1} ms, REM {:.1} ms) with every host on its own CPU, no \
          batch cap (as the model), launch noise {} per SEQ and REM and {:.1} % stragglers × {}; \
          median (p5–p95) of {} runs, seconds. Then the wire-up: {} rank(s) per node × {} bytes \
-         allgathered as greedy-pmix does (tree up to {} KiB in total, else ring), α {} µs, β {} \
+         allgathered as greedy-pmix does (tree up to {} KiB in total, else the ring on up to {} \
+         nodes and Bruck's algorithm on more), α {} µs, β {} \
          ns/byte, γ {} µs per message. `greedy-cap:K` is greedy under Slurm's TreeWidth K \
          (route/greedy), `kary:K` Slurm's own TreeWidth K fan-out (K = 16, 50), Open MPI's \
          radix 64, and k-ary 32.\n",
@@ -257,7 +261,8 @@ fn scale_section(
         s.runs,
         s.ppn,
         s.bytes_per_rank,
-        s.ring_threshold / 1024.0,
+        s.tree_max / 1024.0,
+        s.ring_max_nodes,
         s.net.alpha * 1e6,
         s.net.beta * 1e9,
         s.net.gamma * 1e6,
@@ -279,10 +284,12 @@ fn scale_section(
         let mut noisy = Vec::new();
         for &n in &s.nodes {
             let total = n as f64 * f64::from(s.ppn) * s.bytes_per_rank;
-            let alg = if total <= s.ring_threshold {
+            let alg = if total <= s.tree_max {
                 Allgather::Tree
-            } else {
+            } else if n <= s.ring_max_nodes {
                 Allgather::Ring
+            } else {
+                Allgather::Bruck
             };
             let scenario = Scenario {
                 nodes: n,
