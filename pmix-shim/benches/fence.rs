@@ -4,8 +4,8 @@
 //! TCP on 127.0.0.1) and times collectives, printing Markdown tables for docs/benchmarks.md:
 //! 1. fence latency vs K: an allgather of a 2 KiB blob per node (4 MPICH ranks' UCX addresses,
 //!    research/pmix-pmi.md §4), and a PMI fence through the PMI-1 server with one client per node;
-//! 2. tree vs ring allgather vs blob size at K = 8 and 16, to place the tree's limit;
-//! 3. tree vs ring vs Bruck at K = 128, 256 and 512, to choose between them past it
+//! 2. tree vs ring vs Bruck allgather by blob size at K = 8 and 16, to place the tree's limit;
+//! 3. the same at K = 128, 256 and 512, to choose between the ring and Bruck past it
 //!    (`BENCH_AGENTS="128 256"` picks the sizes; each agent holds a listener and its links, so
 //!    512 needs about 3000 descriptors).
 //!
@@ -166,6 +166,15 @@ const TREE: AllgatherRule = AllgatherRule {
     ring_max_nodes: 0,
 };
 
+/// The title and head of a table of [`compare`] rows.
+fn compare_head(title: &str, iters: usize) {
+    println!("\n### {title} (loopback, {iters} iterations, p50 µs)\n");
+    println!(
+        "| agents | bytes/node | total | tree p50 µs | ring p50 µs | Bruck p50 µs | fastest |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---|");
+}
+
 /// One table row per size: the p50 of each algorithm at `n` agents, and the fastest. One
 /// algorithm's agents run at a time (three sets of 512 would need 9000 descriptors), and each
 /// set does one unmeasured allgather first, which opens its direct links.
@@ -220,9 +229,7 @@ fn main() {
         }
 
         let iters = if quick { 3 } else { 20 };
-        println!("\n### Allgather: tree vs ring vs Bruck by blob size per node (loopback, {iters} iterations, p50 µs)\n");
-        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | Bruck p50 µs | fastest |");
-        println!("|---:|---:|---:|---:|---:|---:|---|");
+        compare_head("Allgather: tree vs ring vs Bruck by blob size per node", iters);
         let sizes = [1usize << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20];
         for n in [8, 16] {
             compare(n, &sizes, iters).await;
@@ -235,9 +242,10 @@ fn main() {
             .collect();
         let iters = if quick { 3 } else { 10 };
         let sizes = [64usize, 1 << 10, 4 << 10, 16 << 10];
-        println!("\n### Allgather at scale: tree vs ring vs Bruck by blob size per node (loopback, {iters} iterations, p50 µs)\n");
-        println!("| agents | bytes/node | total | tree p50 µs | ring p50 µs | Bruck p50 µs | fastest |");
-        println!("|---:|---:|---:|---:|---:|---:|---|");
+        compare_head(
+            "Allgather at scale: tree vs ring vs Bruck by blob size per node",
+            iters,
+        );
         for n in agents {
             compare(n, &sizes, iters).await;
         }

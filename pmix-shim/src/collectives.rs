@@ -660,7 +660,8 @@ impl Engine {
                 let count = (1usize << bruck.round).min(n - bruck.held);
                 let expected = (0..count).map(|j| ((first + j) % n) as u32);
                 if blobs.len() != count || !blobs.iter().map(|(o, _)| *o).eq(expected) {
-                    // Not what the sender must send: wait for the timeout, which names it.
+                    // Not what the sender must send: wait for the timeout, which names the
+                    // nodes whose blobs are still missing.
                     warn!(
                         seq,
                         round = bruck.round,

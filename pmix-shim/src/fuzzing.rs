@@ -135,21 +135,14 @@ pub fn session(data: &[u8]) {
 
 /// The overlay frame decoder: garbage and hostile lengths are refused, and whatever decodes
 /// re-encodes to something that decodes to the same message. Each message then reaches the
-/// collectives engine of node 2 of 5 (in a Bruck allgather), as if from node k mod 5 for the
-/// k-th frame: whatever a peer sends, the engine does not panic.
+/// collectives engine of node 1 of [`overlay_job`] (in a Bruck allgather), as if from node k
+/// mod 8 for the k-th frame: whatever a peer sends, the engine does not panic.
 pub fn overlay_frame(data: &[u8]) {
-    const N: usize = 5;
     let mut codec = FrameCodec { max_body: 1 << 16 };
     let mut buf = BytesMut::from(data);
-    let job = JobSpec {
-        job_id: "fuzz".into(),
-        hosts: (0..N).map(|i| format!("h{i}")).collect(),
-        node_idx: 2,
-        model: Default::default(),
-        ranks: (0..N as u32).map(|i| vec![i]).collect(),
-        secret: JobSecret::from_bytes(&[7; 16]).expect("16 bytes"),
-    };
-    let topo = Arc::new(greedy_tree::greedy(N, &job.model));
+    let job = overlay_job();
+    let n = job.n_nodes();
+    let topo = Arc::new(greedy_tree::greedy(n, &job.model));
     let mut engine = Engine::new(
         job,
         topo,
@@ -167,7 +160,7 @@ pub fn overlay_frame(data: &[u8]) {
             codec.decode(&mut again).expect("decode").expect("whole"),
             msg
         );
-        engine.on_message(from % N, msg, &mut out);
+        engine.on_message(from % n, msg, &mut out);
         from += 1;
     }
 }
@@ -198,9 +191,10 @@ pub fn charm_frame(data: &[u8]) {
     }
 }
 
-/// The job both ends of [`overlay_handshake`] belong to: 8 nodes in the greedy tree, this
-/// node 1 (a child of 0, with children of its own).
-fn handshake_job() -> JobSpec {
+/// The job of the overlay targets (both ends of [`overlay_handshake`], and the engine of
+/// [`overlay_frame`]): 8 nodes in the greedy tree, this node 1 (a child of 0, with children
+/// of its own).
+fn overlay_job() -> JobSpec {
     let hosts: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
     JobSpec {
         job_id: "fuzz".into(),
@@ -222,7 +216,7 @@ pub fn overlay_handshake(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let job = handshake_job();
+    let job = overlay_job();
     let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
     let (server_nonce, client_nonce) = ([1u8; 32], [2u8; 32]);
     let mut codec = FrameCodec {
