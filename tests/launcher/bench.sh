@@ -9,6 +9,8 @@
 #   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
 #   SETTLE=N: wait at most N half-seconds for an idle machine before each run (default 30)
 #   ACONFIGS="hydra ompi gr-greedy": only these runners of part A (default: all five)
+#   MPICH_NET=ofi: MPICH's hello over libfabric's tcp provider instead of its default, UCX, whose
+#                address exchange fails at 512 hosts here ("Destination is unreachable")
 #   `greedy-bench` (bench/) runs this script per section and turns the CSV into docs/benchmarks.md
 #
 # Part A (same cluster, same sitting, interleaved runs): launch-to-finish wall time of an MPI
@@ -51,6 +53,8 @@ SIZES=${SIZES-16 64} # SIZES= (empty) runs no part A size
 DELAY=${DELAY:-10}
 PARTS=${PARTS:-A B C}
 ACONFIGS=${ACONFIGS:-hydra ompi gr-flat-kex gr-flat gr-greedy}
+MPICH_ENV=()
+[[ ${MPICH_NET:-} != ofi ]] || MPICH_ENV=(MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp)
 MSIZES=${MSIZES:-8 16 32 64}
 SHELLS=${SHELLS:-rsh ssh}
 SETTLE=${SETTLE:-30}
@@ -125,18 +129,18 @@ for n in $SIZES; do
   for i in $(seq "$n"); do echo "n$i slots=1"; done >"hosts$n.ompi"
   for run in $(seq "$RUNS"); do
     measure A "$n" hydra "$run" "of $n: ok" \
-      "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 env EXPECT_SIZE="$n" ./hello_mpich5
+      "$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1 env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
     measure A "$n" ompi "$run" "of $n: ok" \
       mpirun --allow-run-as-root --hostfile "hosts$n.ompi" -np "$n" --map-by node -x EXPECT_SIZE="$n" ./hello_ompi
     measure A "$n" gr-flat-kex "$run" "of $n: ok" \
       "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat --rsh "$DEFAULT_KEX" \
-      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
     measure A "$n" gr-flat "$run" "of $n: ok" \
       "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --topology flat \
-      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
     measure A "$n" gr-greedy "$run" "of $n: ok" \
       "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
-      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" ./hello_mpich5
+      --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
   done
 done
 
