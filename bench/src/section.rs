@@ -284,7 +284,7 @@ const LAUNCHERS: [(&str, &str); 7] = [
         "greedyrun defaults (greedy tree, cheap ssh hops)",
     ),
     ("gr-greedy-pmi", "the same with the PMI wire-up started"),
-    ("gr-greedy-rsh", "greedyrun over rsh (part C only)"),
+    ("gr-greedy-rsh", "greedyrun over rsh"),
     ("gr-flat", "greedyrun --topology flat (cheap hops, no tree)"),
     (
         "gr-flat-kex",

@@ -8,7 +8,7 @@
 #   PARTS=M SIZES= MSIZES="8 16 32 64" SHELLS="rsh ssh": the model validation (part M below)
 #   results (CSV, every run's stderr) are copied to $BENCH_OUT (default $CARGO_TARGET_DIR/launcher-bench)
 #   SETTLE=N: wait at most N half-seconds for an idle machine before each run (default 30)
-#   ACONFIGS="hydra ompi gr-greedy": only these runners of part A (default: all five)
+#   ACONFIGS="hydra ompi gr-greedy": only these runners of part A (default: all six)
 #   MPICH_NET=ofi: MPICH's hello over libfabric's tcp provider instead of its default, UCX, whose
 #                address exchange fails at 512 hosts here ("Destination is unreachable")
 #   `greedy-bench` (bench/) runs this script per section and turns the CSV into docs/benchmarks.md
@@ -21,6 +21,7 @@
 #   gr-flat-kex  greedyrun --topology flat with Debian's default ssh KEX: same hops as Hydra
 #   gr-flat      greedyrun --topology flat, cheap hops (curve25519 first, the default)
 #   gr-greedy    greedyrun defaults: cheap hops + greedy tree (SEQ/REM calibrated below)
+#   gr-greedy-rsh  the same over rsh (its own calibrated SEQ/REM)
 # gr-flat-kex → gr-flat is what cheaper hops buy; gr-flat → gr-greedy is what the tree buys.
 # All MPI programs are the same source, built by each MPI's own mpicc.
 #
@@ -52,7 +53,7 @@ RUNS=${RUNS:-3}
 SIZES=${SIZES-16 64} # SIZES= (empty) runs no part A size
 DELAY=${DELAY:-10}
 PARTS=${PARTS:-A B C}
-ACONFIGS=${ACONFIGS:-hydra ompi gr-flat-kex gr-flat gr-greedy}
+ACONFIGS=${ACONFIGS:-hydra ompi gr-flat-kex gr-flat gr-greedy gr-greedy-rsh}
 MPICH_ENV=()
 [[ ${MPICH_NET:-} != ofi ]] || MPICH_ENV=(MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp)
 MSIZES=${MSIZES:-8 16 32 64}
@@ -141,6 +142,9 @@ for n in $SIZES; do
     measure A "$n" gr-greedy "$run" "of $n: ok" \
       "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" \
       --seq "$SSH_SEQ" --rem "$SSH_REM" -- env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
+    measure A "$n" gr-greedy-rsh "$run" "of $n: ok" \
+      "$BIN/greedyrun" -v --progress 0 --hostfile "hosts$n" --rsh rsh \
+      --seq "$RSH_SEQ" --rem "$RSH_REM" -- env EXPECT_SIZE="$n" "${MPICH_ENV[@]}" ./hello_mpich5
   done
 done
 
