@@ -38,8 +38,10 @@ else
   # Open MPI's ranks poll in MPI_Init while they wait, and all 600 hosts share 2 cores: with
   # the ranks of the first hosts polling, the last hosts' ssh handshakes starved (at 60 s 26
   # agents were not up; with 300 s, sshd dropped one). rsh hops cost far less CPU, and the
-  # launch gets more time than its default 60 s. What is checked here is the PMIx job.
-  launcher=("$BIN/greedyrun" -v --progress 0 --rsh rsh --timeout $((hosts / 2)) --hostfile hosts --)
+  # launch gets half a second per host past 120 (its default is 60 s). What is checked here is
+  # the PMIx job.
+  launcher=("$BIN/greedyrun" -v --progress 0 --rsh rsh --timeout $((hosts > 120 ? hosts / 2 : 60))
+    --hostfile hosts --)
 fi
 eval "$("$TC" env)"
 ((slurm)) || wait_sshd "$hosts"
@@ -73,7 +75,7 @@ for client in $clients; do
   echo "| $client | $hosts | $((wall / 1000)).$((wall % 1000 / 100)) s | $cpu | ${up:--} | $ok/$hosts (exit $rc) |"
   if ((rc != 0 || ok != hosts)); then
     failed=1
-    echo "ompi-scale: $client failed; the end of greedyrun's stderr:" >&2
+    echo "ompi-scale: $client failed; the end of ${launcher[0]##*/}'s stderr:" >&2
     tail -n 20 "$client.err" >&2
   fi
 done
