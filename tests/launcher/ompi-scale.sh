@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Open MPI through greedyrun past 500 hosts (issue 19, item 1), on the emulated cluster with a
-# per-hop delay: the MPI hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize) of
-# Debian's Open MPI 4.1 and of the PyPI Open MPI 5 wheel (its own OpenPMIx client), one rank per
-# host, started with no protocol flag (tests/mpi/clients.sh's commands). A run passes only if
-# every rank printed its check (size, rank, allreduce) and greedyrun exited 0. Prints one
-# markdown row per client: wall time, the machine's CPU seconds (every host shares its 2 cores)
-# and when greedyrun's last agent said hello.
-# usage: tests/launcher/ompi-scale.sh [--hosts 600] [--delay MS]
+# Open MPI past 500 hosts (issue 19, item 1), on the emulated cluster with a per-hop delay: the
+# MPI hello (tests/mpi/wireup.c: Init, Allreduce, Barrier, Finalize) of Debian's Open MPI 4.1
+# and of the PyPI Open MPI 5 wheel (its own OpenPMIx client), one rank per host, started with no
+# protocol flag (tests/mpi/clients.sh's commands) by greedyrun, or with --slurm by
+# `srun --mpi=greedy` on as many slurmd. A run passes only if every rank printed its check
+# (size, rank, allreduce) and the launcher exited 0. Prints one markdown row per client: wall
+# time, the machine's CPU seconds (every host shares its 2 cores) and, under greedyrun, when its
+# last agent said hello. Each client's stdout and stderr are kept in $OMPI_SCALE_OUT (default
+# $CARGO_TARGET_DIR/ompi-scale).
+# usage: tests/launcher/ompi-scale.sh [--hosts 600] [--delay MS] [--slurm] [--clients "ompi4 ompi5"]
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 10 min at 600.
 set -euo pipefail
 
