@@ -15,6 +15,7 @@ use greedy_pmix::{
     family::Family,
     node::{NodeConfig, NodeService},
     peer::JobProcesses,
+    pmix::Binding,
     rendezvous::{Memory, Rendezvous},
 };
 use tokio::sync::mpsc;
@@ -125,7 +126,7 @@ pub async fn start(
     let mut config = NodeConfig::new(ip, admit, &families(start.pmi))
         .map_err(|e| Error::Plan(format!("{host}: {e}")))?;
     config.overlay.join_timeout = join_timeout;
-    config.pmix.bound = bound.clone();
+    config.pmix.binding = Binding::Known(bound.clone());
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)

@@ -320,11 +320,22 @@ impl NodeService {
             .unwrap_or(Family::Pmi)
     }
 
+    /// The launcher reports that local `rank` has started (exec'd), bound to the `bound` CPUs
+    /// or unbound: under [`crate::pmix::Binding::Reported`] PMIx tells the ranks where they
+    /// run once every local rank has started.
+    pub fn rank_started(&self, rank: u32, bound: Option<Vec<u32>>) {
+        if let Some((pmix, _)) = &self.inner.servers.pmix {
+            pmix.rank_started(rank, bound);
+        }
+    }
+
     /// The launcher reports that local `rank` exited with `code` (128+signal for a signal);
     /// the server of its family decides whether that ends the job.
     pub async fn rank_exited(&self, rank: u32, code: i32) {
         let family = self.family_for(rank);
         debug!(rank, code, %family, "rank exited");
+        // A rank that never said it started will not now.
+        self.rank_started(rank, None);
         match family {
             Family::Pmi => {
                 if let Some(pmi) = &self.inner.servers.pmi {

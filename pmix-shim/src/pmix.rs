@@ -33,7 +33,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Condvar, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -132,10 +132,24 @@ pub struct PmixConfig {
     /// only. libpmix cannot tell a stranger from a rank itself (research/endpoint-security.md
     /// §2), and one silent stranger would freeze it.
     pub admit: Admit,
-    /// The CPUs each local rank is bound to (rank → the operating system's CPU numbers), told
-    /// to the ranks as their `PMIX_LOCALITY_STRING` and `PMIX_CPUSET`; a rank not named runs
-    /// unbound.
-    pub bound: BTreeMap<u32, Vec<u32>>,
+    /// Where the CPUs each local rank is bound to come from, told to the ranks as their
+    /// `PMIX_LOCALITY_STRING` and `PMIX_CPUSET`.
+    pub binding: Binding,
+}
+
+/// Where the local ranks' CPU bindings come from.
+#[derive(Debug, Clone)]
+pub enum Binding {
+    /// Known before the ranks start, since the embedder binds them itself: rank → the
+    /// operating system's CPU numbers; a rank not named runs unbound. The namespace is
+    /// registered before [`PmixServer::start`] returns.
+    Known(BTreeMap<u32, Vec<u32>>),
+    /// Learnt as each local rank starts ([`PmixServer::rank_started`]): Slurm's task plugin
+    /// binds a task after the MPI plugin's last hook, just before its exec. The namespace is
+    /// registered once every local rank has started or exited (at most `register_timeout`
+    /// after the start; later ones then count as unbound), and a connection waits in the
+    /// accept gate until then, since a client reads its job's data as soon as it connects.
+    Reported,
 }
 
 impl std::fmt::Debug for PmixConfig {
@@ -146,7 +160,7 @@ impl std::fmt::Debug for PmixConfig {
             .field("finalize_timeout", &self.finalize_timeout)
             .field("exit_grace", &self.exit_grace)
             .field("owner", &self.owner)
-            .field("bound", &self.bound)
+            .field("binding", &self.binding)
             .finish_non_exhaustive()
     }
 }
@@ -162,7 +176,7 @@ impl PmixConfig {
             exit_grace: Duration::from_millis(500),
             owner: None,
             admit: admit_nobody(),
-            bound: BTreeMap::new(),
+            binding: Binding::Known(BTreeMap::new()),
         }
     }
 }
@@ -299,6 +313,46 @@ struct State {
     exited: HashMap<u32, i32>,
     registered: HashSet<u32>,
     fences: u64,
+}
+
+/// Whether the namespace is registered yet ([`Binding::Reported`]); the accept gate waits on
+/// it, blocking, on libpmix's listener thread.
+#[derive(Debug, Default)]
+struct Registration {
+    /// `Some(true)` once registered, `Some(false)` if that failed or the server stops first.
+    done: Mutex<Option<bool>>,
+    changed: Condvar,
+}
+
+impl Registration {
+    /// The first outcome counts.
+    fn finish(&self, ok: bool) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(ok);
+        self.changed.notify_all();
+    }
+
+    /// Whether the namespace was registered within `limit`.
+    fn wait(&self, limit: Duration) -> bool {
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, _) = self
+            .changed
+            .wait_timeout_while(done, limit, |d| d.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        done.unwrap_or(false)
+    }
+}
+
+/// The bindings of [`Binding::Reported`] as they come in.
+#[derive(Debug, Default)]
+struct Started {
+    /// Local ranks that have neither started nor exited.
+    missing: HashSet<u32>,
+    bound: BTreeMap<u32, Vec<u32>>,
+    /// Told when `missing` empties.
+    all_in: Option<oneshot::Sender<()>>,
 }
 
 /// What PMIx's callbacks reach (no `Server` inside: the server owns the handler).
@@ -461,6 +515,9 @@ struct Shared {
     departures: Departures,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    nsdir: PathBuf,
+    registration: Arc<Registration>,
+    started: Mutex<Started>,
 }
 
 impl PmixServer {
@@ -485,11 +542,6 @@ impl PmixServer {
         let me = job.node_idx;
         let job = Arc::new(job.clone());
         let span = info_span!("pmix", job = %job.job_id, node = me);
-        let failed = |what: &str, status: Status| Error::Pmix {
-            node: me,
-            what: what.to_string(),
-            status: status.to_string(),
-        };
         if job.job_id.len() > greedy_sys::pmix::MAX_NSLEN {
             return Err(Error::InvalidJob {
                 job: job.job_id.clone(),
@@ -512,6 +564,17 @@ impl PmixServer {
                 std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(dirs_failed)?;
             }
         }
+        let registration = Arc::new(Registration::default());
+        let admit = match config.binding {
+            Binding::Known(_) => config.admit.clone(),
+            Binding::Reported => {
+                let (policy, registration) = (config.admit.clone(), registration.clone());
+                // Past twice the time the registration may take, the client is refused (its
+                // PMIx_Init fails, and its exit aborts the job naming it).
+                let limit = config.register_timeout * 2;
+                Arc::new(move |peer, local| policy(peer, local) && registration.wait(limit))
+            }
+        };
         let state = Arc::new(Mutex::new(State::default()));
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -534,7 +597,7 @@ impl PmixServer {
                 nodeid: me as u32,
                 server_nspace: format!("greedy-{}", job.job_id),
                 server_rank: me as u32,
-                admit: config.admit.clone(),
+                admit,
             },
         )
         .map_err(|e| Error::Pmix {
@@ -543,6 +606,7 @@ impl PmixServer {
             status: e.to_string(),
         })?;
         let server = Arc::new(server);
+        let (all_in, all_started) = oneshot::channel();
         let shared = Arc::new(Shared {
             job: job.clone(),
             config: config.clone(),
@@ -552,39 +616,34 @@ impl PmixServer {
             departures,
             shutdown,
             tracker,
+            nsdir,
+            registration,
+            started: Mutex::new(Started {
+                missing: match config.binding {
+                    Binding::Known(_) => HashSet::new(),
+                    Binding::Reported => job.local_ranks().iter().copied().collect(),
+                },
+                bound: BTreeMap::new(),
+                all_in: Some(all_in),
+            }),
         });
         let pmix = PmixServer { inner: shared };
-        let registered = async {
-            let info = job_info(&job, &server, &config, &nsdir)
-                .map_err(|s| failed("building the job info", s))?;
-            let (tx, rx) = oneshot::channel();
-            server
-                .register_nspace(
-                    &job.job_id,
-                    job.local_ranks().len() as u32,
-                    info,
-                    move |s| {
-                        let _ = tx.send(s);
-                    },
-                )
-                .map_err(|s| failed("PMIx_server_register_nspace", s))?;
-            match tokio::time::timeout(config.register_timeout, rx).await {
-                Err(_) => Err(Error::Timeout {
-                    node: me,
-                    what: "register_timeout",
-                    after: config.register_timeout,
-                }),
-                Ok(Err(_)) => Err(failed("PMIx_server_register_nspace", Status::ERROR)),
-                Ok(Ok(s)) if !s.is_success() => Err(failed("PMIx_server_register_nspace", s)),
-                Ok(Ok(_)) => Ok(()),
+        let inner = &pmix.inner;
+        match &config.binding {
+            Binding::Known(bound) => {
+                if let Err(e) = register_nspace(inner, &server, bound).await {
+                    pmix.shutdown().await;
+                    return Err(e);
+                }
+                inner.registration.finish(true);
             }
-        };
-        if let Err(e) = registered.await {
-            pmix.shutdown().await;
-            return Err(e);
+            Binding::Reported => {
+                inner.tracker.spawn(
+                    register_when_started(inner.clone(), all_started).instrument(span.clone()),
+                );
+            }
         }
         drop(server);
-        let inner = &pmix.inner;
         inner
             .tracker
             .spawn(fence_loop(inner.clone(), fence_rx).instrument(span.clone()));
@@ -595,6 +654,24 @@ impl PmixServer {
         }
         drop(span);
         Ok(pmix)
+    }
+
+    /// [`Binding::Reported`]: local `rank` has started (exec'd), bound to `bound` CPUs, or
+    /// unbound; the namespace is registered when the last local rank has. Nothing for a rank
+    /// reported before, or under [`Binding::Known`].
+    pub fn rank_started(&self, rank: u32, bound: Option<Vec<u32>>) {
+        let mut started = lock_started(&self.inner);
+        if !started.missing.remove(&rank) {
+            return;
+        }
+        if let Some(cpus) = bound {
+            started.bound.insert(rank, cpus);
+        }
+        if started.missing.is_empty()
+            && let Some(all_in) = started.all_in.take()
+        {
+            let _ = all_in.send(());
+        }
     }
 
     /// Registers local `rank` with PMIx and returns the environment to start it with
@@ -672,6 +749,7 @@ impl PmixServer {
     /// job is aborted within `exit_grace` for another reason, or the rank never connected and
     /// exited 0 (not a PMIx client; [`crate::departures`] has the rule).
     pub async fn rank_exited(&self, rank: u32, code: i32) {
+        self.rank_started(rank, None);
         let reason = {
             let mut st = lock(&self.inner.state);
             st.exited.insert(rank, code);
@@ -726,6 +804,8 @@ impl PmixServer {
     /// caller's), so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
+        // Connections held in the gate are refused: finalize joins the listener thread.
+        self.inner.registration.finish(false);
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
         let server = self
@@ -774,6 +854,81 @@ impl PmixServer {
     }
 }
 
+/// Registers the job's namespace, with `bound` as the local ranks' bindings.
+async fn register_nspace(
+    shared: &Shared,
+    server: &Server,
+    bound: &BTreeMap<u32, Vec<u32>>,
+) -> Result<(), Error> {
+    let (job, config) = (&shared.job, &shared.config);
+    let me = job.node_idx;
+    let failed = |what: &str, status: Status| Error::Pmix {
+        node: me,
+        what: what.to_string(),
+        status: status.to_string(),
+    };
+    let info = job_info(job, server, config, &shared.nsdir, bound)
+        .map_err(|s| failed("building the job info", s))?;
+    let (tx, rx) = oneshot::channel();
+    server
+        .register_nspace(
+            &job.job_id,
+            job.local_ranks().len() as u32,
+            info,
+            move |s| {
+                let _ = tx.send(s);
+            },
+        )
+        .map_err(|s| failed("PMIx_server_register_nspace", s))?;
+    match tokio::time::timeout(config.register_timeout, rx).await {
+        Err(_) => Err(Error::Timeout {
+            node: me,
+            what: "register_timeout",
+            after: config.register_timeout,
+        }),
+        Ok(Err(_)) => Err(failed("PMIx_server_register_nspace", Status::ERROR)),
+        Ok(Ok(s)) if !s.is_success() => Err(failed("PMIx_server_register_nspace", s)),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// [`Binding::Reported`]: registers the namespace once every local rank has started (or after
+/// `register_timeout`), then lets the connections held in the gate through. A failure aborts
+/// the job, naming this node.
+async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiver<()>) {
+    let limit = shared.config.register_timeout;
+    tokio::select! {
+        _ = shared.shutdown.cancelled() => return shared.registration.finish(false),
+        waited = tokio::time::timeout(limit, all_started) => if waited.is_err() {
+            let missing = lock_started(&shared).missing.clone();
+            warn!(?missing, "ranks not started after {limit:?}; their PMIx locality is left out");
+        }
+    }
+    let bound = std::mem::take(&mut lock_started(&shared).bound);
+    let server = shared
+        .server
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let Some(server) = server else {
+        return shared.registration.finish(false);
+    };
+    let registered = register_nspace(&shared, &server, &bound).await;
+    shared.registration.finish(registered.is_ok());
+    if let Err(e) = registered {
+        let me = shared.job.node_idx;
+        warn!("{e}");
+        shared
+            .overlay
+            .abort(AbortInfo::new(me, None, 1, e.to_string()))
+            .await;
+    }
+}
+
+fn lock_started(shared: &Shared) -> MutexGuard<'_, Started> {
+    shared.started.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The namespace's job-level info (research/pmix-pmi.md §1): sizes, maps, local peers, and
 /// per-rank data for the local ranks only (with where each bound one runs); PMIx derives
 /// remote ranks' hosts and node ids from the node and proc maps.
@@ -782,6 +937,7 @@ fn job_info(
     server: &Server,
     config: &PmixConfig,
     nsdir: &std::path::Path,
+    bound: &BTreeMap<u32, Vec<u32>>,
 ) -> Result<InfoArray, Status> {
     let tmpdir = &config.tmpdir;
     let me = job.node_idx;
@@ -843,7 +999,7 @@ fn job_info(
         ];
         // Open MPI tells which local peers share a package, a cache or a core from these;
         // without them every peer is just "on this node".
-        if let Some(cpus) = config.bound.get(&rank) {
+        if let Some(cpus) = bound.get(&rank) {
             match server.locality_of(cpus) {
                 Ok(place) => data.extend([
                     (key::LOCALITY_STRING, Value::Str(place.locality)),

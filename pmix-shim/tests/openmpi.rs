@@ -25,7 +25,7 @@ use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec,
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
-    pmix::{PmixConfig, PmixServer, admit_job},
+    pmix::{Binding, PmixConfig, PmixServer, admit_job},
     rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command};
@@ -96,6 +96,9 @@ struct AgentSpec {
     /// Before its ranks start, the agent itself (not a rank) connects to its PMIx port,
     /// sends half a header and stays silent until the job is over.
     stranger: bool,
+    /// Binding::Reported: the agent says each rank started, bound to CPU (local rank mod 2),
+    /// this long after spawning them all. None: Binding::Known, with no binding.
+    report_after: Option<Duration>,
 }
 
 impl AgentSpec {
@@ -119,6 +122,8 @@ impl AgentSpec {
                 .collect::<Vec<_>>()
                 .join(" "),
             u8::from(self.stranger).to_string(),
+            self.report_after
+                .map_or("-".into(), |d| d.as_millis().to_string()),
         ]
         .join("\n")
     }
@@ -142,6 +147,7 @@ impl AgentSpec {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             stranger: f[8] == "1",
+            report_after: f[9].parse().ok().map(Duration::from_millis),
         }
     }
 }
@@ -293,6 +299,10 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         // What the embedders admit: this agent's descendants. The stranger below is the
         // agent process itself, which is not one of them.
         admit: admit_job(JobProcesses::of_this_process().unwrap()),
+        binding: match spec.report_after {
+            Some(_) => Binding::Reported,
+            None => Binding::Known(Default::default()),
+        },
         ..PmixConfig::new(node_dir.join("pmix"))
     };
     let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
@@ -373,6 +383,13 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         }
         let child = cmd.spawn().expect("spawn rank");
         children.push((rank, child));
+    }
+    if let Some(after) = spec.report_after {
+        // The ranks connect meanwhile: the gate holds them until the namespace is registered.
+        tokio::time::sleep(after).await;
+        for (local_rank, &rank) in job.local_ranks().iter().enumerate() {
+            pmix.rank_started(rank, Some(vec![local_rank as u32 % 2]));
+        }
     }
     let mut waits = tokio::task::JoinSet::new();
     for (rank, mut child) in children {
@@ -485,6 +502,8 @@ struct Flavour {
     rank_env: Vec<(String, String)>,
     /// Every agent gets a stranger connection ([`AgentSpec::stranger`]).
     stranger: bool,
+    /// [`AgentSpec::report_after`].
+    report_after: Option<Duration>,
 }
 
 impl Flavour {
@@ -507,6 +526,7 @@ impl Flavour {
                 ),
             ],
             stranger: false,
+            report_after: None,
         }
     }
 }
@@ -540,6 +560,7 @@ async fn run_job_with(
             args: args.iter().map(|s| s.to_string()).collect(),
             rank_env: flavour.rank_env.clone(),
             stranger: flavour.stranger,
+            report_after: flavour.report_after,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -626,6 +647,24 @@ async fn openmpi_4_agents_x_4_ranks_block_placement() {
     let (results, took) = run_job(block(4, 4), &[]).await;
     assert_all_ok(&results, 16);
     eprintln!("Open MPI 4x4 block took {took:?}");
+}
+
+/// Slurm binds a task only after the MPI hooks, so mpi/greedy learns where each rank runs as
+/// it starts (Binding::Reported): the namespace is registered only then, and a rank that
+/// connects before must wait in the accept gate rather than read an empty job. Here the
+/// bindings come a second after the ranks: every rank still wires up, and the job takes that
+/// second longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_ranks_that_connect_before_their_bindings_wait_and_wire_up() {
+    let mut flavour = Flavour::debian_4_1();
+    let delay = Duration::from_secs(1);
+    flavour.report_after = Some(delay);
+    let (results, took) = run_job_with(&flavour, block(2, 2), &[]).await;
+    assert_all_ok(&results, 4);
+    assert!(
+        took >= delay,
+        "the ranks did not wait for the bindings: {took:?}"
+    );
 }
 
 /// A process that is not a rank (the agent itself here) connects to every agent's PMIx port
@@ -720,6 +759,7 @@ fn openmpi5() -> Flavour {
             ("OMPI_MCA_smsc".into(), "^cma,xpmem,knem".into()),
         ],
         stranger: false,
+        report_after: None,
     }
 }
 

@@ -531,6 +531,29 @@ pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
+/// CPUs 0 to 1023 as bits, word `i` bit `j` for CPU `64 i + j`.
+pub type CpuBits = [u64; 16];
+
+/// The CPUs process `pid` (0: the calling thread) may run on; async-signal-safe (one
+/// syscall, no allocation).
+pub fn affinity(pid: libc::pid_t) -> Option<CpuBits> {
+    // SAFETY: cpu_set_t is plain bits, all-zero valid; the kernel writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(pid, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return None;
+    }
+    let mut bits = [0u64; 16];
+    for cpu in 0..bits.len() * 64 {
+        // SAFETY: `cpu` is below CPU_SETSIZE (1024 = 16 words of 64), inside `set`.
+        if unsafe { libc::CPU_ISSET(cpu, &set) } {
+            bits[cpu / 64] |= 1 << (cpu % 64);
+        }
+    }
+    Some(bits)
+}
+
 /// Splits a task that slurmstepd just forked (called in the task hook, before exec) so that
 /// how its program ends is known for certain: slurmstepd reaps its children itself, so a
 /// `waitid` beside it loses the race for the status about as often as it wins.
@@ -538,33 +561,75 @@ pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
 /// The new child returns `Ok(())` and goes on to exec the program. The calling process, the
 /// one slurmstepd knows as the task, becomes its watcher and never returns: it keeps only
 /// `report_fd` open, ignores every signal it can (Slurm signals the whole step, so the program
-/// gets them), waits for the child, writes `record(code)` to `report_fd` in one `write(2)`
-/// (`code` = the exit code, or 128 + the signal), and then ends the same way the program did,
-/// so slurmstepd and srun see the program's own status.
-pub fn watch_exec(report_fd: RawFd, record: impl FnOnce(i32) -> [u8; 8]) -> std::io::Result<()> {
+/// gets them), and writes two reports to `report_fd`, each in one `write(2)` (atomic on a pipe
+/// up to 4096 bytes):
+/// - `started(cpus)` once the child has exec'd the program (or died trying): where the
+///   program may run (`None` if that could not be read), as Slurm's task plugin bound it
+///   (slurmstepd binds a task before releasing it to its hooks, task plugins may still do so
+///   later, and only the exec'd program's binding is final);
+/// - `record(code)` when the program has ended (`code` = the exit code, or 128 + the
+///   signal); then the watcher ends the same way the program did, so slurmstepd and srun see
+///   the program's own status.
+pub fn watch_exec<S: AsRef<[u8]>, R: AsRef<[u8]>>(
+    report_fd: RawFd,
+    started: impl FnOnce(Option<CpuBits>) -> S,
+    record: impl FnOnce(i32) -> R,
+) -> std::io::Result<()> {
+    // Closed in the child by its exec: EOF on the read end says the program started.
+    let mut exec_pipe = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let [exec_read, exec_write] = exec_pipe;
     // SAFETY: the task is single-threaded here (a fresh fork of slurmstepd); the child only
     // returns into slurmstepd's exec path, as if no fork had happened.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        return Err(std::io::Error::last_os_error());
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closes the two descriptors just made.
+        unsafe {
+            libc::close(exec_read);
+            libc::close(exec_write);
+        }
+        return Err(e);
     }
     if child == 0 {
+        // SAFETY: the read end is ours; the write end stays until exec closes it.
+        unsafe { libc::close(exec_read) };
         return Ok(());
     }
     // The watcher: from here on only async-signal-safe calls, no allocation.
     // SAFETY: plain fd and signal-disposition calls on this process's own table; report_fd
-    // moves to 0, every other descriptor (stdio, slurmstepd's sockets) is closed, so the
-    // watcher holds no pipe or socket open past the program.
+    // moves to 0 and the exec pipe's read end to 1, every other descriptor (stdio,
+    // slurmstepd's sockets, the pipe's write end) is closed, so the watcher holds no pipe or
+    // socket open past the program.
     unsafe {
-        if libc::dup2(report_fd, 0) < 0 {
+        if libc::dup2(report_fd, 0) < 0 || libc::dup2(exec_read, 1) < 0 {
             libc::_exit(1);
         }
-        libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32);
         for sig in 1..libc::SIGRTMAX() {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
                 libc::signal(sig, libc::SIG_IGN);
             }
         }
+    }
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into a live buffer; nobody writes, so this returns
+        // at EOF: the child exec'd or ended.
+        let n = unsafe { libc::read(1, (&raw mut byte).cast(), 1) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    let report = started(affinity(child));
+    let report = report.as_ref();
+    // SAFETY: one write from a live buffer to fd 0 (the report pipe); then the exec pipe goes.
+    unsafe {
+        libc::write(0, report.as_ptr().cast(), report.len());
+        libc::close(1);
     }
     let mut status = 0;
     loop {
@@ -581,7 +646,8 @@ pub fn watch_exec(report_fd: RawFd, record: impl FnOnce(i32) -> [u8; 8]) -> std:
     let signal = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
     let code = signal.map_or_else(|| libc::WEXITSTATUS(status), |sig| 128 + sig);
     let bytes = record(code);
-    // SAFETY: one write of 8 bytes from a live buffer to fd 0 (the report pipe): atomic.
+    let bytes = bytes.as_ref();
+    // SAFETY: one write from a live buffer to fd 0 (the report pipe): atomic.
     unsafe { libc::write(0, bytes.as_ptr().cast(), bytes.len()) };
     if let Some(sig) = signal {
         let no_core = libc::rlimit {

@@ -14,8 +14,10 @@
 //!    exec, hands its stdio to the agent when the step serves Charm++, and writes a
 //!    [`TaskRecord::Forked`] into the notify pipe (the agent then closes slurmstepd's copy of
 //!    that rank's socket, so a rank that dies is seen as EOF); then the task's watcher (the
-//!    process slurmstepd forked) writes [`TaskRecord::Exited`] with the program's exact code
-//!    when it ends, for the node service.
+//!    process slurmstepd forked) writes [`TaskRecord::Started`] with the CPUs Slurm bound the
+//!    program to once it is exec'd (PMIx registers the job, with each rank's locality, when
+//!    every local rank has started; a client that connects sooner waits in the accept gate),
+//!    and [`TaskRecord::Exited`] with the program's exact code when it ends.
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed message, a rank that
 //!    fails before finalize, ranks of two families, a timeout) reaches every node over the
 //!    overlay; the node where it started reports the code to srun and asks slurmctld to kill
@@ -36,8 +38,10 @@ use greedy_pmix::family::Family;
 use greedy_pmix::node::{NodeConfig, NodeService};
 use greedy_pmix::overlay::Overlay;
 use greedy_pmix::peer::JobProcesses;
+use greedy_pmix::pmix::Binding;
 use greedy_pmix::rendezvous::{Fixed, Rendezvous};
 use greedy_pmix::{AbortInfo, WallTime};
+use greedy_sys::slurm::CpuBits;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -91,7 +95,7 @@ impl TaskTable {
     /// Tells the agent that `rank`'s task has been forked (it holds its socket now), so
     /// slurmstepd can close its own copy. One `write(2)` of 8 bytes: atomic on a pipe.
     pub fn forked(&self, rank: u32) -> std::io::Result<()> {
-        (&self.notify).write_all(&TaskRecord::Forked(rank).encode())
+        (&self.notify).write_all(TaskRecord::Forked(rank).encode().as_ref())
     }
 
     /// Where a task's watcher writes its [`TaskRecord::Exited`].
@@ -115,39 +119,91 @@ impl TaskTable {
 }
 
 /// What a task hook or a task's watcher tells the agent: 8 bytes, `rank` then `code`
-/// (little-endian), [`TaskRecord::FORKED`] as the code of a fork.
+/// (little-endian), [`TaskRecord::FORKED`] as the code of a fork and [`TaskRecord::STARTED`]
+/// as that of a start, which 128 more bytes follow (the CPUs as 16 little-endian words, all
+/// zero for unknown). Each record is one `write(2)`, atomic on the pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskRecord {
     /// The task of this rank was forked.
     Forked(u32),
+    /// The rank's program has been exec'd, and may run on these CPUs (`None`: unknown).
+    Started(u32, Option<CpuBits>),
     /// The rank's program ended with this exit code, or 128 + its signal.
     Exited(u32, i32),
+}
+
+/// A [`TaskRecord`]'s wire form, built without allocating (the watcher may not).
+pub struct RecordBytes {
+    buf: [u8; TaskRecord::MAX_LEN],
+    len: usize,
+}
+
+impl AsRef<[u8]> for RecordBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 impl TaskRecord {
     /// The code of a fork record (no exit code is negative).
     pub const FORKED: i32 = -1;
+    /// The code of a start record.
+    pub const STARTED: i32 = -2;
+    /// The longest record: a start's.
+    pub const MAX_LEN: usize = 8 + 8 * 16;
 
     /// The wire form.
-    pub fn encode(self) -> [u8; 8] {
-        let (rank, code) = match self {
-            TaskRecord::Forked(rank) => (rank, Self::FORKED),
-            TaskRecord::Exited(rank, code) => (rank, code),
+    pub fn encode(self) -> RecordBytes {
+        let (rank, code, cpus) = match self {
+            TaskRecord::Forked(rank) => (rank, Self::FORKED, None),
+            TaskRecord::Started(rank, cpus) => {
+                (rank, Self::STARTED, Some(cpus.unwrap_or_default()))
+            }
+            TaskRecord::Exited(rank, code) => (rank, code, None),
         };
-        let mut record = [0u8; 8];
-        record[..4].copy_from_slice(&rank.to_le_bytes());
-        record[4..].copy_from_slice(&code.to_le_bytes());
-        record
+        let mut buf = [0u8; Self::MAX_LEN];
+        buf[..4].copy_from_slice(&rank.to_le_bytes());
+        buf[4..8].copy_from_slice(&code.to_le_bytes());
+        let len = match cpus {
+            Some(words) => {
+                for (i, w) in words.iter().enumerate() {
+                    buf[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+                }
+                Self::MAX_LEN
+            }
+            None => 8,
+        };
+        RecordBytes { buf, len }
     }
 
-    /// Reads the wire form.
-    pub fn decode(record: [u8; 8]) -> TaskRecord {
-        let rank = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
-        match i32::from_le_bytes(record[4..].try_into().expect("4 bytes")) {
-            Self::FORKED => TaskRecord::Forked(rank),
-            code => TaskRecord::Exited(rank, code),
-        }
+    /// Reads one record.
+    pub fn read_from(reader: &mut impl Read) -> std::io::Result<TaskRecord> {
+        let mut head = [0u8; 8];
+        reader.read_exact(&mut head)?;
+        let rank = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+        Ok(
+            match i32::from_le_bytes(head[4..].try_into().expect("4 bytes")) {
+                Self::FORKED => TaskRecord::Forked(rank),
+                Self::STARTED => {
+                    let mut body = [0u8; Self::MAX_LEN - 8];
+                    reader.read_exact(&mut body)?;
+                    let mut words = CpuBits::default();
+                    for (w, bytes) in words.iter_mut().zip(body.chunks_exact(8)) {
+                        *w = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+                    }
+                    TaskRecord::Started(rank, (words != CpuBits::default()).then_some(words))
+                }
+                code => TaskRecord::Exited(rank, code),
+            },
+        )
     }
+}
+
+/// The CPU numbers set in `bits`.
+fn cpus_of(bits: &CpuBits) -> Vec<u32> {
+    (0..bits.len() as u32 * 64)
+        .filter(|&cpu| bits[cpu as usize / 64] & (1 << (cpu % 64)) != 0)
+        .collect()
 }
 
 /// The running service of one node.
@@ -294,6 +350,9 @@ impl Agent {
         config.pmi.fence_timeout = plan.fence_timeout;
         // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
         config.pmix.owner = job_owner(plan);
+        // Slurm's task plugin binds each task only after our last hook: its watcher reports
+        // where the program runs once exec'd, and PMIx tells the ranks after that.
+        config.pmix.binding = Binding::Reported;
         // A rank that has not connected by then is reported like a fence that never completes.
         config.charm.connect_timeout = plan.fence_timeout;
         let local = &plan.ranks[plan.node_idx];
@@ -624,8 +683,9 @@ impl Drop for Agent {
 
 impl Agent {
     /// A thread reads the task records: `forked` closes slurmstepd's copy of that rank's PMI
-    /// socket (`held`, so a dead rank is an EOF), `exited` (from the task's watcher,
-    /// `greedy_sys::slurm::watch_exec`) tells the node service how the rank ended (PMIx has
+    /// socket (`held`, so a dead rank is an EOF), `started` (from the task's watcher,
+    /// `greedy_sys::slurm::watch_exec`) tells the node service where the rank runs if Slurm
+    /// bound it, `exited` (from the watcher too) how the rank ended (PMIx has
     /// no socket whose EOF would say so) and, for Charm++ steps, lets the writer close the
     /// task's stdio. Not a runtime task: it blocks in `read(2)`. It stops after `n_local`
     /// exits; a watcher killed before it reports (SIGKILL of the step) only leaves the thread
@@ -641,14 +701,22 @@ impl Agent {
         let exits = self.exits.clone();
         let handle = self.runtime.as_ref().expect("running").handle().clone();
         let node = self.node.clone();
+        // slurmstepd's own CPUs (prefork runs on its main thread), which its tasks start with.
+        let node_cpus = greedy_sys::slurm::affinity(0);
         let spawned = std::thread::Builder::new()
             .name("greedy-mpi-tasks".into())
             .spawn(move || {
-                let mut record = [0u8; 8];
                 let mut ended = 0;
-                while ended < n_local && reader.read_exact(&mut record).is_ok() {
-                    match TaskRecord::decode(record) {
+                while ended < n_local
+                    && let Ok(record) = TaskRecord::read_from(&mut reader)
+                {
+                    match record {
                         TaskRecord::Forked(rank) => drop(held.remove(&rank)),
+                        TaskRecord::Started(rank, cpus) => {
+                            // A rank that may run wherever slurmstepd may is not bound.
+                            let bound = cpus.filter(|c| node_cpus.is_some_and(|n| n != *c));
+                            service.rank_started(rank, bound.as_ref().map(cpus_of))
+                        }
                         TaskRecord::Exited(rank, code) => {
                             ended += 1;
                             let (service, stdio) = (service.clone(), stdio.clone());
@@ -687,6 +755,7 @@ impl Agent {
 mod tests {
     use super::{Agent, Hooks, TaskRecord, TaskTable};
     use crate::plan::{Protocol, Rendezvous, StepPlan};
+    use greedy_sys::slurm::CpuBits;
     use greedy_tree::LaunchModel;
     use std::io::Write;
     use std::sync::{Arc, Mutex};
@@ -871,9 +940,21 @@ mod tests {
             TaskRecord::Exited(9, 7),
             TaskRecord::Exited(3, 0),
             TaskRecord::Exited(3, 139),
+            TaskRecord::Started(4, None),
+            TaskRecord::Started(
+                5,
+                Some([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 << 63]),
+            ),
         ] {
-            assert_eq!(TaskRecord::decode(r.encode()), r);
+            let bytes = r.encode();
+            let mut reader = bytes.as_ref();
+            assert_eq!(TaskRecord::read_from(&mut reader).unwrap(), r);
+            assert!(reader.is_empty(), "{r:?} left bytes behind");
         }
+        let mut bits = CpuBits::default();
+        bits[0] = 0b1010;
+        bits[15] = 1 << 63;
+        assert_eq!(super::cpus_of(&bits), [1, 3, 1023]);
     }
 
     /// A node's only rank fails (exit 3) and its slurmstepd tears down right after reaping
@@ -896,7 +977,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(500));
         let (node3, tasks3) = agents.pop().unwrap();
         (&tasks3.notify)
-            .write_all(&TaskRecord::Exited(7, 3).encode())
+            .write_all(TaskRecord::Exited(7, 3).encode().as_ref())
             .unwrap();
         // slurmstepd reaps the task and sends its exit before its teardown.
         std::thread::sleep(Duration::from_millis(100));

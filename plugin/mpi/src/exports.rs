@@ -279,8 +279,9 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                 // Losing either only delays noticing a dead rank until the fence timeout.
                 let _ = tasks.forked(rank);
                 // The child execs the program; this process watches it and never returns.
+                let started = |bound| TaskRecord::Started(rank, bound).encode();
                 let record = |code| TaskRecord::Exited(rank, code).encode();
-                if let Err(e) = slurm::watch_exec(tasks.notify_fd(), record) {
+                if let Err(e) = slurm::watch_exec(tasks.notify_fd(), started, record) {
                     log::error(&format!("mpi/greedy: rank {rank}: no exit watcher: {e}"));
                 }
             }
