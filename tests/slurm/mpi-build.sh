@@ -1,6 +1,7 @@
 # Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, packaging/deb.sh): builds
 # mpi_greedy.so (release) into $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1)
-# and $OMPI (PMIx), in $BINDIR; build_mpi_prog builds another program the same way.
+# and $OMPI (PMIx), and the PMIx locality client $LOCALITY, in $BINDIR; build_mpi_prog builds
+# another program the same way.
 # Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
 #
 # The machine's Slurm: the plugin from the workspace build, PyPI MPICH 5 and Debian's Open MPI
@@ -40,3 +41,15 @@ fi
 build_mpi_prog "$ROOT/tests/mpi/wireup.c" wireup
 WIREUP=$BINDIR/wireup
 OMPI=$BINDIR/wireup-ompi
+# libpmix's own client printing the locality it was told (tests/mpi/locality.c), built against
+# the release's libpmix (Debian's private copy in the roots, which have no pkg-config).
+LOCALITY=$BINDIR/locality
+if [[ -n ${RELEASE_ROOT:-} ]]; then
+  pmix2=/usr/lib/x86_64-linux-gnu/pmix2
+  in_root gcc -O1 -I"$pmix2/include" -o "$LOCALITY" "$ROOT/tests/mpi/locality.c" \
+    -L"$pmix2/lib" -Wl,-rpath,"$pmix2/lib" -lpmix || fail "gcc in the $RELEASE root (locality.c)"
+else
+  # shellcheck disable=SC2046 # pkg-config's words are separate flags
+  gcc -O1 -o "$LOCALITY" "$ROOT/tests/mpi/locality.c" $(pkg-config --cflags --libs pmix) ||
+    fail "gcc (locality.c)"
+fi

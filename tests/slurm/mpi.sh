@@ -3,7 +3,7 @@
 # of the machine's release (22.05), or with --release 24.11|26.05 on a cluster of that release
 # (testcluster up --release: its daemons and srun from a Debian root of it), with the plugin
 # built against that release and the test program against its own MPICH and Open MPI; there
-# the cases up to `true` run (the rest, marked below, on the machine's release only).
+# the cases up to `cpu-bind` run (the rest, marked below, on the machine's release only).
 #
 # Builds the plugin (release), installs it as mpi_greedy.so in a PluginDir entry, brings up an
 # 8-host cluster with MpiDefault=greedy, and checks, with the test program tests/mpi/wireup.c
@@ -28,11 +28,11 @@
 #              exiting 3 ends the step and srun exits 3
 #   true       100 consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failing (issue 15:
 #              nodes whose tasks end before the overlay join completes must leave cleanly)
+#   cpu-bind   srun --cpu-bind=cores (task/affinity): PMIx tells each rank the CPU Slurm bound
+#              it to and its peer's; Open MPI wires up bound; unbound ranks are told none
 #   clients    issue 18's client matrix (tests/mpi/clients.sh: MPICH 5, Open MPI 4.1 and 5, Intel
 #              MPI's three PMI paths, mpi4py on MPICH and Open MPI), 4x2, no protocol named
 #   multi-prog srun --multi-prog with two programs: one MPI job of 8 ranks
-#   cpu-bind   srun --cpu-bind=cores (task/affinity): PMIx tells each rank the CPU Slurm bound
-#              it to and its peer's; Open MPI wires up bound; unbound ranks are told none
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
 #              a wrapper script
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
@@ -84,11 +84,11 @@ rm -f "$LATE"
 
 # --- cluster (shared: wait for a free one) -----------------------------------------------------
 . "$ROOT/tests/cluster/claim.sh"
-# task/affinity on the machine's release: tasks bound only when srun is asked (--cpu-bind).
+# task/affinity: tasks are bound only when srun is asked (--cpu-bind).
 up() {
   cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
     --mpi-conf "$MPICONF" --prolog "$PROLOG" ${RELEASE:+--release "$RELEASE"} \
-    ${RELEASE:---task-plugin affinity} "$@"
+    --task-plugin affinity "$@"
   eval "$("$TC" env)"
   SLOG=$(dirname "$SLURM_CONF")/../log
   WORK=$GREEDY_TC_SCRATCH/mpi
@@ -212,6 +212,28 @@ for i in $(seq "$TRUE_REPEAT"); do
 done
 pass "$TRUE_REPEAT consecutive srun -N4 -n8 --mpi=greedy /bin/true, none failed, $(($(ms) - t0)) ms in all"
 
+# Slurm binds each task (task/affinity) only after mpi/greedy's hooks: the PMIx locality a
+# rank is told must be where it really runs, as /proc says, and its peer's likewise.
+run cpu-bind 90 -N4 -n8 --ntasks-per-node=2 --cpu-bind=cores sh -c \
+  'echo "cpus $SLURM_PROCID $(sed -n "s/^Cpus_allowed_list:\s*//p" /proc/self/status)"; exec "$0"' \
+  "$LOCALITY"
+((RC == 0)) || fail "cpu-bind: exit $RC: $ERR $OUT"
+for r in $(seq 0 7); do
+  p=$((r ^ 1)) # the other rank of its node (block distribution)
+  cpus=$(sed -n "s/^cpus $r //p" <<<"$OUT")
+  loc=$(sed -n "s/^locality $r \([^ ]*\) hwloc:$cpus$/\1/p" <<<"$OUT")
+  [[ $cpus =~ ^[0-9]+$ && -n $loc ]] || fail "cpu-bind: rank $r runs on CPU ${cpus:-?} but was told otherwise: $OUT"
+  ploc=$(sed -n "s/^locality $p \([^ ]*\) .*/\1/p" <<<"$OUT")
+  grep -qx "peer $r $p $ploc" <<<"$OUT" || fail "cpu-bind: rank $r was not told its peer $p's locality $ploc: $OUT"
+done
+[[ $(sed -n 's/^cpus [0-7] //p' <<<"$OUT" | sort -u | wc -l) -gt 1 ]] ||
+  fail "cpu-bind: Slurm did not bind the ranks apart: $OUT"
+run cpu-bind-ompi 90 -N4 -n8 --ntasks-per-node=2 --cpu-bind=cores env EXPECT_SIZE=8 "$OMPI"
+((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "cpu-bind: Open MPI: exit $RC: $ERR $OUT"
+run cpu-bind-none 90 -N2 -n4 --ntasks-per-node=2 --cpu-bind=none "$LOCALITY"
+((RC == 0)) && [[ $(grep -c "^unbound [0-3]$" <<<"$OUT") == 4 ]] || fail "cpu-bind=none: ranks should be told no locality: exit $RC: $ERR $OUT"
+pass "srun --cpu-bind=cores: PMIx tells each rank the CPU Slurm bound it to and its peer's, Open MPI 8/8 ok; --cpu-bind=none: no locality"
+
 if [[ -n $RELEASE_ROOT ]]; then
   no_leftovers true
   down
@@ -228,29 +250,6 @@ for client in "${CLIENTS[@]}"; do
   ((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "clients: $client: exit $RC: $ERR $OUT"
   pass "clients: $client 4x2 under --mpi=greedy with no protocol named: 8/8 ranks ok in ${SECS}s"
 done
-
-# Slurm binds each task (task/affinity) only after mpi/greedy's hooks: the PMIx locality a
-# rank is told must be where it really runs, as /proc says, and its peer's likewise.
-run cpu-bind 90 -N4 -n8 --ntasks-per-node=2 --cpu-bind=cores sh -c \
-  'echo "cpus $SLURM_PROCID $(sed -n "s/^Cpus_allowed_list:\s*//p" /proc/self/status)"; exec "$0"' \
-  "$WORK/clients/locality"
-((RC == 0)) || fail "cpu-bind: exit $RC: $ERR $OUT"
-for r in $(seq 0 7); do
-  p=$((r ^ 1)) # the other rank of its node (block distribution)
-  cpus=$(sed -n "s/^cpus $r //p" <<<"$OUT")
-  loc=$(sed -n "s/^locality $r \([^ ]*\) hwloc:$cpus$/\1/p" <<<"$OUT")
-  [[ $cpus =~ ^[0-9]+$ && -n $loc ]] || fail "cpu-bind: rank $r runs on CPU ${cpus:-?} but was told otherwise: $OUT"
-  ploc=$(sed -n "s/^locality $p \([^ ]*\) .*/\1/p" <<<"$OUT")
-  grep -qx "peer $r $p $ploc" <<<"$OUT" || fail "cpu-bind: rank $r was not told its peer $p's locality $ploc: $OUT"
-done
-[[ $(sed -n 's/^cpus [0-7] //p' <<<"$OUT" | sort -u | wc -l) -gt 1 ]] ||
-  fail "cpu-bind: Slurm did not bind the ranks apart: $OUT"
-client_cmd ompi4 "$WORK/clients"
-run cpu-bind-ompi 90 -N4 -n8 --ntasks-per-node=2 --cpu-bind=cores env EXPECT_SIZE=8 "${CMD[@]}"
-((RC == 0)) && [[ $(grep -o "of 8: ok" <<<"$OUT" | wc -l) == 8 ]] || fail "cpu-bind: Open MPI: exit $RC: $ERR $OUT"
-run cpu-bind-none 90 -N2 -n4 --ntasks-per-node=2 --cpu-bind=none "$WORK/clients/locality"
-((RC == 0)) && [[ $(grep -c "^unbound [0-3]$" <<<"$OUT") == 4 ]] || fail "cpu-bind=none: ranks should be told no locality: exit $RC: $ERR $OUT"
-pass "srun --cpu-bind=cores: PMIx tells each rank the CPU Slurm bound it to and its peer's, Open MPI 8/8 ok; --cpu-bind=none: no locality"
 
 # MPMD with srun --multi-prog: two programs, one MPI job of 8 ranks.
 for part in a b; do
