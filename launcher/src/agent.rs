@@ -497,7 +497,8 @@ impl Agent {
         env
     }
 
-    /// Forks task `id` (`sh -c command` in the job's environment, `GREEDY_TASK` its number);
+    /// Forks task `id` (`command`'s words, or `sh -c command`: [`crate::tasks::argv_of`], in
+    /// the job's environment, `GREEDY_TASK` its number);
     /// reports its output and its end up, and its process group to `ended` (and a count to
     /// `exits`) once it ended.
     /// Its process group, or `None` if it could not start (its end is reported at once).
@@ -512,17 +513,24 @@ impl Agent {
         let node = self.node;
         let mut env = self.job_env();
         env.push(("GREEDY_TASK".to_string(), id.line.to_string()));
-        let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
         let started = tokio::time::Instant::now();
-        let spec = spawn::RankSpec {
-            argv: &argv,
-            env,
+        let spec = |argv| spawn::RankSpec {
+            argv,
+            env: &env,
             cwd: &self.start.cwd,
             stdin: false,
             inherit: None,
             cpus: None,
         };
-        let mut child = match spawn::spawn(spec) {
+        let argv = crate::tasks::argv_of(&command);
+        let shell = ["/bin/sh".to_string(), "-c".to_string(), command];
+        // A plain line whose program cannot be run goes through the shell, for its message
+        // and its code.
+        let spawned = match spawn::spawn(spec(&argv)) {
+            Err(_) if argv[0] != shell[0] => spawn::spawn(spec(&shell)),
+            spawned => spawned,
+        };
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 let text = format!("task {}: cannot run /bin/sh: {e}", id.line);
@@ -636,7 +644,7 @@ impl Agent {
             }
             let spec = spawn::RankSpec {
                 argv: self.start.argv_of(rank),
-                env,
+                env: &env,
                 cwd: &self.start.cwd,
                 stdin: wants_stdin,
                 inherit,

@@ -21,7 +21,7 @@ pub struct RankSpec<'a> {
     /// Program and arguments.
     pub argv: &'a [String],
     /// The whole environment of the rank.
-    pub env: Vec<(String, String)>,
+    pub env: &'a [(String, String)],
     /// Working directory.
     pub cwd: &'a str,
     /// Whether the rank's stdin is a pipe from the agent (else /dev/null).
@@ -103,13 +103,13 @@ mod tests {
         let argv = vec!["sh".to_string(), "-c".into(), "exit 3".into()];
         let spec = RankSpec {
             argv: &argv,
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            env: &[("PATH".into(), "/usr/bin:/bin".into())],
             cwd: "/",
             stdin: false,
             inherit: None,
             cpus: None,
         };
-        let env = spec.env.clone();
+        let env = spec.env;
         let mut child = spawn(spec).unwrap();
         let pid = child.id().unwrap() as i32;
         let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)));
@@ -144,7 +144,7 @@ mod tests {
         let argv = vec!["sh".to_string(), "-c".into(), script];
         let spec = RankSpec {
             argv: &argv,
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            env: &[("PATH".into(), "/usr/bin:/bin".into())],
             cwd: "/",
             stdin: false,
             inherit: Some((theirs.into(), 3)),
@@ -177,7 +177,7 @@ mod tests {
         ];
         let spec = RankSpec {
             argv: &argv,
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            env: &[("PATH".into(), "/usr/bin:/bin".into())],
             cwd: "/",
             stdin: false,
             inherit: None,

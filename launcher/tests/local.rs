@@ -468,6 +468,49 @@ fn results(path: &Path) -> Vec<(u64, i64, u64, String)> {
     rows
 }
 
+/// Plain lines run without a shell (`tasks::argv_of`) and behave as through one: arguments,
+/// environment and working directory as given, and a program that cannot be found ends 127
+/// with the shell's message.
+#[test]
+fn plain_task_lines_behave_as_through_a_shell() {
+    let (d, local, _) = shells();
+    let file = d.path().join("tasks");
+    let lines = [
+        "printenv GREEDY_TASK",
+        "pwd",
+        "no-such-program-4242 x",
+        "echo 6*7",
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("results.json");
+    let dir = d.path().display().to_string();
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "a",
+            "-wdir",
+            &dir,
+            "--tasks",
+            file.to_str().unwrap(),
+            "--results",
+            res.to_str().unwrap(),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let exits: Vec<(u64, i64)> = results(&res).iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        exits,
+        [(1, 0), (2, 0), (3, 127), (4, 0)],
+        "{stdout} {stderr}"
+    );
+    // `*` makes line 4 a shell line: the glob matches no file there and stays as it is.
+    for want in ["1\n", &format!("{dir}\n"), "6*7\n"] {
+        assert!(stdout.contains(want), "{want:?} missing: {stdout}");
+    }
+    assert!(stderr.contains("not found"), "{stderr}");
+}
+
 #[test]
 fn a_task_stream_reports_every_task_once_and_retries_failures() {
     let (d, local, _) = shells();

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Task streams (issue 20) on the emulated cluster (H hosts of 2 slots, a per-hop delay, Slurm
 # up), one sitting, side by side, for N tasks of /bin/true:
-#   ceiling     `xargs -P 2H sh -c` on the login (this machine's own fork/exec loop)
+#   ceiling     `xargs -P 2H -n 1 /bin/true` on the login: this machine's own fork/exec loop,
+#               /bin/true exec'd directly per line (given the line, which it ignores), as
+#               greedy's agents run a plain line
+#   ceiling-sh  `xargs -P 2H sh -c`: the same through a shell per task (what Parsl's bash apps,
+#               GNU parallel and srun-in-a-script pay, and greedy's agents did before)
 #   gr-fresh    greedyrun --hosts n[1-H] --ppn 2 --tasks FILE (agents started over ssh)
 #   gr-session  the same on a running session's agents (started once, before the runs)
 #   parsl       Parsl's HighThroughputExecutor (PyPI), N bash apps; its worker pools started by
@@ -96,8 +100,11 @@ svg() {
 
 for run in $(seq "$reps"); do
   t0=$(ms)
-  xargs -d '\n' -P "$width" -n 1 sh -c <tasks
+  xargs -d '\n' -P "$width" -n 1 /bin/true <tasks
   echo "ceiling,$run,$ntasks,$(($(ms) - t0))" >>"$CSV"
+  t0=$(ms)
+  xargs -d '\n' -P "$width" -n 1 sh -c <tasks
+  echo "ceiling-sh,$run,$ntasks,$(($(ms) - t0))" >>"$CSV"
   t0=$(ms)
   env -u GREEDY_SESSION "$BIN/greedyrun" --hosts "$list" --ppn 2 --progress 0 --tasks tasks --results "fresh$run.json" ||
     fail "gr-fresh"
