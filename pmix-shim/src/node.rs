@@ -320,12 +320,22 @@ impl NodeService {
             .unwrap_or(Family::Pmi)
     }
 
-    /// The launcher reports that local `rank` has started (exec'd), bound to the `bound` CPUs
-    /// or unbound: under [`crate::pmix::Binding::Reported`] PMIx tells the ranks where they
-    /// run once every local rank has started.
+    /// The launcher reports that local `rank` has started, bound to the `bound` CPUs or
+    /// unbound: under [`crate::pmix::Binding::Reported`] PMIx registers the job, telling the
+    /// ranks where they run, once every local rank has started.
     pub fn rank_started(&self, rank: u32, bound: Option<Vec<u32>>) {
         if let Some((pmix, _)) = &self.inner.servers.pmix {
             pmix.rank_started(rank, bound);
+        }
+    }
+
+    /// Whether PMIx has registered the job (waits for it under
+    /// [`crate::pmix::Binding::Reported`]); true when PMIx is not served. A PMIx client must
+    /// not connect before.
+    pub async fn pmix_registered(&self) -> bool {
+        match &self.inner.servers.pmix {
+            Some((pmix, _)) => pmix.registered().await,
+            None => true,
         }
     }
 

@@ -33,7 +33,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
-    sync::{Arc, Condvar, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -44,7 +44,7 @@ use greedy_sys::pmix::{
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -144,11 +144,13 @@ pub enum Binding {
     /// operating system's CPU numbers; a rank not named runs unbound. The namespace is
     /// registered before [`PmixServer::start`] returns.
     Known(BTreeMap<u32, Vec<u32>>),
-    /// Learnt as each local rank starts ([`PmixServer::rank_started`]): Slurm's task plugin
-    /// binds a task after the MPI plugin's last hook, just before its exec. The namespace is
-    /// registered once every local rank has started or exited (at most `register_timeout`
-    /// after the start; later ones then count as unbound), and a connection waits in the
-    /// accept gate until then, since a client reads its job's data as soon as it connects.
+    /// Learnt as each local rank starts ([`PmixServer::rank_started`]): Slurm binds a task
+    /// after the MPI plugin's prefork. The namespace is registered once every local rank has
+    /// started or exited (at most `register_timeout` after the start; later ones then count
+    /// as unbound). A client reads its job's data as soon as it connects, so the embedder
+    /// holds each rank before its exec until [`PmixServer::registered`] (the accept gate
+    /// cannot hold it: from libpmix 5 on, `accept` runs on the progress thread that the
+    /// registration needs).
     Reported,
 }
 
@@ -313,36 +315,6 @@ struct State {
     exited: HashMap<u32, i32>,
     registered: HashSet<u32>,
     fences: u64,
-}
-
-/// Whether the namespace is registered yet ([`Binding::Reported`]); the accept gate waits on
-/// it, blocking, on libpmix's listener thread.
-#[derive(Debug, Default)]
-struct Registration {
-    /// `Some(true)` once registered, `Some(false)` if that failed or the server stops first.
-    done: Mutex<Option<bool>>,
-    changed: Condvar,
-}
-
-impl Registration {
-    /// The first outcome counts.
-    fn finish(&self, ok: bool) {
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(ok);
-        self.changed.notify_all();
-    }
-
-    /// Whether the namespace was registered within `limit`.
-    fn wait(&self, limit: Duration) -> bool {
-        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        let (done, _) = self
-            .changed
-            .wait_timeout_while(done, limit, |d| d.is_none())
-            .unwrap_or_else(|p| p.into_inner());
-        done.unwrap_or(false)
-    }
 }
 
 /// The bindings of [`Binding::Reported`] as they come in.
@@ -516,7 +488,9 @@ struct Shared {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     nsdir: PathBuf,
-    registration: Arc<Registration>,
+    /// `Some(true)` once the namespace is registered, `Some(false)` if that failed or the
+    /// server stopped first.
+    registered: watch::Sender<Option<bool>>,
     started: Mutex<Started>,
 }
 
@@ -564,17 +538,6 @@ impl PmixServer {
                 std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(dirs_failed)?;
             }
         }
-        let registration = Arc::new(Registration::default());
-        let admit = match config.binding {
-            Binding::Known(_) => config.admit.clone(),
-            Binding::Reported => {
-                let (policy, registration) = (config.admit.clone(), registration.clone());
-                // Past twice the time the registration may take, the client is refused (its
-                // PMIx_Init fails, and its exit aborts the job naming it).
-                let limit = config.register_timeout * 2;
-                Arc::new(move |peer, local| policy(peer, local) && registration.wait(limit))
-            }
-        };
         let state = Arc::new(Mutex::new(State::default()));
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -597,7 +560,7 @@ impl PmixServer {
                 nodeid: me as u32,
                 server_nspace: format!("greedy-{}", job.job_id),
                 server_rank: me as u32,
-                admit,
+                admit: config.admit.clone(),
             },
         )
         .map_err(|e| Error::Pmix {
@@ -617,7 +580,7 @@ impl PmixServer {
             shutdown,
             tracker,
             nsdir,
-            registration,
+            registered: watch::Sender::new(None),
             started: Mutex::new(Started {
                 missing: match config.binding {
                     Binding::Known(_) => HashSet::new(),
@@ -635,7 +598,7 @@ impl PmixServer {
                     pmix.shutdown().await;
                     return Err(e);
                 }
-                inner.registration.finish(true);
+                inner.finish_registration(true);
             }
             Binding::Reported => {
                 inner.tracker.spawn(
@@ -672,6 +635,14 @@ impl PmixServer {
         {
             let _ = all_in.send(());
         }
+    }
+
+    /// Whether the namespace got registered (waits for it under [`Binding::Reported`]); false
+    /// if that failed or the server stopped first.
+    pub async fn registered(&self) -> bool {
+        let mut rx = self.inner.registered.subscribe();
+        let done = rx.wait_for(Option::is_some).await;
+        done.ok().and_then(|d| *d).unwrap_or(false)
     }
 
     /// Registers local `rank` with PMIx and returns the environment to start it with
@@ -804,8 +775,8 @@ impl PmixServer {
     /// caller's), so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
-        // Connections held in the gate are refused: finalize joins the listener thread.
-        self.inner.registration.finish(false);
+        // Whoever waits for the registration stops waiting.
+        self.inner.finish_registration(false);
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
         let server = self
@@ -893,12 +864,12 @@ async fn register_nspace(
 }
 
 /// [`Binding::Reported`]: registers the namespace once every local rank has started (or after
-/// `register_timeout`), then lets the connections held in the gate through. A failure aborts
+/// `register_timeout`). A failure aborts
 /// the job, naming this node.
 async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiver<()>) {
     let limit = shared.config.register_timeout;
     tokio::select! {
-        _ = shared.shutdown.cancelled() => return shared.registration.finish(false),
+        _ = shared.shutdown.cancelled() => return shared.finish_registration(false),
         waited = tokio::time::timeout(limit, all_started) => if waited.is_err() {
             let missing = lock_started(&shared).missing.clone();
             warn!(?missing, "ranks not started after {limit:?}; their PMIx locality is left out");
@@ -911,10 +882,10 @@ async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiv
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let Some(server) = server else {
-        return shared.registration.finish(false);
+        return shared.finish_registration(false);
     };
     let registered = register_nspace(&shared, &server, &bound).await;
-    shared.registration.finish(registered.is_ok());
+    shared.finish_registration(registered.is_ok());
     if let Err(e) = registered {
         let me = shared.job.node_idx;
         warn!("{e}");
@@ -922,6 +893,19 @@ async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiv
             .overlay
             .abort(AbortInfo::new(me, None, 1, e.to_string()))
             .await;
+    }
+}
+
+impl Shared {
+    /// The registration's outcome; the first one counts.
+    fn finish_registration(&self, ok: bool) {
+        self.registered.send_if_modified(|done| {
+            let first = done.is_none();
+            if first {
+                *done = Some(ok);
+            }
+            first
+        });
     }
 }
 

@@ -554,6 +554,29 @@ pub fn affinity(pid: libc::pid_t) -> Option<CpuBits> {
     Some(bits)
 }
 
+/// In a forked task: closes this process's copy of a pipe's `write_fd`, then waits until
+/// every other holder has closed theirs too (EOF on `read_fd`), at most `timeout`; whether
+/// they did. Async-signal-safe (close and poll only), as code after fork in a threaded
+/// process must be.
+pub fn wait_closed(read_fd: RawFd, write_fd: RawFd, timeout: std::time::Duration) -> bool {
+    // SAFETY: closes this process's own copy of the descriptor (the parent keeps its own).
+    unsafe { libc::close(write_fd) };
+    let mut pfd = libc::pollfd {
+        fd: read_fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    loop {
+        // SAFETY: one live pollfd. Nobody writes to the pipe: it becomes readable (POLLHUP)
+        // only when the last write end is closed.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return n > 0;
+        }
+    }
+}
+
 /// Splits a task that slurmstepd just forked (called in the task hook, before exec) so that
 /// how its program ends is known for certain: slurmstepd reaps its children itself, so a
 /// `waitid` beside it loses the race for the status about as often as it wins.
@@ -561,75 +584,36 @@ pub fn affinity(pid: libc::pid_t) -> Option<CpuBits> {
 /// The new child returns `Ok(())` and goes on to exec the program. The calling process, the
 /// one slurmstepd knows as the task, becomes its watcher and never returns: it keeps only
 /// `report_fd` open, ignores every signal it can (Slurm signals the whole step, so the program
-/// gets them), and writes two reports to `report_fd`, each in one `write(2)` (atomic on a pipe
-/// up to 4096 bytes):
-/// - `started(cpus)` once the child has exec'd the program (or died trying): where the
-///   program may run (`None` if that could not be read), as Slurm's task plugin bound it
-///   (slurmstepd binds a task before releasing it to its hooks, task plugins may still do so
-///   later, and only the exec'd program's binding is final);
-/// - `record(code)` when the program has ended (`code` = the exit code, or 128 + the
-///   signal); then the watcher ends the same way the program did, so slurmstepd and srun see
-///   the program's own status.
-pub fn watch_exec<S: AsRef<[u8]>, R: AsRef<[u8]>>(
+/// gets them), waits for the child, writes `record(code)` to `report_fd` in one `write(2)`
+/// (`code` = the exit code, or 128 + the signal), and then ends the same way the program did,
+/// so slurmstepd and srun see the program's own status.
+pub fn watch_exec<R: AsRef<[u8]>>(
     report_fd: RawFd,
-    started: impl FnOnce(Option<CpuBits>) -> S,
     record: impl FnOnce(i32) -> R,
 ) -> std::io::Result<()> {
-    // Closed in the child by its exec: EOF on the read end says the program started.
-    let mut exec_pipe = [0 as c_int; 2];
-    // SAFETY: pipe2 writes two descriptors into the live array.
-    if unsafe { libc::pipe2(exec_pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let [exec_read, exec_write] = exec_pipe;
     // SAFETY: the task is single-threaded here (a fresh fork of slurmstepd); the child only
     // returns into slurmstepd's exec path, as if no fork had happened.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: closes the two descriptors just made.
-        unsafe {
-            libc::close(exec_read);
-            libc::close(exec_write);
-        }
-        return Err(e);
+        return Err(std::io::Error::last_os_error());
     }
     if child == 0 {
-        // SAFETY: the read end is ours; the write end stays until exec closes it.
-        unsafe { libc::close(exec_read) };
         return Ok(());
     }
     // The watcher: from here on only async-signal-safe calls, no allocation.
     // SAFETY: plain fd and signal-disposition calls on this process's own table; report_fd
-    // moves to 0 and the exec pipe's read end to 1, every other descriptor (stdio,
-    // slurmstepd's sockets, the pipe's write end) is closed, so the watcher holds no pipe or
-    // socket open past the program.
+    // moves to 0, every other descriptor (stdio, slurmstepd's sockets) is closed, so the
+    // watcher holds no pipe or socket open past the program.
     unsafe {
-        if libc::dup2(report_fd, 0) < 0 || libc::dup2(exec_read, 1) < 0 {
+        if libc::dup2(report_fd, 0) < 0 {
             libc::_exit(1);
         }
-        libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
         for sig in 1..libc::SIGRTMAX() {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP && sig != libc::SIGCHLD {
                 libc::signal(sig, libc::SIG_IGN);
             }
         }
-    }
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: reads at most one byte into a live buffer; nobody writes, so this returns
-        // at EOF: the child exec'd or ended.
-        let n = unsafe { libc::read(1, (&raw mut byte).cast(), 1) };
-        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            break;
-        }
-    }
-    let report = started(affinity(child));
-    let report = report.as_ref();
-    // SAFETY: one write from a live buffer to fd 0 (the report pipe); then the exec pipe goes.
-    unsafe {
-        libc::write(0, report.as_ptr().cast(), report.len());
-        libc::close(1);
     }
     let mut status = 0;
     loop {
@@ -647,7 +631,7 @@ pub fn watch_exec<S: AsRef<[u8]>, R: AsRef<[u8]>>(
     let code = signal.map_or_else(|| libc::WEXITSTATUS(status), |sig| 128 + sig);
     let bytes = record(code);
     let bytes = bytes.as_ref();
-    // SAFETY: one write from a live buffer to fd 0 (the report pipe): atomic.
+    // SAFETY: one write from a live buffer to fd 0 (the report pipe): atomic up to 4096 bytes.
     unsafe { libc::write(0, bytes.as_ptr().cast(), bytes.len()) };
     if let Some(sig) = signal {
         let no_core = libc::rlimit {

@@ -12,12 +12,13 @@
 //! 2. each forked task runs the task hook, which reads the immutable [`TaskTable`] (no lock:
 //!    the fork may have happened while a runtime thread held one), keeps its own socket across
 //!    exec, hands its stdio to the agent when the step serves Charm++, and writes a
-//!    [`TaskRecord::Forked`] into the notify pipe (the agent then closes slurmstepd's copy of
-//!    that rank's socket, so a rank that dies is seen as EOF); then the task's watcher (the
-//!    process slurmstepd forked) writes [`TaskRecord::Started`] with the CPUs Slurm bound the
-//!    program to once it is exec'd (PMIx registers the job, with each rank's locality, when
-//!    every local rank has started; a client that connects sooner waits in the accept gate),
-//!    and [`TaskRecord::Exited`] with the program's exact code when it ends.
+//!    [`TaskRecord::Forked`] into the notify pipe with the CPUs the task may run on (the agent
+//!    then closes slurmstepd's copy of that rank's socket, so a rank that dies is seen as EOF;
+//!    slurmstepd binds a task before it releases it to the hooks, so PMIx registers the job,
+//!    with each rank's locality, once every local task has written its record); a step that
+//!    serves PMIx holds each task there until that registration (a client reads its job's
+//!    data as soon as it connects); then the task's watcher (the process slurmstepd forked)
+//!    writes [`TaskRecord::Exited`] with the program's exact code when it ends.
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed message, a rank that
 //!    fails before finalize, ranks of two families, a timeout) reaches every node over the
 //!    overlay; the node where it started reports the code to srun and asks slurmctld to kill
@@ -87,15 +88,33 @@ pub struct TaskTable {
     /// Local ranks.
     pub ranks: HashMap<u32, RankSlot>,
     notify: std::io::PipeWriter,
+    /// Steps serving PMIx: a pipe whose write end the agent closes once PMIx has registered
+    /// the job (the number of the write end, which each task closes its copy of, and how
+    /// long a task waits).
+    registered: Option<(std::io::PipeReader, RawFd, Duration)>,
     /// Charm++ steps: where each task sends its stdout and stderr ([`crate::charm`]).
     charm_stdio: Option<std::os::unix::net::UnixDatagram>,
 }
 
 impl TaskTable {
     /// Tells the agent that `rank`'s task has been forked (it holds its socket now), so
-    /// slurmstepd can close its own copy. One `write(2)` of 8 bytes: atomic on a pipe.
+    /// slurmstepd can close its own copy, and where the task may run (slurmstepd bound it
+    /// before releasing it to the hooks). One `write(2)`: atomic on a pipe.
     pub fn forked(&self, rank: u32) -> std::io::Result<()> {
-        (&self.notify).write_all(TaskRecord::Forked(rank).encode().as_ref())
+        let cpus = greedy_sys::slurm::affinity(0);
+        (&self.notify).write_all(TaskRecord::Forked(rank, cpus).encode().as_ref())
+    }
+
+    /// Steps serving PMIx: waits until PMIx has registered the job (every local task has
+    /// said [`TaskTable::forked`]), at most the registration's own limit; whether it did.
+    /// Async-signal-safe. Other steps: true at once.
+    pub fn wait_registered(&self) -> bool {
+        match &self.registered {
+            Some((read, write, limit)) => {
+                greedy_sys::slurm::wait_closed(read.as_raw_fd(), *write, *limit)
+            }
+            None => true,
+        }
     }
 
     /// Where a task's watcher writes its [`TaskRecord::Exited`].
@@ -119,20 +138,18 @@ impl TaskTable {
 }
 
 /// What a task hook or a task's watcher tells the agent: 8 bytes, `rank` then `code`
-/// (little-endian), [`TaskRecord::FORKED`] as the code of a fork and [`TaskRecord::STARTED`]
-/// as that of a start, which 128 more bytes follow (the CPUs as 16 little-endian words, all
-/// zero for unknown). Each record is one `write(2)`, atomic on the pipe.
+/// (little-endian), [`TaskRecord::FORKED`] as the code of a fork, which 128 more bytes follow
+/// (the CPUs as 16 little-endian words, all zero for unknown). Each record is one `write(2)`,
+/// atomic on the pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskRecord {
-    /// The task of this rank was forked.
-    Forked(u32),
-    /// The rank's program has been exec'd, and may run on these CPUs (`None`: unknown).
-    Started(u32, Option<CpuBits>),
+    /// The task of this rank was forked, and may run on these CPUs (`None`: unknown).
+    Forked(u32, Option<CpuBits>),
     /// The rank's program ended with this exit code, or 128 + its signal.
     Exited(u32, i32),
 }
 
-/// A [`TaskRecord`]'s wire form, built without allocating (the watcher may not).
+/// A [`TaskRecord`]'s wire form, built without allocating (a forked task may not).
 pub struct RecordBytes {
     buf: [u8; TaskRecord::MAX_LEN],
     len: usize,
@@ -147,18 +164,13 @@ impl AsRef<[u8]> for RecordBytes {
 impl TaskRecord {
     /// The code of a fork record (no exit code is negative).
     pub const FORKED: i32 = -1;
-    /// The code of a start record.
-    pub const STARTED: i32 = -2;
-    /// The longest record: a start's.
+    /// The longest record: a fork's.
     pub const MAX_LEN: usize = 8 + 8 * 16;
 
     /// The wire form.
     pub fn encode(self) -> RecordBytes {
         let (rank, code, cpus) = match self {
-            TaskRecord::Forked(rank) => (rank, Self::FORKED, None),
-            TaskRecord::Started(rank, cpus) => {
-                (rank, Self::STARTED, Some(cpus.unwrap_or_default()))
-            }
+            TaskRecord::Forked(rank, cpus) => (rank, Self::FORKED, Some(cpus.unwrap_or_default())),
             TaskRecord::Exited(rank, code) => (rank, code, None),
         };
         let mut buf = [0u8; Self::MAX_LEN];
@@ -183,15 +195,14 @@ impl TaskRecord {
         let rank = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         Ok(
             match i32::from_le_bytes(head[4..].try_into().expect("4 bytes")) {
-                Self::FORKED => TaskRecord::Forked(rank),
-                Self::STARTED => {
+                Self::FORKED => {
                     let mut body = [0u8; Self::MAX_LEN - 8];
                     reader.read_exact(&mut body)?;
                     let mut words = CpuBits::default();
                     for (w, bytes) in words.iter_mut().zip(body.chunks_exact(8)) {
                         *w = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
                     }
-                    TaskRecord::Started(rank, (words != CpuBits::default()).then_some(words))
+                    TaskRecord::Forked(rank, (words != CpuBits::default()).then_some(words))
                 }
                 code => TaskRecord::Exited(rank, code),
             },
@@ -350,9 +361,10 @@ impl Agent {
         config.pmi.fence_timeout = plan.fence_timeout;
         // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
         config.pmix.owner = job_owner(plan);
-        // Slurm's task plugin binds each task only after our last hook: its watcher reports
-        // where the program runs once exec'd, and PMIx tells the ranks after that.
+        // slurmstepd binds each task after prefork: each task hook says where its task runs,
+        // and PMIx tells the ranks after that.
         config.pmix.binding = Binding::Reported;
+        let register_timeout = config.pmix.register_timeout;
         // A rank that has not connected by then is reported like a fence that never completes.
         config.charm.connect_timeout = plan.fence_timeout;
         let local = &plan.ranks[plan.node_idx];
@@ -425,11 +437,26 @@ impl Agent {
         }
         let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
         agent.watch_tasks(reader, held, local.len(), stdio);
+        let registered = if plan.protocol.families().contains(&Family::Pmix) {
+            let (read, write) = std::io::pipe().map_err(|e| io("registration pipe", e))?;
+            let write_fd = write.as_raw_fd();
+            // slurmstepd's copy of the write end closes when PMIx has registered the job (or
+            // given up); the tasks' own copies close in their hooks.
+            let service = service.clone();
+            rt.spawn(async move {
+                service.pmix_registered().await;
+                drop(write);
+            });
+            Some((read, write_fd, register_timeout * 2))
+        } else {
+            None
+        };
         Ok((
             agent,
             TaskTable {
                 ranks,
                 notify,
+                registered,
                 charm_stdio: charm_stdio.map(|(task_side, _)| task_side),
             },
         ))
@@ -683,13 +710,13 @@ impl Drop for Agent {
 
 impl Agent {
     /// A thread reads the task records: `forked` closes slurmstepd's copy of that rank's PMI
-    /// socket (`held`, so a dead rank is an EOF), `started` (from the task's watcher,
-    /// `greedy_sys::slurm::watch_exec`) tells the node service where the rank runs if Slurm
-    /// bound it, `exited` (from the watcher too) how the rank ended (PMIx has
-    /// no socket whose EOF would say so) and, for Charm++ steps, lets the writer close the
-    /// task's stdio. Not a runtime task: it blocks in `read(2)`. It stops after `n_local`
-    /// exits; a watcher killed before it reports (SIGKILL of the step) only leaves the thread
-    /// waiting until slurmstepd exits.
+    /// socket (`held`, so a dead rank is an EOF) and tells the node service where the rank
+    /// runs if Slurm bound it; `exited` (from the task's watcher,
+    /// `greedy_sys::slurm::watch_exec`) tells it how the rank ended (PMIx has no socket whose
+    /// EOF would say so) and, for Charm++ steps, lets the writer close the task's stdio. Not
+    /// a runtime task: it blocks in `read(2)`. It stops after `n_local` exits; a watcher
+    /// killed before it reports (SIGKILL of the step) only leaves the thread waiting until
+    /// slurmstepd exits.
     fn watch_tasks(
         &self,
         mut reader: std::io::PipeReader,
@@ -711,8 +738,8 @@ impl Agent {
                     && let Ok(record) = TaskRecord::read_from(&mut reader)
                 {
                     match record {
-                        TaskRecord::Forked(rank) => drop(held.remove(&rank)),
-                        TaskRecord::Started(rank, cpus) => {
+                        TaskRecord::Forked(rank, cpus) => {
+                            drop(held.remove(&rank));
                             // A rank that may run wherever slurmstepd may is not bound.
                             let bound = cpus.filter(|c| node_cpus.is_some_and(|n| n != *c));
                             service.rank_started(rank, bound.as_ref().map(cpus_of))
@@ -935,16 +962,15 @@ mod tests {
     #[test]
     fn task_records_round_trip() {
         for r in [
-            TaskRecord::Forked(0),
-            TaskRecord::Forked(u32::MAX),
-            TaskRecord::Exited(9, 7),
-            TaskRecord::Exited(3, 0),
-            TaskRecord::Exited(3, 139),
-            TaskRecord::Started(4, None),
-            TaskRecord::Started(
+            TaskRecord::Forked(0, None),
+            TaskRecord::Forked(u32::MAX, None),
+            TaskRecord::Forked(
                 5,
                 Some([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 << 63]),
             ),
+            TaskRecord::Exited(9, 7),
+            TaskRecord::Exited(3, 0),
+            TaskRecord::Exited(3, 139),
         ] {
             let bytes = r.encode();
             let mut reader = bytes.as_ref();
