@@ -162,6 +162,28 @@ fn server_lifecycle_against_libpmix() {
     assert_eq!(get("PMIX_HOSTNAME"), Some("n0"), "{env:?}");
     assert_eq!(get("PMIX_GDS_MODULE"), Some("hash"), "{env:?}");
 
+    // Refused connections (the policy here admits none) leave the listener listening: 4.x
+    // and 5+ wait for the next connection on different errnos (gate::refusal_errno); with
+    // 4.x's on 5.0, libpmix closed its listening socket at the first stranger.
+    let port: u16 = get("PMIX_SERVER_URI41")
+        .and_then(|u| u.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the URI's port");
+    let before = greedy_sys::pmix::gate::refused();
+    for i in 1..=3 {
+        let probe = std::net::TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("connection {i} after {} refused: {e}", i - 1));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while greedy_sys::pmix::gate::refused() < before + i {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "connection {i} never reached the gate"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(probe);
+    }
+
     // has_key reads the server's own store: job-level keys are there, a key the (not yet
     // started) client has not posted is not.
     let job = Proc {

@@ -11,8 +11,9 @@
 //! (the only function its listener thread accepts with; `listen_thread` in
 //! `ptl_base_listener.c@v4.2.2`) to point at [`gated_accept`]. That function calls the real
 //! `accept`, asks the policy about the new connection (peer address, our address), and
-//! closes a refused one before libpmix ever sees it, returning -1 with `ECONNABORTED`, on
-//! which the listener thread simply waits for the next connection (`continue`, l.216–218).
+//! closes a refused one before libpmix ever sees it, returning -1 with the errno on which
+//! that libpmix simply waits for the next connection ([`refusal_errno`]: `ECONNABORTED` for
+//! 4.x's listener thread, `EAGAIN` for the event handler of 5 and later).
 //! The policy runs on libpmix's listener thread, which does nothing else, so it may block
 //! (a `NETLINK_SOCK_DIAG` lookup, a walk of `/proc`); never on the progress thread.
 //!
@@ -36,7 +37,7 @@ use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::FromRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use object::NativeEndian as NE;
@@ -137,6 +138,8 @@ static POLICY: RwLock<Option<Policy>> = RwLock::new(None);
 static INSTALL: Mutex<bool> = Mutex::new(false);
 /// Connections the gate admitted and refused so far.
 static ADMITTED: AtomicU64 = AtomicU64::new(0);
+/// The errno a refusal returns with, for the libpmix loaded ([`refusal_errno`]).
+static REFUSAL_ERRNO: AtomicI32 = AtomicI32::new(libc::ECONNABORTED);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// Installs `policy` and, the first time, points libpmix's `accept` at the gate. Idempotent:
@@ -156,6 +159,7 @@ pub fn install(policy: Policy) -> Result<(), GateError> {
     if objects.is_empty() {
         return Err(GateError::NoLibrary);
     }
+    REFUSAL_ERRNO.store(refusal_errno(&libpmix_version()), Ordering::Relaxed);
     let gate = gated_accept as *const () as usize;
     for obj in &objects {
         let slots = obj.accept_slots(r_jump, r_glob)?;
@@ -255,12 +259,44 @@ unsafe extern "C" fn gated_accept(
         Some(p) => tracing::info!(peer = %p, "PMIx connection refused: {refusal}"),
         None => tracing::info!("PMIx connection refused: {refusal}"),
     }));
-    // libpmix's listen_thread (ptl_base_listener.c@v4.2.2 l.202–223) treats ECONNABORTED
-    // ("they aborted the attempt") like EAGAIN: `continue`, wait for the next connection.
+    // The errno on which this libpmix waits for the next connection ([`refusal_errno`]).
     // Set last: close and the logger may have changed errno.
     // SAFETY: __errno_location returns this thread's errno, always valid.
-    unsafe { *libc::__errno_location() = libc::ECONNABORTED };
+    unsafe { *libc::__errno_location() = REFUSAL_ERRNO.load(Ordering::Relaxed) };
     -1
+}
+
+/// The loaded libpmix's version string (`OpenPMIx 5.0.7, repo rev: …`).
+fn libpmix_version() -> String {
+    // SAFETY: PMIx_Get_version returns a static string (or NULL), callable before init.
+    let version = unsafe { crate::raw::pmix::PMIx_Get_version() };
+    if version.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL, NUL-terminated and static (above).
+    unsafe { CStr::from_ptr(version) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The errno on which libpmix's listener, given a refused `accept`, waits for the next
+/// connection. The two designs want opposite ones:
+/// - 4.x `listen_thread` (ptl_base_listener.c@v4.2.2 l.202–223) continues on
+///   `ECONNABORTED` ("they aborted the attempt") but ends the thread on `EAGAIN` (its test
+///   `errno != EAGAIN || errno != EWOULDBLOCK` is always true);
+/// - from 5.0 `connection_event_handler` (@v5.0.7 l.131–165, the same in 6.x) returns on
+///   `EAGAIN`/`EWOULDBLOCK`/`EINTR`, but on any other error closes the listening socket.
+///
+/// A version string without a number counts as 4.x, the oldest libpmix greedy supports.
+pub fn refusal_errno(version: &str) -> c_int {
+    let major = version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|w| !w.is_empty())
+        .and_then(|w| w.parse::<u32>().ok());
+    match major {
+        Some(m) if m >= 5 => libc::EAGAIN,
+        _ => libc::ECONNABORTED,
+    }
 }
 
 /// Asks the policy about the connection on `conn`: `Ok` admits, `Err` names why not.
@@ -641,6 +677,18 @@ mod tests {
             unsafe { libc::close(fd) };
         }
         (fd, errno, closed)
+    }
+
+    #[test]
+    fn refusals_use_the_errno_each_libpmix_waits_on() {
+        let v4 = "OpenPMIx 4.2.2, repo rev: v4.2.2, Oct 20, 2022";
+        assert_eq!(refusal_errno(v4), libc::ECONNABORTED);
+        assert_eq!(
+            refusal_errno("OpenPMIx 5.0.7a1, repo rev: v5.0.7"),
+            libc::EAGAIN
+        );
+        assert_eq!(refusal_errno("OpenPMIx 7.0.0"), libc::EAGAIN);
+        assert_eq!(refusal_errno(""), libc::ECONNABORTED);
     }
 
     #[test]
