@@ -57,8 +57,9 @@ use crate::{
 };
 
 /// Decides which connections to the PMIx port may reach libpmix: `admit(peer, local)`, the
-/// client's address and ours. Runs on libpmix's listener thread, where it may block; a panic
-/// refuses (greedy-sys's accept gate, [`greedy_sys::pmix::gate`]).
+/// client's address and ours. Runs where libpmix accepts (on 5.0 and later its progress
+/// thread): it must be quick; a panic refuses (greedy-sys's accept gate,
+/// [`greedy_sys::pmix::gate`]).
 pub type Admit = greedy_sys::pmix::gate::Policy;
 
 /// The default [`PmixConfig::admit`]: nobody. An embedder must say who its ranks are.

@@ -14,8 +14,10 @@
 //! closes a refused one before libpmix ever sees it, returning -1 with the errno on which
 //! that libpmix simply waits for the next connection ([`refusal_errno`]: `ECONNABORTED` for
 //! 4.x's listener thread, `EAGAIN` for the event handler of 5 and later).
-//! The policy runs on libpmix's listener thread, which does nothing else, so it may block
-//! (a `NETLINK_SOCK_DIAG` lookup, a walk of `/proc`); never on the progress thread.
+//! On 4.x the policy runs on libpmix's listener thread, which does nothing else; from 5.0 on
+//! `accept` is called from the progress thread's event loop, so the policy's work (a
+//! `NETLINK_SOCK_DIAG` lookup, a walk of `/proc`) holds the node's other clients that long:
+//! a policy must be quick, and must never wait for anything libpmix itself has to do.
 //!
 //! **Invariant: a connection libpmix accepts has passed the policy.** Everything fails
 //! closed: no policy, a panicking policy, a connection that is not TCP/IP, or a peer whose
@@ -44,8 +46,9 @@ use object::NativeEndian as NE;
 use object::elf;
 
 /// Decides whether a new connection to libpmix's listener may reach libpmix:
-/// `policy(peer, local)`, the client's address and ours. Runs on libpmix's listener thread
-/// (it may block); a panic counts as a refusal.
+/// `policy(peer, local)`, the client's address and ours. Runs where libpmix accepts (its
+/// listener thread on 4.x, its progress thread from 5.0): it must be quick; a panic counts
+/// as a refusal.
 pub type Policy = Arc<dyn Fn(SocketAddr, SocketAddr) -> bool + Send + Sync>;
 
 /// Why the gate could not be installed.
