@@ -212,6 +212,9 @@ const OPEN_MPI_4_DIRECT_LAUNCH: &[(&str, &str)] = &[("FLUX_JOB_ID", "")];
 /// start as fast with it (8 local ranks: the same within noise, docs/benchmarks.md).
 const CLIENT_STORE: (&str, &str) = ("PMIX_GDS_MODULE", "hash");
 
+/// How long a `PMIx_Abort` waits for this node to have taken the abort before it returns.
+const ABORT_ON_ITS_WAY: Duration = Duration::from_secs(1);
+
 /// Capacity of the queue from PMIx's thread to the fence loop. A job's ranks block in one
 /// fence at a time, so one or two are ever queued; a full queue means a runaway client and
 /// the fence is refused (`PMIX_ERR_OUT_OF_RESOURCE`) rather than blocking PMIx's thread.
@@ -399,8 +402,22 @@ impl Handler for Bridge {
             self.job.node_idx, proc_.rank
         );
         lock(&self.state).aborting.insert(proc_.rank);
-        self.abort_job(Some(proc_.rank), status, reason);
-        done.complete(Status::SUCCESS);
+        warn!(rank = proc_.rank, code = status, "aborting job: {reason}");
+        let overlay = self.overlay.clone();
+        let info = AbortInfo::new(self.job.node_idx, Some(proc_.rank), status, reason);
+        // The caller exits once PMIx_Abort returns, and its peers, seeing their links to it
+        // break, may abort in turn: answer only once this node has the abort on its way, so
+        // that the first cause is the one the job ends with.
+        self.tracker.spawn_on(
+            async move {
+                let mut aborted = overlay.aborted();
+                overlay.abort(info).await;
+                let _ =
+                    tokio::time::timeout(ABORT_ON_ITS_WAY, aborted.wait_for(Option::is_some)).await;
+                done.complete(Status::SUCCESS);
+            },
+            &self.runtime,
+        );
     }
 
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
