@@ -278,7 +278,6 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                 let rank = task.gtaskid;
                 // Losing either only delays noticing a dead rank until the fence timeout.
                 let _ = tasks.forked(rank);
-                // The child execs the program; this process watches it and never returns.
                 // A PMIx client reads its job's data as soon as it connects: not before PMIx
                 // has it (past the limit the task goes, and its PMIx_Init fails visibly).
                 if !tasks.wait_registered() {
@@ -286,6 +285,7 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                         "mpi/greedy: rank {rank}: started before PMIx registered the job"
                     ));
                 }
+                // The child execs the program; this process watches it and never returns.
                 let record = |code| TaskRecord::Exited(rank, code).encode();
                 if let Err(e) = slurm::watch_exec(tasks.notify_fd(), record) {
                     log::error(&format!("mpi/greedy: rank {rank}: no exit watcher: {e}"));

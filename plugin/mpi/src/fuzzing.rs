@@ -99,7 +99,8 @@ pub fn step_plan(data: &[u8]) {
 }
 
 /// The task hooks' records as the agent's watcher reads them: every record read encodes back
-/// to the bytes it was read from (a start whose CPUs are all zero is an unbound one either way).
+/// to the bytes it was read from (a fork record's all-zero CPUs read as unknown, and unknown
+/// encodes as all zero).
 pub fn task_record(data: &[u8]) {
     let mut rest = data;
     loop {
