@@ -97,7 +97,8 @@ struct AgentSpec {
     /// sends half a header and stays silent until the job is over.
     stranger: bool,
     /// Binding::Reported: the agent says each rank started, bound to CPU (local rank mod 2),
-    /// this long after spawning them all. None: Binding::Known, with no binding.
+    /// this long after registering them, and starts them once PMIx says the job is
+    /// registered, as mpi/greedy's task hooks do. None: Binding::Known, with no binding.
     report_after: Option<Duration>,
 }
 
@@ -315,6 +316,23 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
     for &rank in job.local_ranks() {
         envs.push((rank, pmix.env_for(rank).await.expect("rank registers")));
     }
+    if let Some(after) = spec.report_after {
+        let reporter = pmix.clone();
+        let local = job.local_ranks().to_vec();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            for (local_rank, &rank) in local.iter().enumerate() {
+                reporter.rank_started(rank, Some(vec![local_rank as u32 % 2]));
+            }
+        });
+        let waited = Instant::now();
+        assert!(pmix.registered().await, "the namespace was not registered");
+        assert!(
+            waited.elapsed() >= after,
+            "registered before every rank started: {:?}",
+            waited.elapsed()
+        );
+    }
     let mut stranger = None;
     if spec.stranger {
         let uri = envs[0]
@@ -383,13 +401,6 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         }
         let child = cmd.spawn().expect("spawn rank");
         children.push((rank, child));
-    }
-    if let Some(after) = spec.report_after {
-        // The ranks connect meanwhile: the gate holds them until the namespace is registered.
-        tokio::time::sleep(after).await;
-        for (local_rank, &rank) in job.local_ranks().iter().enumerate() {
-            pmix.rank_started(rank, Some(vec![local_rank as u32 % 2]));
-        }
     }
     let mut waits = tokio::task::JoinSet::new();
     for (rank, mut child) in children {
@@ -649,22 +660,19 @@ async fn openmpi_4_agents_x_4_ranks_block_placement() {
     eprintln!("Open MPI 4x4 block took {took:?}");
 }
 
-/// Slurm binds a task only after the MPI hooks, so mpi/greedy learns where each rank runs as
-/// it starts (Binding::Reported): the namespace is registered only then, and a rank that
-/// connects before must wait in the accept gate rather than read an empty job. Here the
-/// bindings come a second after the ranks: every rank still wires up, and the job takes that
-/// second longer.
+/// slurmstepd binds a task after the MPI plugin's prefork, so mpi/greedy learns where each
+/// rank runs as its task hook reports (Binding::Reported): the namespace is registered only
+/// once every local rank has reported, `registered()` says when, and the ranks start after.
+/// Here the bindings come a second after the clients were registered: `registered()` waits
+/// for them, and every rank then wires up with the locality registered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openmpi_ranks_that_connect_before_their_bindings_wait_and_wire_up() {
+async fn openmpi_ranks_wire_up_once_their_reported_bindings_are_registered() {
     let mut flavour = Flavour::debian_4_1();
     let delay = Duration::from_secs(1);
     flavour.report_after = Some(delay);
     let (results, took) = run_job_with(&flavour, block(2, 2), &[]).await;
     assert_all_ok(&results, 4);
-    assert!(
-        took >= delay,
-        "the ranks did not wait for the bindings: {took:?}"
-    );
+    assert!(took >= delay, "nothing waited for the bindings: {took:?}");
 }
 
 /// A process that is not a rank (the agent itself here) connects to every agent's PMIx port
