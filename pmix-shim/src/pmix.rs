@@ -2,7 +2,8 @@
 //!
 //! Flow: [`PmixServer::start`] initialises the process's one PMIx server (greedy-sys;
 //! libpmix runs its own progress thread), registers the job's namespace with the job-level
-//! keys Open MPI 4.1/5.0 and MPICH require (research/pmix-pmi.md §1, "Job-level keys"), and
+//! keys Open MPI 4.1/5.0 and MPICH require (research/pmix-pmi.md §1, "Job-level keys"; under
+//! [`Binding::Reported`] later, once every local rank has said where it runs), and
 //! starts three tasks: the fence loop, the direct-modex server and the abort watcher. For each
 //! local rank the embedder calls [`PmixServer::env_for`] (register the client, then
 //! `setup_fork`) and starts the rank with that environment, which holds `PMIX_*` variables
@@ -637,9 +638,9 @@ impl PmixServer {
         Ok(pmix)
     }
 
-    /// [`Binding::Reported`]: local `rank` has started (exec'd), bound to `bound` CPUs, or
-    /// unbound; the namespace is registered when the last local rank has. Nothing for a rank
-    /// reported before, or under [`Binding::Known`].
+    /// [`Binding::Reported`]: the embedder says local `rank` has started, bound to `bound`
+    /// CPUs or unbound; the namespace is registered when the last local rank has. Nothing for
+    /// a rank reported before, or under [`Binding::Known`].
     pub fn rank_started(&self, rank: u32, bound: Option<Vec<u32>>) {
         let mut started = lock_started(&self.inner);
         if !started.missing.remove(&rank) {
@@ -882,8 +883,7 @@ async fn register_nspace(
 }
 
 /// [`Binding::Reported`]: registers the namespace once every local rank has started (or after
-/// `register_timeout`). A failure aborts
-/// the job, naming this node.
+/// `register_timeout`). A failure aborts the job, naming this node.
 async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiver<()>) {
     let limit = shared.config.register_timeout;
     tokio::select! {
