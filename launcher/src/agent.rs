@@ -527,7 +527,7 @@ impl Agent {
         // A plain line whose program cannot be run goes through the shell, for its message
         // and its code.
         let spawned = match spawn::spawn(spec(&argv)) {
-            Err(_) if argv[0] != shell[0] => spawn::spawn(spec(&shell)),
+            Err(_) if argv[..] != shell[..] => spawn::spawn(spec(&shell)),
             spawned => spawned,
         };
         let mut child = match spawned {
