@@ -28,12 +28,9 @@ fail() { echo "ompi-scale: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/mpi/clients.sh"
 
 if ((slurm)); then
-  (cd "$ROOT" && cargo build -q --release --locked -p greedy-slurm-mpi) || fail "building mpi_greedy.so"
-  plugdir=$(mktemp -d /var/tmp/ompi-scale.XXXXXX)
-  chmod 755 "$plugdir"
-  cp "$BIN/libmpi_greedy.so" "$plugdir/mpi_greedy.so"
-  cluster_up --nodes "$hosts" --delay "$delay" --slurm --plugindir "$plugdir"
-  trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$plugdir"' EXIT
+  # mpi_greedy.so built and installed in $PLUGDIR as the Slurm MPI tests do it.
+  . "$ROOT/tests/slurm/mpi-build.sh"
+  cluster_up --nodes "$hosts" --delay "$delay" --slurm --plugindir "$PLUGDIR"
   launcher=(srun -N"$hosts" --mpi=greedy)
 else
   cluster_up --nodes "$hosts" --delay "$delay"

@@ -1,7 +1,7 @@
-# Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, packaging/deb.sh): builds
-# mpi_greedy.so (release) into $PLUGDIR, and tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1)
-# and $OMPI (PMIx), and the PMIx locality client $LOCALITY, in $BINDIR; build_mpi_prog builds
-# another program the same way.
+# Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, packaging/deb.sh,
+# launcher/ompi-scale.sh): builds mpi_greedy.so (release) into $PLUGDIR, and
+# tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1) and $OMPI (PMIx), and the PMIx locality
+# client $LOCALITY, in $BINDIR; build_mpi_prog builds another program the same way.
 # Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
 #
 # The machine's Slurm: the plugin from the workspace build, PyPI MPICH 5 and Debian's Open MPI
