@@ -148,11 +148,12 @@ pub enum Binding {
     Known(BTreeMap<u32, Vec<u32>>),
     /// Learnt as each local rank starts ([`PmixServer::rank_started`]): Slurm binds a task
     /// after the MPI plugin's prefork. The namespace is registered once every local rank has
-    /// started or exited (at most `register_timeout` after the start; later ones then count
-    /// as unbound). A client reads its job's data as soon as it connects, so the embedder
-    /// holds each rank before its exec until [`PmixServer::registered`] (the accept gate
-    /// cannot hold it: from libpmix 5 on, `accept` runs on the progress thread that the
-    /// registration needs).
+    /// been reported (at most `register_timeout` after the start; later ones then count as
+    /// unbound); the embedder reports a rank that exits first as started unbound, as
+    /// [`crate::node::NodeService::rank_exited`] does. A client reads its job's data as soon
+    /// as it connects, so the embedder holds each rank before its exec until
+    /// [`PmixServer::registered`] (the accept gate cannot hold it: from libpmix 5 on,
+    /// `accept` runs on the progress thread that the registration needs).
     Reported,
 }
 
@@ -350,15 +351,22 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Bridge {
-    fn abort_job(&self, rank: Option<u32>, code: i32, reason: String) {
+    /// Aborts the job on the overlay; `done`, if given, completes once this node has the
+    /// abort on its way (at most [`ABORT_ON_ITS_WAY`] later).
+    fn abort_job(&self, rank: Option<u32>, code: i32, reason: String, done: Option<OpDone>) {
         let overlay = self.overlay.clone();
-        let origin_node = self.job.node_idx;
         warn!(?rank, code, "aborting job: {reason}");
+        let info = AbortInfo::new(self.job.node_idx, rank, code, reason);
         self.tracker.spawn_on(
             async move {
-                overlay
-                    .abort(AbortInfo::new(origin_node, rank, code, reason))
-                    .await
+                let mut aborted = overlay.aborted();
+                overlay.abort(info).await;
+                if let Some(done) = done {
+                    let _ =
+                        tokio::time::timeout(ABORT_ON_ITS_WAY, aborted.wait_for(Option::is_some))
+                            .await;
+                    done.complete(Status::SUCCESS);
+                }
             },
             &self.runtime,
         );
@@ -373,7 +381,7 @@ impl Handler for Bridge {
         }
         let gone = self.departures.spoke(proc_.rank, Family::Pmix);
         if let Some((gone, reason)) = gone {
-            self.abort_job(Some(gone), 1, reason);
+            self.abort_job(Some(gone), 1, reason, None);
         }
     }
 
@@ -403,22 +411,10 @@ impl Handler for Bridge {
             self.job.node_idx, proc_.rank
         );
         lock(&self.state).aborting.insert(proc_.rank);
-        warn!(rank = proc_.rank, code = status, "aborting job: {reason}");
-        let overlay = self.overlay.clone();
-        let info = AbortInfo::new(self.job.node_idx, Some(proc_.rank), status, reason);
         // The caller exits once PMIx_Abort returns, and its peers, seeing their links to it
         // break, may abort in turn: answer only once this node has the abort on its way, so
         // that the first cause is the one the job ends with.
-        self.tracker.spawn_on(
-            async move {
-                let mut aborted = overlay.aborted();
-                overlay.abort(info).await;
-                let _ =
-                    tokio::time::timeout(ABORT_ON_ITS_WAY, aborted.wait_for(Option::is_some)).await;
-                done.complete(Status::SUCCESS);
-            },
-            &self.runtime,
-        );
+        self.abort_job(Some(proc_.rank), status, reason, Some(done));
     }
 
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
@@ -486,6 +482,7 @@ impl Handler for Bridge {
                 "node {}: PMIx callback {callback} panicked: {message}",
                 self.job.node_idx
             ),
+            None,
         );
     }
 }
@@ -739,7 +736,6 @@ impl PmixServer {
     /// job is aborted within `exit_grace` for another reason, or the rank never connected and
     /// exited 0 (not a PMIx client; [`crate::departures`] has the rule).
     pub async fn rank_exited(&self, rank: u32, code: i32) {
-        self.rank_started(rank, None);
         let reason = {
             let mut st = lock(&self.inner.state);
             st.exited.insert(rank, code);

@@ -534,13 +534,12 @@ pub fn keep_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
 /// CPUs 0 to 1023 as bits, word `i` bit `j` for CPU `64 i + j`.
 pub type CpuBits = [u64; 16];
 
-/// The CPUs process `pid` (0: the calling thread) may run on; async-signal-safe (one
-/// syscall, no allocation).
-pub fn affinity(pid: libc::pid_t) -> Option<CpuBits> {
+/// The CPUs the calling thread may run on; async-signal-safe (one syscall, no allocation).
+pub fn affinity() -> Option<CpuBits> {
     // SAFETY: cpu_set_t is plain bits, all-zero valid; the kernel writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a live cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(pid, std::mem::size_of_val(&set), &mut set) };
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
     if rc != 0 {
         return None;
     }

@@ -12,16 +12,29 @@
  * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init; with "exit-after-init=R:CODE"
  * it crashes instead (_exit(CODE) without MPI_Finalize) while the others wait in MPI_Allreduce.
  *
+ * With WIREUP_TIMES set in the environment each rank also prints, after MPI_Finalize,
+ * "times RANK ENTERED LEFT": the wall-clock seconds (CLOCK_REALTIME) at which main began and
+ * MPI_Finalize returned, so a benchmark can tell the ranks' own time from the launcher's.
+ *
  * Shared by the MPICH (pmix-shim), Open MPI and Slurm end-to-end tests.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 int main(int argc, char **argv)
 {
+    double entered = wall_now();
     for (int i = 1; i < argc; i++) {
         int fail_rank, code;
         if (sscanf(argv[i], "fail-before-init=%d:%d", &fail_rank, &code) == 2) {
@@ -90,5 +103,9 @@ int main(int argc, char **argv)
     printf("rank %d of %d: %s\n", rank, size, ok ? "ok" : "FAILED");
     fflush(stdout);
     MPI_Finalize();
+    if (getenv("WIREUP_TIMES")) {
+        printf("times %d %.6f %.6f\n", rank, entered, wall_now());
+        fflush(stdout);
+    }
     return ok ? 0 : 1;
 }

@@ -1,4 +1,4 @@
-# Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, packaging/deb.sh,
+# Sourced by the Slurm MPI tests (mpi.sh, soak.sh, mpi-bench.sh, pmix-scale.sh, packaging/deb.sh,
 # launcher/ompi-scale.sh): builds mpi_greedy.so (release) into $PLUGDIR, and
 # tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1) and $OMPI (PMIx), and the PMIx locality
 # client $LOCALITY, in $BINDIR; build_mpi_prog builds another program the same way.

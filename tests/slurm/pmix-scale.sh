@@ -27,15 +27,13 @@ fail() { echo "slurm-pmix-scale: FAIL: $*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || fail "must run as root"
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
-(cd "$ROOT" && cargo build -q --release --locked -p greedy-slurm-mpi) || fail "building mpi_greedy.so"
-plugdir=$(mktemp -d /var/tmp/slurm-pmix-scale.XXXXXX)
-chmod 755 "$plugdir"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$plugdir/mpi_greedy.so"
+cd "$ROOT"
+# shellcheck source=mpi-build.sh
+. "$ROOT/tests/slurm/mpi-build.sh"
 # shellcheck source=../cluster/claim.sh
 . "$ROOT/tests/cluster/claim.sh"
 . "$ROOT/tests/mpi/pmix_maps.sh"
-cluster_up --nodes "$nodes" --slurm --plugindir "$plugdir"
-trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$plugdir"' EXIT
+cluster_up --nodes "$nodes" --slurm --plugindir "$PLUGDIR"
 eval "$("$TC" env)"
 W=$GREEDY_TC_SCRATCH/pmix-scale
 mkdir -p "$W"

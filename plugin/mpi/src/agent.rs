@@ -101,7 +101,7 @@ impl TaskTable {
     /// slurmstepd can close its own copy, and where the task may run (slurmstepd bound it
     /// before releasing it to the hooks). One `write(2)`: atomic on a pipe.
     pub fn forked(&self, rank: u32) -> std::io::Result<()> {
-        let cpus = greedy_sys::slurm::affinity(0);
+        let cpus = greedy_sys::slurm::affinity();
         (&self.notify).write_all(TaskRecord::Forked(rank, cpus).encode().as_ref())
     }
 
@@ -729,7 +729,7 @@ impl Agent {
         let handle = self.runtime.as_ref().expect("running").handle().clone();
         let node = self.node.clone();
         // slurmstepd's own CPUs (prefork runs on its main thread), which its tasks start with.
-        let node_cpus = greedy_sys::slurm::affinity(0);
+        let node_cpus = greedy_sys::slurm::affinity();
         let spawned = std::thread::Builder::new()
             .name("greedy-mpi-tasks".into())
             .spawn(move || {
