@@ -180,6 +180,18 @@ impl Edges {
             Edges::Session(l) => l.kill_all(),
         }
     }
+
+    /// Every rank ended and the shutdown is sent: whether greedyrun may end now. A session
+    /// sees its agents through the shutdown itself; our own remote shells must say bye first.
+    async fn leave_finished(&self) -> bool {
+        match self {
+            Edges::Tree(_) => false,
+            Edges::Session(l) => {
+                l.detach().await;
+                true
+            }
+        }
+    }
 }
 
 /// Runs a job to its end; prints its output and the one-line diagnostics.
@@ -427,6 +439,12 @@ async fn drive(
             Verdict::Finished => {
                 status.finishing();
                 fanout.route(None, Cmd::Shutdown).await;
+                // Once finishing, nothing an agent could still say changes the verdict
+                // (`JobStatus::launcher_failed`), and only --verbose prints its notes: a
+                // session's client need not wait for the byes, which cross its tree again.
+                if fanout.leave_finished().await {
+                    break;
+                }
                 end_deadline.get_or_insert(Instant::now() + SHUTDOWN_TIMEOUT);
             }
             Verdict::Teardown { message } => {

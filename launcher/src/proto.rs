@@ -478,6 +478,10 @@ pub enum ToSession {
     },
     /// End the job at once, as killing its remote shells would.
     Kill,
+    /// The client has the job's verdict (every rank ended, the shutdown is on its way) and
+    /// leaves: the session sees the job's hosts through their shutdown without it (the last
+    /// frame).
+    Detach,
 }
 
 /// What a session sends a job's client.
@@ -487,7 +491,8 @@ pub enum FromSession {
     Hosts(Vec<(String, u32)>),
     /// The job cannot run: why (the last frame).
     Refused(String),
-    /// The job waits for slots that tasks hold: why, for the user (`Started` follows).
+    /// The job waits for slots that tasks or an ending job hold: why, for the user (empty for
+    /// an ending job's, which free within its shutdown); `Started` follows.
     Waiting(String),
     /// The session took the job: its slots are the job's, and its hosts are starting it.
     Started,

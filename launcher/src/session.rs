@@ -58,6 +58,8 @@ struct Entry {
     nodes: Vec<u32>,
     up: mpsc::Sender<Up>,
     what: String,
+    /// Its client left with the verdict ([`ToSession::Detach`]): its hosts are shutting down.
+    ending: bool,
 }
 
 /// What the session knows of its hosts' slots and the jobs on them.
@@ -214,6 +216,11 @@ impl JobBoard {
         self.board().jobs.get(&job).map(|e| e.up.clone())
     }
 
+    /// Whether tasks hold slots on `ticket`'s hosts.
+    fn tasks_hold(&self, ticket: &Ticket) -> bool {
+        self.board().slots.tasks_on(&ticket.need)
+    }
+
     /// Jobs running, the slots they hold, and jobs waiting for slots.
     pub fn running(&self) -> (usize, u32, usize) {
         let b = self.board();
@@ -225,7 +232,12 @@ impl JobBoard {
         let b = self.board();
         let mut jobs: Vec<(&u32, &Entry)> = b.jobs.iter().collect();
         jobs.sort_by_key(|(job, _)| **job);
-        jobs.into_iter().map(|(_, e)| e.what.clone()).collect()
+        (jobs.into_iter())
+            .map(|(_, e)| match e.ending {
+                true => format!("{} (ending)", e.what),
+                false => e.what.clone(),
+            })
+            .collect()
     }
 
     /// The hosts that are up and not lost, with the slots no job holds or waits for (a job
@@ -319,6 +331,7 @@ impl JobBoard {
                             nodes,
                             up: tx,
                             what,
+                            ending: false,
                         },
                     );
                     return Ok(rx);
@@ -333,7 +346,7 @@ impl JobBoard {
     pub(crate) fn give_up(&self, ticket: &Ticket) {
         self.update(|b| {
             if b.admitted.remove(&ticket.job) {
-                b.slots.release(&ticket.need);
+                b.slots.release(&ticket.need, false);
             } else if let Some(i) = b.queue.iter().position(|(j, _)| *j == ticket.job) {
                 b.queue.remove(i);
                 b.slots.stop_waiting(&ticket.need);
@@ -342,11 +355,24 @@ impl JobBoard {
         });
     }
 
+    /// `ticket`'s job is ending (every rank ended, its client left): the next job may plan on
+    /// its slots, and waits for them.
+    pub(crate) fn ending(&self, ticket: &Ticket) {
+        self.update(|b| {
+            if let Some(e) = b.jobs.get_mut(&ticket.job)
+                && !e.ending
+            {
+                e.ending = true;
+                b.slots.ending(&ticket.need);
+            }
+        });
+    }
+
     /// `ticket`'s job ended: its slots are free again.
     pub(crate) fn release(&self, ticket: &Ticket) {
         self.update(|b| {
-            if b.jobs.remove(&ticket.job).is_some() {
-                b.slots.release(&ticket.need);
+            if let Some(e) = b.jobs.remove(&ticket.job) {
+                b.slots.release(&ticket.need, e.ending);
             }
         });
     }
@@ -382,11 +408,17 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
         }
     };
     if ticket.waits {
-        let (jobs, _, queued) = board.running();
-        let why = format!(
-            "waiting for slots that the task stream's tasks hold ({jobs} jobs running, {} waiting before this one)",
-            queued.saturating_sub(1)
-        );
+        // Slots of an ending job free within its shutdown: the client waits without a word.
+        let why = match board.tasks_hold(&ticket) {
+            true => {
+                let (jobs, _, queued) = board.running();
+                format!(
+                    "waiting for slots that the task stream's tasks hold ({jobs} jobs running, {} waiting before this one)",
+                    queued.saturating_sub(1)
+                )
+            }
+            false => String::new(),
+        };
         if wr.send(FromSession::Waiting(why)).await.is_err() {
             board.give_up(&ticket);
             return;
@@ -433,6 +465,11 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
                     fanout.route(to, Cmd::ForJob { job, cmd }).await;
                 }
                 Some(Ok(ToSession::Kill)) => fanout.route(None, Cmd::EndJob { job }).await,
+                Some(Ok(ToSession::Detach)) => {
+                    debug!(job, "the job's client has its verdict: the job ends without it");
+                    client = false;
+                    board.ending(&ticket);
+                }
                 Some(Ok(ToSession::Start(_))) => {}
                 None | Some(Err(_)) => {
                     debug!(job, "the job's client went away: the job ends");
@@ -552,7 +589,9 @@ impl Attached {
             match next {
                 Ok(Some(Ok(FromSession::Started))) => break,
                 Ok(Some(Ok(FromSession::Waiting(why)))) => {
-                    eprintln!("greedyrun: {why}");
+                    if !why.is_empty() {
+                        eprintln!("greedyrun: {why}");
+                    }
                     patience = None;
                 }
                 Ok(Some(Ok(FromSession::Refused(why)))) => {
@@ -565,9 +604,10 @@ impl Attached {
         let (up_tx, up_rx) = mpsc::channel(crate::head::UP_CAPACITY);
         let (tx, mut rx) = mpsc::unbounded_channel::<ToSession>();
         let mut wr = self.wr;
-        tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             while let Some(m) = rx.recv().await {
-                if wr.send(m).await.is_err() {
+                let last = matches!(m, ToSession::Detach);
+                if wr.send(m).await.is_err() || last {
                     break;
                 }
             }
@@ -599,7 +639,8 @@ impl Attached {
                 }
             }
         });
-        Ok((JobLink { tx }, up_rx))
+        let writer = Mutex::new(Some(writer));
+        Ok((JobLink { tx, writer }, up_rx))
     }
 }
 
@@ -607,6 +648,8 @@ impl Attached {
 #[derive(Debug)]
 pub(crate) struct JobLink {
     tx: mpsc::UnboundedSender<ToSession>,
+    /// Writes `tx`'s messages to the session.
+    writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl JobLink {
@@ -623,6 +666,16 @@ impl JobLink {
     /// Ends the job at once, as killing its remote shells would.
     pub(crate) fn kill_all(&self) {
         let _ = self.tx.send(ToSession::Kill);
+    }
+
+    /// Leaves the job to the session (after every rank ended and the shutdown was sent): returns
+    /// once the session has been told, at most [`HANDSHAKE`] later.
+    pub(crate) async fn detach(&self) {
+        let _ = self.tx.send(ToSession::Detach);
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = tokio::time::timeout(HANDSHAKE, w).await;
+        }
     }
 }
 
@@ -908,6 +961,35 @@ mod tests {
         board.release(&t1);
         assert_eq!(board.running(), (1, 2, 0));
         assert!(board.queue_of(t1.job).is_none());
+    }
+
+    #[tokio::test]
+    async fn the_next_job_waits_quietly_for_an_ending_jobs_slots() {
+        let board = JobBoard::new(vec!["a".into()], vec![2]);
+        board.host_up(0);
+        let first = job(&["a"], &[2]);
+        let t1 = board.reserve(&first).unwrap();
+        let _q1 = queue(&board, &t1, &first);
+        board.ending(&t1);
+        assert_eq!(board.free(), [("a".into(), 2)], "planned on as if free");
+        assert_eq!(
+            board.describe(),
+            [format!("job {} (j): 2 ranks on a, true (ending)", t1.job)]
+        );
+        let t2 = board.reserve(&first).unwrap();
+        assert!(t2.waits && !board.tasks_hold(&t2), "waits, for no task");
+        let waiter = {
+            let (board, start) = (board.clone(), first.clone());
+            tokio::spawn(async move { board.admitted(&t2, &start).await.is_ok() })
+        };
+        tokio::task::yield_now().await;
+        assert!(
+            !waiter.is_finished(),
+            "the ending job still holds the slots"
+        );
+        board.release(&t1);
+        assert!(waiter.await.unwrap());
+        assert_eq!(board.running(), (1, 2, 0));
     }
 
     #[tokio::test]

@@ -2,8 +2,9 @@
 //! ranks, a task of the stream, or a job waiting for it — and which a task may take next.
 //! Sans I/O; [`crate::session::JobBoard`] keeps it behind its lock.
 //!
-//! A job takes whole slots on named hosts and may wait for slots the stream's tasks hold: while
-//! it waits, a task that ends gives its slot to the job, not to the next task. Tasks take what
+//! A job takes whole slots on named hosts and may wait for slots the stream's tasks hold, or
+//! those of a job that is ending (its ranks all ended, its agents shutting down): while it
+//! waits, a task that ends gives its slot to the job, not to the next task. Tasks take what
 //! neither holds, rotating over the hosts (a slot freed goes to the back of the queue).
 
 use std::collections::VecDeque;
@@ -15,6 +16,8 @@ pub struct Slots {
     slots: Vec<u32>,
     /// Held by running jobs.
     jobs: Vec<u32>,
+    /// Of `jobs`, held by jobs that are ending: free for the next job's plan, not yet to use.
+    ending: Vec<u32>,
     /// Held by the stream's tasks in flight.
     tasks: Vec<u32>,
     /// Needed by jobs waiting for slots that tasks hold.
@@ -35,6 +38,7 @@ impl Slots {
         Slots {
             slots,
             jobs: vec![0; n],
+            ending: vec![0; n],
             tasks: vec![0; n],
             waiting: vec![0; n],
             up: vec![false; n],
@@ -134,13 +138,19 @@ impl Slots {
         }
     }
 
-    /// Slots of `h` no job holds: what a job may ask for there (waiting for tasks to end).
+    /// Slots of `h` no running job holds: what a job may ask for there (waiting for tasks or
+    /// ending jobs to free them).
     pub fn for_jobs(&self, h: u32) -> u32 {
         let h = h as usize;
         if h >= self.len() || !self.usable(h) {
             return 0;
         }
-        self.slots[h].saturating_sub(self.jobs[h] + self.waiting[h])
+        (self.slots[h] + self.ending[h]).saturating_sub(self.jobs[h] + self.waiting[h])
+    }
+
+    /// Whether tasks hold any of `need`'s hosts' slots.
+    pub fn tasks_on(&self, need: &[(u32, u32)]) -> bool {
+        need.iter().any(|&(h, _)| self.tasks[h as usize] > 0)
     }
 
     /// Whether `need` (host, slots) is free of jobs and tasks now.
@@ -158,11 +168,22 @@ impl Slots {
         }
     }
 
-    /// A job that held `need` ended.
-    pub fn release(&mut self, need: &[(u32, u32)]) {
+    /// The job holding `need` is ending: the next job may plan on those slots, and waits
+    /// until [`Slots::release`] frees them.
+    pub fn ending(&mut self, need: &[(u32, u32)]) {
+        for &(h, n) in need {
+            self.ending[h as usize] += n;
+        }
+    }
+
+    /// A job that held `need` ended; `was_ending` if it had been marked [`Slots::ending`].
+    pub fn release(&mut self, need: &[(u32, u32)], was_ending: bool) {
         for &(h, n) in need {
             let h = h as usize;
             self.jobs[h] = self.jobs[h].saturating_sub(n);
+            if was_ending {
+                self.ending[h] = self.ending[h].saturating_sub(n);
+            }
             self.top_up(h);
         }
     }
@@ -251,7 +272,7 @@ mod tests {
         s.stop_waiting(&need);
         s.hold(&need);
         assert_eq!(s.take_for_task(), None, "the job holds host 0");
-        s.release(&need);
+        s.release(&need, false);
         assert_eq!(s.take_for_task(), Some(0));
         assert_eq!(s.take_for_task(), Some(0));
         assert_eq!(s.take_for_task(), None);
@@ -262,12 +283,42 @@ mod tests {
         let mut s = all_up(vec![3]);
         for _ in 0..100 {
             s.hold(&[(0, 2)]);
-            s.release(&[(0, 2)]);
+            s.release(&[(0, 2)], false);
         }
         assert!(s.queue.len() <= 3, "{} queued", s.queue.len());
         s.hold(&[(0, 2)]);
         assert_eq!(s.take_for_task(), Some(0));
         assert_eq!(s.take_for_task(), None);
+    }
+
+    #[test]
+    fn the_next_job_plans_on_an_ending_jobs_slots_and_waits_for_them() {
+        let mut s = all_up(vec![2, 2]);
+        let (first, second) = ([(0, 2), (1, 1)], [(0, 1)]);
+        s.hold(&first);
+        assert_eq!((s.for_jobs(0), s.for_jobs(1)), (0, 1));
+        s.ending(&first);
+        assert_eq!((s.for_jobs(0), s.for_jobs(1)), (2, 2));
+        assert!(
+            !s.fits_now(&second),
+            "still held until the ending job is gone"
+        );
+        assert!(!s.tasks_on(&second));
+        assert_eq!(
+            s.take_for_task(),
+            Some(1),
+            "the slot it never held is a task's"
+        );
+        s.wait(&second);
+        assert_eq!(s.for_jobs(0), 1);
+        s.release(&first, true);
+        assert!(s.fits_now(&second));
+        s.stop_waiting(&second);
+        s.hold(&second);
+        assert_eq!((s.for_jobs(0), s.for_jobs(1)), (1, 2));
+        let mut took = [s.take_for_task(), s.take_for_task(), s.take_for_task()];
+        took.sort();
+        assert_eq!(took, [None, Some(0), Some(1)], "one slot left on each host");
     }
 
     #[test]

@@ -1012,12 +1012,19 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
         "{}",
         text(&out.stderr)
     );
-    let out = greedyrun(&["--status"], &socket);
+    // The short job may still be ending (its client left before its hosts' byes).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = text(&greedyrun(&["--status"], &socket).stderr);
+        if status.contains("1 jobs running on 4 slots") || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(
-        text(&out.stderr).contains("1 jobs running on 4 slots")
-            && text(&out.stderr).contains(": 4 ranks on localhost,127.0.0.2, sh -c sleep 4276"),
-        "{}",
-        text(&out.stderr)
+        status.contains("1 jobs running on 4 slots")
+            && status.contains(": 4 ranks on localhost,127.0.0.2, sh -c sleep 4276"),
+        "{status}"
     );
     // Its client killed, the job ends alone.
     first.kill().unwrap();
@@ -1031,6 +1038,21 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
     }
     let out = greedyrun(&["-n", "6", "true"], &socket);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Jobs back to back on every slot: a client leaves once its ranks ended, and the next
+    // job plans on those slots, waiting for them without a word while they are ending.
+    for round in 0..5 {
+        let out = greedyrun(&["-n", "6", "sh", "-c", "echo $GREEDY_RANK"], &socket);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stderr), "", "round {round}");
+        let mut got: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+        got.sort();
+        assert_eq!(got, ["0", "1", "2", "3", "4", "5"], "round {round}");
+    }
     assert_eq!(shells(), 3, "no remote shell per job");
     // The jobs' greedyds exit once their bye is read; only the session's agents stay.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -329,7 +329,7 @@ struct Started {
     /// Local ranks that have neither started nor exited.
     missing: HashSet<u32>,
     bound: BTreeMap<u32, Vec<u32>>,
-    /// Told when `missing` empties.
+    /// Told when `missing` empties (none under [`Binding::Known`]).
     all_in: Option<oneshot::Sender<()>>,
 }
 
@@ -585,7 +585,18 @@ impl PmixServer {
             status: e.to_string(),
         })?;
         let server = Arc::new(server);
-        let (all_in, all_started) = oneshot::channel();
+        // Under Binding::Known nothing is waited for.
+        let (missing, all_in, all_started) = match config.binding {
+            Binding::Known(_) => (HashSet::new(), None, None),
+            Binding::Reported => {
+                let (tx, rx) = oneshot::channel();
+                (
+                    job.local_ranks().iter().copied().collect(),
+                    Some(tx),
+                    Some(rx),
+                )
+            }
+        };
         let shared = Arc::new(Shared {
             job: job.clone(),
             config: config.clone(),
@@ -598,29 +609,23 @@ impl PmixServer {
             nsdir,
             registered: watch::Sender::new(None),
             started: Mutex::new(Started {
-                missing: match config.binding {
-                    Binding::Known(_) => HashSet::new(),
-                    Binding::Reported => job.local_ranks().iter().copied().collect(),
-                },
+                missing,
                 bound: BTreeMap::new(),
-                all_in: Some(all_in),
+                all_in,
             }),
         });
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
-        match &config.binding {
-            Binding::Known(bound) => {
-                if let Err(e) = register_nspace(inner, &server, bound).await {
-                    pmix.shutdown().await;
-                    return Err(e);
-                }
-                inner.finish_registration(true);
+        if let Some(all_started) = all_started {
+            inner
+                .tracker
+                .spawn(register_when_started(inner.clone(), all_started).instrument(span.clone()));
+        } else if let Binding::Known(bound) = &config.binding {
+            if let Err(e) = register_nspace(inner, &server, bound).await {
+                pmix.shutdown().await;
+                return Err(e);
             }
-            Binding::Reported => {
-                inner.tracker.spawn(
-                    register_when_started(inner.clone(), all_started).instrument(span.clone()),
-                );
-            }
+            inner.finish_registration(true);
         }
         drop(server);
         inner

@@ -31,17 +31,7 @@ while (($#)); do
 done
 fail() { echo "tasks-bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/loopback.sh"
-cd "$ROOT"
-cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
-BIN=$CARGO_TARGET_DIR/release/greedyrun
-work=$(mktemp -d /var/tmp/greedy-tasks-bench.XXXXXX)
-session=""
-cleanup() {
-  [[ -z $session ]] || GREEDY_SESSION=$session "$BIN" --end-session >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-loopback_rsh "$work"
+loopback_bench tasks-bench
 list=$(loopback_hosts "$hosts" "$slots")
 width=$((hosts * slots))
 ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
