@@ -47,6 +47,8 @@ use crate::{
 /// How long either side of a control connection waits for the other's next step of the
 /// handshake (hosts, the job, its start).
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a job waits quietly for an ending job's slots before its client is told why.
+const ENDING_PATIENCE: Duration = Duration::from_secs(2);
 /// Frames of one job queued towards its client.
 const JOB_UP_CAPACITY: usize = 1024;
 
@@ -214,6 +216,17 @@ impl JobBoard {
     /// Where frames of `job` go, if it runs.
     pub fn queue_of(&self, job: u32) -> Option<mpsc::Sender<Up>> {
         self.board().jobs.get(&job).map(|e| e.up.clone())
+    }
+
+    /// The ending jobs on `ticket`'s hosts.
+    fn ending_on(&self, ticket: &Ticket) -> Vec<u32> {
+        let b = self.board();
+        let mut jobs: Vec<u32> = (b.jobs.iter())
+            .filter(|(_, e)| e.ending && e.nodes.iter().any(|n| ticket.nodes.contains(n)))
+            .map(|(&j, _)| j)
+            .collect();
+        jobs.sort();
+        jobs
     }
 
     /// Whether tasks hold slots on `ticket`'s hosts.
@@ -424,12 +437,29 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
             return;
         }
     }
-    // A client that goes away (or sends anything) while its job waits gives the slots up.
-    let admitted = tokio::select! {
-        a = board.admitted(&ticket, &start) => a,
-        _ = rd.next() => {
-            board.give_up(&ticket);
-            return;
+    // A client that goes away (or sends anything) while its job waits gives the slots up. One
+    // that waits quietly for ending jobs is told which, should they take long.
+    let mut quiet = ticket.waits && !board.tasks_hold(&ticket);
+    let admitted = loop {
+        tokio::select! {
+            a = board.admitted(&ticket, &start) => break a,
+            _ = rd.next() => {
+                board.give_up(&ticket);
+                return;
+            }
+            _ = tokio::time::sleep(ENDING_PATIENCE), if quiet => {
+                quiet = false;
+                let jobs = board.ending_on(&ticket);
+                let list = jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+                let why = match jobs.len() {
+                    1 => format!("waiting for the slots of job {list}, which is ending (not all its hosts have said bye)"),
+                    _ => format!("waiting for the slots of jobs {list}, which are ending (not all their hosts have said bye)"),
+                };
+                if wr.send(FromSession::Waiting(why)).await.is_err() {
+                    board.give_up(&ticket);
+                    return;
+                }
+            }
         }
     };
     let mut ups = match admitted {
@@ -451,6 +481,9 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
     let mut done = vec![false; nodes.len()];
     let mut left = nodes.len();
     let mut client = true;
+    // A detached job's hosts get as long to say bye as greedyrun would have given them; then
+    // they are ended as when a client goes away.
+    let mut detached_until: Option<tokio::time::Instant> = None;
     while left > 0 {
         tokio::select! {
             f = rd.next(), if client => match f {
@@ -469,6 +502,7 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
                     debug!(job, "the job's client has its verdict: the job ends without it");
                     client = false;
                     board.ending(&ticket);
+                    detached_until = Some(tokio::time::Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
                 }
                 Some(Ok(ToSession::Start(_))) => {}
                 None | Some(Err(_)) => {
@@ -477,6 +511,12 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
                     fanout.route(None, Cmd::EndJob { job }).await;
                 }
             },
+            _ = tokio::time::sleep_until(detached_until.unwrap_or_else(tokio::time::Instant::now)),
+                if detached_until.is_some() => {
+                warn!(job, hosts = left, "a detached job's hosts did not say bye in time: ending them");
+                detached_until = None;
+                fanout.route(None, Cmd::EndJob { job }).await;
+            }
             up = ups.recv() => {
                 let Some(up) = up else { break };
                 if let Up::Bye { node } | Up::Lost { node, .. } = &up
@@ -978,6 +1018,7 @@ mod tests {
         );
         let t2 = board.reserve(&first).unwrap();
         assert!(t2.waits && !board.tasks_hold(&t2), "waits, for no task");
+        assert_eq!(board.ending_on(&t2), [t1.job]);
         let waiter = {
             let (board, start) = (board.clone(), first.clone());
             tokio::spawn(async move { board.admitted(&t2, &start).await.is_ok() })

@@ -1073,6 +1073,93 @@ fn a_session_runs_mpi_jobs_on_its_agents() {
     }
 }
 
+/// A client leaves its job once every rank ended; if one of the job's hosts then never says
+/// bye, the session ends it after greedyrun's own shutdown time, and a job that needs its slots
+/// meanwhile is told which job it waits for.
+#[test]
+fn a_detached_job_that_never_says_bye_is_ended_and_the_next_told_why() {
+    let (_d, local, _) = shells();
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap(), "-H", "localhost:1"])
+        .args(["--start-session", "--idle-timeout", "60", "--grace", "1"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&out);
+    let serve = session_process(&socket).expect("the session's process");
+    let _ends = EndsSession(socket.clone());
+    let signal = |sig: &str, pid: u32| {
+        Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let mut first = Command::new(GREEDYRUN)
+        .args(["-n", "1", "sh", "-c", "sleep 1"])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The job's greedyd (the agent's child without --launch) and its guard.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (job_greedyd, guard) = loop {
+        let job = agents_below(serve).into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| !text(&c).contains("--launch"))
+        });
+        let guard = job.and_then(|j| descendants(j, "greedyd").first().copied());
+        if let (Some(j), Some(g)) = (job, guard) {
+            break (j, g);
+        }
+        assert!(Instant::now() < deadline, "the job's greedyd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    /// Lets the stopped guard go however the test ends.
+    struct Resume(u32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+    let _resume = Resume(guard);
+    // Stopped, the guard holds the greedyd's shutdown (it waits up to 2 s for its guard to
+    // exit); stopped too within that time, the greedyd never says bye.
+    assert!(signal("-STOP", guard));
+    assert!(first.wait().unwrap().success());
+    assert!(
+        signal("-STOP", job_greedyd),
+        "the job's greedyd said bye first"
+    );
+    let t = Instant::now();
+    let second = Command::new(GREEDYRUN)
+        .args(["-n", "1", "echo", "second"])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "second\n");
+    assert!(
+        text(&second.stderr).contains("waiting for the slots of job 1, which is ending"),
+        "{}",
+        text(&second.stderr)
+    );
+    assert!(
+        t.elapsed() >= Duration::from_secs(10),
+        "ended before greedyrun's shutdown time: {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !Path::new(&format!("/proc/{job_greedyd}/cmdline")).exists()
+            || std::fs::read_to_string(format!("/proc/{job_greedyd}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the stuck greedyd was not killed"
+    );
+}
+
 /// Ends the session at this control socket however the test ends, so a failed assertion
 /// leaves no session behind.
 struct EndsSession(String);
