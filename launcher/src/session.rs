@@ -452,6 +452,7 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
                 let jobs = board.ending_on(&ticket);
                 let list = jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
                 let why = match jobs.len() {
+                    0 => format!("waiting behind {} jobs that wait for slots", board.running().2.saturating_sub(1)),
                     1 => format!("waiting for the slots of job {list}, which is ending (not all its hosts have said bye)"),
                     _ => format!("waiting for the slots of jobs {list}, which are ending (not all their hosts have said bye)"),
                 };
