@@ -53,7 +53,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info, info_span};
+use tracing::{Instrument, error, info, info_span, warn};
 
 /// slurm.conf's NodeAddr for a NodeName.
 pub type NodeAddrFn = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -231,6 +231,8 @@ pub struct Agent {
     /// Watches for the job's abort; on the node it started on, it reports to srun and kills
     /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
     abort_watch: Option<JoinHandle<()>>,
+    /// Local tasks that have not exited yet.
+    running: tokio::sync::watch::Sender<usize>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -336,6 +338,7 @@ impl Agent {
             leave: CancellationToken::new(),
             exits: TaskTracker::new(),
             abort_watch: None,
+            running: tokio::sync::watch::Sender::new(plan.ranks[plan.node_idx].len()),
         };
         // From here on a failure must stop what runs: `agent` does so when dropped.
         let rt = agent.runtime.as_ref().expect("set above");
@@ -415,6 +418,7 @@ impl Agent {
                 service.clone(),
                 stdio.clone(),
                 hooks.kill_step.clone(),
+                agent.running.subscribe(),
             )
             .instrument(span),
         );
@@ -563,6 +567,7 @@ async fn watch_abort(
     service: NodeService,
     stdio: Option<Stdio>,
     kill_step: Arc<KillStepFn>,
+    mut running: tokio::sync::watch::Receiver<usize>,
 ) {
     let mut aborted = service.overlay().aborted();
     let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
@@ -596,12 +601,38 @@ async fn watch_abort(
             info.code,
             info.at,
             format!("{origin}: {}", info.reason),
-            kill_step,
+            kill_step.clone(),
             before_join,
         )
         .await;
     }
+    // Slurm's step kill can miss a node's tasks (2 of 40 `exitcode-ompi` steps here kept one
+    // node's two tasks, in a fence the abort had failed, until srun's own timeout): a node
+    // whose tasks outlive the abort asks for the kill again.
+    for wait in KILL_STRAGGLERS {
+        // Every task gone, or the agent (its watcher) is: nothing left to kill.
+        if tokio::time::timeout(wait, running.wait_for(|&n| n == 0))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        let left = *running.borrow();
+        warn!(
+            "mpi/greedy: {left} local tasks of step {job}.{step} still run after its abort: asking slurmctld to kill it again"
+        );
+        let kill = kill_step.clone();
+        let _ = tokio::task::spawn_blocking(move || kill(job, step)).await;
+    }
 }
+
+/// How long after an abort a node that still has tasks asks again for the step's kill (each
+/// wait after the previous one).
+const KILL_STRAGGLERS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
 
 /// How long a join may take before the node also asks srun to tell it of the job's end.
 /// Joins take milliseconds in most steps, which then open no connection for this.
@@ -726,6 +757,7 @@ impl Agent {
     ) {
         let service = self.service.clone().expect("started");
         let exits = self.exits.clone();
+        let running = self.running.clone();
         let handle = self.runtime.as_ref().expect("running").handle().clone();
         let node = self.node.clone();
         // slurmstepd's own CPUs (prefork runs on its main thread), which its tasks start with.
@@ -746,6 +778,7 @@ impl Agent {
                         }
                         TaskRecord::Exited(rank, code) => {
                             ended += 1;
+                            running.send_modify(|n| *n = n.saturating_sub(1));
                             let (service, stdio) = (service.clone(), stdio.clone());
                             exits.spawn_on(
                                 async move {
