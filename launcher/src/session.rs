@@ -420,26 +420,25 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
             return;
         }
     };
+    // Slots of an ending job free within its shutdown: the client waits without a word, and
+    // is told which job it waits for only should that take long.
+    let mut quiet = ticket.waits && !board.tasks_hold(&ticket);
     if ticket.waits {
-        // Slots of an ending job free within its shutdown: the client waits without a word.
-        let why = match board.tasks_hold(&ticket) {
-            true => {
-                let (jobs, _, queued) = board.running();
-                format!(
-                    "waiting for slots that the task stream's tasks hold ({jobs} jobs running, {} waiting before this one)",
-                    queued.saturating_sub(1)
-                )
-            }
-            false => String::new(),
+        let why = if quiet {
+            String::new()
+        } else {
+            let (jobs, _, queued) = board.running();
+            format!(
+                "waiting for slots that the task stream's tasks hold ({jobs} jobs running, {} waiting before this one)",
+                queued.saturating_sub(1)
+            )
         };
         if wr.send(FromSession::Waiting(why)).await.is_err() {
             board.give_up(&ticket);
             return;
         }
     }
-    // A client that goes away (or sends anything) while its job waits gives the slots up. One
-    // that waits quietly for ending jobs is told which, should they take long.
-    let mut quiet = ticket.waits && !board.tasks_hold(&ticket);
+    // A client that goes away (or sends anything) while its job waits gives the slots up.
     let admitted = loop {
         tokio::select! {
             a = board.admitted(&ticket, &start) => break a,
