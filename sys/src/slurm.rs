@@ -390,20 +390,13 @@ pub fn config_key_pairs(pairs: &[(&str, String)]) -> *mut c_void {
 
 /// Whether this process runs with effective uid 0 (slurmstepd's hooks before the tasks fork).
 pub fn running_as_root() -> bool {
-    // SAFETY: geteuid cannot fail and has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    effective_uid() == 0
 }
 
-/// The primary group of user `uid` from the passwd database; `None` when there is no such user.
-pub fn primary_gid(uid: u32) -> Option<u32> {
-    // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as c_char; 16 * 1024];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is live and writable for the call, `buf.len()` is its size; the
-    // reentrant call writes only into `pw` and `buf`.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    (rc == 0 && !found.is_null()).then_some(pw.pw_gid)
+/// This process's effective uid; async-signal-safe (the task hook runs after fork).
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// Asks slurmctld to send `signal` to every task of step `job_id.step_id` on every node;
@@ -514,6 +507,78 @@ pub unsafe fn task_info(info: *const raw::mpi_task_info_t) -> Option<TaskInfo> {
         nodeid: info.nodeid,
         ntasks: info.ntasks,
     })
+}
+
+/// What slurmstepd itself knows of the step it runs (`stepd_step_rec_t`, from the launch
+/// request and credential slurmd verified): the authority a root stepd acts on, where the
+/// launch environment is only what the user's srun sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    /// Job id.
+    pub job_id: u32,
+    /// Step id.
+    pub step_id: u32,
+    /// Nodes of the step.
+    pub nnodes: u32,
+    /// Tasks of the step.
+    pub ntasks: u32,
+    /// This node's index in the step.
+    pub nodeid: u32,
+    /// Tasks on this node.
+    pub node_tasks: u32,
+    /// The uid the tasks run as.
+    pub uid: u32,
+    /// Their primary gid.
+    pub gid: u32,
+    /// This node's NodeName.
+    pub node_name: String,
+}
+
+/// Copies the step record `mpi_p_slurmstepd_prefork` receives, after checking that this
+/// build's declaration of it matches the running slurmstepd: slurmstepd passes `&step->env`
+/// as `env`, so the declared offset of `env` must land exactly there. An error says what
+/// disagrees (a NULL record, a layout of another release, counts that cannot be).
+///
+/// # Safety
+/// `step` must be NULL or the live record of the running prefork hook, and `env` the hook's
+/// `char ***env` argument.
+pub unsafe fn step_record(
+    step: *const raw::stepd_step_rec_t,
+    env: *mut *mut *mut c_char,
+) -> Result<StepRecord, String> {
+    if step.is_null() {
+        return Err("slurmstepd passed no step record".into());
+    }
+    // SAFETY: `step` is non-NULL and live (contract); only the field's address is taken.
+    let env_field = unsafe { std::ptr::addr_of!((*step).env) };
+    if env_field.cast::<c_void>() != env.cast::<c_void>().cast_const() {
+        return Err(format!(
+            "slurmstepd's step record does not have this build's layout (env at offset {}, \
+             expected {}): is mpi_greedy.so built for Slurm {}?",
+            (env as usize).wrapping_sub(step as usize),
+            std::mem::offset_of!(raw::stepd_step_rec_t, env),
+            raw::VERSION
+        ));
+    }
+    // SAFETY: live (contract), and the check above shows the declared prefix matches it.
+    let s = unsafe { &*step };
+    // SAFETY: NULL or a NUL-terminated string the record owns.
+    let node_name = unsafe { read_c_str(s.node_name) }.unwrap_or_default();
+    let record = StepRecord {
+        job_id: s.step_id.job_id,
+        step_id: s.step_id.step_id,
+        nnodes: s.nnodes,
+        ntasks: s.ntasks,
+        nodeid: s.nodeid,
+        node_tasks: s.node_tasks,
+        uid: s.uid,
+        gid: s.gid,
+        node_name,
+    };
+    if record.nodeid >= record.nnodes || record.node_tasks > record.ntasks {
+        return Err(format!("slurmstepd's step record cannot be: {record:?}"));
+    }
+    Ok(record)
 }
 
 /// Lets a descriptor survive `exec` (clears `FD_CLOEXEC`): the task hook runs in the forked
@@ -652,4 +717,63 @@ pub fn watch_exec<R: AsRef<[u8]>>(
     // SAFETY: ends this process with the program's exit code (or 128+signal if the signal
     // did not end it), running nothing of slurmstepd's.
     unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zeroed record with the fields prefork reads set; `env` is `&record.env`, as
+    /// slurmstepd passes it.
+    fn record() -> Box<std::mem::MaybeUninit<raw::stepd_step_rec_t>> {
+        let mut rec = Box::new(std::mem::MaybeUninit::<raw::stepd_step_rec_t>::zeroed());
+        let p = rec.as_mut_ptr();
+        // SAFETY: `p` points to a zeroed record (every field an integer or pointer: zero is
+        // valid); only plain fields are written.
+        unsafe {
+            (*p).step_id.job_id = 100;
+            (*p).step_id.step_id = 3;
+            (*p).nnodes = 4;
+            (*p).ntasks = 8;
+            (*p).nodeid = 1;
+            (*p).node_tasks = 2;
+            (*p).uid = 1234;
+            (*p).gid = 99;
+            (*p).node_name = c"n2".as_ptr().cast_mut();
+        }
+        rec
+    }
+
+    #[test]
+    fn the_record_is_read_when_env_sits_at_the_declared_offset() {
+        let mut rec = record();
+        let p = rec.as_mut_ptr();
+        // SAFETY: `p` is live; only the field's address is taken.
+        let env = unsafe { std::ptr::addr_of_mut!((*p).env) };
+        // SAFETY: a live record and its own env field, as the hook's contract asks.
+        let got = unsafe { step_record(p, env) }.unwrap();
+        assert_eq!(
+            (got.job_id, got.step_id, got.nodeid, got.uid, got.gid),
+            (100, 3, 1, 1234, 99)
+        );
+        assert_eq!(got.node_name, "n2");
+    }
+
+    #[test]
+    fn a_record_of_another_layout_or_impossible_counts_is_refused() {
+        let mut rec = record();
+        let p = rec.as_mut_ptr();
+        // SAFETY: `p` is live; only the field's address is taken, then moved one pointer on.
+        let shifted = unsafe { std::ptr::addr_of_mut!((*p).env).add(1) }.cast();
+        // SAFETY: a live record; the env pointer is checked, never dereferenced, when wrong.
+        let e = unsafe { step_record(p, shifted) }.unwrap_err();
+        assert!(e.contains("layout"), "{e}");
+        // SAFETY: as above; then a node index past the node count.
+        unsafe { (*p).nodeid = 4 };
+        // SAFETY: a live record and its own env field.
+        let e = unsafe { step_record(p, std::ptr::addr_of_mut!((*p).env)) }.unwrap_err();
+        assert!(e.contains("cannot be"), "{e}");
+        // SAFETY: NULL is allowed by the contract.
+        assert!(unsafe { step_record(std::ptr::null(), shifted) }.is_err());
+    }
 }

@@ -87,6 +87,9 @@ pub struct RankSlot {
 pub struct TaskTable {
     /// Local ranks.
     pub ranks: HashMap<u32, RankSlot>,
+    /// The uid slurmstepd's record gives the tasks: a task hook running as another is a sign
+    /// that this build misreads the record, and the task is failed rather than served.
+    pub job_uid: u32,
     notify: std::io::PipeWriter,
     /// Steps serving PMIx: a pipe whose write end the agent closes once PMIx has registered
     /// the job (the number of the write end, which each task closes its copy of, and how
@@ -344,7 +347,7 @@ impl Agent {
         let rt = agent.runtime.as_ref().expect("set above");
         // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
         // PMIx and netlrts endpoints at all.
-        let admit = step_processes(plan).map_err(|e| io("read slurmstepd's uid", e))?;
+        let admit = JobProcesses::descendants_of(std::process::id(), plan.job_uid);
         let mut config = NodeConfig::new(my_ip, admit, &plan.protocol.families()).map_err(|e| {
             Error::Address {
                 host: node.clone(),
@@ -459,6 +462,7 @@ impl Agent {
             agent,
             TaskTable {
                 ranks,
+                job_uid: plan.job_uid,
                 notify,
                 registered,
                 charm_stdio: charm_stdio.map(|(task_side, _)| task_side),
@@ -526,26 +530,10 @@ impl Agent {
     }
 }
 
-/// Who may reach the step's PMIx and netlrts endpoints: the tasks, which are this
-/// slurmstepd's descendants running as the job's user.
-fn step_processes(plan: &StepPlan) -> std::io::Result<JobProcesses> {
-    match plan.job_uid {
-        Some(uid) => Ok(JobProcesses::descendants_of(std::process::id(), uid)),
-        None => JobProcesses::of_this_process(),
-    }
-}
-
 /// The uid and gid the step's tasks run as, when this stepd runs as root and they do not.
 fn job_owner(plan: &StepPlan) -> Option<(u32, u32)> {
-    let uid = plan.job_uid.filter(|&u| u != 0)?;
-    if !greedy_sys::slurm::running_as_root() {
-        return None;
-    }
-    let gid = plan
-        .job_gid
-        .or_else(|| greedy_sys::slurm::primary_gid(uid))
-        .unwrap_or(uid);
-    Some((uid, gid))
+    (plan.job_uid != 0 && greedy_sys::slurm::running_as_root())
+        .then_some((plan.job_uid, plan.job_gid))
 }
 
 /// How long the node an abort started on waits for srun to take the exit report before it
@@ -842,8 +830,8 @@ mod tests {
             protocol: Protocol::Pmi,
             rendezvous: Rendezvous::Ports { port },
             srun: "127.0.0.1:9".parse().unwrap(),
-            job_uid: None,
-            job_gid: None,
+            job_uid: own_uid(),
+            job_gid: 0,
             join_timeout,
             fence_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_millis(500),
@@ -868,6 +856,12 @@ mod tests {
             }),
         };
         Agent::start(plan, &hooks).expect("agent starts")
+    }
+
+    /// This test's uid: its ranks run as it, as a step's as the job's user.
+    fn own_uid() -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").unwrap().uid()
     }
 
     fn free_port() -> u16 {

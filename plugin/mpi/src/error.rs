@@ -26,6 +26,19 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The launch environment (from the user's srun) says other than slurmstepd's own record
+    /// of the step: a root stepd acts on Slurm's record only, so the step is refused.
+    #[error("{node}: {var}={value:?} contradicts slurmstepd's record ({slurm}): refusing the step")]
+    Contradicts {
+        /// The node.
+        node: String,
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What slurmstepd's record says.
+        slurm: String,
+    },
     /// A greedy.conf setting is wrong.
     #[error(transparent)]
     Conf(#[from] greedy_slurm::ConfError),

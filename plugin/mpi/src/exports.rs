@@ -17,7 +17,7 @@ use crate::plan::{self, StepPlan};
 use crate::srun::Client;
 use greedy_slurm::guard;
 use greedy_sys::raw::slurm::{
-    SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, mpi_step_info_t, mpi_task_info_t,
+    SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, mpi_step_info_t, mpi_task_info_t, stepd_step_rec_t,
 };
 use greedy_sys::slurm::{self, Env, log};
 use std::ffi::{c_char, c_int, c_void};
@@ -157,11 +157,13 @@ pub extern "C" fn mpi_p_client_fini(state: *mut c_void) -> c_int {
     })
 }
 
-/// slurmstepd (root), once per node before the tasks are forked: reads the plan from the job
-/// env, removes the private variables from it, and starts this node's service.
+/// slurmstepd (root), once per node before the tasks are forked: reads slurmstepd's record
+/// of the step and the plan from the job env, removes the private variables from it, and
+/// starts this node's service. Root acts on the record only: an env that contradicts it (a
+/// user's srun can send any) is refused.
 #[unsafe(no_mangle)]
 pub extern "C" fn mpi_p_slurmstepd_prefork(
-    _step: *const c_void,
+    step: *const stepd_step_rec_t,
     env: *mut *mut *mut c_char,
 ) -> c_int {
     guard::catch(
@@ -170,13 +172,22 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
         log::error,
         || {
             logging_on();
+            // SAFETY: the hook's arguments, live for the call: `step` is slurmstepd's record and
+            // `env` is `&step->env` (mgr.c); only read here.
+            let stepd = match unsafe { slurm::step_record(step, env) } {
+                Ok(r) => r,
+                Err(e) => {
+                    log::error(&format!("mpi/greedy: {e}"));
+                    return SLURM_ERROR;
+                }
+            };
             // SAFETY: `env` is `&job->env`, the stepd's job env, used by this thread only while
             // the hook runs (mgr.c).
             let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
                 log::error("mpi/greedy: prefork got no env");
                 return SLURM_ERROR;
             };
-            let plan = StepPlan::from_env(|k| env.get(k));
+            let plan = StepPlan::new(&stepd, |k| env.get(k));
             for var in plan::PRIVATE_VARS {
                 env.unset(var);
             }
@@ -237,6 +248,16 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                 ));
                 return SLURM_ERROR;
             };
+            let uid = slurm::effective_uid();
+            if TASKS.get().is_some_and(|t| t.job_uid != uid) {
+                log::error(&format!(
+                    "mpi/greedy: rank {} runs as uid {uid}, not the uid slurmstepd's record \
+                     gave prefork: this mpi_greedy.so misreads Slurm {}'s step record",
+                    task.gtaskid,
+                    greedy_sys::raw::slurm::VERSION
+                ));
+                return SLURM_ERROR;
+            }
             // SAFETY: `env` is `&job->env` in this freshly forked, single-threaded task.
             let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
                 return SLURM_ERROR;

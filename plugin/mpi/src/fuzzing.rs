@@ -10,7 +10,7 @@ use greedy_slurm::conf;
 use crate::agent::TaskRecord;
 use crate::charm::decode_stdio_record;
 use crate::config::MpiConfig;
-use crate::plan::{self, StepLayout, StepPlan};
+use crate::plan::{self, StepLayout, StepPlan, StepRecord};
 use crate::rendezvous::{self, Line};
 
 /// A fuzz target: the name of its binary and corpus directory, and its body.
@@ -50,9 +50,10 @@ pub fn rendezvous_line(data: &[u8]) {
 }
 
 /// The variables [`step_plan`] fills, one input line each, in this order (fewer lines: the
-/// rest are unset).
-const PLAN_VARS: [&str; 14] = [
-    "SLURM_TOPOLOGY_ADDR",
+/// rest are unset). The first line is the node's name in slurmstepd's record; [`RECORD_LINE`]
+/// the rest of that record.
+const PLAN_VARS: [&str; 12] = [
+    "node name",
     plan::VAR_JOB,
     plan::VAR_HOSTS,
     plan::VAR_RANKS,
@@ -64,20 +65,63 @@ const PLAN_VARS: [&str; 14] = [
     "SLURM_SRUN_COMM_HOST",
     plan::VAR_TIMEOUTS,
     "SLURM_STEP_RESV_PORTS",
-    "SLURM_JOB_UID",
-    "SLURM_JOB_GID",
 ];
 
-/// A stepd's `GREEDY_MPI_*` environment (one value per line, [`PLAN_VARS`] order): a plan or
-/// an error, never a panic; a plan's indices are in range, everything prefork derives from it
-/// can be computed, and its rank lists survive the trip through the launch env's text form.
+/// The line after [`PLAN_VARS`]: `JOB STEP NNODES NTASKS NODEID NODE_TASKS` of slurmstepd's
+/// record. Without it the record agrees with the env where the env can be read, so inputs
+/// reach the plan's later checks.
+const RECORD_LINE: usize = PLAN_VARS.len();
+
+/// slurmstepd's record for [`step_plan`]: from [`RECORD_LINE`], else what the env says.
+fn fuzz_record(values: &[&str]) -> StepRecord {
+    let line = |i: usize| values.get(i).copied().unwrap_or("");
+    let nums: Vec<u32> = line(RECORD_LINE)
+        .split(' ')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let (job, step) = line(1)
+        .split_once('.')
+        .and_then(|(j, s)| Some((j.parse().ok()?, s.parse().ok()?)))
+        .unwrap_or((0, 0));
+    let hosts =
+        greedy_tree::hostlist::expand_at_most(line(2), greedy_tree::fuzzing::FUZZ_MAX_HOSTS)
+            .unwrap_or_default();
+    let ranks = plan::decode_ranks(line(3), 1 << 16).unwrap_or_default();
+    let node_name = line(0).to_string();
+    let nodeid = hosts.iter().position(|h| *h == node_name).unwrap_or(0);
+    let derived = [
+        job,
+        step,
+        hosts.len() as u32,
+        ranks.iter().map(Vec::len).sum::<usize>() as u32,
+        nodeid as u32,
+        ranks.get(nodeid).map_or(0, Vec::len) as u32,
+    ];
+    let n = |i: usize| nums.get(i).copied().unwrap_or(derived[i]);
+    StepRecord {
+        job_id: n(0),
+        step_id: n(1),
+        nnodes: n(2),
+        ntasks: n(3),
+        nodeid: n(4),
+        node_tasks: n(5),
+        uid: 1000,
+        gid: 1000,
+        node_name,
+    }
+}
+
+/// slurmstepd's record and a stepd's `GREEDY_MPI_*` environment (one value per line,
+/// [`PLAN_VARS`] order, then [`RECORD_LINE`]): a plan or an error, never a panic; a plan
+/// agrees with the record, its indices are in range, everything prefork derives from it can
+/// be computed, and its rank lists survive the trip through the launch env's text form.
 pub fn step_plan(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
     let values: Vec<&str> = text.split('\n').collect();
     let get = |var: &str| {
-        let i = PLAN_VARS.iter().position(|v| *v == var)?;
+        let i = PLAN_VARS[1..].iter().position(|v| *v == var)? + 1;
         values.get(i).map(|v| v.to_string())
     };
     // A legal list of 2^24 hosts takes seconds to expand; the hostlist target fuzzes expansion,
@@ -88,13 +132,21 @@ pub fn step_plan(data: &[u8]) {
     {
         return;
     }
-    let Ok(step) = StepPlan::from_env(get) else {
+    let record = fuzz_record(&values);
+    if record.nnodes as usize > greedy_tree::fuzzing::FUZZ_MAX_HOSTS {
+        return;
+    }
+    let Ok(step) = StepPlan::new(&record, get) else {
         return;
     };
+    assert_eq!((step.job_id, step.step_id), (record.job_id, record.step_id));
+    assert_eq!(step.node_idx, record.nodeid as usize);
     assert!(step.node_idx < step.hosts.len() && step.ranks.len() == step.hosts.len());
+    assert_eq!(step.hosts.len(), record.nnodes as usize);
     let _ = (step.describe(), step.parent(), &step.secret);
     let _ = step.job_spec().validate();
-    let ranks = plan::decode_ranks(&plan::encode_ranks(&step.ranks)).expect("own ranks decode");
+    let ranks = plan::decode_ranks(&plan::encode_ranks(&step.ranks), record.ntasks as usize)
+        .expect("own ranks decode");
     assert_eq!(ranks, step.ranks);
 }
 
@@ -163,11 +215,21 @@ pub fn mpi_conf(data: &[u8]) {
         true,
     );
     let get = |k: &str| match k {
-        "SLURM_TOPOLOGY_ADDR" => Some("n2".to_string()),
         "SLURM_SRUN_COMM_HOST" => Some("10.0.0.1".to_string()),
         _ => env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()),
     };
-    let step = StepPlan::from_env(get).expect("what srun accepts, a stepd accepts");
+    let stepd = StepRecord {
+        job_id: 7,
+        step_id: 0,
+        nnodes: 2,
+        ntasks: 4,
+        nodeid: 1,
+        node_tasks: 2,
+        uid: 1000,
+        gid: 1000,
+        node_name: "n2".into(),
+    };
+    let step = StepPlan::new(&stepd, get).expect("what srun accepts, a stepd accepts");
     let close =
         |a: Duration, b: Duration| a.abs_diff(b) <= Duration::from_micros(1).max(a / 1_000_000);
     assert!(close(step.join_timeout, cfg.join_timeout));

@@ -1,17 +1,18 @@
 //! The hooks' logic without I/O: srun's step layout and configuration in, the private
-//! variables out ([`prelaunch_env`]); a stepd's environment in, what this node must serve out
-//! ([`StepPlan::from_env`]); a rank's PMI variables ([`task_env`]).
+//! variables out ([`prelaunch_env`]); slurmstepd's record of the step and its environment in,
+//! what this node must serve out ([`StepPlan::new`]); a rank's PMI variables ([`task_env`]).
 //!
 //! Flow: srun's `client_prelaunch` puts the `GREEDY_MPI_*` variables into the launch env;
-//! slurmd copies them into every stepd's job env; `prefork` reads them with the variables the
-//! daemons set (`SLURM_TOPOLOGY_ADDR`, `SLURM_SRUN_COMM_HOST`, `SLURM_STEP_RESV_PORTS`;
-//! research/slurm-plugin-api.md §2.2), then removes every `GREEDY_MPI_*` variable so no
-//! task inherits them (the secret above all).
+//! slurmd copies them into every stepd's job env; `prefork` checks them against slurmstepd's
+//! own record (`StepRecord`: ids, counts, uid, this node), reads them with the variables the
+//! daemons set (`SLURM_SRUN_COMM_HOST`, `SLURM_STEP_RESV_PORTS`; research/slurm-plugin-api.md
+//! §2.2), then removes every `GREEDY_MPI_*` variable so no task inherits them (the secret
+//! above all).
 
 use crate::Error;
 use crate::config::MpiConfig;
 use greedy_pmix::family::Family;
-pub use greedy_sys::slurm::StepLayout;
+pub use greedy_sys::slurm::{StepLayout, StepRecord};
 use greedy_tree::LaunchModel;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -250,12 +251,13 @@ pub fn encode_ranks(ranks: &[Vec<u32>]) -> String {
     out
 }
 
-/// Most ranks [`decode_ranks`] expands, over all nodes: far above any step, and it bounds what
-/// a few bytes of ranges can make a stepd allocate (`0-16777215,` repeated would be gigabytes).
-pub const MAX_RANKS: usize = 1 << 24;
+/// The lowest reserved port a stepd listens on: below it only root may bind.
+pub const MIN_PORT: u16 = 1024;
 
-/// Parses [`encode_ranks`]'s form.
-pub fn decode_ranks(text: &str) -> Result<Vec<Vec<u32>>, String> {
+/// Parses [`encode_ranks`]'s form, expanding at most `max` ranks over all nodes (a stepd
+/// passes the step's task count: a few bytes of ranges such as `0-4294967295` must not make
+/// it allocate gigabytes).
+pub fn decode_ranks(text: &str, max: usize) -> Result<Vec<Vec<u32>>, String> {
     let mut total = 0usize;
     text.split(';')
         .map(|node| {
@@ -270,8 +272,8 @@ pub fn decode_ranks(text: &str) -> Result<Vec<Vec<u32>>, String> {
                     return Err(format!("bad range {part:?}"));
                 }
                 total += (b - a) as usize + 1;
-                if total > MAX_RANKS {
-                    return Err(format!("more than {MAX_RANKS} ranks"));
+                if total > max {
+                    return Err(format!("more than {max} ranks"));
                 }
                 ranks.extend(a..=b);
             }
@@ -330,12 +332,11 @@ pub struct StepPlan {
     pub rendezvous: Rendezvous,
     /// srun's listener: where the node an abort started on reports the job's exit code.
     pub srun: SocketAddr,
-    /// `SLURM_JOB_UID`: the user the tasks run as (from srun's environment: it decides only
-    /// who may connect to this step's PMIx server and owns its directory, so a false value
-    /// locks out only the user who set it).
-    pub job_uid: Option<u32>,
-    /// `SLURM_JOB_GID`, when set.
-    pub job_gid: Option<u32>,
+    /// The uid the tasks run as (slurmstepd's record): who may reach this step's PMIx and
+    /// netlrts endpoints and owns its directory.
+    pub job_uid: u32,
+    /// Their primary gid (slurmstepd's record).
+    pub job_gid: u32,
     /// `GreedyJoinTimeout`.
     pub join_timeout: Duration,
     /// `GreedyFenceTimeout`.
@@ -345,15 +346,19 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
-    /// Reads the plan from a stepd's job env (`get` looks a variable up).
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<StepPlan, Error> {
-        let topo = get("SLURM_TOPOLOGY_ADDR");
-        // With topology/none this is the NodeName; with topology/tree `sw.sw.NodeName`.
-        let me = topo
-            .as_deref()
-            .map(|t| t.rsplit('.').next().unwrap_or(t).to_string())
-            .unwrap_or_else(|| "?".into());
-        let node = me.clone();
+    /// The plan of the step slurmstepd runs (`stepd`, Slurm's own record) from its job env
+    /// (`get` looks a variable up). The env comes from the user's srun, so what a root stepd
+    /// acts on (ids, uid, gid, this node, the counts) is Slurm's, and an env that says
+    /// otherwise is refused rather than believed.
+    pub fn new(
+        stepd: &StepRecord,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<StepPlan, Error> {
+        let node = if stepd.node_name.is_empty() {
+            format!("node {}", stepd.nodeid)
+        } else {
+            stepd.node_name.clone()
+        };
         let need = |var: &'static str| {
             get(var).ok_or_else(|| Error::Missing {
                 node: node.clone(),
@@ -366,29 +371,48 @@ impl StepPlan {
             value: value.to_string(),
             reason,
         };
-        need("SLURM_TOPOLOGY_ADDR")?;
+        let contradicts = |var: &'static str, value: &str, slurm: String| Error::Contradicts {
+            node: node.clone(),
+            var,
+            value: value.to_string(),
+            slurm,
+        };
         let job = need(VAR_JOB)?;
-        let (job_id, step_id) = job
-            .split_once('.')
-            .and_then(|(j, s)| Some((j.parse().ok()?, s.parse().ok()?)))
-            .ok_or_else(|| bad(VAR_JOB, &job, "expected JOB.STEP".into()))?;
+        let kvsname = format!("{}.{}", stepd.job_id, stepd.step_id);
+        if job != kvsname {
+            return Err(contradicts(VAR_JOB, &job, format!("step {kvsname}")));
+        }
         let hosts_expr = need(VAR_HOSTS)?;
-        let hosts = greedy_tree::hostlist::expand(&hosts_expr)
+        let hosts = greedy_tree::hostlist::expand_at_most(&hosts_expr, stepd.nnodes as usize)
             .map_err(|e| bad(VAR_HOSTS, &hosts_expr, e.to_string()))?;
-        let node_idx = hosts.iter().position(|h| *h == me).ok_or_else(|| {
-            bad(
+        let node_idx = stepd.nodeid as usize;
+        if hosts.len() != stepd.nnodes as usize
+            || (!stepd.node_name.is_empty() && hosts.get(node_idx) != Some(&stepd.node_name))
+        {
+            return Err(contradicts(
                 VAR_HOSTS,
                 &hosts_expr,
-                format!("this node ({me}) is not in the step"),
-            )
-        })?;
+                format!(
+                    "{} nodes, this one {node} at index {node_idx}",
+                    stepd.nnodes
+                ),
+            ));
+        }
         let ranks_text = need(VAR_RANKS)?;
-        let ranks = decode_ranks(&ranks_text).map_err(|r| bad(VAR_RANKS, &ranks_text, r))?;
-        if ranks.len() != hosts.len() {
-            return Err(bad(
+        let ranks = decode_ranks(&ranks_text, stepd.ntasks as usize)
+            .map_err(|r| bad(VAR_RANKS, &ranks_text, r))?;
+        let n_ranks: usize = ranks.iter().map(Vec::len).sum();
+        if ranks.len() != hosts.len()
+            || n_ranks != stepd.ntasks as usize
+            || ranks[node_idx].len() != stepd.node_tasks as usize
+        {
+            return Err(contradicts(
                 VAR_RANKS,
                 &ranks_text,
-                format!("{} rank lists for {} hosts", ranks.len(), hosts.len()),
+                format!(
+                    "{} tasks on {} nodes, {} on this one",
+                    stepd.ntasks, stepd.nnodes, stepd.node_tasks
+                ),
             ));
         }
         let secret = greedy_pmix::JobSecret::from_hex(&need(VAR_SECRET)?).ok_or_else(|| {
@@ -419,7 +443,18 @@ impl StepPlan {
             .map_err(|_| bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
         let srun = SocketAddr::new(srun_ip, srun_port);
         let rdv_text = need(VAR_RENDEZVOUS)?;
-        let resv = get("SLURM_STEP_RESV_PORTS").and_then(|l| reserved_port(&l));
+        let resv_text = get("SLURM_STEP_RESV_PORTS");
+        let resv = resv_text.as_deref().and_then(reserved_port);
+        // Root binds the overlay there: never on a port only root may bind.
+        if let (Some(port), Some(text)) = (resv, &resv_text)
+            && port < MIN_PORT
+        {
+            return Err(bad(
+                "SLURM_STEP_RESV_PORTS",
+                text,
+                format!("port {port} is below {MIN_PORT}, reserved to root"),
+            ));
+        }
         let rendezvous = match (resv, rdv_text.as_str()) {
             // Reserved ports win whenever the step has them: no exchange at all.
             (Some(port), "ports" | "srun") => Rendezvous::Ports { port },
@@ -461,9 +496,9 @@ impl StepPlan {
                 )
             })?;
         Ok(StepPlan {
-            job_id,
-            step_id,
-            kvsname: job,
+            job_id: stepd.job_id,
+            step_id: stepd.step_id,
+            kvsname,
             hosts,
             node_idx,
             ranks,
@@ -472,8 +507,8 @@ impl StepPlan {
             protocol,
             rendezvous,
             srun,
-            job_uid: get("SLURM_JOB_UID").and_then(|u| u.parse().ok()),
-            job_gid: get("SLURM_JOB_GID").and_then(|g| g.parse().ok()),
+            job_uid: stepd.uid,
+            job_gid: stepd.gid,
             join_timeout: t[0],
             fence_timeout: t[1],
             shutdown_timeout: t[2],

@@ -1,4 +1,4 @@
-//! Unit tests of the sans-I/O plan: env in, plan out.
+//! Unit tests of the sans-I/O plan: slurmstepd's record and env in, plan out.
 
 use super::*;
 use std::collections::HashMap;
@@ -23,7 +23,6 @@ fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    env.insert("SLURM_TOPOLOGY_ADDR".into(), "n2".into());
     env.insert("SLURM_SRUN_COMM_HOST".into(), "10.0.0.1".into());
     for (k, v) in extra {
         env.insert(k.to_string(), v.to_string());
@@ -31,21 +30,41 @@ fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
     env
 }
 
+/// slurmstepd's record of step 7.2 (3 nodes, 5 tasks: 2, 2, 1) on node `nodeid`.
+fn record(nodeid: u32) -> StepRecord {
+    StepRecord {
+        job_id: 7,
+        step_id: 2,
+        nnodes: 3,
+        ntasks: 5,
+        nodeid,
+        node_tasks: [2, 2, 1][nodeid as usize],
+        uid: 1000,
+        gid: 100,
+        node_name: format!("n{}", nodeid + 1),
+    }
+}
+
+fn plan_on(stepd: &StepRecord, env: &HashMap<String, String>) -> Result<StepPlan, String> {
+    StepPlan::new(stepd, |k| env.get(k).cloned()).map_err(|e| e.to_string())
+}
+
+/// The plan of n2.
 fn plan(env: &HashMap<String, String>) -> Result<StepPlan, String> {
-    StepPlan::from_env(|k| env.get(k).cloned()).map_err(|e| e.to_string())
+    plan_on(&record(1), env)
 }
 
 #[test]
 fn ranks_round_trip_compactly() {
     let check = |ranks: Vec<Vec<u32>>, text: &str| {
         assert_eq!(encode_ranks(&ranks), text);
-        assert_eq!(decode_ranks(text).unwrap(), ranks);
+        assert_eq!(decode_ranks(text, MAX).unwrap(), ranks);
     };
     check(vec![vec![0, 1], vec![2, 3]], "0-1;2-3");
     check(vec![vec![0, 2, 4], vec![1, 3, 5]], "0,2,4;1,3,5");
     check(vec![vec![0], vec![1, 2, 3, 7]], "0;1-3,7");
-    assert!(decode_ranks("3-1").is_err());
-    assert!(decode_ranks("x").is_err());
+    assert!(decode_ranks("3-1", MAX).is_err());
+    assert!(decode_ranks("x", MAX).is_err());
     // The largest rank ends a range: encoding it must not overflow (it panicked in debug).
     check(
         vec![vec![u32::MAX, 0], vec![u32::MAX - 1, u32::MAX]],
@@ -53,12 +72,16 @@ fn ranks_round_trip_compactly() {
     );
 }
 
+/// A cap above any test's rank count.
+const MAX: usize = 1 << 24;
+
 #[test]
 fn a_few_bytes_of_ranges_cannot_allocate_gigabytes() {
     let huge = "0-16777215,".repeat(2);
-    assert_eq!(decode_ranks(&huge[..11]).unwrap()[0].len(), MAX_RANKS);
-    assert!(decode_ranks(&huge).unwrap_err().contains("more than"));
-    assert!(decode_ranks("0-4294967295").is_err());
+    assert_eq!(decode_ranks(&huge[..11], MAX).unwrap()[0].len(), MAX);
+    assert!(decode_ranks(&huge, MAX).unwrap_err().contains("more than"));
+    assert!(decode_ranks("0-4294967295", MAX).is_err());
+    assert!(decode_ranks("0-5", 5).unwrap_err().contains("more than 5"));
 }
 
 #[test]
@@ -102,24 +125,68 @@ fn stepd_finds_itself_and_srun() {
 }
 
 #[test]
-fn reserved_ports_win_and_topology_tree_names_are_cut() {
-    let p = plan(&stepd_env(&[
+fn reserved_ports_win_and_the_node_is_slurmstepds() {
+    let env = stepd_env(&[
         ("SLURM_STEP_RESV_PORTS", "20001-20003"),
-        ("SLURM_TOPOLOGY_ADDR", "sw0.sw1.n3"),
+        ("SLURM_TOPOLOGY_ADDR", "sw0.sw1.n1"),
+    ]);
+    let p = plan_on(&record(2), &env).unwrap();
+    assert_eq!(p.rendezvous, Rendezvous::Ports { port: 20003 });
+    assert_eq!((p.node_idx, p.node()), (2, "n3"));
+}
+
+/// The launch env comes from the user's srun; a root stepd acts on slurmstepd's record, and
+/// an env that names another step, node count or task count is refused, not believed (a
+/// user could otherwise have root kill another user's step on an abort).
+#[test]
+fn the_launch_env_cannot_name_another_step_user_or_size() {
+    let e = plan(&stepd_env(&[(VAR_JOB, "4242.7")])).unwrap_err();
+    assert_eq!(
+        e,
+        "n2: GREEDY_MPI_JOB=\"4242.7\" contradicts slurmstepd's record (step 7.2): refusing \
+         the step"
+    );
+    let p = plan(&stepd_env(&[
+        ("SLURM_JOB_UID", "0"),
+        ("SLURM_JOB_GID", "0"),
     ]))
     .unwrap();
-    assert_eq!(p.rendezvous, Rendezvous::Ports { port: 20003 });
-    assert_eq!(p.node_idx, 2);
+    assert_eq!(
+        (p.job_uid, p.job_gid),
+        (1000, 100),
+        "uid and gid are the record's"
+    );
+    let e = plan(&stepd_env(&[("SLURM_STEP_RESV_PORTS", "510-513")])).unwrap_err();
+    assert!(e.contains("port 513 is below 1024"), "{e}");
+    // Sizes past the step's own are refused before they are expanded.
+    let e = plan(&stepd_env(&[(VAR_HOSTS, "n[1-16777215]")])).unwrap_err();
+    assert!(e.contains("GREEDY_MPI_HOSTS"), "{e}");
+    let e = plan(&stepd_env(&[(VAR_RANKS, "0-16777215;2-3;4")])).unwrap_err();
+    assert!(e.contains("more than 5 ranks"), "{e}");
+    for (var, value) in [
+        (VAR_HOSTS, "n[1-2]"),
+        (VAR_HOSTS, "n[1,3,2]"),
+        (VAR_RANKS, "0-1;2;3-4"),
+        (VAR_RANKS, "0;1;2"),
+    ] {
+        let e = plan(&stepd_env(&[(var, value)])).unwrap_err();
+        assert!(
+            e.contains("contradicts slurmstepd's record"),
+            "{var}={value}: {e}"
+        );
+    }
 }
 
 #[test]
 fn faults_name_node_and_variable() {
-    let mut env = stepd_env(&[("SLURM_TOPOLOGY_ADDR", "n9")]);
+    let mut stepd = record(1);
+    stepd.node_name = "n9".into();
     assert_eq!(
-        plan(&env).unwrap_err(),
-        "n9: GREEDY_MPI_HOSTS=\"n[1-3]\": this node (n9) is not in the step"
+        plan_on(&stepd, &stepd_env(&[])).unwrap_err(),
+        "n9: GREEDY_MPI_HOSTS=\"n[1-3]\" contradicts slurmstepd's record (3 nodes, this one n9 \
+         at index 1): refusing the step"
     );
-    env = stepd_env(&[]);
+    let mut env = stepd_env(&[]);
     env.remove(VAR_SECRET);
     assert_eq!(
         plan(&env).unwrap_err(),
@@ -129,7 +196,11 @@ fn faults_name_node_and_variable() {
     let e = plan(&env).unwrap_err();
     assert!(e.contains("<redacted>") && !e.contains("abcd"), "{e}");
     env = stepd_env(&[(VAR_RANKS, "0-1;2-3")]);
-    assert!(plan(&env).unwrap_err().contains("2 rank lists for 3 hosts"));
+    assert!(
+        plan(&env)
+            .unwrap_err()
+            .contains("5 tasks on 3 nodes, 2 on this one")
+    );
     env = stepd_env(&[(VAR_RENDEZVOUS, "ports")]);
     assert!(plan(&env).unwrap_err().contains("no SLURM_STEP_RESV_PORTS"));
     env = stepd_env(&[

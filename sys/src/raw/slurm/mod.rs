@@ -25,6 +25,8 @@ pub use v24_11::*;
 mod v26_05;
 #[cfg(slurm_26_05)]
 pub use v26_05::*;
+mod stepd;
+pub use stepd::stepd_step_rec_t;
 
 /// `SLURM_VERSION_NUMBER` of the Slurm built against: a plugin's `plugin_version` must equal it.
 pub const VERSION_NUMBER: u32 = parse_u32(env!("GREEDY_SLURM_VERSION_NUMBER"));
