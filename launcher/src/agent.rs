@@ -13,7 +13,7 @@ use std::{
 };
 
 use futures_util::{SinkExt, StreamExt};
-use greedy_pmix::{node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
+use greedy_pmix::{JobSecret, node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;
 use tokio::{io::AsyncWriteExt, sync::mpsc};
@@ -64,13 +64,13 @@ pub fn prepare_pmix() {
 /// Runs the agent on this process's stdin/stdout (started by a remote shell); returns the
 /// process exit code.
 pub async fn run() -> Result<i32, Error> {
-    run_on(tokio::io::stdin(), tokio::io::stdout()).await
+    run_on(tokio::io::stdin(), tokio::io::stdout(), None).await
 }
 
 /// Runs the agent on its parent's connection, `down` from the parent and `up` to it: the
 /// remote shell's stdin/stdout, or the TCP connection of an agent that one srun started
-/// ([`crate::connect`]).
-pub async fn run_on<R, W>(down: R, up: W) -> Result<i32, Error>
+/// ([`crate::connect`]). With `key`, a Start carrying another job secret is refused.
+pub async fn run_on<R, W>(down: R, up: W, key: Option<&JobSecret>) -> Result<i32, Error>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -91,6 +91,11 @@ where
             )));
         }
     };
+    if key.is_some_and(|k| !crate::connect::same_secret(k, &start.secret)) {
+        return Err(Error::Untrusted(
+            "the job sent over the connection carries another job secret than the key it was proven with: not run".into(),
+        ));
+    }
     let node = start.node_idx;
     if let Err(what) = start.check() {
         let _ = up_w

@@ -29,6 +29,10 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
+    /// A peer that should be this user's own (greedyrun, a session) did not prove it: nothing
+    /// was sent to it, nothing it said was obeyed.
+    #[error("{0}")]
+    Untrusted(String),
     /// The wire-up service failed.
     #[error(transparent)]
     Wireup(#[from] greedy_pmix::Error),

@@ -243,22 +243,23 @@ async fn launch_star(
         .iter()
         .map(|(s, _, _)| s.host().to_string())
         .collect();
-    let (star, conns) = match connect::Star::start(&cfg.rsh, &cfg.agent, &hosts, &key).await {
-        Ok(started) => started,
-        Err(e) => {
-            for (s, _, _) in &pending {
-                let what = format!("cannot start the agents through srun: {e}");
-                let _ = up
-                    .send(Up::Lost {
-                        node: s.node_idx,
-                        by: None,
-                        what,
-                    })
-                    .await;
+    let (star, conns) =
+        match connect::Star::start(&cfg.rsh, &cfg.agent, &hosts, &key, cfg.hello_timeout).await {
+            Ok(started) => started,
+            Err(e) => {
+                for (s, _, _) in &pending {
+                    let what = format!("cannot start the agents through srun: {e}");
+                    let _ = up
+                        .send(Up::Lost {
+                            node: s.node_idx,
+                            by: None,
+                            what,
+                        })
+                        .await;
+                }
+                return;
             }
-            return;
-        }
-    };
+        };
     let edges = TaskTracker::new();
     for ((start, rx, edge_kill), conn) in pending.into_iter().zip(conns) {
         let span = info_span!("edge", job = %start.job.job_id, node = start.node_idx);

@@ -2,7 +2,7 @@
 //!
 //! greedyrun starts its children of the launch tree like any agent ([`Fanout`]), then runs one
 //! event loop over: frames from the tree (hello, output, exits, losses, addresses to route),
-//! its own stdin (to the stdin rank), SIGINT/SIGTERM, and a 1 s tick for the progress line
+//! its own stdin (to the stdin rank), SIGINT/SIGTERM/SIGHUP, and a 1 s tick for the progress line
 //! and the named deadlines (`--timeout` for the launch, grace + linger for the teardown).
 //! [`JobStatus`] decides; this module only carries out.
 
@@ -14,7 +14,6 @@ use std::{
 use greedy_tree::Tree;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    signal::unix::{SignalKind, signal},
     sync::mpsc,
 };
 use tracing::debug;
@@ -270,8 +269,7 @@ async fn drive(
     let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
     let mut end_deadline: Option<Instant> = None;
     let mut killed_at: Option<Instant> = None;
-    let mut sigint = signal(SignalKind::interrupt()).ok();
-    let mut sigterm = signal(SignalKind::terminate()).ok();
+    let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
@@ -391,17 +389,11 @@ async fn drive(
                     verdict = status.launcher_failed(code::BROKEN_PIPE, String::new());
                 }
             }
-            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+            sig = stops.recv() => {
                 if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
                 interrupted = true;
                 dropped_out += pending_out.take().map_or(0, |b| b.len());
-                verdict = status.interrupted(2);
-            }
-            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
-                if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
-                interrupted = true;
-                dropped_out += pending_out.take().map_or(0, |b| b.len());
-                verdict = status.interrupted(15);
+                verdict = status.interrupted(crate::signals::number(sig));
             }
             _ = tick.tick() => {
                 let now = Instant::now();
@@ -467,8 +459,7 @@ async fn drive(
         let drained = tokio::select! {
             _ = &mut writer => true,
             _ = async { match patience { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
-            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => false,
-            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => false,
+            _ = stops.recv() => false,
         };
         if !drained {
             writer.abort();

@@ -44,3 +44,51 @@ pub fn terminate_groups_blocking(groups: &[u32], grace: Duration) {
 pub fn number(signal: Signal) -> i32 {
     signal as i32
 }
+
+/// The signals that end greedyrun's job, SIGINT, SIGTERM and SIGHUP, as one source: a closed
+/// terminal or ssh session must tear the job down in order like any other end, or a `--rsh
+/// srun` step outlives greedyrun and its port is free for a stranger to take.
+#[derive(Debug)]
+pub struct Stops {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stops {
+    /// Catches the three signals from now on (their default action no longer ends the process).
+    pub fn new() -> Stops {
+        use tokio::signal::unix::{SignalKind, signal};
+        Stops {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// The next of the three to arrive.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a signal that arrives while no one waits is kept for the next call.
+    pub async fn recv(&mut self) -> Signal {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            if let Some(s) = s
+                && s.recv().await.is_some()
+            {
+                return;
+            }
+            std::future::pending().await
+        }
+        tokio::select! {
+            _ = next(&mut self.int) => Signal::SIGINT,
+            _ = next(&mut self.term) => Signal::SIGTERM,
+            _ = next(&mut self.hup) => Signal::SIGHUP,
+        }
+    }
+}
+
+impl Default for Stops {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::head::{JobConfig, Report, launch, start_frame};
@@ -559,10 +558,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let launch_deadline = t0 + plan.timeout;
     let mut launch_over = false;
     let mut idle_since = Instant::now();
-    let mut sigint = signal(SignalKind::interrupt()).ok();
-    let mut sigterm = signal(SignalKind::terminate()).ok();
-    // A session outlives the terminal it was started from.
-    let mut sighup = session.then(|| signal(SignalKind::hangup()).ok()).flatten();
+    let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     loop {
@@ -806,22 +802,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     None => log("a control connection said nothing greedyrun understands: closed".into()),
                 }
             }
-            Some(()) = async { match sigint.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
-                if ending { fanout.kill_all(); break; }
-                log(format!("interrupted: {} tasks running are ended", dispatch.running()));
-                session_code = 130;
-                ending = true;
-                fanout.route(None, Cmd::Teardown).await;
-                end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
-            }
-            Some(()) = async { match sigterm.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
-                if ending { fanout.kill_all(); break; }
-                session_code = 143;
-                ending = true;
-                fanout.route(None, Cmd::Teardown).await;
-                end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
-            }
-            Some(()) = async { match sighup.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {}
+            // A session outlives the terminal it was started from.
+            sig = stops.recv() => match sig {
+                nix::sys::signal::Signal::SIGHUP if session => {}
+                _ if ending => { fanout.kill_all(); break; }
+                sig => {
+                    if sig == nix::sys::signal::Signal::SIGINT {
+                        log(format!("interrupted: {} tasks running are ended", dispatch.running()));
+                    }
+                    session_code = 128 + crate::signals::number(sig);
+                    ending = true;
+                    fanout.route(None, Cmd::Teardown).await;
+                    end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+                }
+            },
             _ = tick.tick() => {
                 let now = Instant::now();
                 if !launch_over && now >= launch_deadline {

@@ -68,12 +68,7 @@ fn main() {
     };
     let run = async {
         match &args.connect {
-            Some(addr) => {
-                let (down, up) = greedy_launcher::connect::dial_from_env(addr)
-                    .await?
-                    .into_split();
-                greedy_launcher::agent::run_on(down, up).await
-            }
+            Some(addr) => greedy_launcher::connect::run_from_env(addr).await,
             None => greedy_launcher::agent::run().await,
         }
     };
