@@ -5,6 +5,16 @@
 //! the server answers with `HMAC(secret, "greedy-overlay server" ‖ job ‖ node ‖ server nonce ‖
 //! client nonce)`. The secret never travels; fresh nonces on both sides defeat replay, and the
 //! labels stop a server proof from passing as a client proof. Verification is constant-time.
+//!
+//! Until a connection has proved the secret it holds a slot of a [`Gate`]: a listener admits
+//! only so many unproven connections in all and per source address, and drops the rest at once,
+//! so strangers cannot crowd out the job's own peers (which prove themselves in one round trip).
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -273,9 +283,113 @@ pub fn check_welcome(
     Ok(())
 }
 
+/// How many connections a listener holds before they prove the job secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Unproven connections at once, from everywhere.
+    pub max_unproven: usize,
+    /// Unproven connections at once from one source address.
+    pub max_unproven_per_source: usize,
+}
+
+/// Counts a listener's unproven connections against its [`Admission`] limits.
+#[derive(Debug)]
+pub struct Gate {
+    limits: Admission,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    total: usize,
+    per_source: HashMap<IpAddr, usize>,
+}
+
+impl Gate {
+    /// A gate with these limits.
+    pub fn new(limits: Admission) -> Arc<Gate> {
+        Arc::new(Gate {
+            limits,
+            held: Mutex::default(),
+        })
+    }
+
+    /// A slot for a new connection from `source`, or `None` when it would exceed a limit: the
+    /// caller drops the connection at once rather than queue it (a queue is what a flood fills).
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Option<Unproven> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let from_source = held.per_source.get(&source).copied().unwrap_or(0);
+        if held.total >= self.limits.max_unproven
+            || from_source >= self.limits.max_unproven_per_source
+        {
+            return None;
+        }
+        held.total += 1;
+        held.per_source.insert(source, from_source + 1);
+        Some(Unproven {
+            gate: self.clone(),
+            source,
+        })
+    }
+
+    /// Unproven connections held now.
+    pub fn unproven(&self) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+}
+
+/// A connection's slot while it has not proved the secret; freed when proven or dropped.
+#[derive(Debug)]
+pub struct Unproven {
+    gate: Arc<Gate>,
+    source: IpAddr,
+}
+
+impl Unproven {
+    /// The connection proved the secret: it no longer counts against the gate's limits.
+    pub fn proven(self) {}
+}
+
+impl Drop for Unproven {
+    fn drop(&mut self) {
+        let mut held = self.gate.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.total = held.total.saturating_sub(1);
+        if let Some(n) = held.per_source.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                held.per_source.remove(&self.source);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_caps_unproven_connections_per_source_and_in_all() {
+        let gate = Gate::new(Admission {
+            max_unproven: 3,
+            max_unproven_per_source: 2,
+        });
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        let a1 = gate.admit(a).expect("first from a");
+        let _a2 = gate.admit(a).expect("second from a");
+        assert!(gate.admit(a).is_none(), "a third from one source");
+        let b1 = gate.admit(b).expect("first from b");
+        assert!(gate.admit(c).is_none(), "a fourth in all");
+        // A proven connection frees its slot, and so does a dropped one.
+        a1.proven();
+        let _a3 = gate.admit(a).expect("a's slot is free again");
+        drop(b1);
+        let _c1 = gate.admit(c).expect("b's slot went to c");
+        assert_eq!(gate.unproven(), 3);
+    }
 
     #[test]
     fn proofs_bind_every_field() {

@@ -1,4 +1,5 @@
-//! The accept loop every TCP server of this crate runs: overlay links and netlrts clients.
+//! The accept loops of this crate's TCP servers: gated for overlay links ([`accept_gated`]),
+//! capped for netlrts clients ([`accept_loop`]).
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -7,7 +8,9 @@ use tokio::{
     sync::Semaphore,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::warn;
+use tracing::{debug, warn};
+
+use crate::auth::{Gate, Unproven};
 
 /// Accepts connections until `shutdown`, serving at most `max_connections` at once, each by the
 /// future `serve` makes for it, on its own task in `tracker`.
@@ -50,4 +53,49 @@ pub(crate) async fn accept_loop<F, Fut>(
             }
         }
     }
+}
+
+/// Accepts connections until `shutdown`, never waiting for a slot: each new connection takes an
+/// [`Unproven`] slot of `gate` and is served by the future `serve` makes for it, on its own task
+/// in `tracker`; one over the gate's limits is closed at once (with a reset, so the server
+/// keeps no TIME_WAIT for it). The future gives up the slot once its peer proved the secret, so
+/// proven links never wait behind strangers; a failed accept backs off 100 ms.
+pub(crate) async fn accept_gated<F, Fut>(
+    listener: TcpListener,
+    gate: Arc<Gate>,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+    what: &'static str,
+    mut serve: F,
+) where
+    F: FnMut(TcpStream, SocketAddr, Unproven) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => match gate.admit(peer.ip()) {
+                Some(slot) => {
+                    tracker.spawn(serve(stream, peer, slot));
+                }
+                None => {
+                    debug!(%peer, "{what}: too many unproven connections, dropped");
+                    drop_now(stream);
+                }
+            },
+            Err(e) => {
+                warn!("{what} accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Closes `stream` with a reset: a connection refused for load costs the server no TIME_WAIT.
+#[allow(deprecated)] // SO_LINGER 0 does not block on close; only a positive linger would.
+fn drop_now(stream: TcpStream) {
+    let _ = stream.set_linger(Some(Duration::ZERO));
 }

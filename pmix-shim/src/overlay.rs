@@ -15,6 +15,9 @@
 //!
 //! Every link is authenticated ([`crate::auth`]): a stranger, a peer from another job, or one
 //! speaking another overlay version is refused with a log line and gets nothing but a nonce.
+//! Until its hello proves the secret (within `hello_timeout`), a connection holds an unproven
+//! slot of the listener's [`auth::Gate`]; one over the caps (in all, per source address) is
+//! closed at once, so strangers neither queue ahead of peers nor make a proven link wait.
 //! A link that closes without `Bye` while the job runs aborts the job, naming the lost node.
 
 use std::{
@@ -65,8 +68,12 @@ pub struct OverlayConfig {
     pub join_timeout: Duration,
     /// One TCP connect attempt.
     pub connect_timeout: Duration,
-    /// Each step of the authentication handshake; a silent stranger is dropped after it.
+    /// Each later step of the handshake, and saying bye.
     pub handshake_timeout: Duration,
+    /// A new connection's `hello` (its first frame, which proves the job secret) must arrive
+    /// within this, or it is closed: a silent stranger holds a slot no longer. A real peer
+    /// sends it in one round trip, and one whose hello was late dials again.
+    pub hello_timeout: Duration,
     /// Every collective after the join. Slurm's `PMIxTimeout` default (300 s) is the model:
     /// a PMI fence waits for the slowest rank of the job, which may still be starting.
     pub collective_timeout: Duration,
@@ -75,8 +82,9 @@ pub struct OverlayConfig {
     pub allgather: AllgatherRule,
     /// Largest frame accepted from a peer; bounds the memory a peer can make us reserve.
     pub max_frame: usize,
-    /// Connections accepted at once (links plus handshakes in progress).
-    pub max_connections: usize,
+    /// Connections that have not proved the job secret yet, in all and per source address;
+    /// one over either is closed at once (accept never waits). Proven links do not count.
+    pub admission: auth::Admission,
     /// On shutdown, how long to keep draining a link until the peer says bye too.
     pub shutdown_linger: Duration,
     /// A point-to-point [`Overlay::request`] (e.g. a PMIx direct modex) waits this long for
@@ -92,10 +100,14 @@ impl Default for OverlayConfig {
             join_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
+            hello_timeout: Duration::from_secs(2),
             collective_timeout: Duration::from_secs(300),
             allgather: AllgatherRule::default(),
             max_frame: 1 << 30,
-            max_connections: 1024,
+            admission: auth::Admission {
+                max_unproven: 512,
+                max_unproven_per_source: 64,
+            },
             shutdown_linger: Duration::from_secs(1),
             request_timeout: Duration::from_secs(300),
         }
@@ -772,8 +784,12 @@ async fn run_engine(
                             let shared = shared.clone();
                             shared.tracker.clone().spawn(
                                 async move {
+                                    // Tried again as long as a join would be: the peer's
+                                    // listener drops new connections while strangers fill it.
+                                    let until =
+                                        tokio::time::Instant::now() + shared.config.join_timeout;
                                     if let Err(e) =
-                                        connect(&shared, to, addr, Link::Direct, None).await
+                                        connect(&shared, to, addr, Link::Direct, Some(until)).await
                                     {
                                         let _ = shared
                                             .events
@@ -823,21 +839,21 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 }
 
 async fn accept_loop(shared: Shared, listener: TcpListener) {
-    let max = shared.config.max_connections;
+    let gate = auth::Gate::new(shared.config.admission);
     let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
-    listener::accept_loop(
+    listener::accept_gated(
         listener,
-        max,
+        gate,
         shutdown,
         tracker,
         "overlay",
-        |stream, addr| {
+        |stream, addr, slot| {
             let shared = shared.clone();
             async move {
                 // Debug, not warn: anyone on the network can connect, and a stranger's probe
                 // must not write into the job's stderr (srun prints slurmstepd's warnings). A
                 // real peer that fails the proof is named by the join timeout instead.
-                if let Err(reason) = serve_link(&shared, stream, addr).await {
+                if let Err(reason) = serve_link(&shared, stream, addr, slot).await {
                     debug!(%addr, "refused overlay connection: {reason}");
                 }
             }
@@ -877,8 +893,8 @@ impl From<Missing> for String {
     }
 }
 
-/// The next handshake frame, within `wait`: `handshake_timeout` where a stranger may be on the
-/// other end (the accepting side), else up to the join's deadline ([`handshake_wait`]).
+/// The next handshake frame, within `wait`: what is left of `hello_timeout` where a stranger may
+/// be on the other end (the accepting side), else up to the join's deadline ([`handshake_wait`]).
 async fn next_frame(
     reader: &mut Reader,
     expecting: &str,
@@ -893,22 +909,31 @@ async fn next_frame(
     }
 }
 
-/// Server side of a link: challenge, check the proof, welcome, then run the link.
-async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Result<(), String> {
+/// Server side of a link: challenge, check the proof (within `hello_timeout` of the accept,
+/// holding `slot` until then), welcome, then run the link.
+async fn serve_link(
+    shared: &Shared,
+    stream: TcpStream,
+    addr: SocketAddr,
+    slot: auth::Unproven,
+) -> Result<(), String> {
     let job = &shared.job;
     let me = job.node_idx;
     let (mut reader, mut writer) = framed(stream);
     let server_nonce = auth::nonce();
+    let until = tokio::time::Instant::now() + shared.config.hello_timeout;
     let send = writer.send(Message::Challenge {
         nonce: server_nonce,
     });
-    tokio::time::timeout(shared.config.handshake_timeout, send)
+    tokio::time::timeout_at(until, send)
         .await
-        .map_err(|_| "challenge not sent within handshake_timeout".to_string())?
+        .map_err(|_| "challenge not sent within hello_timeout".to_string())?
         .map_err(|e| e.to_string())?;
-    let hello = next_frame(&mut reader, "hello", shared.config.handshake_timeout).await?;
+    let left = until.saturating_duration_since(tokio::time::Instant::now());
+    let hello = next_frame(&mut reader, "hello", left).await?;
     let auth::Accepted { peer, link, proof } =
         auth::accept_hello(job, |n| shared.topo.parent(n), &server_nonce, &hello)?;
+    slot.proven();
     writer
         .send(Message::Welcome {
             node_idx: me as u32,
@@ -921,10 +946,11 @@ async fn serve_link(shared: &Shared, stream: TcpStream, addr: SocketAddr) -> Res
     Ok(())
 }
 
-/// Client side: connect, prove, check the server's proof, run the link. During the join
-/// (`deadline` set) a refused connection or a handshake the peer dropped is tried again until
-/// `deadline`: the accepting side waits only `handshake_timeout` for a hello, and a node
-/// starved of CPU (600 agents on 2 cores in CI) can be slower than that to send it.
+/// Client side: connect, prove, check the server's proof, run the link. With a `deadline`, a
+/// refused connection or a handshake the peer dropped is tried again until then: the accepting
+/// side waits only `hello_timeout` for a hello, a node starved of CPU (600 agents on 2 cores in
+/// CI) can be slower than that to send it, and a listener full of strangers drops new
+/// connections at once.
 async fn connect(
     shared: &Shared,
     peer: usize,
