@@ -35,6 +35,8 @@
 #   multi-prog srun --multi-prog with two programs: one MPI job of 8 ranks
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
 #              a wrapper script
+#   forged     another user's srun preloads a shim naming a victim's step in GREEDY_MPI_JOB and
+#              runs a task exiting 3: refused on its node, the victim's step lives on
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
 #   malformed  a rank writes garbage on its PMI socket: the job ends with an error naming the
@@ -369,6 +371,39 @@ grep -q "of 4: ok" "$WORK/stranger.client" && fail "stranger: the stranger's Ope
 ! grep -qi "warn\|stranger" <<<"$ERR" || fail "stranger: srun printed something about the stranger: $ERR"
 no_leftovers stranger
 pass "another user's Open MPI with task 1's PMIx variables and probes of every port of n1: refused, the step ended 0"
+
+# forged: the launch env comes from srun, the user's own process. Another user preloads a shim
+# into their srun that names the victim's step in GREEDY_MPI_JOB (tests/slurm/forge_job.c) and
+# runs a task exiting 3: before slurmstepd took the step from its own record, root asked
+# slurmctld to kill the victim's step on that abort. Now the forged step is refused on its
+# node (one log line) and the victim's step lives on.
+gcc -shared -fPIC -o "$WORK/forge_job.so" "$ROOT/tests/slurm/forge_job.c" -ldl || fail "forged: building the shim"
+runuser -u nobody -- srun --chdir=/ -N1 -w n1 --job-name=greedy-victim sleep 4242 >"$WORK/victim.out" 2>&1 </dev/null &
+VICTIM=$!
+VJOB=""
+for _ in $(seq 100); do
+  VJOB=$(squeue -h -s -u nobody -o %i 2>/dev/null | grep -m1 '\.0$' || true)
+  [[ -n $VJOB ]] && "$TC" exec n1 -- pgrep -u nobody -x sleep >/dev/null && break
+  sleep 0.2
+done
+[[ -n $VJOB ]] || fail "forged: the victim's step never started"
+SRUN_CMD=(runuser -u "$STRANGER" -- env LD_PRELOAD="$WORK/forge_job.so" FORGED_JOB="$VJOB" srun --chdir=/)
+for i in 1 2; do
+  run "forged-$i" 60 -N1 -w n2 --mpi=greedy sh -c 'exit 3'
+  # (srun 22.05 exits 0 when its only task's launch failed: its own rule, not the plugin's.)
+  grep -q "launch failed" <<<"$ERR" || fail "forged: the step with GREEDY_MPI_JOB=$VJOB was launched: exit $RC: $ERR"
+done
+SRUN_CMD=(srun)
+grep -q "GREEDY_MPI_JOB=\"$VJOB\" contradicts slurmstepd's record" "$SLOG"/slurmd-n2.log ||
+  fail "forged: n2's slurmd log does not name the forged GREEDY_MPI_JOB: $ERR"
+sleep 3 # past the abort's re-kills (0.5 to 7 s after it), had there been an abort
+kill -0 "$VICTIM" 2>/dev/null || fail "forged: the victim's srun ended: $(<"$WORK/victim.out")"
+squeue -h -s -o %i | grep -qx "$VJOB" || fail "forged: the victim's step $VJOB is gone"
+"$TC" exec n1 -- pgrep -u nobody -x sleep >/dev/null || fail "forged: the victim's task is gone"
+scancel "${VJOB%.*}"
+wait "$VICTIM" 2>/dev/null || true
+no_leftovers forged
+pass "another user's srun naming step $VJOB in its launch env, task exiting 3: refused on n2, the victim's step lives on"
 
 # A rank that dies by a signal while the others sit in MPI: the server sees its socket close.
 run crash 90 "${PPN[@]}" --mpi=greedy bash -c \

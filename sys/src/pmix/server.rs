@@ -228,6 +228,23 @@ unsafe fn procs_from_raw(procs: *const raw::pmix_proc_t, n: usize) -> Vec<Proc> 
         .collect()
 }
 
+/// The upcalls this host serves. `job_control` stays NULL on purpose: libpmix 5.0.2 to 6.1
+/// runs the cleanup a client registers through `PMIx_Job_control` (`PMIX_REGISTER_CLEANUP`,
+/// `..._DIR`) with the server's uid and without checking who owns the paths (openpmix
+/// `pmix_execute_epilog` since `fbad401dd`), and in slurmstepd that uid is root; every release
+/// refuses such a request before reading it while the host has no `job_control`.
+fn host_module() -> raw::pmix_server_module_t {
+    raw::pmix_server_module_t {
+        client_connected: Some(on_client_connected),
+        client_finalized: Some(on_client_finalized),
+        abort: Some(on_abort),
+        fence_nb: Some(on_fence),
+        direct_modex: Some(on_direct_modex),
+        tool_connected: Some(on_tool_connected),
+        ..Default::default()
+    }
+}
+
 /// `client_connected`: a notification in PMIx 4.2 (cbfunc NULL).
 unsafe extern "C" fn on_client_connected(
     proc_: *const raw::pmix_proc_t,
@@ -576,15 +593,7 @@ impl Server {
         }
         let mut init_info = InfoArray::new(&entries)?;
         *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
-        let module = raw::pmix_server_module_t {
-            client_connected: Some(on_client_connected),
-            client_finalized: Some(on_client_finalized),
-            abort: Some(on_abort),
-            fence_nb: Some(on_fence),
-            direct_modex: Some(on_direct_modex),
-            tool_connected: Some(on_tool_connected),
-            ..Default::default()
-        };
+        let module = host_module();
         // PMIx copies the module table (`pmix_host_server = *module`); leak one anyway, so the
         // pointer stays valid whatever the library version does with it.
         let module: &'static mut raw::pmix_server_module_t = Box::leak(Box::new(module));
@@ -954,5 +963,17 @@ impl Drop for Server {
     /// Finalizes in the background ([`Server::finalize`]): dropping never blocks.
     fn drop(&mut self) {
         self.start_finalize(|_| {});
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A client's registered cleanup would run as root in slurmstepd if the host served job
+    /// control ([`super::host_module`]): whoever adds it must guard that first.
+    #[test]
+    fn the_host_serves_no_job_control() {
+        let module = super::host_module();
+        assert!(module.job_control.is_none());
+        assert!(module.client_connected.is_some() && module.fence_nb.is_some());
     }
 }
