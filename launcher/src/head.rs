@@ -24,6 +24,7 @@ use crate::{
     proto::{BindTo, Cmd, PROTOCOL_VERSION, Start, Stream, Up},
     status::{JobStatus, Singletons, Verdict, code},
     stdio::Tagger,
+    terminal::escape,
 };
 
 /// Frames from the whole tree into greedyrun's loop.
@@ -347,6 +348,7 @@ async fn drive(
                     }
                 }
                 Some(Up::Lost { node, by, what }) => {
+                    let what = escape(&what);
                     // A session's job loses only that host: its agents are not a launch tree.
                     let sub = if attached { 1 } else { plan.launch.subtree_len(node as usize + 1) };
                     let by = by.map(|b| format!(" (started by {})", host(b))).unwrap_or_default();
@@ -357,25 +359,26 @@ async fn drive(
                     );
                 }
                 Some(Up::Failed { node, code, what }) => {
-                    verdict = status.launcher_failed(code, format!("{}: {what}", host(node)));
+                    verdict = status.launcher_failed(code, format!("{}: {}", host(node), escape(&what)));
                 }
                 Some(Up::Aborted { node, abort }) => {
-                    let message = format!("{}: wire-up aborted: {abort}", host(node));
+                    let message = format!("{}: wire-up aborted: {}", host(node), escape(&abort.to_string()));
                     verdict = status.aborted(&abort, message);
                 }
                 Some(Up::Note { node, text }) => {
                     // Once the job is ending, remote shells complain about connections that
                     // the teardown closed ("Connection reset by peer"): noise, unless asked.
                     if cfg.verbose || (end_deadline.is_none() && !status.tearing_down()) {
-                        say(format!("{}: {text}", host(node)));
+                        say(format!("{}: {}", host(node), escape(&text)));
                     }
                 }
                 Some(Up::Bye { .. }) => {}
                 // Only a task stream's or a session's agents send these (tasks::run).
                 Some(Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. }) => {}
                 Some(Up::Unclean { node, what }) => say(format!(
-                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
-                    host(node)
+                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
+                    host(node),
+                    escape(&what)
                 )),
             },
             permit = out_tx.reserve(), if pending_out.is_some() => match permit {

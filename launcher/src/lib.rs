@@ -55,6 +55,7 @@ pub mod ssh;
 pub mod status;
 pub mod stdio;
 pub mod tasks;
+pub mod terminal;
 pub mod wireup;
 
 pub use error::Error;

@@ -33,6 +33,7 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::{debug, info, warn};
 
 use crate::{
+    Error,
     allocation::Allocation,
     fanout::Fanout,
     guard::GuardHandle,
@@ -42,6 +43,7 @@ use crate::{
     },
     signals,
     slots::Slots,
+    terminal::escape,
 };
 
 /// How long either side of a control connection waits for the other's next step of the
@@ -552,6 +554,74 @@ pub async fn job_frame(board: &JobBoard, job: u32, frame: &[u8]) {
 
 // ----- the client -----
 
+/// Connects to the session socket `socket` once it is sure the session is the user's own:
+/// its directory is a real directory of theirs that no one else may write (mode 0700), the
+/// socket is theirs, and the process behind it runs as them (`SO_PEERCRED`). A stale
+/// `GREEDY_SESSION` whose path a stranger re-created gets nothing: not the job's argv, cwd,
+/// environment or stdin, not a task line.
+pub async fn connect_own(socket: &Path) -> Result<tokio::net::UnixStream, Error> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse = |what: String| Err(Error::Untrusted(format!("{what}: not sending anything")));
+    let gone = |source| Error::Io {
+        what: format!(
+            "GREEDY_SESSION={} (has the session ended?)",
+            socket.display()
+        ),
+        source,
+    };
+    let dir = socket.parent().unwrap_or(Path::new("."));
+    let d = std::fs::symlink_metadata(dir).map_err(gone)?;
+    if !d.file_type().is_dir() {
+        return refuse(format!(
+            "session directory {} is not a directory (a symbolic link?)",
+            dir.display()
+        ));
+    }
+    if d.uid() != me {
+        return refuse(format!(
+            "session directory {} is owned by uid {}, not you",
+            dir.display(),
+            d.uid()
+        ));
+    }
+    if d.mode() & 0o077 != 0 {
+        return refuse(format!(
+            "session directory {} has mode {:04o}, not 0700 (others could replace its socket)",
+            dir.display(),
+            d.mode() & 0o7777
+        ));
+    }
+    let f = std::fs::symlink_metadata(socket).map_err(gone)?;
+    if !f.file_type().is_socket() {
+        return refuse(format!(
+            "session socket {} is not a socket",
+            socket.display()
+        ));
+    }
+    if f.uid() != me {
+        return refuse(format!(
+            "session socket {} is owned by uid {}, not you",
+            socket.display(),
+            f.uid()
+        ));
+    }
+    let conn = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(gone)?;
+    match conn.peer_cred().map(|c| c.uid()) {
+        Ok(uid) if uid == me => Ok(conn),
+        Ok(uid) => refuse(format!(
+            "the server at session socket {} runs as uid {uid}, not you",
+            socket.display()
+        )),
+        Err(e) => refuse(format!(
+            "session socket {}: whose server it is cannot be told ({e})",
+            socket.display()
+        )),
+    }
+}
+
 /// A client's control connection to a session, with the session's free slots.
 pub struct Attached {
     rd: FramedRead<tokio::net::unix::OwnedReadHalf, ClientCodec>,
@@ -563,12 +633,7 @@ pub struct Attached {
 
 /// Connects to the session at `socket` for a job: the session's free slots, or why not.
 pub async fn attach(socket: &Path) -> Result<Attached, String> {
-    let conn = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
-        format!(
-            "GREEDY_SESSION={}: {e} (has the session ended?)",
-            socket.display()
-        )
-    })?;
+    let conn = connect_own(socket).await.map_err(|e| e.to_string())?;
     let (rd, mut wr) = conn.into_split();
     wr.write_all(crate::tasks::job_request().as_bytes())
         .await
@@ -576,7 +641,7 @@ pub async fn attach(socket: &Path) -> Result<Attached, String> {
     let mut rd = FramedRead::new(rd, ClientCodec::default());
     let hosts = match tokio::time::timeout(HANDSHAKE, rd.next()).await {
         Ok(Some(Ok(FromSession::Hosts(h)))) => h,
-        Ok(Some(Ok(FromSession::Refused(why)))) => return Err(why),
+        Ok(Some(Ok(FromSession::Refused(why)))) => return Err(escape(&why).into_owned()),
         Err(_) => {
             return Err(format!(
                 "the session did not answer within {} s (is it busy with a task stream?)",
@@ -630,12 +695,12 @@ impl Attached {
                 Ok(Some(Ok(FromSession::Started))) => break,
                 Ok(Some(Ok(FromSession::Waiting(why)))) => {
                     if !why.is_empty() {
-                        eprintln!("greedyrun: {why}");
+                        eprintln!("greedyrun: {}", escape(&why));
                     }
                     patience = None;
                 }
                 Ok(Some(Ok(FromSession::Refused(why)))) => {
-                    return Err(format!("the session cannot run the job: {why}"));
+                    return Err(format!("the session cannot run the job: {}", escape(&why)));
                 }
                 Ok(Some(Err(e))) => return Err(gone(e)),
                 _ => return Err("the session did not take the job".into()),

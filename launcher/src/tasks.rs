@@ -28,6 +28,7 @@ use crate::proto::{Cmd, RankEnd, Stream, TaskId, Up};
 use crate::session::{self, JobBoard};
 use crate::status::code;
 use crate::stdio::Tagger;
+use crate::terminal::escape;
 use std::sync::Arc;
 
 /// A line of a stream: its stream and line number, and its command.
@@ -447,9 +448,39 @@ pub(crate) enum Request {
     End,
 }
 
-/// Reads a client's first line within 5 s ([`parse_request`]).
+/// How long a session's client may take to send its request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client's request as [`read_client`] hands it to the session's loop, with the rest of its
+/// input and its output.
+type ClientRequest = (
+    Option<Request>,
+    LineSource,
+    tokio::net::unix::OwnedWriteHalf,
+);
+
+/// Reads a client's request; a job is served here, beside the loop (several jobs run at once
+/// on disjoint slots), anything else goes to the loop through `to_loop`.
+async fn read_client(
+    conn: tokio::net::UnixStream,
+    board: Arc<JobBoard>,
+    fanout: Arc<crate::fanout::Fanout>,
+    to_loop: mpsc::Sender<ClientRequest>,
+) {
+    let (rd, out) = conn.into_split();
+    let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
+    let mut lines = BufReader::new(boxed).lines();
+    let request = read_request(&mut lines).await;
+    if request == Some(Request::Job) {
+        session::serve_job(lines.into_inner(), out, board, fanout).await;
+        return;
+    }
+    let _ = to_loop.send((request, lines, out)).await;
+}
+
+/// Reads a client's first line within [`REQUEST_TIMEOUT`] ([`parse_request`]).
 async fn read_request(lines: &mut LineSource) -> Option<Request> {
-    let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+    let line = tokio::time::timeout(REQUEST_TIMEOUT, lines.next_line())
         .await
         .ok()?
         .ok()??;
@@ -559,6 +590,8 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let mut launch_over = false;
     let mut idle_since = Instant::now();
     let mut stops = crate::signals::Stops::new();
+    // Requests wait here while the loop is busy; clients are few (one per greedyrun).
+    let (request_tx, mut request_rx) = mpsc::channel::<ClientRequest>(16);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
 
     loop {
@@ -699,6 +732,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                 }
                 Some(Up::Lost { node, what, .. }) => {
+                    let what = escape(&what);
                     let sub = plan.launch.subtree_len(node as usize + 1) as u32;
                     board.hosts_lost(node..node + sub, &what).await;
                     let moved = dispatch.hosts_lost(node..node + sub);
@@ -713,18 +747,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     }
                 }
                 Some(Up::Failed { node, what, .. }) => {
+                    let what = escape(&what);
                     board.hosts_lost(node..node + 1, &what).await;
                     let moved = dispatch.hosts_lost(node..node + 1);
                     log(format!("{}: {what}; out of the streams, {moved} tasks run again elsewhere", host(node)));
                 }
                 Some(Up::Note { node, text }) => {
                     if cfg.verbose || !ending {
-                        log(format!("{}: {text}", host(node)));
+                        log(format!("{}: {}", host(node), escape(&text)));
                     }
                 }
                 Some(Up::Unclean { node, what }) => log(format!(
-                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {what}",
-                    host(node)
+                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
+                    host(node),
+                    escape(&what)
                 )),
                 Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame).await,
                 Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. } | Up::Aborted { .. }) => {}
@@ -738,15 +774,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     log(format!("refused a control connection from uid {uid:?}: the session is uid {own_uid}'s"));
                     continue;
                 }
-                let (rd, out) = conn.into_split();
-                let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
-                let mut lines = BufReader::new(boxed).lines();
-                let request = read_request(&mut lines).await;
-                if request == Some(Request::Job) {
-                    // Served beside the loop: several jobs run at once on disjoint slots.
-                    tokio::spawn(session::serve_job(lines.into_inner(), out, board.clone(), fanout.clone()));
-                    continue;
-                }
+                // Its request is read beside the loop: a client that says nothing holds no one.
+                tokio::spawn(read_client(conn, board.clone(), fanout.clone(), request_tx.clone()));
+            }
+            Some((request, lines, out)) = request_rx.recv(), if !ending => {
                 let mut feed = Feed::Client { out, gone: false };
                 let (jobs, busy, waiting) = board.running();
                 let (slots, lost, _) = board.capacity(launch_over);
@@ -894,13 +925,10 @@ pub async fn submit(
 ) -> i32 {
     use tokio::io::AsyncReadExt;
     let say = |line: String| eprintln!("greedyrun: {line}");
-    let conn = match tokio::net::UnixStream::connect(socket).await {
+    let conn = match crate::session::connect_own(socket).await {
         Ok(c) => c,
         Err(e) => {
-            say(format!(
-                "GREEDY_SESSION={}: {e} (has the session ended?)",
-                socket.display()
-            ));
+            say(e.to_string());
             return code::LAUNCHER;
         }
     };
@@ -956,7 +984,7 @@ pub async fn submit(
                 }
             }
             frame::KEEPALIVE => {}
-            frame::SAY => say(String::from_utf8_lossy(&payload).into_owned()),
+            frame::SAY => say(escape(&String::from_utf8_lossy(&payload)).into_owned()),
             frame::EXIT if payload.len() == 4 => {
                 break i32::from_be_bytes(payload[..].try_into().expect("4 bytes"));
             }
@@ -981,7 +1009,7 @@ pub async fn submit(
 /// A session's hosts up and lost, from its status; `None` if it does not answer (yet).
 pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
     use tokio::io::AsyncReadExt;
-    let conn = tokio::net::UnixStream::connect(socket).await.ok()?;
+    let conn = crate::session::connect_own(socket).await.ok()?;
     let (mut rd, mut wr) = conn.into_split();
     wr.write_all(format!("{HELLO} status\n").as_bytes())
         .await

@@ -654,8 +654,11 @@ fn start_session(cfg: &JobConfig, rt: &tokio::runtime::Runtime) -> i32 {
     let deadline = std::time::Instant::now() + cfg.plan.timeout + Duration::from_secs(5);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
+            // The log holds what the session's agents and remote shells said.
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            eprint!("{text}");
+            for line in text.lines() {
+                eprintln!("{}", greedy_launcher::terminal::escape(line));
+            }
             eprintln!("greedyrun: the session ended as it started ({status})");
             return code::LAUNCHER;
         }
