@@ -896,7 +896,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     for (_, cur) in std::mem::take(&mut streams) {
         // An interrupt decides (the tasks it ended failed because of it); else the stream's.
         let code = match session_code {
-            130 | 143 => session_code,
+            129 | 130 | 143 => session_code,
             _ if cur.exit_code != 0 => cur.exit_code,
             _ => session_code,
         };

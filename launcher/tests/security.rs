@@ -449,6 +449,34 @@ fn sighup_before_the_agents_connect_stops_srun() {
     gone(&[], "sleep 4272");
 }
 
+/// SIGHUP ends a task stream (no session) like SIGTERM: exit 129, its running task ended.
+#[test]
+fn sighup_ends_a_task_stream_like_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sh = localsh(dir.path());
+    let task_pid = dir.path().join("task.pid");
+    let tasks = dir.path().join("tasks");
+    let line = format!(
+        "sh -c 'echo $$ > {}; exec sleep 4274'\n",
+        task_pid.display()
+    );
+    std::fs::write(&tasks, line).unwrap();
+    let child = Command::new(GREEDYRUN)
+        .args(["--rsh", sh.to_str().unwrap(), "--agent", GREEDYD])
+        .args(["-H", "localhost:1", "--tasks", tasks.to_str().unwrap()])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let task = wait_for_file(&task_pid, 15);
+    hangup(&child);
+    let out = wait_output(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(129), "{}", text(&out.stderr));
+    gone(&[&task], "sleep 4274");
+}
+
 fn hangup(child: &Child) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
