@@ -560,17 +560,35 @@ pub async fn job_frame(board: &JobBoard, job: u32, frame: &[u8]) {
 /// `GREEDY_SESSION` whose path a stranger re-created gets nothing: not the job's argv, cwd,
 /// environment or stdin, not a task line.
 pub async fn connect_own(socket: &Path) -> Result<tokio::net::UnixStream, Error> {
+    let me = check_own_path(socket)?;
+    let refuse = |what: String| Err(Error::Untrusted(format!("{what}: not sending anything")));
+    let conn = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| session_gone(socket, e))?;
+    match conn.peer_cred().map(|c| c.uid()) {
+        Ok(uid) if uid == me => Ok(conn),
+        Ok(uid) => refuse(format!(
+            "the server at session socket {} runs as uid {uid}, not you",
+            socket.display()
+        )),
+        Err(e) => refuse(format!(
+            "session socket {}: whose server it is cannot be told ({e})",
+            socket.display()
+        )),
+    }
+}
+
+/// [`connect_own`]'s checks of the path: the directory, then the socket (`lstat`, so a
+/// symbolic link is refused); returns the user's uid.
+fn check_own_path(socket: &Path) -> Result<u32, Error> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let me = nix::unistd::geteuid().as_raw();
     let refuse = |what: String| Err(Error::Untrusted(format!("{what}: not sending anything")));
-    let gone = |source| Error::Io {
-        what: format!(
-            "GREEDY_SESSION={} (has the session ended?)",
-            socket.display()
-        ),
-        source,
-    };
-    let dir = socket.parent().unwrap_or(Path::new("."));
+    let gone = |e| session_gone(socket, e);
+    let dir = socket
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let d = std::fs::symlink_metadata(dir).map_err(gone)?;
     if !d.file_type().is_dir() {
         return refuse(format!(
@@ -606,19 +624,17 @@ pub async fn connect_own(socket: &Path) -> Result<tokio::net::UnixStream, Error>
             f.uid()
         ));
     }
-    let conn = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(gone)?;
-    match conn.peer_cred().map(|c| c.uid()) {
-        Ok(uid) if uid == me => Ok(conn),
-        Ok(uid) => refuse(format!(
-            "the server at session socket {} runs as uid {uid}, not you",
+    Ok(me)
+}
+
+/// The error of a session socket that is not there (any more).
+fn session_gone(socket: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        what: format!(
+            "GREEDY_SESSION={} (has the session ended?)",
             socket.display()
-        )),
-        Err(e) => refuse(format!(
-            "session socket {}: whose server it is cannot be told ({e})",
-            socket.display()
-        )),
+        ),
+        source,
     }
 }
 
