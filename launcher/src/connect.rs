@@ -145,27 +145,8 @@ pub async fn dial(
     let deadline = tokio::time::Instant::now() + patience;
     let mut backoff = Duration::from_millis(20);
     loop {
-        let (mut stream, nonce) = match reach(addr).await {
-            Ok(reached) => reached,
-            Err(e) if tokio::time::Instant::now() + backoff < deadline => {
-                debug!("{e}; trying again in {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-            Err(e) => {
-                return Err(Error::Io {
-                    what: format!(
-                        "gave up reaching greedyrun at {addr} after {} s",
-                        patience.as_secs_f64()
-                    ),
-                    source: e,
-                });
-            }
-        };
-        match prove(&mut stream, key, host, &nonce).await {
-            Ok(()) => return Ok(stream),
-            // Closed before our proof was read: a listener dropping the excess of a crowd.
+        match attempt(addr, key, host).await {
+            Ok(stream) => return Ok(stream),
             Err(Proof::NotRead(e)) if tokio::time::Instant::now() + backoff < deadline => {
                 debug!("greedyrun at {addr}: {e}; trying again in {backoff:?}");
                 tokio::time::sleep(backoff).await;
@@ -173,7 +154,10 @@ pub async fn dial(
             }
             Err(Proof::NotRead(e)) => {
                 return Err(Error::Io {
-                    what: format!("announcing this host to greedyrun at {addr}"),
+                    what: format!(
+                        "gave up reaching greedyrun at {addr} after {} s",
+                        patience.as_secs_f64()
+                    ),
                     source: e,
                 });
             }
@@ -184,6 +168,13 @@ pub async fn dial(
             }
         }
     }
+}
+
+/// One connection to greedyrun, proven both ways.
+async fn attempt(addr: &str, key: &JobSecret, host: &str) -> Result<TcpStream, Proof> {
+    let (mut stream, nonce) = reach(addr).await.map_err(Proof::NotRead)?;
+    prove(&mut stream, key, host, &nonce).await?;
+    Ok(stream)
 }
 
 /// One attempt to reach greedyrun: the connection and greedyrun's nonce, each within
@@ -203,7 +194,8 @@ async fn reach(addr: &str) -> std::io::Result<(TcpStream, [u8; 32])> {
 
 /// Why the agent's half of the handshake failed.
 enum Proof {
-    /// Our proof could not be sent: the listener closed first; worth another try.
+    /// greedyrun was not reached, or closed before our proof was read (a listener closing
+    /// the excess of a crowd); worth another try.
     NotRead(std::io::Error),
     /// The listener did not prove it holds the key; says how.
     Unproven(String),
