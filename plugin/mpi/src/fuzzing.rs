@@ -44,7 +44,7 @@ pub fn rendezvous_line(data: &[u8]) {
             rendezvous::verify(secret, "1.0", report.node, &report.signed_text(), mac)
         }
         Line::Watch(node, mac) => rendezvous::verify(secret, "1.0", *node, &"watch", mac),
-        Line::Lookup(_) => false,
+        Line::Lookup(node, mac) => rendezvous::verify_lookup(secret, "1.0", *node, mac),
     };
     assert!(!checked, "a MAC without the secret verified: {line:?}");
 }

@@ -7,7 +7,8 @@
 //!
 //! Wire format, one line each way, ASCII:
 //! - `P <node> <addr> <mac>`: publish (stepd → srun; no reply);
-//! - `L <node>`: look up (stepd → srun), answered `A <node> <addr> <mac>` once published;
+//! - `L <node> <mac>`: look up (stepd → srun; `mac` under a label of its own, so that no other
+//!   line's signature passes for it), answered `A <node> <addr> <mac>` once published;
 //! - `X <node> <code> <at> <mac> <reason>`: the job ended with `code` by an abort that started
 //!   at `at` (µs since the epoch, the node's clock) (stepd → srun), answered `K` once
 //!   recorded; `reason` (the rest of the line) is for the user. Two nodes can each start an
@@ -23,6 +24,12 @@
 //! accepts only answers srun signed, so no stranger can insert an address or an exit code.
 //! (The overlay authenticates every link again; this only keeps strangers from making the join
 //! time out.) The secret never travels here.
+//!
+//! Strangers can still connect. Until its first signed line a connection holds an unproven
+//! slot ([`Limits`]): it must send that line within `first_line` (2 s), and one over the caps
+//! (in all, and per source address) is closed at once, never queued. A connection that proved
+//! itself counts against nothing, so stepds never wait behind strangers; a stepd whose
+//! connection was dropped connects again ([`SrunRendezvous`]).
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -30,50 +37,100 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Mutex, Notify, Semaphore};
+use tokio::sync::{Mutex, Notify};
+use tokio::time::Instant;
+use tracing::debug;
 
+use greedy_pmix::auth::{Admission, Gate, Unproven};
 use greedy_pmix::{JobSecret, WallTime, auth, rendezvous::Rendezvous};
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
 /// Longest `reason` of an exit report; longer ones are cut (the slurmd log has the whole).
 pub const MAX_REASON: usize = 150;
-/// Connections srun serves at once; one per stepd is open for the whole join, so this bounds
-/// the step size this listener serves concurrently, well above any test and most sites.
-pub const MAX_CONNECTIONS: usize = 8192;
+
+/// How srun's listener holds connections that have not sent a signed line yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A connection's first line, which must be signed, must arrive within this. A stepd sends
+    /// it as soon as it connects.
+    pub first_line: Duration,
+    /// Unproven connections at once, in all and per source address; one over is closed at
+    /// once. A stepd has one at a time and proves it in one line, so the caps are far above
+    /// what a step needs; a stepd dropped anyway connects again.
+    pub admission: Admission,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            first_line: Duration::from_secs(2),
+            admission: Admission {
+                max_unproven: 1024,
+                max_unproven_per_source: 64,
+            },
+        }
+    }
+}
 
 /// What every signature of these lines is labelled with (greedy-pmix `auth::sign`).
 const LABEL: &[u8] = b"greedy-mpi rendezvous";
+/// The label of a lookup's signature: a lookup signed under [`LABEL`] (over any statement) does
+/// not verify, nor does any other line's signature pass for a lookup.
+const LOOKUP_LABEL: &[u8] = b"greedy-mpi rendezvous lookup";
+
+/// Hex of a signed statement.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex `mac`, if it is hex.
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    // Hex digits only: from_str_radix alone would take "+f" for "0f".
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
 
 /// `mac` of the wire format: `what` is the address, or an [`ExitReport`]'s text; hex of
 /// greedy-pmix's signed statement.
 pub fn mac(secret: &JobSecret, job: &str, node: usize, what: &dyn Display) -> String {
     let statement = what.to_string();
-    auth::sign(secret, LABEL, job, node as u32, statement.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&auth::sign(
+        secret,
+        LABEL,
+        job,
+        node as u32,
+        statement.as_bytes(),
+    ))
 }
 
 /// Checks a `mac` in constant time.
 pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
-    // Hex digits only: from_str_radix alone would take "+f" for "0f".
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return false;
-    }
-    let Some(bytes) = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()
-    else {
-        return false;
-    };
-    let Ok(node) = u32::try_from(node) else {
+    let (Some(bytes), Ok(node)) = (unhex(hex), u32::try_from(node)) else {
         return false;
     };
     let statement = what.to_string();
     auth::verify_signed(secret, LABEL, job, node, statement.as_bytes(), &bytes)
+}
+
+/// `mac` of a lookup of node `node`'s address.
+pub fn lookup_mac(secret: &JobSecret, job: &str, node: usize) -> String {
+    hex(&auth::sign(secret, LOOKUP_LABEL, job, node as u32, b""))
+}
+
+/// Checks a lookup's `mac` in constant time.
+pub fn verify_lookup(secret: &JobSecret, job: &str, node: usize, hex: &str) -> bool {
+    let (Some(bytes), Ok(node)) = (unhex(hex), u32::try_from(node)) else {
+        return false;
+    };
+    auth::verify_signed(secret, LOOKUP_LABEL, job, node, b"", &bytes)
 }
 
 /// One parsed line.
@@ -81,8 +138,8 @@ pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, he
 pub enum Line {
     /// `P node addr mac`.
     Publish(usize, SocketAddr, String),
-    /// `L node`.
-    Lookup(usize),
+    /// `L node mac`.
+    Lookup(usize, String),
     /// `A node addr mac`.
     Answer(usize, SocketAddr, String),
     /// `X node code at mac reason`.
@@ -96,7 +153,7 @@ impl Display for Line {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Line::Publish(node, addr, mac) => write!(f, "P {node} {addr} {mac}"),
-            Line::Lookup(node) => write!(f, "L {node}"),
+            Line::Lookup(node, mac) => write!(f, "L {node} {mac}"),
             Line::Answer(node, addr, mac) => write!(f, "A {node} {addr} {mac}"),
             Line::Exit(r, mac) => write!(f, "X {} {} {} {mac} {}", r.node, r.code, r.at, r.reason),
             Line::Watch(node, mac) => write!(f, "W {node} {mac}"),
@@ -139,7 +196,7 @@ pub fn parse(line: &str) -> Result<Line, String> {
             let (a, m) = addr_mac()?;
             Line::Answer(node, a, m)
         }
-        Some("L") => Line::Lookup(node),
+        Some("L") => Line::Lookup(node, it.next().ok_or_else(bad)?.to_string()),
         Some("W") => Line::Watch(node, it.next().ok_or_else(bad)?.to_string()),
         _ => return Err(bad()),
     };
@@ -206,10 +263,11 @@ pub struct SrunBoard {
     listener: TcpListener,
     board: Arc<Board>,
     idle_timeout: Duration,
+    limits: Limits,
 }
 
 impl SrunBoard {
-    /// Binds `bind` (port 0: any free port).
+    /// Binds `bind` (port 0: any free port), with the default [`Limits`].
     pub async fn bind(
         bind: SocketAddr,
         job: &str,
@@ -229,7 +287,13 @@ impl SrunBoard {
                 ended: Notify::new(),
             }),
             idle_timeout,
+            limits: Limits::default(),
         })
+    }
+
+    /// The same board with other limits on unproven connections.
+    pub fn with_limits(self, limits: Limits) -> SrunBoard {
+        SrunBoard { limits, ..self }
     }
 
     /// Where the exit reports will be.
@@ -242,94 +306,141 @@ impl SrunBoard {
         self.listener.local_addr()
     }
 
-    /// Serves connections until dropped. A connection silent for `idle_timeout` is closed
-    /// (a stepd keeps its connection only for the join, which has its own timeout).
+    /// Serves connections until dropped. Accept never waits for a slot: a connection over the
+    /// [`Limits`] is closed at once. A connection is closed `idle_timeout` after its accept (a
+    /// stepd keeps its connection only for the join, which has its own timeout).
     pub async fn serve(self) {
-        let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let gate = Gate::new(self.limits.admission);
         loop {
-            let Ok(permit) = limit.clone().acquire_owned().await else {
-                return;
-            };
-            let stream = match self.listener.accept().await {
-                Ok((s, _)) => s,
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
                 Err(_) => {
                     // EMFILE and friends: back off instead of spinning.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
+            let Some(slot) = gate.admit(peer.ip()) else {
+                debug!(%peer, "rendezvous: too many unproven connections, dropped");
+                drop_now(stream);
+                continue;
+            };
             let board = self.board.clone();
-            let idle = self.idle_timeout;
+            let (idle, first_line) = (self.idle_timeout, self.limits.first_line);
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(idle, serve_conn(board, stream)).await;
-                drop(permit);
+                let served = serve_conn(board, stream, slot, first_line);
+                if let Ok(Err(reason)) = tokio::time::timeout(idle, served).await {
+                    debug!(%peer, "rendezvous connection closed: {reason}");
+                }
             });
         }
     }
 }
 
-async fn serve_conn(board: Arc<Board>, stream: TcpStream) -> Result<(), String> {
+/// Closes `stream` with a reset: a connection refused for load costs srun no TIME_WAIT.
+fn drop_now(stream: TcpStream) {
+    let _ = rustix::net::sockopt::set_socket_linger(&stream, Some(Duration::ZERO));
+}
+
+/// One connection: lines until it closes. The first must come within `first_line` of the
+/// accept; each must be signed, else the connection is closed; the first signed one gives up
+/// `slot`.
+async fn serve_conn(
+    board: Arc<Board>,
+    stream: TcpStream,
+    slot: Unproven,
+    first_line: Duration,
+) -> Result<(), String> {
     let (r, mut w) = stream.into_split();
     let mut lines = BufReader::new(r.take(64 * MAX_LINE as u64)).lines();
-    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+    let (mut slot, until) = (Some(slot), Instant::now() + first_line);
+    loop {
+        let next = if slot.is_some() {
+            tokio::time::timeout_at(until, lines.next_line())
+                .await
+                .map_err(|_| format!("no line within {first_line:?}"))?
+        } else {
+            lines.next_line().await
+        };
+        let Some(line) = next.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
         if line.len() > MAX_LINE {
             return Err("line too long".into());
         }
-        match parse(&line)? {
-            Line::Publish(node, addr, mac) => {
-                if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &addr, &mac) {
-                    return Err(format!("refused publish for node {node}"));
-                }
-                board
-                    .addrs
+        let line = parse(&line)?;
+        if !board.signed(&line) {
+            return Err(format!("unsigned or wrongly signed line {line}"));
+        }
+        if let Some(slot) = slot.take() {
+            slot.proven();
+        }
+        if !board.answer(line, &mut w).await? {
+            return Ok(());
+        }
+    }
+}
+
+impl Board {
+    /// Whether `line` is one a stepd of this step signed for one of its nodes.
+    fn signed(&self, line: &Line) -> bool {
+        let (secret, job) = (&self.secret, self.job.as_str());
+        let ok = |node: usize| node < self.n_nodes;
+        match line {
+            Line::Publish(node, addr, mac) => ok(*node) && verify(secret, job, *node, addr, mac),
+            Line::Lookup(node, mac) => ok(*node) && verify_lookup(secret, job, *node, mac),
+            Line::Exit(r, mac) => ok(r.node) && verify(secret, job, r.node, &r.signed_text(), mac),
+            Line::Watch(node, mac) => ok(*node) && verify(secret, job, *node, &WATCH, mac),
+            Line::Answer(..) => false,
+        }
+    }
+
+    /// Acts on a signed line and writes its answer, if it has one; whether the connection
+    /// stays open (a watch's answer is its last).
+    async fn answer(&self, line: Line, w: &mut OwnedWriteHalf) -> Result<bool, String> {
+        let (reply, stay) = match line {
+            Line::Publish(node, addr, _) => {
+                self.addrs
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(node, addr);
-                board.published.notify_waiters();
+                self.published.notify_waiters();
+                return Ok(true);
             }
-            Line::Lookup(node) => {
-                let addr = wait_for(&board.published, || {
-                    let addrs = board.addrs.lock().unwrap_or_else(|p| p.into_inner());
+            Line::Lookup(node, _) => {
+                let addr = wait_for(&self.published, || {
+                    let addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
                     addrs.get(&node).copied()
                 })
                 .await;
-                let mac = mac(&board.secret, &board.job, node, &addr);
-                w.write_all(format!("{}\n", Line::Answer(node, addr, mac)).as_bytes())
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let mac = mac(&self.secret, &self.job, node, &addr);
+                (Line::Answer(node, addr, mac).to_string(), true)
             }
             Line::Exit(report, mac) => {
-                let (node, text) = (report.node, report.signed_text());
-                if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &text, &mac) {
-                    return Err(format!("refused exit report for node {node}"));
-                }
                 {
-                    let mut kept = board.exit.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
                     if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
                         *kept = Some((report, mac));
                     }
                 }
-                board.ended.notify_waiters();
-                w.write_all(b"K\n").await.map_err(|e| e.to_string())?;
+                self.ended.notify_waiters();
+                ("K".to_string(), true)
             }
-            Line::Watch(node, mac) => {
-                if node >= board.n_nodes || !verify(&board.secret, &board.job, node, &WATCH, &mac) {
-                    return Err(format!("refused watch for node {node}"));
-                }
-                let line = wait_for(&board.ended, || {
-                    let kept = board.exit.lock().unwrap_or_else(|p| p.into_inner());
+            Line::Watch(..) => {
+                let end = wait_for(&self.ended, || {
+                    let kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
                     kept.as_ref().map(|(r, m)| Line::Exit(r.clone(), m.clone()))
                 })
                 .await;
-                w.write_all(format!("{line}\n").as_bytes())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                return Ok(());
+                (end.to_string(), false)
             }
             Line::Answer(..) => return Err("unexpected answer line".into()),
-        }
+        };
+        w.write_all(format!("{reply}\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(stay)
     }
-    Ok(())
 }
 
 /// What `found` finds, once it finds something: checked again each time `notify` wakes its
@@ -346,21 +457,39 @@ async fn wait_for<T>(notify: &Notify, mut found: impl FnMut() -> Option<T>) -> T
     }
 }
 
+/// Attempts of a one-off question to srun ([`ask_srun`]) that srun dropped at once.
+const ASK_ATTEMPTS: u32 = 5;
+/// A question that failed within this of its connect was dropped, not answered: ask again.
+const DROPPED_WITHIN: Duration = Duration::from_secs(1);
+
 /// A stepd's one-line question to srun at `srun` on a connection of its own, and srun's
-/// one-line answer (empty if srun closed without one).
+/// one-line answer (empty if srun closed without one). srun drops a new connection at once
+/// while strangers fill its unproven slots: one dropped so is asked again, a few times.
 async fn ask_srun(srun: SocketAddr, question: &Line) -> Result<String, String> {
-    let stream = TcpStream::connect(srun)
-        .await
-        .map_err(|e| format!("connect to srun {srun}: {e}"))?;
-    let (r, mut w) = stream.into_split();
-    w.write_all(format!("{question}\n").as_bytes())
-        .await
-        .map_err(|e| format!("write to srun {srun}: {e}"))?;
+    let (mut backoff, mut attempt) = (Duration::from_millis(20), 1);
+    loop {
+        let started = Instant::now();
+        let answer = ask_once(srun, question).await;
+        let dropped = match &answer {
+            Ok(answer) => answer.is_empty(),
+            Err(e) => e.kind() != std::io::ErrorKind::ConnectionRefused,
+        };
+        if !dropped || attempt == ASK_ATTEMPTS || started.elapsed() > DROPPED_WITHIN {
+            return answer.map_err(|e| format!("ask srun {srun}: {e}"));
+        }
+        tokio::time::sleep(backoff).await;
+        (backoff, attempt) = (backoff * 2, attempt + 1);
+    }
+}
+
+/// One attempt of [`ask_srun`].
+async fn ask_once(srun: SocketAddr, question: &Line) -> std::io::Result<String> {
+    let (r, mut w) = TcpStream::connect(srun).await?.into_split();
+    w.write_all(format!("{question}\n").as_bytes()).await?;
     let mut answer = String::new();
     BufReader::new(r.take(MAX_LINE as u64 + 1))
         .read_line(&mut answer)
-        .await
-        .map_err(|e| format!("read from srun {srun}: {e}"))?;
+        .await?;
     Ok(answer)
 }
 
@@ -411,18 +540,45 @@ pub async fn await_job_end(
     }
 }
 
-/// A stepd's side: one connection to srun for the whole join.
+/// A stepd's side: one connection to srun for the whole join, made again if srun drops it.
 #[derive(Debug)]
 pub struct SrunRendezvous {
     srun: SocketAddr,
     job: String,
     secret: JobSecret,
-    conn: Mutex<
-        Option<(
-            BufReader<tokio::net::tcp::OwnedReadHalf>,
-            tokio::net::tcp::OwnedWriteHalf,
-        )>,
-    >,
+    conn: Mutex<Conn>,
+}
+
+/// A stepd's connection to srun, and its publish line, which every new connection repeats.
+#[derive(Debug, Default)]
+struct Conn {
+    stream: Option<(BufReader<OwnedReadHalf>, OwnedWriteHalf)>,
+    publish: Option<String>,
+}
+
+impl Conn {
+    /// Sends `question` (after this node's publish, on a new connection) and reads the answer.
+    async fn ask(&mut self, srun: SocketAddr, question: &str) -> std::io::Result<String> {
+        let (r, w) = match &mut self.stream {
+            Some((r, w)) => (r, w),
+            None => {
+                let s = TcpStream::connect(srun).await?;
+                let _ = s.set_nodelay(true);
+                let (r, mut w) = s.into_split();
+                if let Some(publish) = &self.publish {
+                    w.write_all(publish.as_bytes()).await?;
+                }
+                let (r, w) = self.stream.insert((BufReader::new(r), w));
+                (r, w)
+            }
+        };
+        w.write_all(question.as_bytes()).await?;
+        let mut answer = String::new();
+        if r.read_line(&mut answer).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(answer.trim_end().to_string())
+    }
 }
 
 impl SrunRendezvous {
@@ -432,71 +588,79 @@ impl SrunRendezvous {
             srun,
             job: job.to_string(),
             secret: secret.clone(),
-            conn: Mutex::new(None),
+            conn: Mutex::new(Conn::default()),
         }
     }
 
-    async fn send(&self, line: String, want_answer: bool) -> Result<Option<String>, String> {
-        let mut conn = self.conn.lock().await;
-        if conn.is_none() {
-            // srun listens before the launch RPC leaves, so one attempt suffices; the
-            // overlay's join_timeout bounds it.
-            let s = TcpStream::connect(self.srun)
-                .await
-                .map_err(|e| format!("connect to srun {}: {e}", self.srun))?;
-            let _ = s.set_nodelay(true);
-            let (r, w) = s.into_split();
-            *conn = Some((BufReader::new(r), w));
+    /// srun's signed answer to a lookup of node `node`. A connection srun dropped or reset
+    /// (strangers filling its slots, or its idle timeout) is made again, with this node's
+    /// publish first, until the answer comes; a refused connect (srun gone) fails at once.
+    ///
+    /// # Cancel safety
+    /// Not cancel-safe (a dropped lookup may leave its answer unread on the connection); the
+    /// overlay drops it only when `join_timeout` has passed and the join fails anyway.
+    async fn ask_address(&self, conn: &mut Conn, node: usize) -> Result<SocketAddr, String> {
+        let srun = self.srun;
+        let question = format!(
+            "{}\n",
+            Line::Lookup(node, lookup_mac(&self.secret, &self.job, node))
+        );
+        let mut backoff = Duration::from_millis(10);
+        let answer = loop {
+            match conn.ask(srun, &question).await {
+                Ok(answer) => break answer,
+                Err(e)
+                    if conn.stream.is_none()
+                        && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+                {
+                    return Err(format!("connect to srun {srun}: {e}"));
+                }
+                Err(e) => debug!(%srun, "rendezvous connection lost ({e}); again in {backoff:?}"),
+            }
+            conn.stream = None;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        };
+        match parse(&answer)? {
+            Line::Answer(n, addr, mac)
+                if n == node && verify(&self.secret, &self.job, n, &addr, &mac) =>
+            {
+                Ok(addr)
+            }
+            _ => Err(format!("srun {srun} sent an unsigned or wrong answer")),
         }
-        let (r, w) = conn.as_mut().expect("just set");
-        w.write_all(line.as_bytes())
-            .await
-            .map_err(|e| format!("write to srun {}: {e}", self.srun))?;
-        if !want_answer {
-            return Ok(None);
-        }
-        let mut answer = String::new();
-        let n = r
-            .read_line(&mut answer)
-            .await
-            .map_err(|e| format!("read from srun {}: {e}", self.srun))?;
-        if n == 0 {
-            return Err(format!(
-                "srun {} closed the rendezvous connection",
-                self.srun
-            ));
-        }
-        Ok(Some(answer.trim_end().to_string()))
     }
 }
 
 impl Rendezvous for SrunRendezvous {
+    /// Publishes, then looks this node up: srun's answer confirms it holds the address (a
+    /// line on a connection srun dropped would be lost unseen).
     async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
         let mac = mac(&self.secret, &self.job, node_idx, &addr);
-        self.send(format!("{}\n", Line::Publish(node_idx, addr, mac)), false)
-            .await
-            .map(drop)
+        let publish = format!("{}\n", Line::Publish(node_idx, addr, mac));
+        let mut conn = self.conn.lock().await;
+        conn.publish = Some(publish.clone());
+        if let Some((_, w)) = &mut conn.stream
+            && w.write_all(publish.as_bytes()).await.is_err()
+        {
+            // Made again, with the publish, by the lookup below.
+            conn.stream = None;
+        }
+        match self.ask_address(&mut conn, node_idx).await? {
+            held if held == addr => Ok(()),
+            held => Err(format!(
+                "srun {} holds {held} for node {node_idx}, not {addr}",
+                self.srun
+            )),
+        }
     }
 
     /// # Cancel safety
     /// Not cancel-safe (a dropped lookup may leave its answer unread on the connection); the
     /// overlay drops it only when `join_timeout` has passed and the join fails anyway.
     async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
-        let answer = self
-            .send(format!("{}\n", Line::Lookup(node_idx)), true)
-            .await?
-            .unwrap_or_default();
-        match parse(&answer)? {
-            Line::Answer(n, addr, mac)
-                if n == node_idx && verify(&self.secret, &self.job, n, &addr, &mac) =>
-            {
-                Ok(addr)
-            }
-            _ => Err(format!(
-                "srun {} sent an unsigned or wrong answer",
-                self.srun
-            )),
-        }
+        let mut conn = self.conn.lock().await;
+        self.ask_address(&mut conn, node_idx).await
     }
 }
 
@@ -516,7 +680,13 @@ mod tests {
             parse(&format!("P 3 {a} {m}")).unwrap(),
             Line::Publish(3, a, m.clone())
         );
-        assert_eq!(parse("L 12").unwrap(), Line::Lookup(12));
+        assert_eq!(parse("L 12 ab").unwrap(), Line::Lookup(12, "ab".into()));
+        // A lookup's signature is its own: a publish's does not pass for one, nor back.
+        let l = lookup_mac(&key(b"0123456789abcdef"), "7.0", 3);
+        assert!(verify_lookup(&key(b"0123456789abcdef"), "7.0", 3, &l));
+        assert!(!verify_lookup(&key(b"0123456789abcdef"), "7.0", 4, &l));
+        assert!(!verify_lookup(&key(b"0123456789abcdef"), "7.0", 3, &m));
+        assert!(!verify(&key(b"0123456789abcdef"), "7.0", 3, &"", &l));
         assert!(verify(&key(b"0123456789abcdef"), "7.0", 3, &a, &m));
         assert!(!verify(&key(b"0123456789abcdeX"), "7.0", 3, &a, &m));
         assert!(!verify(&key(b"0123456789abcdef"), "7.1", 3, &a, &m));
@@ -526,8 +696,9 @@ mod tests {
             "X 1",
             "L",
             "L x",
+            "L 1",
             "P 1 nope m",
-            "L 1 extra",
+            "L 1 m extra",
             "W 1",
             "W 1 m x",
         ] {
@@ -536,7 +707,7 @@ mod tests {
         // Each line prints back to itself.
         for line in [
             format!("P 3 {a} {m}"),
-            "L 12".into(),
+            format!("L 12 {m}"),
             format!("W 3 {m}"),
             format!("X 2 7 1764172800000000 {m} a b"),
         ] {
@@ -588,7 +759,11 @@ mod tests {
         assert_eq!(lookup.await.unwrap(), Ok(a0));
         // A stranger without the secret cannot publish.
         let stranger = SrunRendezvous::new(srun, "5.1", &key(b"wrong-secret-0000000"));
-        stranger.publish(1, a0).await.unwrap();
+        let refused = tokio::time::timeout(Duration::from_millis(300), stranger.publish(1, a0));
+        assert!(
+            refused.await.is_err(),
+            "srun confirmed a stranger's publish"
+        );
         let asker = SrunRendezvous::new(srun, "5.1", secret);
         assert!(
             tokio::time::timeout(Duration::from_millis(100), asker.lookup(1))

@@ -1,0 +1,171 @@
+//! srun's rendezvous listener under a stranger's flood of silent connections, on loopback: the
+//! stepds' publish and lookup still complete (security review 2, finding 4: 8192 slots, each
+//! held for the whole join timeout, made every join time out), and an unsigned lookup gets
+//! nothing back.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use greedy_pmix::JobSecret;
+use greedy_pmix::rendezvous::Rendezvous;
+use mpi_greedy::rendezvous::{Limits, SrunBoard, SrunRendezvous, lookup_mac, mac};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpSocket, TcpStream};
+
+const JOB: &str = "9.0";
+
+fn secret() -> JobSecret {
+    JobSecret::from_bytes(b"0123456789abcdef0123").expect("16 bytes or more")
+}
+
+/// srun's board for a 2-node step on loopback, serving; its address.
+async fn board(limits: Limits) -> SocketAddr {
+    let board = SrunBoard::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        JOB,
+        &secret(),
+        2,
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap()
+    .with_limits(limits);
+    let addr = board.local_addr().unwrap();
+    tokio::spawn(board.serve());
+    addr
+}
+
+/// A stranger's flood: `per_source` silent connections to `target` from each of `sources`
+/// (loopback addresses other than 127.0.0.1, which the stepds use), 500 at a time. Returns the
+/// ones still open (hold them) and how many reached the listener (held, or reset by it).
+async fn flood(
+    target: SocketAddr,
+    sources: &[[u8; 4]],
+    per_source: usize,
+) -> (Vec<TcpStream>, usize) {
+    let (mut held, mut reached) = (Vec::new(), 0);
+    for &ip in sources {
+        for batch in (0..per_source).step_by(500) {
+            let mut attempts = tokio::task::JoinSet::new();
+            for _ in batch..per_source.min(batch + 500) {
+                attempts.spawn(async move {
+                    let socket = TcpSocket::new_v4()?;
+                    socket.bind((ip, 0).into())?;
+                    // A full backlog would stall a connect for a SYN retry; skip it instead.
+                    tokio::time::timeout(Duration::from_millis(100), socket.connect(target))
+                        .await
+                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+                });
+            }
+            while let Some(attempt) = attempts.join_next().await {
+                match attempt.expect("no panic") {
+                    Ok(s) => held.push(s),
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                    Err(_) => continue,
+                }
+                reached += 1;
+            }
+        }
+    }
+    (held, reached)
+}
+
+/// Two stepds' rendezvous through srun at `srun`: node 0 publishes, node 1 publishes and looks
+/// node 0 up. How long it took.
+async fn rendezvous(srun: SocketAddr) -> Duration {
+    let started = Instant::now();
+    let (n0, n1): (SocketAddr, SocketAddr) = (
+        "10.0.0.1:1000".parse().unwrap(),
+        "10.0.0.2:1000".parse().unwrap(),
+    );
+    let parent = SrunRendezvous::new(srun, JOB, &secret());
+    let child = SrunRendezvous::new(srun, JOB, &secret());
+    let both = async {
+        let (published, found) = tokio::join!(parent.publish(0, n0), async {
+            child.publish(1, n1).await?;
+            child.lookup(0).await
+        });
+        (published, found)
+    };
+    let (published, found) = tokio::time::timeout(Duration::from_secs(15), both)
+        .await
+        .expect("the rendezvous completes within the join timeout");
+    assert_eq!(published, Ok(()));
+    assert_eq!(found, Ok(n0));
+    started.elapsed()
+}
+
+/// One stranger's host opens thousands of silent connections (more than the 8192 slots srun
+/// had): it holds at most its per-source share, and the stepds join in normal time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_one_stranger_does_not_delay_the_rendezvous() {
+    let srun = board(Limits::default()).await;
+    let (held, reached) = flood(srun, &[[127, 0, 0, 2]], 9000).await;
+    assert!(reached > 1000, "only {reached} connections reached srun");
+    let took = rendezvous(srun).await;
+    assert!(took < Duration::from_secs(1), "joined in {took:?}");
+    drop(held);
+}
+
+/// Strangers on many hosts (more connections than the 8192 slots srun had) fill every
+/// unproven slot: new connections are closed at once, a silent one's slot frees after
+/// `first_line`, and the stepds (connecting again) join soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_many_strangers_delays_the_rendezvous_by_one_first_line_at_most() {
+    let limits = Limits {
+        first_line: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let srun = board(limits).await;
+    let sources: Vec<[u8; 4]> = (2..22).map(|i| [127, 0, 0, i]).collect();
+    let started = Instant::now();
+    let (held, reached) = flood(srun, &sources, 450).await;
+    assert!(reached > 1500, "only {reached} connections reached srun");
+    let took = rendezvous(srun).await;
+    let since = started.elapsed();
+    assert!(
+        since < Duration::from_millis(2500),
+        "joined in {took:?}, {since:?} after the flood began"
+    );
+    drop(held);
+}
+
+/// srun's answer to `line` on a connection of its own ("" if it closed without one).
+async fn answer(srun: SocketAddr, line: &str) -> String {
+    let mut s = TcpStream::connect(srun).await.unwrap();
+    s.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    let mut s = BufReader::new(s);
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_line(&mut answer))
+        .await
+        .expect("srun answers or closes");
+    answer
+}
+
+/// A lookup needs the step secret, under the lookup's own label: a stranger's unsigned or
+/// wrongly signed lookup, or a publish's signature replayed as one, is closed unanswered.
+#[tokio::test]
+async fn an_unsigned_or_wrongly_signed_lookup_gets_nothing() {
+    let srun = board(Limits::default()).await;
+    let n0: SocketAddr = "10.0.0.1:1000".parse().unwrap();
+    SrunRendezvous::new(srun, JOB, &secret())
+        .publish(0, n0)
+        .await
+        .unwrap();
+    let other = JobSecret::from_bytes(b"wrong-secret-0000000").unwrap();
+    for forged in [
+        "L 0".to_string(),
+        format!("L 0 {}", "0".repeat(64)),
+        format!("L 0 {}", lookup_mac(&other, JOB, 0)),
+        format!("L 0 {}", lookup_mac(&secret(), "9.1", 0)),
+        format!("L 0 {}", mac(&secret(), JOB, 0, &n0)),
+        format!("L 0 {}", mac(&secret(), JOB, 0, &"")),
+    ] {
+        assert_eq!(answer(srun, &forged).await, "", "{forged:?} was answered");
+    }
+    let signed = answer(srun, &format!("L 0 {}", lookup_mac(&secret(), JOB, 0))).await;
+    assert_eq!(
+        signed,
+        format!("A 0 {n0} {}\n", mac(&secret(), JOB, 0, &n0))
+    );
+}
