@@ -560,7 +560,7 @@ async fn flood(
             let socket = tokio::net::TcpSocket::new_v4().ok()?;
             socket.bind((ip, 0).into()).ok()?;
             // A full backlog would stall a connect for a SYN retry; skip it instead.
-            tokio::time::timeout(Duration::from_millis(500), socket.connect(target))
+            tokio::time::timeout(Duration::from_millis(100), socket.connect(target))
                 .await
                 .ok()
         });
