@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use greedy_pmix::JobSecret;
+use greedy_pmix::auth::Admission;
 use greedy_pmix::rendezvous::Rendezvous;
 use mpi_greedy::rendezvous::{Limits, SrunBoard, SrunRendezvous, lookup_mac, mac};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -18,41 +19,53 @@ fn secret() -> JobSecret {
     JobSecret::from_bytes(b"0123456789abcdef0123").expect("16 bytes or more")
 }
 
-/// srun's board for a 2-node step on loopback, serving; its address.
+/// srun's board for a 2-node step on loopback, serving on a thread of its own as in srun
+/// (`srun.rs`), so that the flood's tasks do not starve its accept loop; its address.
 async fn board(limits: Limits) -> SocketAddr {
-    let board = SrunBoard::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        JOB,
-        &secret(),
-        2,
-        Duration::from_secs(15),
-    )
-    .await
-    .unwrap()
-    .with_limits(limits);
-    let addr = board.local_addr().unwrap();
-    tokio::spawn(board.serve());
-    addr
+    let (bound, addr) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let board = SrunBoard::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                JOB,
+                &secret(),
+                2,
+                Duration::from_secs(15),
+            )
+            .await
+            .unwrap()
+            .with_limits(limits);
+            let _ = bound.send(board.local_addr().unwrap());
+            board.serve().await
+        })
+    });
+    addr.await.unwrap()
 }
 
 /// A stranger's flood: `per_source` silent connections to `target` from each of `sources`
-/// (loopback addresses other than 127.0.0.1, which the stepds use), 500 at a time. Returns the
-/// ones still open (hold them) and how many reached the listener (held, or reset by it).
+/// (loopback addresses other than 127.0.0.1, which the stepds use), 200 at a time, for at most
+/// 6 s. Returns the ones still open (hold them) and how many reached the listener.
 async fn flood(
     target: SocketAddr,
     sources: &[[u8; 4]],
     per_source: usize,
 ) -> (Vec<TcpStream>, usize) {
-    let (mut held, mut reached) = (Vec::new(), 0);
+    let (mut held, mut reached, started) = (Vec::new(), 0, Instant::now());
     for &ip in sources {
-        for batch in (0..per_source).step_by(500) {
+        let mut from_ip = 0;
+        while from_ip < per_source && started.elapsed() < Duration::from_secs(6) {
             let mut attempts = tokio::task::JoinSet::new();
-            for _ in batch..per_source.min(batch + 500) {
+            for _ in from_ip..per_source.min(from_ip + 200) {
                 attempts.spawn(async move {
                     let socket = TcpSocket::new_v4()?;
                     socket.bind((ip, 0).into())?;
-                    // A full backlog would stall a connect for a SYN retry; skip it instead.
-                    tokio::time::timeout(Duration::from_millis(100), socket.connect(target))
+                    // A full accept queue drops the SYN, and the kernel retries it only after
+                    // a second: count it as not reached and try again in the next batch.
+                    tokio::time::timeout(Duration::from_millis(200), socket.connect(target))
                         .await
                         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
                 });
@@ -63,9 +76,15 @@ async fn flood(
                     Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
                     Err(_) => continue,
                 }
-                reached += 1;
+                from_ip += 1;
             }
+            // Close those the listener reset: a stranger's descriptors are not the point.
+            held.retain(|s| match s.try_read(&mut [0u8; 64]) {
+                Ok(n) => n > 0,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            });
         }
+        reached += from_ip;
     }
     (held, reached)
 }
@@ -101,7 +120,7 @@ async fn rendezvous(srun: SocketAddr) -> Duration {
 async fn a_flood_from_one_stranger_does_not_delay_the_rendezvous() {
     let srun = board(Limits::default()).await;
     let (held, reached) = flood(srun, &[[127, 0, 0, 2]], 9000).await;
-    assert!(reached > 1000, "only {reached} connections reached srun");
+    assert!(reached > 8192, "only {reached} connections reached srun");
     let took = rendezvous(srun).await;
     assert!(took < Duration::from_secs(1), "joined in {took:?}");
     drop(held);
@@ -112,21 +131,20 @@ async fn a_flood_from_one_stranger_does_not_delay_the_rendezvous() {
 /// `first_line`, and the stepds (connecting again) join soon after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_many_strangers_delays_the_rendezvous_by_one_first_line_at_most() {
+    // A global cap below what 20 strangers may hold each (64): the global cap is what bites.
     let limits = Limits {
         first_line: Duration::from_secs(1),
-        ..Limits::default()
+        admission: Admission {
+            max_unproven: 256,
+            max_unproven_per_source: 64,
+        },
     };
     let srun = board(limits).await;
     let sources: Vec<[u8; 4]> = (2..22).map(|i| [127, 0, 0, i]).collect();
-    let started = Instant::now();
     let (held, reached) = flood(srun, &sources, 450).await;
-    assert!(reached > 1500, "only {reached} connections reached srun");
+    assert!(reached > 8192, "only {reached} connections reached srun");
     let took = rendezvous(srun).await;
-    let since = started.elapsed();
-    assert!(
-        since < Duration::from_millis(2500),
-        "joined in {took:?}, {since:?} after the flood began"
-    );
+    assert!(took < Duration::from_millis(2500), "joined in {took:?}");
     drop(held);
 }
 
