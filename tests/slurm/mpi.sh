@@ -36,7 +36,8 @@
 #   user       both MPIs again with srun run by user nobody (PMIx registers the job's uid), under
 #              a wrapper script
 #   forged     another user's srun preloads a shim naming a victim's step in GREEDY_MPI_JOB and
-#              runs a task exiting 3: refused on its node, the victim's step lives on
+#              runs a task exiting 3: refused on its node (srun exits 1 saying why), the victim's
+#              step lives on
 #   crash      a rank killed by SIGSEGV while the others wait: srun exits 139, nothing left
 #   scancel    scancel of a running step: nothing left on any host
 #   malformed  a rank writes garbage on its PMI socket: the job ends with an error naming the
@@ -199,6 +200,9 @@ run nonmpi-staggered 60 -N2 -n4 bash -c 'sleep "$SLURM_PROCID"; echo "task $SLUR
 run nonmpi-fail 60 -N2 -n4 bash -c '[ "$SLURM_PROCID" = 2 ] && exit 3; exec sleep 4242'
 ((RC == 3)) || fail "nonmpi-fail: task 2 exited 3 but srun exited $RC: $ERR"
 no_leftovers nonmpi-fail
+# The kill's SIGKILL can end a task's watcher before it reports: fini must not wait for it.
+! grep -h "end not reported within" "$SLOG"/slurmd-n*.log ||
+  fail "nonmpi-fail: a node held its fini for the step's end after the abort"
 pass "non-MPI steps under MpiDefault=greedy: hostname 16/16 and staggered exits ok; a task exiting 3 ends the step, srun exits 3"
 
 # Tasks that end within milliseconds: a node's slurmstepd may tear down (fini) before its overlay
@@ -390,8 +394,10 @@ done
 SRUN_CMD=(runuser -u "$STRANGER" -- env LD_PRELOAD="$WORK/forge_job.so" FORGED_JOB="$VJOB" srun --chdir=/)
 for i in 1 2; do
   run "forged-$i" 60 -N1 -w n2 --mpi=greedy sh -c 'exit 3'
-  # (srun 22.05 exits 0 when its only task's launch failed: its own rule, not the plugin's.)
-  grep -q "launch failed" <<<"$ERR" || fail "forged: the step with GREEDY_MPI_JOB=$VJOB was launched: exit $RC: $ERR"
+  # The refusing node tells srun why (a launch failure alone leaves srun 22.05 at 0).
+  ((RC == 1)) && grep -q "launch failed" <<<"$ERR" &&
+    grep -q "job ended with exit code 1: n2: GREEDY_MPI_JOB=\"$VJOB\" contradicts slurmstepd's record" <<<"$ERR" ||
+    fail "forged: the step with GREEDY_MPI_JOB=$VJOB was not refused saying why: exit $RC: $ERR"
 done
 SRUN_CMD=(srun)
 grep -q "GREEDY_MPI_JOB=\"$VJOB\" contradicts slurmstepd's record" "$SLOG"/slurmd-n2.log ||

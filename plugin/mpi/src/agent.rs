@@ -32,7 +32,7 @@
 
 use crate::Error;
 use crate::charm::{self, Stdio};
-use crate::plan::{Rendezvous as Choice, StepPlan};
+use crate::plan::{self, Rendezvous as Choice, StepPlan, StepRecord};
 use crate::rendezvous::{ExitReport, SrunRendezvous, await_job_end, report_exit};
 use greedy_pmix::charm::server::OUTPUT_CAPACITY;
 use greedy_pmix::family::Family;
@@ -475,6 +475,10 @@ impl Agent {
     /// step such as `srun /bin/true` can end before it completes) gets
     /// `GreedyShutdownTimeout` to finish first, then leaves the overlay saying `Bye`.
     pub fn shutdown(mut self) {
+        // slurmstepd calls fini once it has reaped every local task, also those whose
+        // watchers the step kill ended before they reported: none runs, so an abort's
+        // straggler watch ends here instead of killing the step again and holding fini.
+        self.running.send_replace(0);
         let Some(rt) = self.runtime.take() else {
             return;
         };
@@ -680,6 +684,41 @@ async fn report_to_srun(plan: &StepPlan, code: i32, at: WallTime, reason: String
             "mpi/greedy: step {job}.{step}: srun {} did not take exit code {code} within {REPORT_TIMEOUT:?}",
             plan.srun
         ),
+    }
+}
+
+/// Tells srun why this node refused its step in prefork, so that srun exits 1 saying so
+/// (a launch failure alone leaves srun 22.05 at 0). Best effort, at most [`REPORT_TIMEOUT`]:
+/// srun's port and the secret come from the refused env itself, and the report is signed
+/// for the step slurmstepd runs, so it can reach only that step's own srun.
+pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, reason: String) {
+    let srun = || {
+        let ip: IpAddr = get("SLURM_SRUN_COMM_HOST")?.parse().ok()?;
+        let port: u16 = get(plan::VAR_SRUN)?.parse().ok()?;
+        Some(SocketAddr::new(ip, port))
+    };
+    let secret = get(plan::VAR_SECRET).and_then(|h| greedy_pmix::JobSecret::from_hex(&h));
+    let (Some(srun), Some(secret)) = (srun(), secret) else {
+        return;
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let job = format!("{}.{}", stepd.job_id, stepd.step_id);
+    let exit = ExitReport {
+        node: stepd.nodeid as usize,
+        code: 1,
+        at: WallTime::now(),
+        reason,
+    };
+    let report = rt.block_on(async {
+        tokio::time::timeout(REPORT_TIMEOUT, report_exit(srun, &job, &secret, exit)).await
+    });
+    if !matches!(report, Ok(Ok(()))) {
+        info!("mpi/greedy: step {job}: srun {srun} did not take the refusal");
     }
 }
 
@@ -1008,6 +1047,36 @@ mod tests {
         bits[0] = 0b1010;
         bits[15] = 1 << 63;
         assert_eq!(super::cpus_of(&bits), [1, 3, 1023]);
+    }
+
+    /// The step kill after an abort may end a task's watcher before it reports (proctrack
+    /// signals the whole step): at fini the node must neither hold slurmstepd for the
+    /// straggler watch nor ask slurmctld for the kill again.
+    #[test]
+    fn tasks_whose_watchers_the_kill_ended_count_as_ended_at_fini() {
+        let port = free_port();
+        let kills = Arc::new(Mutex::new(Vec::new()));
+        let mut agents: Vec<(Agent, TaskTable)> = (0..4)
+            .map(|i| start_with_tasks(&plan(i, port, Duration::from_secs(20)), &kills))
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let (node1, tasks1) = agents.remove(1);
+        // Rank 4 fails; rank 5's watcher is killed with the step and never reports.
+        (&tasks1.notify)
+            .write_all(TaskRecord::Exited(4, 3).encode().as_ref())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        // The kill ended every node's tasks: each slurmstepd reaps them and calls fini.
+        let t0 = Instant::now();
+        node1.shutdown();
+        let held = t0.elapsed();
+        for (agent, _) in agents {
+            agent.shutdown();
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        let kills = kills.lock().unwrap().clone();
+        assert_eq!(kills, [(5, 0)], "the step is killed once, by the abort");
+        assert!(held < Duration::from_secs(2), "fini held for {held:?}");
     }
 
     /// A node's only rank fails (exit 3) and its slurmstepd tears down right after reaping

@@ -11,7 +11,7 @@
 // The exports are found by name (dlsym), not by Rust paths; `pub` keeps that obvious.
 #![allow(unreachable_pub)]
 
-use crate::agent::{Agent, Hooks, TaskRecord, TaskTable};
+use crate::agent::{self, Agent, Hooks, TaskRecord, TaskTable};
 use crate::config::MpiConfig;
 use crate::plan::{self, StepPlan};
 use crate::srun::Client;
@@ -188,15 +188,15 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
                 return SLURM_ERROR;
             };
             let plan = StepPlan::new(&stepd, |k| env.get(k));
+            if let Err(e) = &plan {
+                log::error(&format!("mpi/greedy: {e}"));
+                agent::report_refusal(&stepd, |k| env.get(k), e.to_string());
+            }
             for var in plan::PRIVATE_VARS {
                 env.unset(var);
             }
-            let plan = match plan {
-                Ok(p) => p,
-                Err(e) => {
-                    log::error(&format!("mpi/greedy: {e}"));
-                    return SLURM_ERROR;
-                }
+            let Ok(plan) = plan else {
+                return SLURM_ERROR;
             };
             // One line per node and step at info level: which rendezvous and protocol a step used
             // is the first question when one fails.
