@@ -534,10 +534,13 @@ async fn a_child_dials_again_when_its_parent_drops_the_handshake() {
     }
 }
 
+/// One flood at a time: two would share this process's CPU and descriptors.
+static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A stranger's flood: `per_source` silent connections to `target` from each of `sources`
 /// (loopback addresses other than 127.0.0.1, which the job's nodes use), 200 at a time, for at most
-/// 1.5 s (well within the 5 s a connection could hold a slot before). Returns the ones still
-/// open (hold them) and how many reached the listener.
+/// 2.5 s (within the 5 s a connection could hold a slot before). Returns the ones still open
+/// (hold them) and how many reached the listener.
 async fn flood(
     target: std::net::SocketAddr,
     sources: &[[u8; 4]],
@@ -546,7 +549,7 @@ async fn flood(
     let (mut held, mut reached, started) = (Vec::new(), 0, std::time::Instant::now());
     for &ip in sources {
         let mut from_ip = 0;
-        while from_ip < per_source && started.elapsed() < Duration::from_millis(1500) {
+        while from_ip < per_source && started.elapsed() < Duration::from_millis(2500) {
             let mut attempts = tokio::task::JoinSet::new();
             for _ in from_ip..per_source.min(from_ip + 200) {
                 attempts.spawn(async move {
@@ -617,6 +620,7 @@ async fn join_node1(
 /// delayed a join to 18 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_one_stranger_does_not_delay_a_join() {
+    let _one_at_a_time = FLOODS.lock().await;
     let secret = JobSecret::generate();
     let config = OverlayConfig {
         join_timeout: Duration::from_secs(20),
@@ -624,7 +628,7 @@ async fn a_flood_from_one_stranger_does_not_delay_a_join() {
     };
     let (node0, board, root) = root_listening(&secret, config.clone()).await;
     let (held, reached) = flood(node0, &[[127, 0, 0, 2]], 3000).await;
-    assert!(reached > 1100, "only {reached} connections");
+    assert!(reached > 1024, "only {reached} connections");
     let took = join_node1(&secret, config, &board, root).await;
     assert!(took < Duration::from_secs(2), "joined in {took:?}");
     drop(held);
@@ -635,6 +639,7 @@ async fn a_flood_from_one_stranger_does_not_delay_a_join() {
 /// again) joins soon after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_many_strangers_delays_a_join_by_one_hello_timeout_at_most() {
+    let _one_at_a_time = FLOODS.lock().await;
     let secret = JobSecret::generate();
     // A global cap below what 20 strangers may hold each (64): the global cap is what bites.
     let config = OverlayConfig {
@@ -649,7 +654,7 @@ async fn a_flood_from_many_strangers_delays_a_join_by_one_hello_timeout_at_most(
     let (node0, board, root) = root_listening(&secret, config.clone()).await;
     let sources: Vec<[u8; 4]> = (2..22).map(|i| [127, 0, 0, i]).collect();
     let (held, reached) = flood(node0, &sources, 100).await;
-    assert!(reached > 1100, "only {reached} connections");
+    assert!(reached > 1024, "only {reached} connections");
     let took = join_node1(&secret, config, &board, root).await;
     assert!(took < Duration::from_millis(2500), "joined in {took:?}");
     drop(held);
