@@ -82,6 +82,8 @@ type Listener = (
 
 /// Binds the listener on every IPv4 address (slurmd tells each stepd the address it saw srun
 /// on, `SLURM_SRUN_COMM_HOST`) and serves it on its own thread with a one-thread runtime.
+/// Anyone on the network can connect: the board's default `Limits` (first signed line within
+/// 2 s, unproven connections capped in all and per source) keep strangers from holding it.
 fn listen(
     job: &str,
     secret: &greedy_pmix::JobSecret,
