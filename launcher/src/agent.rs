@@ -139,10 +139,27 @@ struct Agent {
     node: u32,
     up: mpsc::Sender<Up>,
     grace: Duration,
+    /// The ranks', tasks' and jobs' process groups while they are still theirs: only these
+    /// are ever signalled.
+    groups: signals::OwnGroups,
 }
 
-struct Rank {
-    pgid: u32,
+/// Writes stdin chunks to the stdin rank as it reads them, and says so for each (greedyrun's
+/// window, [`Up::StdinTaken`]); ends at EOF or when the rank closes its stdin.
+async fn feed_stdin(
+    mut sin: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<Option<bytes::Bytes>>,
+    up: mpsc::Sender<Up>,
+    node: u32,
+) {
+    while let Some(Some(b)) = rx.recv().await {
+        if sin.write_all(&b).await.is_err() || sin.flush().await.is_err() {
+            break;
+        }
+        if up.send(Up::StdinTaken { node }).await.is_err() {
+            break;
+        }
+    }
 }
 
 impl Agent {
@@ -154,6 +171,7 @@ impl Agent {
             start,
             up,
             grace,
+            groups: signals::OwnGroups::default(),
         }
     }
 
@@ -269,11 +287,12 @@ impl Agent {
         }
 
         // stdin for the stdin rank. Unbounded on purpose: the main loop must never block on a
-        // rank that does not read its stdin, or it could not see Teardown; stdin is small.
+        // rank that does not read its stdin, or it could not see Teardown. greedyrun bounds
+        // it: it sends a chunk only when one was taken ([`Up::StdinTaken`]).
         let (stdin_tx, stdin_rx) = mpsc::unbounded_channel::<Option<bytes::Bytes>>();
         let mut stdin_rx = Some(stdin_rx);
+        // The process group of each rank or task that ended (counted in `live`).
         let (exit_tx, mut exit_rx) = mpsc::channel::<u32>(64);
-        let mut ranks: HashMap<u32, Rank> = HashMap::new();
         let mut live = 0usize;
         let mut spawned = false;
 
@@ -283,14 +302,13 @@ impl Agent {
         let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
         let mut tasks: HashMap<u32, u32> = HashMap::new();
         // A session's jobs, each run by a greedyd of its own on this host.
-        let mut jobs = JobAgents::new(node, self.grace, self.up.clone());
+        let mut jobs = JobAgents::new(node, self.grace, self.up.clone(), self.groups.clone());
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
         if !wireup_failed && !self.start.tasks {
             live = self
                 .spawn_ranks(
                     service.as_ref(),
                     &bound,
-                    &mut ranks,
                     &mut guard,
                     &mut stdin_rx,
                     &exit_tx,
@@ -333,15 +351,13 @@ impl Agent {
                                 Cmd::CancelTasks { stream } => {
                                     let groups: Vec<u32> = tasks.iter().filter(|&(_, &s)| s == stream).map(|(&g, _)| g).collect();
                                     for &g in &groups {
-                                        signals::signal_group(g, Signal::SIGTERM);
+                                        self.groups.signal(g, Signal::SIGTERM);
                                     }
-                                    let grace = self.grace;
+                                    let (grace, own) = (self.grace, self.groups.clone());
                                     tokio::spawn(async move {
                                         tokio::time::sleep(grace).await;
                                         for g in groups {
-                                            if signals::group_alive(g) {
-                                                signals::signal_group(g, Signal::SIGKILL);
-                                            }
+                                            own.signal(g, Signal::SIGKILL);
                                         }
                                     });
                                 }
@@ -371,8 +387,11 @@ impl Agent {
                         Err(_) => abort_rx = None,
                     }
                 },
-                Some(_) = exit_rx.recv() => {
+                Some(pgid) = exit_rx.recv() => {
                     live = live.saturating_sub(1);
+                    if !self.groups.owns(pgid) && let Some(g) = guard.as_mut() {
+                        g.unwatch(pgid).await;
+                    }
                 },
                 job = jobs.ended(), if !jobs.is_empty() => {
                     if let (Some(pgid), Some(g)) = (jobs.forget(job), guard.as_mut()) {
@@ -383,9 +402,7 @@ impl Agent {
                     // What the task left running in its group ends with it: a stream of
                     // thousands of tasks must not pile up their background processes.
                     if tasks.remove(&pgid).is_some() {
-                        if signals::group_alive(pgid) {
-                            signals::signal_group(pgid, Signal::SIGKILL);
-                        }
+                        self.groups.kill_and_forget(pgid);
                         if let Some(g) = guard.as_mut() {
                             g.unwatch(pgid).await;
                         }
@@ -405,14 +422,9 @@ impl Agent {
         // A session's jobs end as if their remote shells were lost: each greedyd tears its
         // ranks down within the grace period.
         jobs.end_all(self.grace + SUBTREE_LINGER).await;
-        let groups: Vec<u32> = ranks
-            .values()
-            .map(|r| r.pgid)
-            .chain(tasks.into_keys())
-            .collect();
         if live > 0 {
-            for &g in &groups {
-                signals::signal_group(g, Signal::SIGTERM);
+            for g in self.groups.all() {
+                self.groups.signal(g, Signal::SIGTERM);
             }
             let deadline = tokio::time::Instant::now() + self.grace;
             while live > 0 {
@@ -423,11 +435,11 @@ impl Agent {
             }
         }
         // Whatever is left in the ranks' groups (their background children, or ranks that
-        // ignored SIGTERM) is killed: no process of the job outlives its agent.
-        for &g in &groups {
-            if signals::group_alive(g) {
-                signals::signal_group(g, Signal::SIGKILL);
-            }
+        // ignored SIGTERM) is killed: no process of the job outlives its agent. A group whose
+        // leader was reaped and that emptied is no longer listed, so a stranger's group on a
+        // recycled pid is never hit.
+        for g in self.groups.all() {
+            self.groups.signal(g, Signal::SIGKILL);
         }
         let reap_deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         while live > 0 {
@@ -554,12 +566,14 @@ impl Agent {
             }
         };
         let pgid = child.id().unwrap_or(0);
+        self.groups.adopt(pgid);
         if let Some(g) = guard.as_mut() {
             g.watch(pgid).await;
         }
         let out = tokio::spawn(stdio::forward_as(
             child.stdout.take().expect("piped"),
             self.up.clone(),
+            self.start.unbuffered,
             move |data| Up::TaskOutput {
                 id,
                 stream: Stream::Stdout,
@@ -569,6 +583,7 @@ impl Agent {
         let err = tokio::spawn(stdio::forward_as(
             child.stderr.take().expect("piped"),
             self.up.clone(),
+            self.start.unbuffered,
             move |data| Up::TaskOutput {
                 id,
                 stream: Stream::Stderr,
@@ -576,12 +591,14 @@ impl Agent {
             },
         ));
         let (up, exits, ended) = (self.up.clone(), exits.clone(), ended.clone());
+        let own = self.groups.clone();
         tokio::spawn(
             async move {
                 let end = match child.wait().await {
                     Ok(s) => spawn::end_of(s),
                     Err(_) => RankEnd::Exited(255),
                 };
+                own.forget_if_empty(pgid);
                 let wall_us = started.elapsed().as_micros() as u64;
                 let _ = tokio::time::timeout(STDIO_DRAIN, async {
                     let _ = out.await;
@@ -597,7 +614,7 @@ impl Agent {
                     })
                     .await;
                 let _ = ended.send(pgid).await;
-                let _ = exits.send(0).await;
+                let _ = exits.send(pgid).await;
             }
             .instrument(info_span!("task", stream = id.stream, line = id.line)),
         );
@@ -609,7 +626,6 @@ impl Agent {
         &self,
         service: Option<&NodeService>,
         bound: &BTreeMap<u32, Vec<u32>>,
-        ranks: &mut HashMap<u32, Rank>,
         guard: &mut Option<GuardHandle>,
         stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
         exit_tx: &mpsc::Sender<u32>,
@@ -658,47 +674,48 @@ impl Agent {
             match spawn::spawn(spec) {
                 Ok(mut child) => {
                     let pgid = child.id().unwrap_or(0);
+                    self.groups.adopt(pgid);
                     if let Some(g) = guard.as_mut() {
                         g.watch(pgid).await;
                     }
-                    ranks.insert(rank, Rank { pgid });
                     if wants_stdin
-                        && let (Some(mut sin), Some(mut rx)) = (child.stdin.take(), stdin_rx.take())
+                        && let (Some(sin), Some(rx)) = (child.stdin.take(), stdin_rx.take())
                     {
-                        tokio::spawn(async move {
-                            while let Some(Some(b)) = rx.recv().await {
-                                if sin.write_all(&b).await.is_err() || sin.flush().await.is_err() {
-                                    break;
-                                }
-                            }
-                        });
+                        tokio::spawn(feed_stdin(sin, rx, self.up.clone(), self.node));
                     }
                     let out = tokio::spawn(stdio::forward(
                         rank,
                         Stream::Stdout,
                         child.stdout.take().expect("piped"),
                         self.up.clone(),
+                        self.start.unbuffered,
                     ));
                     let err = tokio::spawn(stdio::forward(
                         rank,
                         Stream::Stderr,
                         child.stderr.take().expect("piped"),
                         self.up.clone(),
+                        self.start.unbuffered,
                     ));
                     let (up, me) = (self.up.clone(), self.node);
                     let exit_tx = exit_tx.clone();
                     let service = service.cloned();
+                    let own = self.groups.clone();
                     tokio::spawn(
                         async move {
                             let end = match child.wait().await {
                                 Ok(s) => spawn::end_of(s),
                                 Err(_) => RankEnd::Exited(255),
                             };
+                            // At once: an empty group's number is free from now on.
+                            own.forget_if_empty(pgid);
                             let _ = tokio::time::timeout(STDIO_DRAIN, async {
                                 let _ = out.await;
                                 let _ = err.await;
                             })
                             .await;
+                            // Its background children may have gone while we drained.
+                            own.forget_if_empty(pgid);
                             // The service decides: a plain program that exits 0 without
                             // speaking any protocol is fine (greedy-pmix `departures`).
                             let (end, silent) = match &service {
@@ -717,7 +734,7 @@ impl Agent {
                                 None => (end, false),
                             };
                             let _ = up.send(Up::Exit { rank, end, silent }).await;
-                            let _ = exit_tx.send(rank).await;
+                            let _ = exit_tx.send(pgid).await;
                         }
                         .instrument(info_span!("rank", rank)),
                     );

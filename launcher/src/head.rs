@@ -37,6 +37,11 @@ pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chunks of rank output queued for greedyrun's stdout before the loop stops reading frames
 /// (the tree's backpressure) — but never stops handling signals and deadlines.
 const STDOUT_QUEUE: usize = 64;
+/// Chunks of stdin (up to 64 KiB each) on their way to the stdin rank and not yet written to
+/// its pipe ([`Up::StdinTaken`]): all of stdin's buffering, at every hop. Four keep a pipe
+/// busy while `yes | greedyrun … sleep` holds at most 256 KiB anywhere; unbounded, greedyd
+/// grew by half a GB a second.
+const STDIN_WINDOW: usize = 4;
 /// After an interrupt or a failure, how long queued output may take to reach a stdout that
 /// is not being read before greedyrun exits anyway.
 const STDOUT_DRAIN: Duration = Duration::from_secs(1);
@@ -64,6 +69,8 @@ pub struct JobConfig {
     pub retries: u32,
     /// Prefix output lines with the rank.
     pub tag_output: bool,
+    /// Forward output in the chunks it was read, not in whole lines (`--unbuffered`).
+    pub unbuffered: bool,
     /// A failing rank does not end the job.
     pub keep_going: bool,
     /// Rank that gets greedyrun's stdin.
@@ -136,6 +143,7 @@ pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
         bind: cfg.bind,
         log: String::new(),
         tasks,
+        unbuffered: cfg.unbuffered,
     }
 }
 
@@ -229,16 +237,21 @@ async fn drive(
     let fanout = std::sync::Arc::new(edges);
     let overlay_tree: Tree = greedy_pmix::overlay::tree(n, &start.model);
 
-    // stdin → the stdin rank's host.
+    // stdin → the stdin rank's host, a chunk for each one taken.
+    let window = std::sync::Arc::new(tokio::sync::Semaphore::new(STDIN_WINDOW));
     let stdin_task = cfg
         .stdin_rank
         .and_then(|r| plan.node_of_rank(r))
         .map(|node| {
-            let fanout = fanout.clone();
+            let (fanout, window) = (fanout.clone(), window.clone());
             tokio::spawn(async move {
                 let mut stdin = tokio::io::stdin();
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
+                    match window.acquire().await {
+                        Ok(p) => p.forget(),
+                        Err(_) => break,
+                    }
                     match stdin.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
                         Ok(k) => {
@@ -373,6 +386,7 @@ async fn drive(
                     }
                 }
                 Some(Up::Bye { .. }) => {}
+                Some(Up::StdinTaken { .. }) => window.add_permits(1),
                 // Only a task stream's or a session's agents send these (tasks::run).
                 Some(Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. }) => {}
                 Some(Up::Unclean { node, what }) => say(format!(

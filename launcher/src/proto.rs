@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -122,6 +122,8 @@ pub struct Start {
     /// A task stream (`greedyrun --tasks`): the agents start no ranks; `ranks` counts each
     /// host's slots, and greedyrun sends [`Cmd::Task`]s to fill them.
     pub tasks: bool,
+    /// Output goes up in the chunks it was read (`--unbuffered`), not in whole lines.
+    pub unbuffered: bool,
 }
 
 impl Start {
@@ -443,6 +445,13 @@ pub enum Up {
         /// The bytes, as read.
         data: Bytes,
     },
+    /// The stdin rank on `node` took one more [`Cmd::Stdin`] chunk: greedyrun may send
+    /// another. Stdin's flow control: greedyrun keeps a few chunks in flight, so every hop
+    /// holds at most those whatever the rank reads.
+    StdinTaken {
+        /// Host index.
+        node: u32,
+    },
     /// A task ended on `node` (all its output was sent before this).
     TaskEnd {
         /// Host index.
@@ -618,6 +627,7 @@ mod tests {
             bind: BindTo::None,
             log: String::new(),
             tasks: false,
+            unbuffered: false,
         }
     }
 

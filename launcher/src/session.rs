@@ -818,11 +818,19 @@ pub struct JobAgents {
     jobs: HashMap<u32, JobAgent>,
     ended_tx: mpsc::Sender<u32>,
     ended_rx: mpsc::Receiver<u32>,
+    /// The agent's own groups: a job's greedyd is signalled only while its group is the job's.
+    groups: signals::OwnGroups,
 }
 
 impl JobAgents {
-    /// No jobs yet, on session host `node`, frames going to `up`.
-    pub fn new(node: u32, grace: Duration, up: mpsc::Sender<Up>) -> JobAgents {
+    /// No jobs yet, on session host `node`, frames going to `up`, process groups kept in
+    /// `groups`.
+    pub fn new(
+        node: u32,
+        grace: Duration,
+        up: mpsc::Sender<Up>,
+        groups: signals::OwnGroups,
+    ) -> JobAgents {
         let (ended_tx, ended_rx) = mpsc::channel(16);
         JobAgents {
             node,
@@ -831,6 +839,7 @@ impl JobAgents {
             jobs: HashMap::new(),
             ended_tx,
             ended_rx,
+            groups,
         }
     }
 
@@ -872,6 +881,7 @@ impl JobAgents {
             }
         };
         let pgid = child.id().unwrap_or(0);
+        self.groups.adopt(pgid);
         if let Some(g) = guard.as_mut() {
             g.watch(pgid).await;
         }
@@ -897,7 +907,7 @@ impl JobAgents {
             // Dropped here: its stdin closes, as a lost remote shell's would.
         });
         let stdout = child.stdout.take().expect("piped");
-        let (up, ended) = (self.up.clone(), self.ended_tx.clone());
+        let (up, ended, own) = (self.up.clone(), self.ended_tx.clone(), self.groups.clone());
         tokio::spawn(async move {
             let codec = LengthDelimitedCodec::builder()
                 .length_field_length(4)
@@ -913,6 +923,7 @@ impl JobAgents {
                 let _ = up.send(Up::Job { job, frame }).await;
             }
             let status = child.wait().await;
+            own.forget_if_empty(pgid);
             if bye.is_some() {
                 let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
                 let frame = encode(&lost(format!("its greedyd for the job ended ({how})")));
@@ -946,11 +957,11 @@ impl JobAgents {
             && j.down.take().is_some()
         {
             let (pgid, wait) = (j.pgid, self.grace + Duration::from_secs(5));
+            let own = self.groups.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
-                if signals::group_alive(pgid) {
-                    signals::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-                }
+                // Only if its greedyd still runs: once reaped, the number may be a stranger's.
+                own.signal(pgid, nix::sys::signal::Signal::SIGKILL);
             });
         }
     }
@@ -982,7 +993,8 @@ impl JobAgents {
             }
         }
         for j in self.jobs.values() {
-            signals::signal_group(j.pgid, nix::sys::signal::Signal::SIGKILL);
+            self.groups
+                .signal(j.pgid, nix::sys::signal::Signal::SIGKILL);
         }
     }
 
@@ -1038,6 +1050,7 @@ mod tests {
             bind: BindTo::None,
             log: String::new(),
             tasks: false,
+            unbuffered: false,
         }
     }
 

@@ -1,16 +1,21 @@
-//! Rank output: read as it comes on the agent, optionally tagged with the rank on greedyrun.
+//! Rank output: read as it comes on the agent, in whole lines, optionally tagged with the rank
+//! on greedyrun.
 //!
-//! Agents read each rank's stdout and stderr in chunks of up to [`CHUNK`] bytes and forward
-//! every chunk as soon as `read` returns: no line buffering anywhere, so a prompt without a
-//! newline shows at once. `--tag-output` prefixes `[rank] ` at the start of each line; a
-//! partial line is still written at once and its continuation is not tagged again.
+//! Agents read each rank's stdout and stderr in chunks of up to [`CHUNK`] bytes. By default a
+//! frame carries whole lines only ([`Lines`]), as srun does: greedyrun writes each frame at
+//! once, so lines of ranks that write the text and its newline separately (Python with
+//! `PYTHONUNBUFFERED=1`) never splice. A partial line is still sent after [`PARTIAL_DELAY`]
+//! without its newline, or once [`LINE_MAX`] of it is held, so prompts and progress bars show.
+//! `--unbuffered` sends every chunk as soon as `read` returns. `--tag-output` prefixes
+//! `[rank] ` at the start of each line; a partial line's continuation is not tagged again.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncRead, AsyncReadExt},
     sync::mpsc,
+    time::Instant,
 };
 
 use crate::proto::{Stream, Up};
@@ -18,7 +23,17 @@ use crate::proto::{Stream, Up};
 /// Largest chunk read from a rank at once: one pipe buffer's worth.
 pub const CHUNK: usize = 64 * 1024;
 
-/// Forwards everything `reader` yields as [`Up::Output`] of `rank`, until EOF.
+/// How long a partial line waits for its newline before it is sent as it is. Long enough
+/// for a process descheduled between writing a line's text and its newline on a loaded node
+/// (tens of ms), short enough that a prompt shows without a noticeable delay.
+pub const PARTIAL_DELAY: Duration = Duration::from_millis(200);
+
+/// A partial line this long is sent without waiting for its newline: memory per rank stays
+/// bounded whatever a rank writes (a binary stream has no newlines).
+pub const LINE_MAX: usize = 64 * 1024;
+
+/// Forwards everything `reader` yields as [`Up::Output`] of `rank`, until EOF; in whole
+/// lines unless `unbuffered`.
 ///
 /// Returns when the stream ends or the up channel closes.
 pub async fn forward(
@@ -26,28 +41,102 @@ pub async fn forward(
     stream: Stream,
     reader: impl AsyncRead + Unpin,
     up: mpsc::Sender<Up>,
+    unbuffered: bool,
 ) {
-    forward_as(reader, up, |data| Up::Output { rank, stream, data }).await
+    forward_as(reader, up, unbuffered, |data| Up::Output {
+        rank,
+        stream,
+        data,
+    })
+    .await
 }
 
-/// Forwards everything `reader` yields as `frame(chunk)` (a rank's or a task's output),
-/// until EOF or until the up channel closes.
+/// Forwards everything `reader` yields as `frame(bytes)` (a rank's or a task's output), in
+/// whole lines unless `unbuffered`, until EOF or until the up channel closes.
 pub async fn forward_as(
     mut reader: impl AsyncRead + Unpin,
     up: mpsc::Sender<Up>,
+    unbuffered: bool,
     frame: impl Fn(Bytes) -> Up,
 ) {
-    let mut buf = vec![0u8; CHUNK];
+    let mut lines = Lines::new(unbuffered);
     loop {
-        match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let data = Bytes::copy_from_slice(&buf[..n]);
-                if up.send(frame(data)).await.is_err() {
-                    return;
-                }
-            }
+        lines.buf.reserve(CHUNK);
+        let ready = match lines.deadline() {
+            None => Some(reader.read_buf(&mut lines.buf).await),
+            // read_buf is cancel safe: when the deadline wins, nothing was read.
+            Some(at) => tokio::select! {
+                r = reader.read_buf(&mut lines.buf) => Some(r),
+                _ = tokio::time::sleep_until(at) => None,
+            },
+        };
+        let (out, done) = match ready {
+            None => (lines.flush(), false),
+            Some(Ok(0) | Err(_)) => (lines.flush(), true),
+            Some(Ok(n)) => (lines.read(n), false),
+        };
+        if let Some(data) = out
+            && up.send(frame(data)).await.is_err()
+        {
+            return;
         }
+        if done {
+            return;
+        }
+    }
+}
+
+/// One output stream cut into frames of whole lines: what was read and not yet sent, and
+/// since when a partial line waits.
+#[derive(Debug)]
+pub struct Lines {
+    buf: BytesMut,
+    unbuffered: bool,
+    /// When the partial line held in `buf` began to wait.
+    waiting_since: Option<Instant>,
+}
+
+impl Lines {
+    /// Nothing held yet; `unbuffered`: every read is sent whole.
+    pub fn new(unbuffered: bool) -> Lines {
+        Lines {
+            buf: BytesMut::new(),
+            unbuffered,
+            waiting_since: None,
+        }
+    }
+
+    /// `n` more bytes were read into the buffer: what to send now (whole lines, or all of it
+    /// when unbuffered or when the partial line reached [`LINE_MAX`]).
+    pub fn read(&mut self, n: usize) -> Option<Bytes> {
+        let fresh = self.buf.len() - n;
+        let cut = if self.unbuffered || self.buf.len() >= LINE_MAX {
+            self.buf.len()
+        } else {
+            // Only the new bytes are searched: each byte once, whatever the line length.
+            self.buf[fresh..]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| fresh + i + 1)
+        };
+        if cut == 0 {
+            self.waiting_since.get_or_insert_with(Instant::now);
+            return None;
+        }
+        let out = self.buf.split_to(cut).freeze();
+        self.waiting_since = (!self.buf.is_empty()).then(Instant::now);
+        Some(out)
+    }
+
+    /// When the partial line held must be sent, if one is held.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.waiting_since.map(|t| t + PARTIAL_DELAY)
+    }
+
+    /// Everything held (the deadline passed, or the stream ended).
+    pub fn flush(&mut self) -> Option<Bytes> {
+        self.waiting_since = None;
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
     }
 }
 
@@ -94,6 +183,47 @@ impl Tagger {
 mod tests {
     use super::*;
 
+    /// Reads `chunks` in turn through [`Lines`]; what is sent after each, then at the end.
+    fn cut(unbuffered: bool, chunks: &[&str]) -> Vec<String> {
+        let mut lines = Lines::new(unbuffered);
+        let mut sent = Vec::new();
+        for c in chunks {
+            lines.buf.extend_from_slice(c.as_bytes());
+            sent.extend(lines.read(c.len()));
+        }
+        sent.extend(lines.flush());
+        sent.iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn frames_hold_whole_lines_unless_unbuffered() {
+        assert_eq!(cut(false, &["a\nb", "c", "\n"]), ["a\n", "bc\n"]);
+        assert_eq!(cut(false, &["rank 6 line 0", "\n"]), ["rank 6 line 0\n"]);
+        assert_eq!(cut(false, &["x\ny\nz"]), ["x\ny\n", "z"]);
+        assert_eq!(cut(true, &["a\nb", "c"]), ["a\nb", "c"]);
+        let long = "x".repeat(LINE_MAX);
+        assert_eq!(cut(false, &[&long, "y\n"]), [long.as_str(), "y\n"]);
+    }
+
+    #[tokio::test]
+    async fn a_partial_line_is_sent_after_the_delay() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let (mut w, r) = tokio::io::duplex(64);
+        let fwd = tokio::spawn(forward(1, Stream::Stdout, r, tx, false));
+        tokio::io::AsyncWriteExt::write_all(&mut w, b"prompt> ")
+            .await
+            .unwrap();
+        let t0 = Instant::now();
+        let got = rx.recv().await;
+        assert!(t0.elapsed() >= PARTIAL_DELAY, "{:?}", t0.elapsed());
+        assert!(matches!(got, Some(Up::Output { data, .. }) if &data[..] == b"prompt> "));
+        drop(w);
+        fwd.await.unwrap();
+        assert_eq!(rx.recv().await, None);
+    }
+
     fn check(chunks: &[(u32, &str)], expect: &str) {
         let mut t = Tagger::default();
         let mut out = Vec::new();
@@ -114,7 +244,7 @@ mod tests {
     #[tokio::test]
     async fn forward_sends_chunks_then_stops_at_eof() {
         let (tx, mut rx) = mpsc::channel(4);
-        forward(2, Stream::Stderr, &b"hello"[..], tx).await;
+        forward(2, Stream::Stderr, &b"hello"[..], tx, false).await;
         assert_eq!(
             rx.recv().await,
             Some(Up::Output {

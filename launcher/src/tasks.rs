@@ -763,7 +763,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     escape(&what)
                 )),
                 Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame).await,
-                Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. } | Up::Aborted { .. }) => {}
+                Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. } | Up::Aborted { .. } | Up::StdinTaken { .. }) => {}
             },
             accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && !ending => {
                 let Ok((conn, _)) = accepted else { continue };

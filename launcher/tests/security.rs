@@ -129,6 +129,7 @@ fn strangers_start(argv: &[&str]) -> Start {
         bind: BindTo::None,
         log: String::new(),
         tasks: false,
+        unbuffered: false,
     }
 }
 

@@ -170,6 +170,15 @@ pub(crate) struct Args {
     #[arg(long)]
     tag_output: bool,
 
+    /// Forward each rank's output as it is read, not in whole lines.
+    ///
+    /// By default each rank's (and task's) output goes out in whole lines, as srun does, so
+    /// lines of different ranks never splice; a partial line (a prompt, a progress bar) is
+    /// still shown after 200 ms without its newline, or once 64 KiB of it are held. With
+    /// --unbuffered every chunk a rank writes is passed on at once.
+    #[arg(long, short = 'u')]
+    unbuffered: bool,
+
     /// A failing rank does not end the job; the exit status is still the first failure's.
     #[arg(long)]
     keep_going: bool,
@@ -461,6 +470,7 @@ fn job_config(args: Args, session: Option<Allocation>) -> anyhow::Result<(JobCon
             agent,
             retries: args.retries,
             tag_output: args.tag_output,
+            unbuffered: args.unbuffered,
             keep_going: args.keep_going,
             stdin_rank,
             bind: match args.bind_to {
