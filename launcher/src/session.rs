@@ -51,8 +51,82 @@ use crate::{
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long a job waits quietly for an ending job's slots before its client is told why.
 const ENDING_PATIENCE: Duration = Duration::from_secs(2);
-/// Frames of one job queued towards its client.
-const JOB_UP_CAPACITY: usize = 1024;
+/// Bytes of one job's output queued towards its client: past it the client is not reading
+/// (or reads far slower than its ranks write), and its job is ended as a gone client's. The
+/// session's loop never waits for a client, so this bounds its memory per job.
+const JOB_BACKLOG: usize = 32 << 20;
+
+/// A job's frames on their way from the session's loop to its client ([`serve_job`]): never
+/// waited on by the loop; its output bounded by [`JOB_BACKLOG`], past which output is dropped
+/// and the job is marked for ending. Exits, byes and losses always pass: the job's end is
+/// seen whatever its client does.
+#[derive(Debug, Clone)]
+pub struct JobQueue {
+    tx: mpsc::UnboundedSender<Up>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    over: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The client's side of a [`JobQueue`].
+#[derive(Debug)]
+pub(crate) struct JobFrames {
+    rx: mpsc::UnboundedReceiver<Up>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    over: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A job's queue and its receiving end.
+fn job_queue() -> (JobQueue, JobFrames) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let frames = JobFrames {
+        rx,
+        held: held.clone(),
+        over: over.clone(),
+    };
+    (JobQueue { tx, held, over }, frames)
+}
+
+/// The bytes of `up` that count against [`JOB_BACKLOG`]: its output.
+fn output_len(up: &Up) -> usize {
+    match up {
+        Up::Output { data, .. } | Up::TaskOutput { data, .. } => data.len(),
+        _ => 0,
+    }
+}
+
+impl JobQueue {
+    /// Queues `up` without waiting; output past the backlog is dropped and the job marked.
+    pub fn push(&self, up: Up) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let len = output_len(&up);
+        if len > 0 && (self.over.load(Relaxed) || self.held.load(Relaxed) + len > JOB_BACKLOG) {
+            self.over.store(true, Relaxed);
+            return;
+        }
+        self.held.fetch_add(len, Relaxed);
+        let _ = self.tx.send(up);
+    }
+}
+
+impl JobFrames {
+    /// The next frame; `None` once the job's entry is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as `mpsc::UnboundedReceiver::recv`.
+    async fn recv(&mut self) -> Option<Up> {
+        let up = self.rx.recv().await?;
+        self.held
+            .fetch_sub(output_len(&up), std::sync::atomic::Ordering::Relaxed);
+        Some(up)
+    }
+
+    /// Whether output had to be dropped: the client does not keep up.
+    fn overflowed(&self) -> bool {
+        self.over.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 // ----- the session -----
 
@@ -60,7 +134,7 @@ const JOB_UP_CAPACITY: usize = 1024;
 /// and what `--status` says of it.
 struct Entry {
     nodes: Vec<u32>,
-    up: mpsc::Sender<Up>,
+    up: JobQueue,
     what: String,
     /// Its client left with the verdict ([`ToSession::Detach`]): its hosts are shutting down.
     ending: bool,
@@ -190,7 +264,7 @@ impl JobBoard {
     /// The session lost `nodes` (a subtree): no job gets them again, and each job on them is
     /// told it lost those hosts (an `Up::Lost` in its own numbering, on its queue).
     pub async fn hosts_lost(&self, nodes: Range<u32>, what: &str) {
-        let told: Vec<(mpsc::Sender<Up>, Vec<u32>)> = self.update(|b| {
+        let told: Vec<(JobQueue, Vec<u32>)> = self.update(|b| {
             b.slots.hosts_lost(nodes.clone());
             (b.jobs.values())
                 .map(|e| {
@@ -204,19 +278,17 @@ impl JobBoard {
         for (queue, lost) in told {
             for node in lost {
                 let what = format!("the session lost this host: {what}");
-                let _ = queue
-                    .send(Up::Lost {
-                        node,
-                        by: None,
-                        what,
-                    })
-                    .await;
+                queue.push(Up::Lost {
+                    node,
+                    by: None,
+                    what,
+                });
             }
         }
     }
 
     /// Where frames of `job` go, if it runs.
-    pub fn queue_of(&self, job: u32) -> Option<mpsc::Sender<Up>> {
+    pub fn queue_of(&self, job: u32) -> Option<JobQueue> {
         self.board().jobs.get(&job).map(|e| e.up.clone())
     }
 
@@ -319,7 +391,7 @@ impl JobBoard {
         &self,
         ticket: &Ticket,
         start: &Start,
-    ) -> Result<mpsc::Receiver<Up>, String> {
+    ) -> Result<JobFrames, String> {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -330,7 +402,7 @@ impl JobBoard {
                     return Err(why);
                 }
                 if b.admitted.remove(&ticket.job) {
-                    let (tx, rx) = mpsc::channel(JOB_UP_CAPACITY);
+                    let (tx, rx) = job_queue();
                     let ranks: usize = start.ranks.iter().map(Vec::len).sum();
                     let what = format!(
                         "job {} ({}): {ranks} ranks on {}, {}",
@@ -528,7 +600,8 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
                     *d = true;
                     left -= 1;
                 }
-                if client && wr.send(FromSession::Up(up)).await.is_err() {
+                if client && !relay(&mut wr, up, &ups).await {
+                    debug!(job, "the job's client went away or stopped reading: the job ends");
                     client = false;
                     fanout.route(None, Cmd::EndJob { job }).await;
                 }
@@ -540,12 +613,26 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
     let _ = wr.get_mut().shutdown().await;
 }
 
+/// Passes `up` to a job's client; false when the client is gone: its connection failed, one
+/// frame took longer than [`crate::tasks::CLIENT_STALL`], or output was dropped for it.
+async fn relay(
+    wr: &mut FramedWrite<OwnedWriteHalf, SessionCodec>,
+    up: Up,
+    ups: &JobFrames,
+) -> bool {
+    if ups.overflowed() {
+        return false;
+    }
+    let sent = tokio::time::timeout(crate::tasks::CLIENT_STALL, wr.send(FromSession::Up(up)));
+    matches!(sent.await, Ok(Ok(())))
+}
+
 /// A frame of a job as the session's loop got it from the tree, to the job's queue.
-pub async fn job_frame(board: &JobBoard, job: u32, frame: &[u8]) {
+pub fn job_frame(board: &JobBoard, job: u32, frame: &[u8]) {
     match postcard::from_bytes::<Up>(frame) {
         Ok(up) => {
             if let Some(q) = board.queue_of(job) {
-                let _ = q.send(up).await;
+                q.push(up);
             }
         }
         Err(e) => warn!(job, "undecodable frame of a job: {e}"),
@@ -1055,7 +1142,34 @@ mod tests {
     }
 
     /// The job's queue once the board let it in.
-    fn queue(board: &JobBoard, t: &Ticket, start: &Start) -> mpsc::Receiver<Up> {
+    #[test]
+    fn a_jobs_queue_drops_output_past_its_backlog_but_never_its_end() {
+        let (q, mut frames) = job_queue();
+        let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+        let output = |data: &Bytes| Up::Output {
+            rank: 0,
+            stream: crate::proto::Stream::Stdout,
+            data: data.clone(),
+        };
+        for _ in 0..(JOB_BACKLOG >> 20) + 3 {
+            q.push(output(&chunk));
+        }
+        q.push(Up::Bye { node: 0 });
+        assert!(frames.overflowed());
+        let mut n = 0;
+        while let Ok(up) = frames.rx.try_recv() {
+            n += 1;
+            frames
+                .held
+                .fetch_sub(output_len(&up), std::sync::atomic::Ordering::Relaxed);
+            if n == (JOB_BACKLOG >> 20) + 1 {
+                assert_eq!(up, Up::Bye { node: 0 });
+            }
+        }
+        assert_eq!(n, (JOB_BACKLOG >> 20) + 1);
+    }
+
+    fn queue(board: &JobBoard, t: &Ticket, start: &Start) -> JobFrames {
         futures_util::FutureExt::now_or_never(board.admitted(t, start))
             .expect("admitted at once")
             .unwrap()
@@ -1205,10 +1319,10 @@ mod tests {
         futures_util::FutureExt::now_or_never(board.hosts_lost(2..3, "shell ended"))
             .expect("room on the job's queue");
         assert!(
-            matches!(q.try_recv(), Ok(Up::Lost { node: 1, by: None, what }) if what.contains("shell ended"))
+            matches!(q.rx.try_recv(), Ok(Up::Lost { node: 1, by: None, what }) if what.contains("shell ended"))
         );
         assert!(
-            q.try_recv().is_err(),
+            q.rx.try_recv().is_err(),
             "the job is told once, of its one lost host"
         );
         assert_eq!(board.free(), [("a".into(), 1), ("b".into(), 0)]);

@@ -295,6 +295,59 @@ fn read_lines(
     }))
 }
 
+/// What a session keeps queued for one client that is slow to read: past it the client
+/// counts as gone, as on EPIPE (its stream is cancelled). Memory of a session whose clients
+/// stop reading stays bounded by this each; a client that reads at all keeps far below it.
+const CLIENT_BACKLOG: usize = 16 << 20;
+/// How long one frame may take to reach a client before it counts as gone: a client stopped
+/// with Ctrl-Z, or piped into a reader that does not read, once its socket buffer is full.
+pub(crate) const CLIENT_STALL: Duration = Duration::from_secs(10);
+
+/// A session client's connection, written by a task of its own so that the session's loop
+/// only queues: a client that does not read stalls no one ([`CLIENT_BACKLOG`],
+/// [`CLIENT_STALL`]).
+struct ClientOut {
+    tx: mpsc::UnboundedSender<bytes::Bytes>,
+    /// Bytes queued and not yet written.
+    held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ClientOut {
+    /// Starts the writer of `out`; `writers` tracks it, so the session can wait for its
+    /// last frames before it exits.
+    fn new(
+        mut out: tokio::net::unix::OwnedWriteHalf,
+        writers: &tokio_util::task::TaskTracker,
+    ) -> ClientOut {
+        let (tx, mut rx) = mpsc::unbounded_channel::<bytes::Bytes>();
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let taken = held.clone();
+        writers.spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                match tokio::time::timeout(CLIENT_STALL, out.write_all(&frame)).await {
+                    Ok(Ok(())) => {
+                        taken.fetch_sub(frame.len(), std::sync::atomic::Ordering::Relaxed)
+                    }
+                    _ => return,
+                };
+            }
+            let _ = tokio::time::timeout(CLIENT_STALL, out.shutdown()).await;
+        });
+        ClientOut { tx, held }
+    }
+
+    /// Queues `frame`; false when the client is gone (its writer ended) or too far behind.
+    fn queue(&self, frame: bytes::Bytes) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let len = frame.len();
+        if self.held.fetch_add(len, Relaxed) + len > CLIENT_BACKLOG {
+            self.held.fetch_sub(len, Relaxed);
+            return false;
+        }
+        self.tx.send(frame).is_ok()
+    }
+}
+
 /// Where a stream's output, results and diagnostics go.
 enum Feed {
     /// greedyrun's own stream: stdout, stderr, the `--results` file.
@@ -303,21 +356,33 @@ enum Feed {
     },
     /// A session's client, over its control connection.
     Client {
-        out: tokio::net::unix::OwnedWriteHalf,
-        /// Its writes failed (it went away): the rest is dropped, the stream still runs.
+        out: ClientOut,
+        /// It went away or stopped reading: the rest is dropped (its stream is cancelled).
         gone: bool,
     },
 }
 
 impl Feed {
+    /// A session client's feed, written beside the loop.
+    fn client(
+        out: tokio::net::unix::OwnedWriteHalf,
+        writers: &tokio_util::task::TaskTracker,
+    ) -> Feed {
+        Feed::Client {
+            out: ClientOut::new(out, writers),
+            gone: false,
+        }
+    }
+
     async fn send(&mut self, kind: u8, payload: &[u8]) {
         if let Feed::Client { out, gone, .. } = self
             && !*gone
         {
-            let mut head = [0u8; 5];
-            head[0] = kind;
-            head[1..].copy_from_slice(&(payload.len() as u32).to_be_bytes());
-            if out.write_all(&head).await.is_err() || out.write_all(payload).await.is_err() {
+            let mut frame = bytes::BytesMut::with_capacity(5 + payload.len());
+            frame.extend_from_slice(&[kind]);
+            frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            frame.extend_from_slice(payload);
+            if !out.queue(frame.freeze()) {
                 *gone = true;
             }
         }
@@ -374,12 +439,8 @@ impl Feed {
                 }
                 let _ = tokio::io::stdout().flush().await;
             }
-            Feed::Client { .. } => {
-                self.send(frame::EXIT, &code.to_be_bytes()).await;
-                if let Feed::Client { out, .. } = &mut self {
-                    let _ = out.shutdown().await;
-                }
-            }
+            // Its writer sends what is queued, then closes the connection.
+            Feed::Client { .. } => self.send(frame::EXIT, &code.to_be_bytes()).await,
         }
     }
 }
@@ -399,6 +460,8 @@ struct Current {
     /// Period of its progress line (zero: none), and when the next is due.
     progress: Duration,
     next_progress: Instant,
+    /// Its client went away or stopped reading, and the stream was cancelled for it.
+    dropped: bool,
 }
 
 impl Current {
@@ -420,6 +483,7 @@ impl Current {
             tagger: tag.then(Tagger::default),
             progress,
             next_progress: Instant::now() + progress,
+            dropped: false,
         }
     }
 
@@ -590,6 +654,8 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let mut launch_over = false;
     let mut idle_since = Instant::now();
     let mut stops = crate::signals::Stops::new();
+    // Each client's writer: the session waits for their last frames (bounded) before it exits.
+    let writers = tokio_util::task::TaskTracker::new();
     // Requests wait here while the loop is busy; clients are few (one per greedyrun).
     let (request_tx, mut request_rx) = mpsc::channel::<ClientRequest>(16);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -762,7 +828,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     host(node),
                     escape(&what)
                 )),
-                Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame).await,
+                Some(Up::Job { job, frame }) => session::job_frame(&board, job, &frame),
                 Some(Up::Bye { .. } | Up::Output { .. } | Up::Exit { .. } | Up::Spoke { .. } | Up::Address { .. } | Up::Aborted { .. } | Up::StdinTaken { .. }) => {}
             },
             accepted = async { listener.as_ref().expect("guarded").accept().await }, if listener.is_some() && !ending => {
@@ -778,7 +844,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 tokio::spawn(read_client(conn, board.clone(), fanout.clone(), request_tx.clone()));
             }
             Some((request, lines, out)) = request_rx.recv(), if !ending => {
-                let mut feed = Feed::Client { out, gone: false };
+                let mut feed = Feed::client(out, &writers);
                 let (jobs, busy, waiting) = board.running();
                 let (slots, lost, _) = board.capacity(launch_over);
                 match request {
@@ -870,10 +936,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 for (&stream, cur) in streams.iter_mut() {
                     // A client that went away mid-stream ends its stream: its running tasks
                     // are ended, nothing more is read, and the other streams run on.
-                    if session && !cur.feed.gone() {
+                    if session && !cur.dropped {
                         cur.feed.send(frame::KEEPALIVE, &[]).await;
                         if cur.feed.gone() {
-                            log(format!("the client of stream {stream} went away: its {} running tasks are ended", dispatch.running_of(stream)));
+                            cur.dropped = true;
+                            log(format!("the client of stream {stream} went away or stopped reading: its {} running tasks are ended", dispatch.running_of(stream)));
                             cur.stop_reading();
                             dispatch.forget_again(stream);
                             fanout.route(None, Cmd::CancelTasks { stream }).await;
@@ -908,6 +975,8 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     if let Source::Session { socket, .. } = &opts.source {
         let _ = std::fs::remove_file(socket);
     }
+    writers.close();
+    let _ = tokio::time::timeout(CLIENT_STALL, writers.wait()).await;
     Report {
         exit_code: session_code,
         hello_at,

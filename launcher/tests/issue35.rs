@@ -273,3 +273,145 @@ fn issue35_output_is_byte_exact_in_lines_and_unbuffered() {
         );
     }
 }
+
+/// Ends the session whose socket it holds when dropped (a failed test leaves none behind).
+struct EndsSession(String);
+
+impl Drop for EndsSession {
+    fn drop(&mut self) {
+        let _ = Command::new(GREEDYRUN)
+            .arg("--end-session")
+            .env("GREEDY_SESSION", &self.0)
+            .output();
+    }
+}
+
+/// A session on localhost and 127.0.0.2, `slots` slots each, started through `local`; its
+/// socket.
+fn session(local: &Path, slots: u32) -> String {
+    let out = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", &format!("localhost:{slots},127.0.0.2:{slots}")])
+        .args(["--start-session", "--idle-timeout", "120"])
+        .env_remove("GREEDY_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    stdout
+        .trim()
+        .strip_prefix("export GREEDY_SESSION=")
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_string()
+}
+
+/// The process serving the session whose control socket is `socket`.
+fn session_process(socket: &str) -> Option<u32> {
+    let wanted = format!("GREEDY_SESSION_SERVE={socket}");
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        env.split(|&b| b == 0)
+            .any(|v| v == wanted.as_bytes())
+            .then_some(pid)
+    })
+}
+
+/// greedyrun with `args` on the session at `socket`, stdin closed, output piped.
+fn client(socket: &str, args: &[&str]) -> std::process::Child {
+    Command::new(GREEDYRUN)
+        .args(args)
+        .env("GREEDY_SESSION", socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` at most `secs` seconds; its output, or a failure naming `what`.
+fn finish_within(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{what} took over {secs} s: {}", text(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 35, finding 2: clients that do not read (a stream's and a job's, piped into readers
+/// that never read) stall no one: beside them another stream, a job and `--status` finish in
+/// normal time, the session's memory stays bounded, and the stalled ones are dropped (the
+/// stream cancelled, the job ended).
+#[test]
+fn issue35_a_client_that_does_not_read_stalls_no_one() {
+    let (d, local) = shell();
+    let socket = session(&local, 3);
+    let _ends = EndsSession(socket.clone());
+    let server = session_process(&socket).expect("the session runs");
+    let mark = format!("stall-{}", d.path().display());
+    let flood = d.path().join("flood");
+    std::fs::write(
+        &flood,
+        format!("head -c 300000000 /dev/zero; sleep 60 # {mark}\n"),
+    )
+    .unwrap();
+    // Neither reads its stdout: each blocks on a full pipe, then stops reading the session.
+    let stalled_stream = client(&socket, &["--tasks", flood.to_str().unwrap()]);
+    let job_flood = format!("head -c 300000000 /dev/zero; sleep 60 # {mark}");
+    let stalled_job = client(&socket, &["-n", "1", "sh", "-c", &job_flood]);
+    std::thread::sleep(Duration::from_secs(2));
+
+    let quick = d.path().join("quick");
+    std::fs::write(&quick, "echo quick\n".repeat(20)).unwrap();
+    let t0 = Instant::now();
+    let stream = finish_within(
+        client(&socket, &["--tasks", quick.to_str().unwrap()]),
+        8,
+        "a stream",
+    );
+    assert_eq!(stream.status.code(), Some(0), "{}", text(&stream.stderr));
+    assert_eq!(text(&stream.stdout), "quick\n".repeat(20));
+    let job = finish_within(client(&socket, &["-n", "1", "echo", "job"]), 8, "a job");
+    assert_eq!(job.status.code(), Some(0), "{}", text(&job.stderr));
+    assert_eq!(text(&job.stdout), "job\n");
+    let status = finish_within(client(&socket, &["--status"]), 3, "--status");
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
+
+    // Dropped within the stall bound: the stream's task is ended, the job too.
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let mut most = 0;
+    loop {
+        most = most.max(rss_kib(server));
+        let left: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let c = std::fs::read(e.path().join("cmdline")).ok()?;
+                let c = text(&c).replace('\0', " ");
+                let p = e.file_name().to_str()?.parse().ok()?;
+                (c.contains(&mark) && !c.contains("greedyrun")).then_some(p)
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled stream's task or job still runs"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("the session's RSS peaked at {most} KiB");
+    assert!(most < 150 << 10, "the session grew to {most} KiB");
+    for mut c in [stalled_stream, stalled_job] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
