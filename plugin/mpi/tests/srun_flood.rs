@@ -66,6 +66,10 @@ async fn flood(
             for _ in from_ip..per_source.min(from_ip + 200) {
                 attempts.spawn(async move {
                     let socket = TcpSocket::new_v4()?;
+                    // Closed with a reset, not FIN: thousands of TIME_WAIT sockets on a loopback address would
+                    // block later tests' listeners there for a minute (a port left in TIME_WAIT by a socket
+                    // without SO_REUSEADDR cannot be bound).
+                    socket.set_linger(Some(Duration::ZERO))?;
                     socket.bind((ip, 0).into())?;
                     // A full accept queue drops the SYN, and the kernel retries it only after
                     // a second: count it as not reached and try again in the next batch.
