@@ -551,6 +551,17 @@ async fn handshake(mut stream: TcpStream, key: &JobSecret) -> Result<(String, Tc
     Ok((host, stream))
 }
 
+/// Raises the soft limit on open files to the hard one: every `--rsh srun` agent's connection
+/// and every remote shell's pipes take fds, and the listener must not run out under a crowd.
+pub fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

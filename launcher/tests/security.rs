@@ -377,10 +377,9 @@ fn flood_until(addr: std::net::SocketAddr, n: usize, opened: &AtomicUsize, done:
         let mut held = std::collections::VecDeque::new();
         while !done.load(Ordering::Relaxed) {
             let sock = tokio::net::TcpSocket::new_v4().unwrap();
-            // Closed with a reset, not FIN: thousands of TIME_WAIT sockets on a loopback address would
-            // block later tests' listeners there for a minute (a port left in TIME_WAIT by a socket
-            // without SO_REUSEADDR cannot be bound).
-            sock.set_linger(Some(Duration::ZERO)).unwrap();
+            // Closed with a reset, not FIN: thousands of TIME_WAIT sockets on 127.0.0.2 would
+            // keep later tests' listeners there from binding for a minute.
+            sock.set_zero_linger().unwrap();
             sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
             if let Ok(Ok(s)) =
                 tokio::time::timeout(Duration::from_millis(200), sock.connect(addr)).await

@@ -46,6 +46,9 @@ pub mod collectives;
 mod departures;
 mod error;
 pub mod family;
+// The listener tests' stranger, shared with mpi_greedy's; not an API.
+#[doc(hidden)]
+pub mod flood;
 pub mod frame;
 // The fuzz targets' bodies, shared with the corpus replay test; not an API.
 #[doc(hidden)]

@@ -95,7 +95,6 @@ pub(crate) async fn accept_gated<F, Fut>(
 }
 
 /// Closes `stream` with a reset: a connection refused for load costs the server no TIME_WAIT.
-#[allow(deprecated)] // SO_LINGER 0 does not block on close; only a positive linger would.
 fn drop_now(stream: TcpStream) {
-    let _ = stream.set_linger(Some(Duration::ZERO));
+    let _ = stream.set_zero_linger();
 }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use greedy_pmix::{
     Error, JobSecret, JobSpec,
     collectives::AllgatherRule,
+    flood::flood,
     overlay::{Overlay, OverlayConfig},
     rendezvous::{Memory, Rendezvous},
 };
@@ -534,56 +535,11 @@ async fn a_child_dials_again_when_its_parent_drops_the_handshake() {
     }
 }
 
+/// How long a flood may take to open its connections (within the 5 s a connection could hold a slot before).
+const FLOOD_LIMIT: Duration = Duration::from_millis(2500);
+
 /// One flood at a time: two would share this process's CPU and descriptors.
 static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A stranger's flood: `per_source` silent connections to `target` from each of `sources`
-/// (loopback addresses other than 127.0.0.1, which the job's nodes use), 200 at a time, for at most
-/// 2.5 s (within the 5 s a connection could hold a slot before). Returns the ones still open
-/// (hold them) and how many reached the listener.
-async fn flood(
-    target: std::net::SocketAddr,
-    sources: &[[u8; 4]],
-    per_source: usize,
-) -> (Vec<TcpStream>, usize) {
-    let (mut held, mut reached, started) = (Vec::new(), 0, std::time::Instant::now());
-    for &ip in sources {
-        let mut from_ip = 0;
-        while from_ip < per_source && started.elapsed() < Duration::from_millis(2500) {
-            let mut attempts = tokio::task::JoinSet::new();
-            for _ in from_ip..per_source.min(from_ip + 200) {
-                attempts.spawn(async move {
-                    let socket = tokio::net::TcpSocket::new_v4()?;
-                    // Closed with a reset, not FIN: thousands of TIME_WAIT sockets on a loopback address would
-                    // block later tests' listeners there for a minute (a port left in TIME_WAIT by a socket
-                    // without SO_REUSEADDR cannot be bound).
-                    socket.set_linger(Some(Duration::ZERO))?;
-                    socket.bind((ip, 0).into())?;
-                    // A full accept queue drops the SYN, and the kernel retries it only after
-                    // a second: count it as not reached and try again in the next batch.
-                    tokio::time::timeout(Duration::from_millis(200), socket.connect(target))
-                        .await
-                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-                });
-            }
-            while let Some(attempt) = attempts.join_next().await {
-                match attempt.expect("no panic") {
-                    Ok(s) => held.push(s),
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-                    Err(_) => continue,
-                }
-                from_ip += 1;
-            }
-            // Close those the listener reset: a stranger's descriptors are not the point.
-            held.retain(|s| match s.try_read(&mut [0u8; 64]) {
-                Ok(n) => n > 0,
-                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-            });
-        }
-        reached += from_ip;
-    }
-    (held, reached)
-}
 
 /// Node 0 of a 2-node job listening, and its address; node 1 is started by the caller.
 async fn root_listening(
@@ -631,7 +587,7 @@ async fn a_flood_from_one_stranger_does_not_delay_a_join() {
         ..Default::default()
     };
     let (node0, board, root) = root_listening(&secret, config.clone()).await;
-    let (held, reached) = flood(node0, &[[127, 0, 0, 2]], 3000).await;
+    let (held, reached) = flood(node0, &[[127, 0, 0, 2]], 3000, FLOOD_LIMIT).await;
     assert!(reached > 1024, "only {reached} connections");
     let took = join_node1(&secret, config, &board, root).await;
     assert!(took < Duration::from_secs(2), "joined in {took:?}");
@@ -657,7 +613,7 @@ async fn a_flood_from_many_strangers_delays_a_join_by_one_hello_timeout_at_most(
     };
     let (node0, board, root) = root_listening(&secret, config.clone()).await;
     let sources: Vec<[u8; 4]> = (2..22).map(|i| [127, 0, 0, i]).collect();
-    let (held, reached) = flood(node0, &sources, 100).await;
+    let (held, reached) = flood(node0, &sources, 100, FLOOD_LIMIT).await;
     assert!(reached > 1024, "only {reached} connections");
     let took = join_node1(&secret, config, &board, root).await;
     assert!(took < Duration::from_millis(2500), "joined in {took:?}");

@@ -697,20 +697,9 @@ fn start_session(cfg: &JobConfig, rt: &tokio::runtime::Runtime) -> i32 {
     }
 }
 
-/// Raises the soft limit on open files to the hard one: every `--rsh srun` agent's connection
-/// and every remote shell's pipes take fds, and the listener must not run out under a crowd.
-fn raise_fd_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
-        && soft < hard
-    {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
-}
-
 fn main() {
     let args = Args::parse_from(mpirun_habits(std::env::args()));
-    raise_fd_limit();
+    greedy_launcher::connect::raise_fd_limit();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -8,12 +8,16 @@ use std::time::{Duration, Instant};
 
 use greedy_pmix::JobSecret;
 use greedy_pmix::auth::Admission;
+use greedy_pmix::flood::flood;
 use greedy_pmix::rendezvous::Rendezvous;
 use mpi_greedy::rendezvous::{Limits, SrunBoard, SrunRendezvous, lookup_mac, mac};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 const JOB: &str = "9.0";
+
+/// How long a flood may take to open its connections (a loaded 2-core host here accepts about 1000 a second).
+const FLOOD_LIMIT: Duration = Duration::from_secs(10);
 
 /// One flood at a time: two would share this process's CPU and descriptors.
 static FLOODS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -49,54 +53,6 @@ async fn board(limits: Limits) -> SocketAddr {
     addr.await.unwrap()
 }
 
-/// A stranger's flood: `per_source` silent connections to `target` from each of `sources`
-/// (loopback addresses other than 127.0.0.1, which the stepds use), 200 at a time, for at most
-/// 10 s (a loaded 2-core host here accepts about 1000 a second). Returns the ones still open
-/// (hold them) and how many reached the listener.
-async fn flood(
-    target: SocketAddr,
-    sources: &[[u8; 4]],
-    per_source: usize,
-) -> (Vec<TcpStream>, usize) {
-    let (mut held, mut reached, started) = (Vec::new(), 0, Instant::now());
-    for &ip in sources {
-        let mut from_ip = 0;
-        while from_ip < per_source && started.elapsed() < Duration::from_secs(10) {
-            let mut attempts = tokio::task::JoinSet::new();
-            for _ in from_ip..per_source.min(from_ip + 200) {
-                attempts.spawn(async move {
-                    let socket = TcpSocket::new_v4()?;
-                    // Closed with a reset, not FIN: thousands of TIME_WAIT sockets on a loopback address would
-                    // block later tests' listeners there for a minute (a port left in TIME_WAIT by a socket
-                    // without SO_REUSEADDR cannot be bound).
-                    socket.set_linger(Some(Duration::ZERO))?;
-                    socket.bind((ip, 0).into())?;
-                    // A full accept queue drops the SYN, and the kernel retries it only after
-                    // a second: count it as not reached and try again in the next batch.
-                    tokio::time::timeout(Duration::from_millis(200), socket.connect(target))
-                        .await
-                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-                });
-            }
-            while let Some(attempt) = attempts.join_next().await {
-                match attempt.expect("no panic") {
-                    Ok(s) => held.push(s),
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-                    Err(_) => continue,
-                }
-                from_ip += 1;
-            }
-            // Close those the listener reset: a stranger's descriptors are not the point.
-            held.retain(|s| match s.try_read(&mut [0u8; 64]) {
-                Ok(n) => n > 0,
-                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-            });
-        }
-        reached += from_ip;
-    }
-    (held, reached)
-}
-
 /// Two stepds' rendezvous through srun at `srun`: node 0 publishes, node 1 publishes and looks
 /// node 0 up. How long it took.
 async fn rendezvous(srun: SocketAddr) -> Duration {
@@ -128,7 +84,7 @@ async fn rendezvous(srun: SocketAddr) -> Duration {
 async fn a_flood_from_one_stranger_does_not_delay_the_rendezvous() {
     let _one_at_a_time = FLOODS.lock().await;
     let srun = board(Limits::default()).await;
-    let (held, reached) = flood(srun, &[[127, 0, 0, 2]], 9000).await;
+    let (held, reached) = flood(srun, &[[127, 0, 0, 2]], 9000, FLOOD_LIMIT).await;
     assert!(reached > 8192, "only {reached} connections reached srun");
     let took = rendezvous(srun).await;
     assert!(took < Duration::from_secs(1), "joined in {took:?}");
@@ -151,7 +107,7 @@ async fn a_flood_from_many_strangers_delays_the_rendezvous_by_one_first_line_at_
     };
     let srun = board(limits).await;
     let sources: Vec<[u8; 4]> = (2..22).map(|i| [127, 0, 0, i]).collect();
-    let (held, reached) = flood(srun, &sources, 450).await;
+    let (held, reached) = flood(srun, &sources, 450, FLOOD_LIMIT).await;
     assert!(reached > 8192, "only {reached} connections reached srun");
     let took = rendezvous(srun).await;
     assert!(took < Duration::from_millis(2500), "joined in {took:?}");
