@@ -55,6 +55,8 @@ pub struct Done {
     pub wall_us: u64,
     /// How many of its runs ended (a run on a host that was lost did not).
     pub runs: u32,
+    /// It failed because its stream was cancelled (never run again).
+    pub cancelled: bool,
 }
 
 #[derive(Debug)]
@@ -73,6 +75,9 @@ pub struct Dispatcher {
     again: VecDeque<(Task, u32)>,
     /// Each open stream's runs again of a failed task.
     retries: HashMap<u32, u32>,
+    /// Streams cancelled (their client left, Ctrl-C, a closed stdout): nothing of them runs
+    /// again, and what they were running ends as cancelled.
+    cancelled: std::collections::HashSet<u32>,
 }
 
 /// What [`Dispatcher::ended`] made of a task's end.
@@ -94,6 +99,7 @@ impl Dispatcher {
             in_flight: HashMap::new(),
             again: VecDeque::new(),
             retries: HashMap::new(),
+            cancelled: Default::default(),
         }
     }
 
@@ -105,6 +111,18 @@ impl Dispatcher {
     /// Stream `stream` has ended (nothing of it runs or waits).
     pub fn close_stream(&mut self, stream: u32) {
         self.retries.remove(&stream);
+        self.cancelled.remove(&stream);
+    }
+
+    /// Stream `stream` is cancelled: what was to run again is dropped and returned; what runs
+    /// ends without a retry, as cancelled.
+    pub fn cancel(&mut self, stream: u32) -> Vec<Task> {
+        self.cancelled.insert(stream);
+        let (dropped, kept) = std::mem::take(&mut self.again)
+            .into_iter()
+            .partition(|(t, _)| t.id.stream == stream);
+        self.again = kept;
+        dropped.into_iter().map(|(t, _)| t).collect()
     }
 
     /// Whether a slot is free for a task.
@@ -140,7 +158,8 @@ impl Dispatcher {
         self.board.task_ended(host);
         let runs = runs + 1;
         let retries = self.retries.get(&id.stream).copied().unwrap_or(0);
-        if end.failed() && task.failures < retries {
+        let cancelled = end.failed() && self.cancelled.contains(&id.stream);
+        if end.failed() && !cancelled && task.failures < retries {
             task.failures += 1;
             self.again.push_back((task, runs));
             return Ended::Retry;
@@ -151,6 +170,7 @@ impl Dispatcher {
             end,
             wall_us,
             runs,
+            cancelled,
         })
     }
 
@@ -169,12 +189,6 @@ impl Dispatcher {
             self.again.push_front((f.task, f.runs));
         }
         moved.len()
-    }
-
-    /// Drops what of `stream` was to run again (the stream was cancelled); its tasks in
-    /// flight stay until they end, which frees their slots.
-    pub fn forget_again(&mut self, stream: u32) {
-        self.again.retain(|(t, _)| t.id.stream != stream);
     }
 
     /// Tasks running now.
@@ -244,8 +258,11 @@ fn result_line(done: &Done, host: &str, end_s: f64) -> String {
         "end_s": (end_s * 1e3).round() / 1e3,
         "runs": done.runs,
         "command": done.task.command,
-    })
-    .to_string();
+    });
+    if done.cancelled {
+        line["cancelled"] = true.into();
+    }
+    let mut line = line.to_string();
     line.push('\n');
     line
 }
@@ -274,19 +291,36 @@ const HELLO: &str = "greedy-session 1";
 type LineSource = tokio::io::Lines<BufReader<Box<dyn tokio::io::AsyncRead + Unpin + Send>>>;
 
 /// A line read from stream `.0`: a line, the end, or the error that ended the reading.
-type Read = (u32, std::io::Result<Option<String>>);
+/// A line that is not UTF-8 is `Err` of its bytes: it is named and the rest still runs.
+type Read = (u32, std::io::Result<Option<Result<String, Vec<u8>>>>);
 
 /// Reads stream `stream`'s lines into `to` one at a time, each sent when the loop takes it
 /// (it takes one per free slot): the streams' readers queue for the slots in turn, and no
 /// stream is read ahead by more than a line.
 fn read_lines(
     stream: u32,
-    mut lines: LineSource,
+    lines: LineSource,
     to: mpsc::Sender<Read>,
 ) -> tokio_util::task::AbortOnDropHandle<()> {
+    // Lines as bytes, as GNU parallel reads them: one undecodable line must not end the
+    // stream (tokio's `Lines` fails at the first).
+    let mut source = lines.into_inner();
     tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
         loop {
-            let line = lines.next_line().await;
+            let mut buf = Vec::new();
+            let line = match source.read_until(b'\n', &mut buf).await {
+                Ok(0) => Ok(None),
+                Ok(_) => {
+                    if buf.last() == Some(&b'\n') {
+                        buf.pop();
+                        if buf.last() == Some(&b'\r') {
+                            buf.pop();
+                        }
+                    }
+                    Ok(Some(String::from_utf8(buf).map_err(|e| e.into_bytes())))
+                }
+                Err(e) => Err(e),
+            };
             let last = !matches!(line, Ok(Some(_)));
             if to.send((stream, line)).await.is_err() || last {
                 return;
@@ -353,6 +387,11 @@ enum Feed {
     /// greedyrun's own stream: stdout, stderr, the `--results` file.
     Local {
         results: Option<std::io::BufWriter<std::fs::File>>,
+        /// One handle for the whole stream: tokio reports a failed write on the handle's
+        /// next write or flush, so a handle per write would never see EPIPE.
+        stdout: tokio::io::Stdout,
+        /// stdout was closed (`| head -1`): the stream ends as SIGPIPE ends a job.
+        stdout_closed: bool,
     },
     /// A session's client, over its control connection.
     Client {
@@ -388,18 +427,39 @@ impl Feed {
         }
     }
 
-    /// A client's writes failed: it is gone.
+    /// A client's writes failed (it is gone), or greedyrun's own stdout closed.
     fn gone(&self) -> bool {
-        matches!(self, Feed::Client { gone: true, .. })
+        matches!(
+            self,
+            Feed::Client { gone: true, .. }
+                | Feed::Local {
+                    stdout_closed: true,
+                    ..
+                }
+        )
     }
 
     async fn output(&mut self, stream: Stream, bytes: &[u8]) {
         match self {
-            Feed::Local { .. } => {
-                let _ = match stream {
-                    Stream::Stdout => tokio::io::stdout().write_all(bytes).await,
+            Feed::Local {
+                stdout,
+                stdout_closed,
+                ..
+            } => {
+                let written = match stream {
+                    Stream::Stdout if *stdout_closed => Ok(()),
+                    Stream::Stdout => match stdout.write_all(bytes).await {
+                        Ok(()) => stdout.flush().await,
+                        e => e,
+                    },
                     Stream::Stderr => tokio::io::stderr().write_all(bytes).await,
                 };
+                if stream == Stream::Stdout
+                    && let Err(e) = written
+                    && e.kind() == std::io::ErrorKind::BrokenPipe
+                {
+                    *stdout_closed = true;
+                }
             }
             Feed::Client { .. } => {
                 let kind = match stream {
@@ -462,6 +522,8 @@ struct Current {
     next_progress: Instant,
     /// Its client went away or stopped reading, and the stream was cancelled for it.
     dropped: bool,
+    /// Lines of its tasks that were cancelled unfinished (reported once, at its end).
+    cancelled: Vec<u64>,
 }
 
 impl Current {
@@ -484,6 +546,7 @@ impl Current {
             progress,
             next_progress: Instant::now() + progress,
             dropped: false,
+            cancelled: Vec::new(),
         }
     }
 
@@ -491,6 +554,52 @@ impl Current {
     fn stop_reading(&mut self) {
         self.source_done = true;
         self.reader = None;
+    }
+
+    /// Cancels stream `stream`: nothing more is read or run again; what was to run again
+    /// counts as cancelled now, what runs as it ends (the caller ends those tasks).
+    fn cancel(&mut self, stream: u32, dispatch: &mut Dispatcher) {
+        self.stop_reading();
+        self.cancelled
+            .extend(dispatch.cancel(stream).iter().map(|t| t.id.line));
+    }
+
+    /// The stream is over: its cancelled tasks are named once, then the client gets `code`.
+    async fn end(mut self, code: i32) {
+        if !self.cancelled.is_empty() {
+            self.cancelled.sort_unstable();
+            let lines: Vec<String> = self.cancelled.iter().map(u64::to_string).collect();
+            let n = lines.len();
+            let text = format!(
+                "{n} unfinished tasks cancelled (lines {})",
+                lines.join(", ")
+            );
+            self.feed.say(text).await;
+        }
+        self.feed.finish(code).await;
+    }
+
+    /// The line just read is not UTF-8 text: it fails, named with its number, unrun; the
+    /// rest of the stream runs.
+    async fn undecodable(&mut self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        self.done += 1;
+        self.failed += 1;
+        if self.exit_code == 0 {
+            self.exit_code = 1;
+        }
+        let said = format!(
+            "task {}: not run, the line is not UTF-8 text: {}",
+            self.line_no,
+            escape(&text)
+        );
+        self.feed.say(said).await;
+        let line = serde_json::json!({
+            "task": self.line_no, "host": null, "exit": null, "wall_s": 0.0,
+            "end_s": (self.t0.elapsed().as_secs_f64() * 1e3).round() / 1e3,
+            "runs": 0, "command": text, "error": "not UTF-8",
+        });
+        self.feed.result(&format!("{line}\n")).await;
     }
 }
 
@@ -625,7 +734,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 _ => Box::new(tokio::io::stdin()),
             };
             let reader = read_lines(0, BufReader::new(input).lines(), line_tx.clone());
-            let feed = Feed::Local { results };
+            let feed = Feed::Local {
+                results,
+                stdout: tokio::io::stdout(),
+                stdout_closed: false,
+            };
             streams.insert(0, Current::new(feed, reader, cfg.tag_output, cfg.progress));
             dispatch.open_stream(0, opts.retries);
             next_stream = 1;
@@ -697,7 +810,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     cur.t0.elapsed().as_secs_f64()
                 ));
             }
-            cur.feed.finish(code).await;
+            cur.end(code).await;
             idle_since = Instant::now();
             if !session && !ending {
                 session_code = code;
@@ -730,7 +843,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
             for (_, cur) in std::mem::take(&mut streams) {
                 let code = cur.exit_code;
-                cur.feed.finish(code).await;
+                cur.end(code).await;
             }
         }
         tokio::select! {
@@ -738,7 +851,11 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 // A line of a stream cancelled meanwhile is not run.
                 let Some(cur) = streams.get_mut(&stream).filter(|c| !c.source_done) else { continue };
                 match line {
-                    Ok(Some(line)) => {
+                    Ok(Some(Err(bytes))) => {
+                        cur.line_no += 1;
+                        cur.undecodable(&bytes).await;
+                    }
+                    Ok(Some(Ok(line))) => {
                         cur.line_no += 1;
                         if !line.trim().is_empty() {
                             let id = TaskId { stream, line: cur.line_no };
@@ -782,7 +899,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                                 if let Some(t) = cur.tagger.as_mut() {
                                     t.forget_task(id.line);
                                 }
-                                if d.end.failed() {
+                                if d.cancelled {
+                                    cur.cancelled.push(id.line);
+                                } else if d.end.failed() {
                                     cur.failed += 1;
                                     if cur.exit_code == 0 {
                                         cur.exit_code = 1;
@@ -885,7 +1004,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                             let text = format!("the session is being ended (--end-session): {} running tasks are ended, the stream is not read past line {}", dispatch.running_of(stream), cur.line_no);
                             cur.feed.say(text).await;
                             cur.exit_code = code::LAUNCHER;
-                            cur.stop_reading();
+                            cur.cancel(stream, &mut dispatch);
                         }
                         if streams.is_empty() {
                             fanout.route(None, Cmd::Shutdown).await;
@@ -906,6 +1025,9 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 sig => {
                     if sig == nix::sys::signal::Signal::SIGINT {
                         log(format!("interrupted: {} tasks running are ended", dispatch.running()));
+                    }
+                    for (&stream, cur) in streams.iter_mut() {
+                        cur.cancel(stream, &mut dispatch);
                     }
                     session_code = 128 + crate::signals::number(sig);
                     ending = true;
@@ -936,13 +1058,20 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 for (&stream, cur) in streams.iter_mut() {
                     // A client that went away mid-stream ends its stream: its running tasks
                     // are ended, nothing more is read, and the other streams run on.
-                    if session && !cur.dropped {
-                        cur.feed.send(frame::KEEPALIVE, &[]).await;
+                    // greedyrun's own stream whose stdout closed (`| head -1`) ends as SIGPIPE
+                    // ends a job.
+                    if !cur.dropped {
+                        if session {
+                            cur.feed.send(frame::KEEPALIVE, &[]).await;
+                        }
                         if cur.feed.gone() {
+                            if session {
+                                log(format!("the client of stream {stream} went away or stopped reading: its {} running tasks are ended", dispatch.running_of(stream)));
+                            } else {
+                                cur.exit_code = code::BROKEN_PIPE;
+                            }
                             cur.dropped = true;
-                            log(format!("the client of stream {stream} went away or stopped reading: its {} running tasks are ended", dispatch.running_of(stream)));
-                            cur.stop_reading();
-                            dispatch.forget_again(stream);
+                            cur.cancel(stream, &mut dispatch);
                             fanout.route(None, Cmd::CancelTasks { stream }).await;
                         }
                     }
@@ -970,7 +1099,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         if !session {
             session_code = code;
         }
-        cur.feed.finish(code).await;
+        cur.end(code).await;
     }
     if let Source::Session { socket, .. } = &opts.source {
         let _ = std::fs::remove_file(socket);
@@ -1041,15 +1170,23 @@ pub async fn submit(
             break code::LAUNCHER;
         }
         match head[0] {
+            // A closed stdout (`| head -1`) ends the stream as SIGPIPE ends a job: the session
+            // sees this client go and cancels it.
             frame::STDOUT => {
-                let _ = stdout.write_all(&payload).await;
+                if let Err(e) = stdout.write_all(&payload).await
+                    && e.kind() == std::io::ErrorKind::BrokenPipe
+                {
+                    break code::BROKEN_PIPE;
+                }
             }
             frame::STDERR => {
                 let _ = stderr.write_all(&payload).await;
             }
+            // Each line reaches the file at once: Ctrl-C (whose default action ends this
+            // client) must not lose the results of tasks that finished.
             frame::RESULT => {
                 if let Some(w) = results.as_mut() {
-                    let _ = w.write_all(&payload);
+                    let _ = w.write_all(&payload).and_then(|()| w.flush());
                 }
             }
             frame::KEEPALIVE => {}
@@ -1314,7 +1451,8 @@ mod tests {
         assert!(failed.is_done());
         assert!(!d.idle(0), "stream 0's retry waits");
         // Stream 0 is cancelled: its retry goes; stream 1's task runs on.
-        d.forget_again(0);
+        let dropped = d.cancel(0);
+        assert_eq!(dropped.iter().map(|t| t.id).collect::<Vec<_>>(), [id(1)]);
         assert!(d.idle(0));
         assert!(!d.idle(1));
         assert!(d.take_again().is_none());
@@ -1325,6 +1463,27 @@ mod tests {
         assert!(d.idle(1));
         d.close_stream(0);
         d.close_stream(1);
+    }
+
+    /// A cancelled stream's task that fails (it was ended for the cancel) is not run again:
+    /// it is done, as cancelled; one that ends 0 is done as usual.
+    #[test]
+    fn a_cancelled_streams_tasks_end_cancelled_and_never_run_again() {
+        let (mut d, board) = dispatcher(vec![2], 3);
+        board.host_up(0);
+        d.assign(task(1), 0);
+        d.assign(task(2), 0);
+        assert!(d.cancel(0).is_empty());
+        match d.ended(0, id(1), RankEnd::Signaled(15), 1) {
+            Ended::Done(done) => assert!(done.cancelled),
+            other => panic!("{other:?}"),
+        }
+        match d.ended(0, id(2), RankEnd::Exited(0), 1) {
+            Ended::Done(done) => assert!(!done.cancelled),
+            other => panic!("{other:?}"),
+        }
+        assert!(d.take_again().is_none());
+        assert!(d.idle(0));
     }
 
     impl Ended {
@@ -1380,6 +1539,7 @@ mod tests {
             end: RankEnd::Signaled(9),
             wall_us: 1_500_000,
             runs: 1,
+            cancelled: false,
         };
         let v: serde_json::Value = serde_json::from_str(&result_line(&d, "n1", 2.3456)).unwrap();
         assert_eq!(v["end_s"], 2.346);

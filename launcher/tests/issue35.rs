@@ -415,3 +415,197 @@ fn issue35_a_client_that_does_not_read_stalls_no_one() {
         let _ = c.wait();
     }
 }
+
+/// Processes whose command line contains `marker`, other than greedyrun's own.
+fn alive(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = text(&c).replace('\0', " ");
+                c.contains(marker) && !c.contains("greedyrun")
+            })
+        })
+        .count()
+}
+
+/// Waits up to `secs` seconds until `n` processes carry `marker`.
+fn wait_alive(marker: &str, n: usize, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while alive(marker) < n {
+        assert!(Instant::now() < deadline, "{marker}: {n} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The JSON lines of a `--results` file.
+fn results(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn interrupt(child: &std::process::Child) {
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+}
+
+/// Issue 35, finding 5: a task line that is not UTF-8 is named and fails, and the rest of
+/// the stream runs.
+#[test]
+fn issue35_an_undecodable_task_line_fails_alone() {
+    let (d, local) = shell();
+    let tasks = d.path().join("tasks");
+    std::fs::write(&tasks, b"echo one\necho \xff\xfe\necho three\n").unwrap();
+    let res = d.path().join("res");
+    let out = greedyrun(&local, &["-H", "a:2", "--tasks", tasks.to_str().unwrap()])
+        .args(["--results", res.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stdout.contains("one\n") && stdout.contains("three\n"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("task 2: not run, the line is not UTF-8"),
+        "{stderr}"
+    );
+    let lines = results(&res);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["task"] == 2 && l["error"] == "not UTF-8"),
+        "{lines:?}"
+    );
+}
+
+/// Issue 35, finding 5: Ctrl-C on a session's stream client keeps the results of the tasks
+/// that finished.
+#[test]
+fn issue35_an_interrupted_session_client_keeps_its_results() {
+    let (d, local) = shell();
+    let socket = session(&local, 2);
+    let _ends = EndsSession(socket.clone());
+    let mark = format!("keep-{}", d.path().display());
+    let tasks = d.path().join("tasks");
+    let mut lines = vec!["true".to_string(); 6];
+    lines.extend([format!("sleep 60 # {mark}"), format!("sleep 60 # {mark}")]);
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("res");
+    let c = client(
+        &socket,
+        &[
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--results",
+            res.to_str().unwrap(),
+        ],
+    );
+    wait_alive(&mark, 2, 15);
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt(&c);
+    let out = finish_within(c, 10, "the interrupted client");
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines = results(&res);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(lines.iter().all(|l| l["exit"] == 0), "{lines:?}");
+}
+
+/// Issue 35, finding 5: a cancelled stream (Ctrl-C) runs nothing again, even with retries,
+/// and names its unfinished tasks once, as cancelled, in its results too.
+#[test]
+fn issue35_a_cancelled_stream_reruns_nothing_and_names_its_tasks_once() {
+    let (d, local) = shell();
+    let mark = format!("cancel-{}", d.path().display());
+    let tasks = d.path().join("tasks");
+    let lines = [
+        "true".to_string(),
+        format!("sleep 60 # {mark}"),
+        format!("sleep 60 # {mark}"),
+    ];
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("res");
+    let c = greedyrun(&local, &["-H", "a:3", "--tasks", tasks.to_str().unwrap()])
+        .args(["--task-retries", "2", "--results", res.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_alive(&mark, 2, 15);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&c);
+    let out = finish_within(c, 15, "the interrupted stream");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(alive(&mark), 0, "a cancelled task runs again");
+    let lines = results(&res);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for task in [2, 3] {
+        let of: Vec<_> = lines.iter().filter(|l| l["task"] == task).collect();
+        assert_eq!(of.len(), 1, "{lines:?}");
+        assert_eq!(of[0]["cancelled"], true, "{lines:?}");
+    }
+    assert_eq!(
+        stderr
+            .matches("2 unfinished tasks cancelled (lines 2, 3)")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ended with 143"), "{stderr}");
+}
+
+/// Issue 35, finding 5: a stream whose stdout closes (`| head -1`) ends as SIGPIPE ends a
+/// job: exit 141, the rest not run.
+#[test]
+fn issue35_a_closed_stdout_ends_the_stream_with_141() {
+    let (d, local) = shell();
+    let ran = d.path().join("ran");
+    std::fs::create_dir(&ran).unwrap();
+    let tasks = d.path().join("tasks");
+    let lines: Vec<String> = (0..200)
+        .map(|i| format!("echo {i}; touch {}/{i}; sleep 0.1", ran.display()))
+        .collect();
+    std::fs::write(&tasks, lines.join("\n") + "\n").unwrap();
+    let mut c = greedyrun(
+        &local,
+        &["-H", "a:2,b:2", "--tasks", tasks.to_str().unwrap()],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    let stdout = c.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first).unwrap();
+    // The reader is gone, as `head -1` is.
+    let out = finish_within(c, 20, "the stream with a closed stdout");
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    let n = std::fs::read_dir(&ran).unwrap().count();
+    assert!(n < 150, "{n} of 200 tasks ran");
+}
+
+/// Issue 35, finding 5: an empty GREEDY_SESSION means no session, as an empty variable
+/// means unset.
+#[test]
+fn issue35_an_empty_greedy_session_is_no_session() {
+    let (_d, local) = shell();
+    let out = greedyrun(&local, &["-H", "a", "--pmi", "none", "--", "echo", "hi"])
+        .env("GREEDY_SESSION", "")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hi\n");
+}

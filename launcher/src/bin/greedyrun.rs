@@ -550,13 +550,19 @@ const SERVE_VAR: &str = "GREEDY_SESSION_SERVE";
 /// Where a session's control socket is, for the commands that use it.
 const SESSION_VAR: &str = "GREEDY_SESSION";
 
+/// The session's control socket from GREEDY_SESSION; an empty value is no session, as an
+/// empty variable means unset to users (`GREEDY_SESSION= greedyrun …`).
+fn session_var() -> Option<std::ffi::OsString> {
+    std::env::var_os(SESSION_VAR).filter(|v| !v.is_empty())
+}
+
 /// The commands that talk to a running session: `--status`, `--end-session`, and `--tasks`
 /// while GREEDY_SESSION is set. `None` if this command is not one of them.
 fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
     if std::env::var_os(SERVE_VAR).is_some() {
         return None;
     }
-    let socket = std::env::var_os(SESSION_VAR).map(PathBuf::from);
+    let socket = session_var().map(PathBuf::from);
     let request = if args.status {
         "status".to_string()
     } else if args.end_session {
@@ -604,7 +610,7 @@ fn session_job(
     args: &Args,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Option<greedy_launcher::session::Attached>, i32> {
-    let Some(socket) = std::env::var_os(SESSION_VAR) else {
+    let Some(socket) = session_var() else {
         return Ok(None);
     };
     if std::env::var_os(SERVE_VAR).is_some()
