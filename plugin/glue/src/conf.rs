@@ -109,8 +109,8 @@ impl Conf {
     }
 }
 
-/// Parses `greedy.conf` text; never fails, malformed lines are collected for the caller to
-/// report.
+/// Parses `greedy.conf` or `mpi.conf` text; never fails, malformed lines are collected for the
+/// caller to report.
 pub fn parse(text: &str) -> Conf {
     let mut conf = Conf::default();
     for (i, raw) in text.lines().enumerate() {

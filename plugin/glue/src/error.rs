@@ -1,9 +1,10 @@
-//! The one error type of greedy-slurm: what is wrong with `greedy.conf`, and where.
+//! The one error type of greedy-slurm: what is wrong with `greedy.conf` or `mpi.conf`, and where.
 
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// A `greedy.conf` that cannot be read or has a line the plugin cannot use.
+/// A configuration file (`greedy.conf`, `mpi.conf`) that cannot be read or has a line the
+/// plugin cannot use.
 #[derive(Debug, Error)]
 pub enum ConfError {
     /// The file exists but could not be read (a missing file is not an error: defaults apply).

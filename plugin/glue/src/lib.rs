@@ -1,9 +1,9 @@
-//! greedy-slurm: what greedy's Slurm plugins (`route_greedy.so`, later `mpi_greedy.so`) share,
-//! none of it touching Slurm itself.
+//! greedy-slurm: what greedy's Slurm plugins (`route_greedy.so`, `topology_greedy.so`,
+//! `mpi_greedy.so`) share, none of it touching Slurm itself.
 //!
-//! - [`conf`]: `greedy.conf`, the site file next to `slurm.conf` (`Key=Value` lines, `#`
-//!   comments): where it is ([`conf::path`]), and its parsed lines ([`conf::parse`]). Each plugin
-//!   interprets its own keys.
+//! - [`conf`]: `greedy.conf` and Slurm's `mpi.conf`, the files next to `slurm.conf` (`Key=Value`
+//!   lines, `#` comments): where they are ([`conf::path`], [`conf::beside_slurm_conf`]), and
+//!   their parsed lines ([`conf::parse`]). Each plugin interprets its own keys.
 //! - [`guard`]: runs the body of an `extern "C"` entry point so that a panic never unwinds
 //!   into Slurm: it is caught, reported once through the plugin's logger, and the entry point
 //!   returns its fallback.

@@ -7,7 +7,7 @@
 //!
 //! | key | value | default |
 //! |---|---|---|
-//! | `GreedyProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI), `pmix` (Open MPI) or `charm` (Charm++ netlrts, never chosen by `auto`) | `auto` |
+//! | `GreedyProtocol` | `auto`, `pmi` (PMI-1/PMI-2: MPICH, Intel MPI), `pmix` (Open MPI) or `charm` (Charm++ netlrts); `auto` serves all three at once, each rank by the one it speaks | `auto` |
 //! | `GreedyRendezvous` | `auto` (reserved ports when the step has them, else via srun), `ports`, `srun` | `auto` |
 //! | `GreedySeq` | seconds a node spends accepting one overlay child (the tree's SEQ) | [`DEFAULT_SEQ`] |
 //! | `GreedyRem` | seconds until an accepted child can accept its own (REM) | [`DEFAULT_REM`] |
@@ -32,7 +32,7 @@ pub const DEFAULT_SEQ: f64 = 0.001;
 /// trips, a few milliseconds on a LAN; REM/SEQ ≈ 4 gives fan-outs of about 4 near the root.
 pub const DEFAULT_REM: f64 = 0.004;
 
-/// What mpi/greedy reads from greedy.conf.
+/// What mpi/greedy reads from mpi.conf.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MpiConfig {
     /// Which client protocol family to serve.
@@ -158,7 +158,7 @@ mod tests {
     use super::*;
 
     fn check(text: &str) -> Result<MpiConfig, String> {
-        MpiConfig::from_conf(&conf::parse(text), Path::new("/x/greedy.conf"))
+        MpiConfig::from_conf(&conf::parse(text), Path::new("/x/mpi.conf"))
             .map_err(|e| e.to_string())
     }
 

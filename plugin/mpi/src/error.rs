@@ -39,7 +39,7 @@ pub enum Error {
         /// What slurmstepd's record says.
         slurm: String,
     },
-    /// A greedy.conf setting is wrong.
+    /// An mpi.conf setting is wrong.
     #[error(transparent)]
     Conf(#[from] greedy_slurm::ConfError),
     /// A node's address could not be found or resolved.
@@ -77,7 +77,7 @@ pub enum Error {
     Timeout {
         /// The node.
         node: String,
-        /// The timeout's name (its greedy.conf key).
+        /// The timeout's name (its mpi.conf key).
         what: &'static str,
         /// Its value.
         after: Duration,

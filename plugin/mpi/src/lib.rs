@@ -1,10 +1,11 @@
 //! mpi_greedy: the Slurm MPI plugin `mpi/greedy` (`srun --mpi=greedy`, `MpiDefault=greedy`),
-//! Slurm 22.05. slurmstepd serves the job's ranks PMIx (Open MPI) or PMI-1/PMI-2 (MPICH,
-//! Intel MPI), one family per step ([`plan::Protocol::resolve`]), through greedy-pmix: node
-//! agents joined in a greedy tree overlay, a fence as one allgather.
+//! Slurm 22.05, 24.11 and 26.05. slurmstepd serves the job's ranks PMIx (Open MPI), PMI-1/PMI-2
+//! (MPICH, Intel MPI) and Charm++ netlrts: under `auto` every family at once, each rank by the
+//! one it speaks, or the one a step or mpi.conf names ([`plan::Protocol::resolve`]), through
+//! greedy-pmix: node agents joined in a greedy tree overlay, a fence as one allgather.
 //!
 //! Reading order: [`plan`] (sans-I/O: srun's layout → private variables; a stepd's env → what
-//! it serves; which protocol), [`config`] (the `Mpi*` keys of greedy.conf), [`rendezvous`]
+//! it serves; which protocol), [`config`] (the `Greedy*` keys of Slurm's mpi.conf), [`rendezvous`]
 //! (how a stepd learns its overlay parent's address when the step has no reserved ports),
 //! [`srun`] (srun's side), [`agent`] (slurmstepd's side), [`logging`], then `exports.rs`
 //! (the C entry points, thin trampolines into greedy-sys).
@@ -33,8 +34,9 @@
 //! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name: the
 //! authority a root stepd acts on, never the user's launch env), no srun-side
 //! forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
-//! heterogeneous steps, no mpi.conf keys (settings are greedy.conf's, read by srun), no
-//! non-root PMIx jobs yet (libpmix's directory is not handed to the job's uid).
+//! heterogeneous steps, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
+//! and passes them to every node), no non-root PMIx jobs yet (libpmix's directory is not
+//! handed to the job's uid).
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
