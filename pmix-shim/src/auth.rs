@@ -178,6 +178,23 @@ pub fn verify_signed(
         .is_ok()
 }
 
+/// Lowercase hex of `bytes`: how a secret or a [`sign`]ature travels as text.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of `hex` (either case), or `None` unless it is an even number of hex digits and
+/// nothing else (`u8::from_str_radix` alone would take `"+f"` for `0f`).
+pub fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn statement_mac(
     secret: &JobSecret,
     label: &[u8],
@@ -366,6 +383,18 @@ impl Drop for Unproven {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_round_trips_and_takes_only_hex_digits() {
+        let bytes = [0x00, 0x0f, 0xa5, 0xff];
+        assert_eq!(to_hex(&bytes), "000fa5ff");
+        assert_eq!(from_hex("000fa5ff").as_deref(), Some(&bytes[..]));
+        assert_eq!(from_hex("000FA5FF").as_deref(), Some(&bytes[..]));
+        assert_eq!(from_hex("").as_deref(), Some(&[][..]));
+        for bad in ["abc", "+f", "0g", " 0", "é0"] {
+            assert_eq!(from_hex(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_gate_caps_unproven_connections_per_source_and_in_all() {

@@ -81,28 +81,11 @@ const LABEL: &[u8] = b"greedy-mpi rendezvous";
 /// not verify, nor does any other line's signature pass for a lookup.
 const LOOKUP_LABEL: &[u8] = b"greedy-mpi rendezvous lookup";
 
-/// Hex of a signed statement.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes of a hex `mac`, if it is hex.
-fn unhex(hex: &str) -> Option<Vec<u8>> {
-    // Hex digits only: from_str_radix alone would take "+f" for "0f".
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// `mac` of the wire format: `what` is the address, or an [`ExitReport`]'s text; hex of
 /// greedy-pmix's signed statement.
 pub fn mac(secret: &JobSecret, job: &str, node: usize, what: &dyn Display) -> String {
     let statement = what.to_string();
-    hex(&auth::sign(
+    auth::to_hex(&auth::sign(
         secret,
         LABEL,
         job,
@@ -113,7 +96,7 @@ pub fn mac(secret: &JobSecret, job: &str, node: usize, what: &dyn Display) -> St
 
 /// Checks a `mac` in constant time.
 pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, hex: &str) -> bool {
-    let (Some(bytes), Ok(node)) = (unhex(hex), u32::try_from(node)) else {
+    let (Some(bytes), Ok(node)) = (auth::from_hex(hex), u32::try_from(node)) else {
         return false;
     };
     let statement = what.to_string();
@@ -122,12 +105,12 @@ pub fn verify(secret: &JobSecret, job: &str, node: usize, what: &dyn Display, he
 
 /// `mac` of a lookup of node `node`'s address.
 pub fn lookup_mac(secret: &JobSecret, job: &str, node: usize) -> String {
-    hex(&auth::sign(secret, LOOKUP_LABEL, job, node as u32, b""))
+    auth::to_hex(&auth::sign(secret, LOOKUP_LABEL, job, node as u32, b""))
 }
 
 /// Checks a lookup's `mac` in constant time.
 pub fn verify_lookup(secret: &JobSecret, job: &str, node: usize, hex: &str) -> bool {
-    let (Some(bytes), Ok(node)) = (unhex(hex), u32::try_from(node)) else {
+    let (Some(bytes), Ok(node)) = (auth::from_hex(hex), u32::try_from(node)) else {
         return false;
     };
     auth::verify_signed(secret, LOOKUP_LABEL, job, node, b"", &bytes)
