@@ -359,13 +359,14 @@ pub enum Up {
         /// Host index.
         node: u32,
     },
-    /// Output of a rank, forwarded as soon as it was read.
+    /// Output of a rank: whole lines, a partial one after a delay ([`crate::stdio::Lines`]), or
+    /// each chunk as read with [`Start::unbuffered`].
     Output {
         /// The rank.
         rank: u32,
         /// Which stream.
         stream: Stream,
-        /// The bytes, as read.
+        /// The bytes, in the order written.
         data: Bytes,
     },
     /// A rank ended; all its output was sent before this.
@@ -436,13 +437,13 @@ pub enum Up {
         /// Why not.
         what: String,
     },
-    /// Output of a task, forwarded as soon as it was read.
+    /// Output of a task, cut as a rank's is ([`Up::Output`]).
     TaskOutput {
         /// The task.
         id: TaskId,
         /// Which stream.
         stream: Stream,
-        /// The bytes, as read.
+        /// The bytes, in the order written.
         data: Bytes,
     },
     /// The stdin rank on `node` took one more [`Cmd::Stdin`] chunk: greedyrun may send

@@ -57,7 +57,7 @@ const ENDING_PATIENCE: Duration = Duration::from_secs(2);
 const JOB_BACKLOG: usize = 32 << 20;
 
 /// A job's frames on their way from the session's loop to its client ([`serve_job`]): never
-/// waited on by the loop; its output bounded by [`JOB_BACKLOG`], past which output is dropped
+/// waited on by the loop; its output bounded (32 MiB), past which output is dropped
 /// and the job is marked for ending. Exits, byes and losses always pass: the job's end is
 /// seen whatever its client does.
 #[derive(Debug, Clone)]

@@ -12,6 +12,11 @@
 //! clients submit at once: each stream's reader waits its turn for a free slot, so streams
 //! share the slots line by line.
 //!
+//! A stream is cancelled by Ctrl-C, `--end-session`, its client going away (or not reading:
+//! each client is written by a task of its own, within a bounded backlog) and a closed stdout
+//! (exit 141): nothing of it runs again, and its unfinished tasks are named once, as
+//! cancelled. A line that is not UTF-8 fails alone, named with its number.
+//!
 //! [`Dispatcher`] is the bookkeeping without I/O; [`run`] is greedyrun's loop around it.
 
 use std::collections::{HashMap, VecDeque};
