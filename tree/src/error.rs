@@ -16,6 +16,13 @@ pub enum Error {
         /// What the value must be.
         reason: &'static str,
     },
+    /// A launch model's text that is not `SEQ,REM[,CONCURRENCY[,MAX_FANOUT]]` of numbers
+    /// (`LaunchModel`'s `FromStr`).
+    #[error("model {text:?}: expected SEQ,REM[,CONCURRENCY[,MAX_FANOUT]]")]
+    ModelText {
+        /// The text as given.
+        text: String,
+    },
     /// A topology name that is not one of `greedy`, `flat`, `chain`, `binomial`, `kary:K`.
     #[error("topology {name:?}: {reason}")]
     Topology {

@@ -3,6 +3,8 @@
 
 use crate::Error;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 
 /// Largest accepted SEQ or REM, in seconds. Past it, nanosecond launch times of very large
 /// trees could overflow `u64`; no real launch step takes 11 days.
@@ -141,6 +143,48 @@ impl Default for LaunchModel {
     }
 }
 
+/// The model as text, `SEQ,REM[,CONCURRENCY[,MAX_FANOUT]]` (seconds, then counts), the later
+/// fields only when they are not the defaults: `0.001,0.004` for [`LaunchModel::new`]`(0.001,
+/// 0.004)`. Reads back to the same model ([`FromStr`]); mpi/greedy sends a step's model to
+/// every node this way.
+impl fmt::Display for LaunchModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{}", self.seq, self.rem)?;
+        match self.max_fanout {
+            Some(k) => write!(f, ",{},{k}", self.concurrency),
+            None if self.concurrency != 1 => write!(f, ",{}", self.concurrency),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Parses [`Display`](fmt::Display)'s form, validating every value as the builders do.
+impl FromStr for LaunchModel {
+    type Err = Error;
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let malformed = || Error::ModelText {
+            text: text.to_string(),
+        };
+        let fields: Vec<&str> = text.split(',').collect();
+        let (seq, rem, concurrency, max_fanout) = match fields[..] {
+            [seq, rem] => (seq, rem, None, None),
+            [seq, rem, c] => (seq, rem, Some(c), None),
+            [seq, rem, c, k] => (seq, rem, Some(c), Some(k)),
+            _ => return Err(malformed()),
+        };
+        let seconds = |v: &str| v.parse::<f64>().map_err(|_| malformed());
+        let count = |v: &str| v.parse::<u32>().map_err(|_| malformed());
+        let mut model = LaunchModel::new(seconds(seq)?, seconds(rem)?)?;
+        if let Some(c) = concurrency {
+            model = model.with_concurrency(count(c)?)?;
+        }
+        if let Some(k) = max_fanout {
+            model = model.with_max_fanout(count(k)?)?;
+        }
+        Ok(model)
+    }
+}
+
 /// Refuses a count of 0 for `name`.
 fn at_least_one(name: &'static str, value: u32) -> Result<(), Error> {
     if value == 0 {
@@ -220,6 +264,39 @@ impl From<LaunchModel> for RawModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_form_reads_back_and_names_its_fault() {
+        let plain = LaunchModel::new(0.001, 0.004).unwrap();
+        assert_eq!(plain.to_string(), "0.001,0.004");
+        let wide = plain.with_concurrency(4).unwrap();
+        assert_eq!(wide.to_string(), "0.001,0.004,4");
+        let capped = plain.with_max_fanout(3).unwrap();
+        assert_eq!(capped.to_string(), "0.001,0.004,1,3");
+        let waves = LaunchModel::new(0.006, 0.388)
+            .unwrap()
+            .with_launch_cap(8)
+            .unwrap();
+        for m in [plain, wide, capped, waves, LaunchModel::default()] {
+            assert_eq!(m.to_string().parse::<LaunchModel>(), Ok(m), "{m}");
+        }
+        assert_eq!("1e-3,4e-3".parse::<LaunchModel>(), Ok(plain));
+        for bad in [
+            "",
+            "0.001",
+            "0.001;0.004",
+            "0.001,x",
+            "0.001,0.004,",
+            "1,2,3,4,5",
+        ] {
+            let err = bad.parse::<LaunchModel>().unwrap_err().to_string();
+            assert!(err.contains("expected SEQ,REM"), "{bad:?}: {err}");
+        }
+        let err = "0.001,0".parse::<LaunchModel>().unwrap_err().to_string();
+        assert_eq!(err, "model: rem = 0: must be at least 1 ns");
+        assert!("0.001,0.004,0".parse::<LaunchModel>().is_err());
+        assert!("0.001,0.004,1,0".parse::<LaunchModel>().is_err());
+    }
 
     #[test]
     fn rejects_out_of_range_parameters() {

@@ -9,9 +9,9 @@ use route_greedy::config::RouteConfig;
 fn every_route_key_is_documented_with_its_default() {
     let r = RouteConfig::default();
     let defaults = [
-        ("RouteSeq", r.seq.to_string()),
-        ("RouteRem", r.rem.to_string()),
-        ("RouteConcurrency", r.concurrency.to_string()),
+        ("RouteSeq", r.model.seq().to_string()),
+        ("RouteRem", r.model.rem().to_string()),
+        ("RouteConcurrency", r.model.concurrency().to_string()),
         (
             "RouteLogSplits",
             if r.log_splits { "yes" } else { "no" }.into(),

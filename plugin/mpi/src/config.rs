@@ -22,6 +22,7 @@
 use crate::plan::{Protocol, RendezvousChoice};
 use greedy_slurm::ConfError;
 use greedy_slurm::conf::{self, Conf};
+use greedy_tree::LaunchModel;
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,10 +40,9 @@ pub struct MpiConfig {
     pub protocol: Protocol,
     /// How nodes find their overlay parent.
     pub rendezvous: RendezvousChoice,
-    /// Overlay tree SEQ, seconds.
-    pub seq: f64,
-    /// Overlay tree REM, seconds.
-    pub rem: f64,
+    /// The overlay tree's model: `GreedySeq` and `GreedyRem`, validated as one model when the
+    /// file is read.
+    pub model: LaunchModel,
     /// `GreedyJoinTimeout`.
     pub join_timeout: Duration,
     /// `GreedyFenceTimeout`.
@@ -56,8 +56,7 @@ impl Default for MpiConfig {
         MpiConfig {
             protocol: Protocol::Auto,
             rendezvous: RendezvousChoice::Auto,
-            seq: DEFAULT_SEQ,
-            rem: DEFAULT_REM,
+            model: LaunchModel::new(DEFAULT_SEQ, DEFAULT_REM).expect("the defaults are valid"),
             join_timeout: Duration::from_secs(60),
             fence_timeout: Duration::from_secs(300),
             shutdown_timeout: Duration::from_millis(500),
@@ -88,6 +87,7 @@ impl MpiConfig {
     pub fn from_conf(conf: &Conf, path: &Path) -> Result<MpiConfig, ConfError> {
         conf.check_well_formed(path)?;
         let mut cfg = MpiConfig::default();
+        let (mut seq, mut rem) = (cfg.model.seq(), cfg.model.rem());
         for e in &conf.entries {
             let bad = |reason: &str| e.error(path, reason);
             let seconds = || -> Result<f64, ConfError> {
@@ -112,9 +112,9 @@ impl MpiConfig {
             } else if e.is("GreedyRendezvous") {
                 cfg.rendezvous = e.value.parse().map_err(|r: String| bad(&r))?;
             } else if e.is("GreedySeq") {
-                cfg.seq = seconds()?;
+                seq = seconds()?;
             } else if e.is("GreedyRem") {
-                cfg.rem = seconds()?;
+                rem = seconds()?;
             } else if e.is("GreedyJoinTimeout") {
                 cfg.join_timeout = duration()?;
             } else if e.is("GreedyFenceTimeout") {
@@ -129,10 +129,10 @@ impl MpiConfig {
                 return Err(bad("unknown Greedy* key"));
             }
         }
-        greedy_tree::LaunchModel::new(cfg.seq, cfg.rem).map_err(|err| ConfError::Line {
+        cfg.model = LaunchModel::new(seq, rem).map_err(|err| ConfError::Line {
             path: path.to_owned(),
             line: 0,
-            text: format!("GreedySeq={} GreedyRem={}", cfg.seq, cfg.rem),
+            text: format!("GreedySeq={seq} GreedyRem={rem}"),
             reason: err.to_string(),
         })?;
         Ok(cfg)
@@ -144,8 +144,8 @@ impl MpiConfig {
         vec![
             ("GreedyProtocol", self.protocol.to_string()),
             ("GreedyRendezvous", self.rendezvous.to_string()),
-            ("GreedySeq", self.seq.to_string()),
-            ("GreedyRem", self.rem.to_string()),
+            ("GreedySeq", self.model.seq().to_string()),
+            ("GreedyRem", self.model.rem().to_string()),
             ("GreedyJoinTimeout", secs(self.join_timeout)),
             ("GreedyFenceTimeout", secs(self.fence_timeout)),
             ("GreedyShutdownTimeout", secs(self.shutdown_timeout)),

@@ -27,7 +27,7 @@ pub const VAR_HOSTS: &str = "GREEDY_MPI_HOSTS";
 pub const VAR_RANKS: &str = "GREEDY_MPI_RANKS";
 /// The per-step secret, lowercase hex.
 pub const VAR_SECRET: &str = "GREEDY_MPI_SECRET";
-/// The overlay tree model: `seq,rem`.
+/// The overlay tree model, [`LaunchModel`]'s text form: `seq,rem`.
 pub const VAR_MODEL: &str = "GREEDY_MPI_MODEL";
 /// The protocol family served, resolved by srun: `pmi`, `pmix` or `charm`.
 pub const VAR_PROTOCOL: &str = "GREEDY_MPI_PROTOCOL";
@@ -192,7 +192,7 @@ pub fn prelaunch_env(
         (VAR_HOSTS, node_list.clone()),
         (VAR_RANKS, encode_ranks(ranks)),
         (VAR_SECRET, secret.to_hex()),
-        (VAR_MODEL, format!("{},{}", cfg.seq, cfg.rem)),
+        (VAR_MODEL, cfg.model.to_string()),
         (VAR_PROTOCOL, protocol.to_string()),
         (VAR_RENDEZVOUS, rendezvous.to_string()),
         (VAR_SRUN, srun_port.to_string()),
@@ -423,12 +423,9 @@ impl StepPlan {
             )
         })?;
         let model_text = need(VAR_MODEL)?;
-        let model = model_text
-            .split_once(',')
-            .and_then(|(s, r)| Some((s.parse().ok()?, r.parse().ok()?)))
-            .ok_or_else(|| "expected SEQ,REM".to_string())
-            .and_then(|(s, r)| LaunchModel::new(s, r).map_err(|e| e.to_string()))
-            .map_err(|r| bad(VAR_MODEL, &model_text, r))?;
+        let model: LaunchModel = model_text
+            .parse()
+            .map_err(|e: greedy_tree::Error| bad(VAR_MODEL, &model_text, e.to_string()))?;
         let proto_text = need(VAR_PROTOCOL)?;
         let protocol = proto_text
             .parse()

@@ -32,12 +32,9 @@ pub const DEFAULT_REM: f64 = 0.056;
 /// What route/greedy reads from greedy.conf.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfig {
-    /// SEQ, seconds.
-    pub seq: f64,
-    /// REM, seconds.
-    pub rem: f64,
-    /// Contacts in flight per forwarder.
-    pub concurrency: u32,
+    /// The model the split plans with (TreeWidth is applied per call): `RouteSeq`, `RouteRem`
+    /// and `RouteConcurrency`, validated as one model when the file is read.
+    pub model: LaunchModel,
     /// Log each split at info level.
     pub log_splits: bool,
 }
@@ -45,24 +42,19 @@ pub struct RouteConfig {
 impl Default for RouteConfig {
     fn default() -> Self {
         RouteConfig {
-            seq: DEFAULT_SEQ,
-            rem: DEFAULT_REM,
-            concurrency: 1,
+            model: LaunchModel::new(DEFAULT_SEQ, DEFAULT_REM).expect("the defaults are valid"),
             log_splits: false,
         }
     }
 }
 
 impl RouteConfig {
-    /// The model the split plans with (TreeWidth is applied per call).
-    pub fn model(&self) -> Result<LaunchModel, greedy_tree::Error> {
-        LaunchModel::new(self.seq, self.rem)?.with_concurrency(self.concurrency)
-    }
-
     /// The configuration from a parsed greedy.conf, or the first fault in it.
     pub fn from_conf(conf: &Conf, path: &Path) -> Result<RouteConfig, ConfError> {
         conf.check_well_formed(path)?;
         let mut cfg = RouteConfig::default();
+        let m = cfg.model;
+        let (mut seq, mut rem, mut concurrency) = (m.seq(), m.rem(), m.concurrency());
         for e in &conf.entries {
             let bad = |reason: &str| e.error(path, reason);
             let seconds = || {
@@ -71,11 +63,11 @@ impl RouteConfig {
                     .map_err(|_| bad("expected a number of seconds"))
             };
             if e.is("RouteSeq") {
-                cfg.seq = seconds()?;
+                seq = seconds()?;
             } else if e.is("RouteRem") {
-                cfg.rem = seconds()?;
+                rem = seconds()?;
             } else if e.is("RouteConcurrency") {
-                cfg.concurrency = e
+                concurrency = e
                     .value
                     .parse()
                     .map_err(|_| bad("expected a whole number"))?;
@@ -95,12 +87,14 @@ impl RouteConfig {
                 ));
             }
         }
-        cfg.model().map_err(|err| ConfError::Line {
-            path: path.to_owned(),
-            line: 0,
-            text: String::new(),
-            reason: err.to_string(),
-        })?;
+        cfg.model = LaunchModel::new(seq, rem)
+            .and_then(|m| m.with_concurrency(concurrency))
+            .map_err(|err| ConfError::Line {
+                path: path.to_owned(),
+                line: 0,
+                text: String::new(),
+                reason: err.to_string(),
+            })?;
         Ok(cfg)
     }
 
@@ -117,7 +111,8 @@ impl RouteConfig {
                 let d = RouteConfig::default();
                 let line = format!(
                     "{e}; ignoring the file, using RouteSeq={} RouteRem={}",
-                    d.seq, d.rem
+                    d.model.seq(),
+                    d.model.rem()
                 );
                 (d, Some(line))
             }
@@ -145,16 +140,14 @@ mod tests {
         check(
             "RouteSeq=0.01\nrouterem = 0.3\nRouteLogSplits=yes\nMpiFoo=bar\n",
             Ok(RouteConfig {
-                seq: 0.01,
-                rem: 0.3,
+                model: LaunchModel::new(0.01, 0.3).unwrap(),
                 log_splits: true,
-                ..d.clone()
             }),
         );
         check(
             "RouteConcurrency=4",
             Ok(RouteConfig {
-                concurrency: 4,
+                model: d.model.with_concurrency(4).unwrap(),
                 ..d.clone()
             }),
         );

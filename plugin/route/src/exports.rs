@@ -11,7 +11,7 @@
 // The exports are found by name (dlsym), not by Rust paths; `pub` keeps that obvious.
 #![allow(unreachable_pub)]
 
-use crate::split::{self, Shape, Split, SplitError};
+use crate::split::{self, Shape, Split};
 use crate::state;
 use greedy_slurm::guard;
 use greedy_sys::raw::slurm::{SLURM_ERROR, SLURM_SUCCESS, VERSION_NUMBER, hostlist_t};
@@ -108,8 +108,7 @@ fn plan(hosts: &[CString], tree_width: u16) -> Split {
     if let Some(line) = fault {
         log::error(&format!("route/greedy: {line}"));
     }
-    let model = cfg.model().map_err(SplitError::from);
-    let (planned, why) = split::split(hosts.len(), model, tree_width);
+    let (planned, why) = split::split(hosts.len(), Ok(cfg.model), tree_width);
     if let Some(why) = why {
         log::error(&format!(
             "route/greedy: {why}; using the TreeWidth split for {} hosts",

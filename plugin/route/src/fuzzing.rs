@@ -15,8 +15,8 @@ pub type Target = (&'static str, fn(&[u8]));
 /// Every target of this crate.
 pub const TARGETS: &[Target] = &[("route_conf", route_conf)];
 
-/// greedy.conf as route/greedy reads it: a configuration or one error, never a panic; an
-/// accepted configuration has a model, and the split it plans is a partition of the host list
+/// greedy.conf as route/greedy reads it: a configuration (with a valid model) or one error,
+/// never a panic; the split an accepted configuration plans is a partition of the host list
 /// for any TreeWidth (the greedy one, or the TreeWidth fallback).
 pub fn route_conf(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -25,9 +25,8 @@ pub fn route_conf(data: &[u8]) {
     let Ok(cfg) = RouteConfig::from_conf(&conf::parse(text), Path::new("greedy.conf")) else {
         return;
     };
-    let model = cfg.model().expect("an accepted configuration has a model");
     for (n, width) in [(1, 0), (7, 2), (64, 50), (1000, 3)] {
-        let (planned, _) = split::split(n, Ok(model), width);
+        let (planned, _) = split::split(n, Ok(cfg.model), width);
         split::check_partition(&planned.ranges, n, width).expect("a partition");
     }
 }

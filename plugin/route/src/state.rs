@@ -24,9 +24,9 @@ pub fn reload_from(path: &std::path::Path) -> (Option<String>, String) {
     let (cfg, fault) = RouteConfig::load(path);
     let in_force = format!(
         "RouteSeq={} RouteRem={} RouteConcurrency={} (config {})",
-        cfg.seq,
-        cfg.rem,
-        cfg.concurrency,
+        cfg.model.seq(),
+        cfg.model.rem(),
+        cfg.model.concurrency(),
         path.display()
     );
     // A poisoned lock only means a panic while it was held; the value is replaced whole.

@@ -2,7 +2,7 @@
 //! model and TreeWidth, with the same rule as route/greedy ([`route_greedy::split`]), or why it
 //! cannot be used (then the delegate splits, as Slurm would without this plugin).
 
-use route_greedy::split::{self as rule, Shape, Split, SplitError};
+use route_greedy::split::{self as rule, Shape, Split};
 use route_greedy::state;
 use std::ops::Range;
 
@@ -29,9 +29,7 @@ pub fn plan(n: usize, tree_width: u16, log: impl Fn(&str)) -> Result<Plan, Optio
     if state::file_was_ignored() {
         return Err(None);
     }
-    cfg.model()
-        .map_err(SplitError::from)
-        .and_then(|m| rule::greedy_plan(n, &m, tree_width))
+    rule::greedy_plan(n, &cfg.model, tree_width)
         .map(|(ranges, depth)| Plan { ranges, depth })
         .map_err(|why| {
             Some(format!(

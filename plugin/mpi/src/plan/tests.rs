@@ -216,6 +216,24 @@ fn faults_name_node_and_variable() {
     );
     env = stepd_env(&[(VAR_SRUN, "x")]);
     assert!(plan(&env).unwrap_err().contains("GREEDY_MPI_SRUN"));
+    for (model, want) in [
+        ("0.001;0.004", "expected SEQ,REM"),
+        ("0.001,0", "at least 1 ns"),
+    ] {
+        let e = plan(&stepd_env(&[(VAR_MODEL, model)])).unwrap_err();
+        assert!(
+            e.starts_with("n2: GREEDY_MPI_MODEL=") && e.contains(want),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn the_model_travels_as_seq_comma_rem() {
+    // The text every stepd of a release reads: unchanged when the model became a type.
+    let env = stepd_env(&[]);
+    assert_eq!(env[VAR_MODEL], "0.001,0.004");
+    assert_eq!(plan(&env).unwrap().model, MpiConfig::default().model);
 }
 
 #[test]
