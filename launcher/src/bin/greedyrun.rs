@@ -29,11 +29,12 @@ EXIT STATUS:
     2     the command line or hostfile was refused (nothing was started)
     124   some agent did not start within --timeout (the message names the hosts)
     125   a host could not be reached, an agent or its remote shell died, or the wire-up failed
-    130   greedyrun got SIGINT (Ctrl-C); 143: SIGTERM. Ranks got SIGTERM, SIGKILL after --grace
+    130   greedyrun got SIGINT (Ctrl-C); 129: SIGHUP; 143: SIGTERM. Ranks got SIGTERM, SIGKILL
+          after --grace
     141   greedyrun's stdout was closed (broken pipe); the job was ended quietly
 With --tasks: 0 every task ended 0; 1 some task failed after its retries (each is named);
     2 the stream or --results could not be opened; 125 no host was left to run the rest
-    (each task not run is named); 130/143 interrupted.";
+    (each task not run is named); 129/130/143 interrupted; 141 stdout closed.";
 
 /// Which wire-up the ranks get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,7 +79,7 @@ enum Map {
 /// tree, local ranks forked by each host's agent (greedyd), stdio/signals/exit codes
 /// forwarded, and nothing left behind on failure.
 #[derive(Debug, Parser)]
-#[command(version, after_help = "Exit status: 0 ok; N first failing rank's code; 2 usage; 124 launch timeout; 125 host/agent lost; 130/143 interrupted; 141 broken pipe (--help: details)", after_long_help = EXIT_STATUS, args_override_self = true)]
+#[command(version, after_help = "Exit status: 0 ok; N first failing rank's code; 2 usage; 124 launch timeout; 125 host/agent lost; 129/130/143 interrupted; 141 broken pipe (--help: details)", after_long_help = EXIT_STATUS, args_override_self = true)]
 pub(crate) struct Args {
     /// Number of ranks (default: every slot of the hosts). `-np` also works.
     #[arg(short = 'n', long = "np", value_name = "NP")]
@@ -192,7 +193,8 @@ pub(crate) struct Args {
     #[arg(long, env = "GREEDY_AGENT", value_name = "PATH")]
     agent: Option<String>,
 
-    /// Seconds between progress lines while hosts are still starting (0: none).
+    /// Seconds between progress lines while hosts are still starting, and with --tasks while
+    /// tasks run (done, failed, running, tasks/s) (0: none).
     #[arg(long, default_value_t = 2.0, value_name = "SECS")]
     progress: f64,
 
@@ -200,13 +202,15 @@ pub(crate) struct Args {
     #[arg(long)]
     calibrate: bool,
 
-    /// Run a stream of tasks instead of a program: one shell command per line of FILE (`-`:
-    /// stdin), each in a free slot of the hosts (`sh -c LINE`, `GREEDY_TASK` its line number).
+    /// Run a stream of tasks instead of a program: one command per line of FILE (`-`: stdin),
+    /// each in a free slot of the hosts (`GREEDY_TASK` its line number); a line of plain words
+    /// runs as those words, one with shell syntax as `sh -c LINE`.
     /// With GREEDY_SESSION set, on that session's hosts (no host option needed).
     #[arg(long, value_name = "FILE|-", conflicts_with = "calibrate")]
     tasks: Option<String>,
 
-    /// With --tasks: one JSON line per task (task, host, exit, wall_s, end_s, runs, command).
+    /// With --tasks: one JSON line per task (task, host, exit, wall_s, end_s, runs, command;
+    /// `cancelled` for a task a cancelled stream did not finish, `error` for a line not run).
     #[arg(long, value_name = "FILE", requires = "tasks")]
     results: Option<PathBuf>,
 

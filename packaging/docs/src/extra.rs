@@ -96,8 +96,8 @@ some agent did not start within \fB\-\-timeout\fR (the message names the hosts).
 a host could not be reached, an agent or its remote shell died, or the wire\-up failed (the
 message names the host or rank).
 .TP
-.BR 130 ", " 143
-greedyrun got SIGINT (Ctrl\-C) or SIGTERM; every rank got SIGTERM, then SIGKILL after
+.BR 130 ", " 129 ", " 143
+greedyrun got SIGINT (Ctrl\-C), SIGHUP or SIGTERM; every rank got SIGTERM, then SIGKILL after
 \fB\-\-grace\fR.
 .TP
 .B 141
@@ -105,7 +105,8 @@ greedyrun's standard output was closed (broken pipe); the job was ended quietly.
 .PP
 With \fB\-\-tasks\fR: 0 when every task ended 0; 1 when some task failed after its retries
 (each is named); 2 when the stream or \fB\-\-results\fR could not be opened; 125 when no host
-was left to run the rest (each task not run is named); 130 or 143 when interrupted.
+was left to run the rest (each task not run is named); 129, 130 or 143 when interrupted; 141
+when its standard output was closed.
 .SH NOTES
 greedyd must be at the same path on every host (the package installs it as
 /usr/bin/greedyd). One remote shell per host is started, along the greedy launch tree; each
