@@ -2,103 +2,13 @@
 //! and `src/interfaces/mpi.h:61-77@slurm-24-11-5-1`; the asserts below are
 //! `sys/abi/offsets.c` compiled against the release's installed slurm.h.
 //!
-//! What changed since 22.05 (and what the safe wrappers in `crate::slurm` hide):
-//! - 23.02 renamed `mpi_plugin_client_info_t`/`mpi_plugin_task_info_t` to
-//!   `mpi_step_info_t`/`mpi_task_info_t` (`src/interfaces/mpi.h@slurm-23-02-0-1`);
-//! - 23.11 removed `slurm_addr_t *self` from `mpi_task_info_t` (`mpi.h@slurm-23-11-0-1`), and
-//!   put `cpt_compact_*` and `alias_addrs` into `slurm_step_layout_t`;
-//! - 24.11 gave `slurm_step_id_t` a leading `uint64_t sluid` (`slurm.h:2069-2074`), which moves
-//!   `step_layout` in the step info, and `slurm_kill_job_step` a `flags` argument
-//!   (`slurm.h:3830-3831`).
+//! The structs 24.11 shares with 26.05 (and what changed since 22.05) are in
+//! `since_24_11.rs`; here is what is 24.11's own: `slurm_kill_job_step`, which 24.11 gave a
+//! `flags` argument (`slurm.h:3830-3831`), and the step layout's offsets, with `front_end`.
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_void};
-
-/// `slurm_addr_t`.
-pub type slurm_addr_t = libc::sockaddr_storage;
-
-/// `slurm_step_id_t` (`struct slurm_step_id_msg`), with 24.11's `sluid`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct slurm_step_id_t {
-    /// Slurm lineage unique id of the step (0 when unknown).
-    pub sluid: u64,
-    /// Job id.
-    pub job_id: u32,
-    /// Heterogeneous component, NO_VAL when not a het step.
-    pub step_het_comp: u32,
-    /// Step id.
-    pub step_id: u32,
-}
-
-/// `slurm_step_layout_t`: where the step's tasks run (`slurm.h:2040-2067@slurm-24-11-5-1`).
-#[repr(C)]
-#[derive(Debug)]
-pub struct slurm_step_layout_t {
-    /// Compressed per-node cpus_per_task.
-    pub cpt_compact_array: *mut u16,
-    /// Entries in the `cpt_compact_*` arrays.
-    pub cpt_compact_cnt: u32,
-    /// Repetitions of each `cpt_compact_array` value.
-    pub cpt_compact_reps: *mut u32,
-    /// Front-end node name, or NULL.
-    pub front_end: *mut c_char,
-    /// `slurm_node_alias_addrs_t *` (cloud nodes' addresses), not read.
-    pub alias_addrs: *mut c_void,
-    /// Number of nodes.
-    pub node_cnt: u32,
-    /// Node names, a hostlist expression.
-    pub node_list: *mut c_char,
-    /// Plane size for plane distribution.
-    pub plane_size: u16,
-    /// Lowest protocol version of the step's nodes.
-    pub start_protocol_ver: u16,
-    /// Tasks on each node (`node_cnt` entries).
-    pub tasks: *mut u16,
-    /// Total tasks.
-    pub task_cnt: u32,
-    /// Task distribution.
-    pub task_dist: u32,
-    /// Global task ids per node: `tids[node][i]`.
-    pub tids: *mut *mut u32,
-}
-
-/// `mpi_step_info_t`, given to `mpi_p_client_prelaunch` in srun.
-#[repr(C)]
-#[derive(Debug)]
-pub struct mpi_step_info_t {
-    /// Het job id, NO_VAL when not het.
-    pub het_job_id: u32,
-    /// Task offset of this component, NO_VAL when not het.
-    pub het_job_task_offset: u32,
-    /// The step.
-    pub step_id: slurm_step_id_t,
-    /// Its layout.
-    pub step_layout: *mut slurm_step_layout_t,
-}
-
-/// `mpi_task_info_t`, given to `mpi_p_slurmstepd_task` in each task (no `self` since 23.11).
-#[repr(C)]
-#[derive(Debug)]
-pub struct mpi_task_info_t {
-    /// srun's address.
-    pub client: *mut slurm_addr_t,
-    /// Global rank.
-    pub gtaskid: u32,
-    /// Rank on this node.
-    pub ltaskid: i32,
-    /// Ranks on this node.
-    pub ltasks: u32,
-    /// Nodes of the step.
-    pub nnodes: u32,
-    /// This node's index in the step.
-    pub nodeid: u32,
-    /// Ranks of the step.
-    pub ntasks: u32,
-    /// The step.
-    pub step_id: slurm_step_id_t,
-}
+use std::ffi::c_int;
 
 unsafe extern "C" {
     /// Asks slurmctld to send `signal` to every task of a step (public `slurm.h:3830`);
@@ -107,28 +17,15 @@ unsafe extern "C" {
 }
 
 const _: () = {
-    use super::config_key_pair_t;
+    use super::{config_key_pair_t, slurm_step_layout_t};
     use std::mem::{offset_of, size_of};
     // sys/abi/offsets.c against slurm.h of Slurm 24.11.5 (x86_64)
-    assert!(size_of::<slurm_step_id_t>() == 24);
-    assert!(offset_of!(slurm_step_id_t, job_id) == 8);
-    assert!(offset_of!(slurm_step_id_t, step_het_comp) == 12);
-    assert!(offset_of!(slurm_step_id_t, step_id) == 16);
     assert!(size_of::<slurm_step_layout_t>() == 88);
     assert!(offset_of!(slurm_step_layout_t, node_cnt) == 40);
     assert!(offset_of!(slurm_step_layout_t, node_list) == 48);
     assert!(offset_of!(slurm_step_layout_t, tasks) == 64);
     assert!(offset_of!(slurm_step_layout_t, task_cnt) == 72);
     assert!(offset_of!(slurm_step_layout_t, tids) == 80);
-    assert!(size_of::<mpi_step_info_t>() == 40);
-    assert!(offset_of!(mpi_step_info_t, step_id) == 8);
-    assert!(offset_of!(mpi_step_info_t, step_layout) == 32);
-    assert!(size_of::<mpi_task_info_t>() == 56);
-    assert!(offset_of!(mpi_task_info_t, gtaskid) == 8);
-    assert!(offset_of!(mpi_task_info_t, ltaskid) == 12);
-    assert!(offset_of!(mpi_task_info_t, nodeid) == 24);
-    assert!(offset_of!(mpi_task_info_t, ntasks) == 28);
-    assert!(offset_of!(mpi_task_info_t, step_id) == 32);
     assert!(size_of::<config_key_pair_t>() == 16);
     assert!(offset_of!(config_key_pair_t, value) == 8);
 };
