@@ -5,6 +5,8 @@
 //! Host names are distinct loopback addresses, so the PMI overlay also runs for real. The
 //! cluster tests (tests/launcher/e2e.sh) cover real ssh/rsh and network namespaces.
 
+mod common;
+
 use std::{
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
@@ -12,17 +14,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-const GREEDYRUN: &str = env!("CARGO_BIN_EXE_greedyrun");
+use common::{
+    EndsSession, GREEDYRUN, alive, greedyrun, interrupt, session_process, session_socket, shell,
+    text, two_host_session, wait_alive,
+};
 
 /// A temp dir with the fake remote shells.
 fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let local = dir.path().join("localsh");
-    std::fs::write(
-        &local,
-        "#!/bin/sh\n# fake remote shell: ignore the host\nshift\nexec sh -c \"exec $*\"\n",
-    )
-    .unwrap();
+    let (dir, local) = shell();
     let hang = dir.path().join("hangsh");
     std::fs::write(
         &hang,
@@ -35,9 +34,7 @@ fn shells() -> (tempfile::TempDir, PathBuf, PathBuf) {
         ),
     )
     .unwrap();
-    for p in [&local, &hang] {
-        Command::new("chmod").arg("+x").arg(p).status().unwrap();
-    }
+    Command::new("chmod").arg("+x").arg(&hang).status().unwrap();
     (dir, local, hang)
 }
 
@@ -56,46 +53,10 @@ fn dead_host_shell(dir: &Path, local: &Path) -> PathBuf {
     dead
 }
 
-fn greedyrun(rsh: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(GREEDYRUN);
-    cmd.arg("--rsh")
-        .arg(rsh)
-        .args(["--progress", "0"])
-        .args(args);
-    cmd
-}
-
 fn run(rsh: &Path, args: &[&str]) -> (Output, Duration) {
     let t0 = Instant::now();
     let out = greedyrun(rsh, args).stdin(Stdio::null()).output().unwrap();
     (out, t0.elapsed())
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Processes whose command line contains `marker`, other than greps of it.
-fn alive(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
-            let c = text(&c).replace('\0', " ");
-            if c.contains(marker) && !c.contains("greedyrun") {
-                found.push(c);
-            }
-        }
-    }
-    found
-}
-
-/// Waits up to `secs` seconds until `n` processes carry `marker`; else fails saying `what`.
-fn wait_alive(marker: &str, n: usize, secs: u64, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while alive(marker).len() < n {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn assert_gone(marker: &str) {
@@ -197,11 +158,7 @@ fn sigint_terms_every_rank_and_exits_130() {
         assert!(lines.next().unwrap().unwrap().ends_with("up"));
     }
     let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    interrupt(&child);
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let status = child.wait().unwrap();
     let mut stderr = String::new();
@@ -263,7 +220,7 @@ fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    let (status, took, err) = interrupt(&mut child);
+    let (status, took, err) = interrupt_and_wait(&mut child);
     assert_eq!(status.code(), Some(130), "{err}");
     // Grace 1 s, then the stdout drain (1 s): not the 5 s + linger it took with stdout blocked.
     assert!(took < Duration::from_secs(4), "took {took:?}: {err}");
@@ -273,13 +230,11 @@ fn sigint_ends_the_job_at_once_while_stdout_is_not_read() {
 
 /// Sends greedyrun (`child`, its stderr piped) SIGINT as Ctrl-C would, waits for it: how it
 /// ended, how long that took, and what it said on stderr.
-fn interrupt(child: &mut std::process::Child) -> (std::process::ExitStatus, Duration, String) {
+fn interrupt_and_wait(
+    child: &mut std::process::Child,
+) -> (std::process::ExitStatus, Duration, String) {
     let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    interrupt(child);
     let status = child.wait().unwrap();
     let took = t0.elapsed();
     let mut err = String::new();
@@ -778,7 +733,7 @@ fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
 fn a_session_runs_a_stream_beside_jobs() {
     let (d, local, _) = shells();
     let marker = d.path().display().to_string();
-    let socket = two_host_session(&local);
+    let socket = two_host_session(&local, 2, "60");
     let _ends = EndsSession(socket.clone());
     let greedyrun = |args: &[&str]| {
         Command::new(GREEDYRUN)
@@ -878,7 +833,7 @@ fn a_session_runs_a_stream_beside_jobs() {
 #[test]
 fn a_killed_client_ends_its_stream_only() {
     let (d, local, _) = shells();
-    let socket = two_host_session(&local);
+    let socket = two_host_session(&local, 2, "60");
     let _ends = EndsSession(socket.clone());
     let stream = |name: &str, lines: &[String]| {
         let file = d.path().join(name);
@@ -1160,32 +1115,6 @@ fn a_detached_job_that_never_says_bye_is_ended_and_the_next_told_why() {
     );
 }
 
-/// Ends the session at this control socket however the test ends, so a failed assertion
-/// leaves no session behind.
-struct EndsSession(String);
-
-impl Drop for EndsSession {
-    fn drop(&mut self) {
-        let _ = Command::new(GREEDYRUN)
-            .arg("--end-session")
-            .env("GREEDY_SESSION", &self.0)
-            .output();
-    }
-}
-
-/// A session on localhost and 127.0.0.2, two slots each, started through `local`; its socket.
-fn two_host_session(local: &Path) -> String {
-    let out = Command::new(GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap()])
-        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
-        .args(["--idle-timeout", "60"])
-        .env_remove("GREEDY_SESSION")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    session_socket(&out)
-}
-
 /// `greedyrun --tasks FILE [--results RES]` submitted to the session at `socket`, its output
 /// piped.
 fn submit_stream(socket: &str, tasks: &Path, results: Option<&Path>) -> std::process::Child {
@@ -1200,29 +1129,6 @@ fn submit_stream(socket: &str, tasks: &Path, results: Option<&Path>) -> std::pro
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// The control socket `greedyrun --start-session` printed (`export GREEDY_SESSION=…`).
-fn session_socket(out: &Output) -> String {
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    stdout
-        .trim()
-        .strip_prefix("export GREEDY_SESSION=")
-        .unwrap_or_else(|| panic!("{stdout}"))
-        .to_string()
-}
-
-/// The process serving the session whose control socket is `socket`.
-fn session_process(socket: &str) -> Option<u32> {
-    let wanted = format!("GREEDY_SESSION_SERVE={socket}");
-    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let env = std::fs::read(e.path().join("environ")).ok()?;
-        env.split(|&b| b == 0)
-            .any(|v| v == wanted.as_bytes())
-            .then_some(pid)
-    })
 }
 
 /// Processes named `comm` below `root`.
@@ -1298,7 +1204,7 @@ fn a_task_stream_from_a_pipe_runs_each_line_as_it_comes() {
         assert_eq!(lines.next().unwrap().unwrap(), word);
     }
     // Ctrl-C while greedyrun waits for the next line ends it at once.
-    let (status, took, stderr) = interrupt(&mut child);
+    let (status, took, stderr) = interrupt_and_wait(&mut child);
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     drop(stdin);

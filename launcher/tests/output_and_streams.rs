@@ -1,48 +1,19 @@
 //! Regression tests of issue 35 (output, processes and sessions users can trust), end to end
-//! on this machine through the fake remote shell of `tests/local.rs`.
+//! on this machine through the fake remote shell of `tests/common`: process groups, whole
+//! lines, stdin backpressure, stalled session clients and task streams.
+
+mod common;
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-const GREEDYRUN: &str = env!("CARGO_BIN_EXE_greedyrun");
-
-/// A temp dir with the fake remote shell (it ignores the host and runs the agent here).
-fn shell() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let local = dir.path().join("localsh");
-    std::fs::write(
-        &local,
-        "#!/bin/sh\n# fake remote shell: ignore the host\nshift\nexec sh -c \"exec $*\"\n",
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&local)
-        .status()
-        .unwrap();
-    (dir, local)
-}
-
-fn greedyrun(rsh: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(GREEDYRUN);
-    cmd.arg("--rsh")
-        .arg(rsh)
-        .args(["--progress", "0"])
-        .args(args);
-    cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
+use common::{
+    EndsSession, GREEDYRUN, alive, greedyrun, interrupt, is_root, session_process, shell, text,
+    two_host_session, wait_alive,
+};
 
 /// Issue 35, finding 1: a group that only reuses a finished rank's pid is not the job's.
 ///
@@ -51,7 +22,7 @@ fn is_root() -> bool {
 /// very pid (a group of the same number); rank 1 then ends and the job ends with 0. The
 /// planted group must survive the agent's teardown.
 #[test]
-fn issue35_a_group_on_a_finished_ranks_pid_survives_the_jobs_end() {
+fn a_group_on_a_finished_ranks_pid_survives_the_jobs_end() {
     if !is_root() {
         eprintln!(
             "skipped: planting a pid needs root (ns_last_pid in a pid namespace); CI runs as root"
@@ -118,7 +89,7 @@ exit $RC
 /// writes a line's text and its newline separately (`python3 -u`, `PYTHONUNBUFFERED=1`) and
 /// sometimes pauses between the two.
 #[test]
-fn issue35_ranks_lines_stay_whole() {
+fn ranks_lines_stay_whole() {
     let (_d, local) = shell();
     let program = "import sys, time, os\n\
         r = os.environ['GREEDY_RANK']\n\
@@ -185,7 +156,7 @@ fn agents_of(pid: u32) -> Vec<u32> {
 /// Issue 35, finding 4: stdin goes to the stdin rank only as fast as the rank reads it, so
 /// neither greedyd nor greedyrun buffers what a fast producer writes; every byte still arrives.
 #[test]
-fn issue35_stdin_is_read_only_as_fast_as_the_rank_takes_it() {
+fn stdin_is_read_only_as_fast_as_the_rank_takes_it() {
     let (_d, local) = shell();
     const BYTES: u64 = 96 << 20;
     let mut child = greedyrun(
@@ -237,7 +208,7 @@ fn issue35_stdin_is_read_only_as_fast_as_the_rank_takes_it() {
 /// Issue 35, finding 3: whole lines or raw chunks (`--unbuffered`), a rank's output arrives
 /// byte for byte, binary data and long lines included.
 #[test]
-fn issue35_output_is_byte_exact_in_lines_and_unbuffered() {
+fn output_is_byte_exact_in_lines_and_unbuffered() {
     let (dir, local) = shell();
     let data = dir.path().join("data");
     let status = Command::new("sh")
@@ -274,50 +245,6 @@ fn issue35_output_is_byte_exact_in_lines_and_unbuffered() {
     }
 }
 
-/// Ends the session whose socket it holds when dropped (a failed test leaves none behind).
-struct EndsSession(String);
-
-impl Drop for EndsSession {
-    fn drop(&mut self) {
-        let _ = Command::new(GREEDYRUN)
-            .arg("--end-session")
-            .env("GREEDY_SESSION", &self.0)
-            .output();
-    }
-}
-
-/// A session on localhost and 127.0.0.2, `slots` slots each, started through `local`; its
-/// socket.
-fn session(local: &Path, slots: u32) -> String {
-    let out = Command::new(GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap()])
-        .args(["-H", &format!("localhost:{slots},127.0.0.2:{slots}")])
-        .args(["--start-session", "--idle-timeout", "120"])
-        .env_remove("GREEDY_SESSION")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    stdout
-        .trim()
-        .strip_prefix("export GREEDY_SESSION=")
-        .unwrap_or_else(|| panic!("{stdout}"))
-        .to_string()
-}
-
-/// The process serving the session whose control socket is `socket`.
-fn session_process(socket: &str) -> Option<u32> {
-    let wanted = format!("GREEDY_SESSION_SERVE={socket}");
-    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let env = std::fs::read(e.path().join("environ")).ok()?;
-        env.split(|&b| b == 0)
-            .any(|v| v == wanted.as_bytes())
-            .then_some(pid)
-    })
-}
-
 /// greedyrun with `args` on the session at `socket`, stdin closed, output piped.
 fn client(socket: &str, args: &[&str]) -> std::process::Child {
     Command::new(GREEDYRUN)
@@ -349,9 +276,9 @@ fn finish_within(mut child: std::process::Child, secs: u64, what: &str) -> std::
 /// normal time, the session's memory stays bounded, and the stalled ones are dropped (the
 /// stream cancelled, the job ended).
 #[test]
-fn issue35_a_client_that_does_not_read_stalls_no_one() {
+fn a_client_that_does_not_read_stalls_no_one() {
     let (d, local) = shell();
-    let socket = session(&local, 3);
+    let socket = two_host_session(&local, 3, "120");
     let _ends = EndsSession(socket.clone());
     let server = session_process(&socket).expect("the session runs");
     let mark = format!("stall-{}", d.path().display());
@@ -416,29 +343,6 @@ fn issue35_a_client_that_does_not_read_stalls_no_one() {
     }
 }
 
-/// Processes whose command line contains `marker`, other than greedyrun's own.
-fn alive(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                let c = text(&c).replace('\0', " ");
-                c.contains(marker) && !c.contains("greedyrun")
-            })
-        })
-        .count()
-}
-
-/// Waits up to `secs` seconds until `n` processes carry `marker`.
-fn wait_alive(marker: &str, n: usize, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while alive(marker) < n {
-        assert!(Instant::now() < deadline, "{marker}: {n} did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The JSON lines of a `--results` file.
 fn results(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -448,17 +352,10 @@ fn results(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn interrupt(child: &std::process::Child) {
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-}
-
 /// Issue 35, finding 5: a task line that is not UTF-8 is named and fails, and the rest of
 /// the stream runs.
 #[test]
-fn issue35_an_undecodable_task_line_fails_alone() {
+fn an_undecodable_task_line_fails_alone() {
     let (d, local) = shell();
     let tasks = d.path().join("tasks");
     std::fs::write(&tasks, b"echo one\necho \xff\xfe\necho three\n").unwrap();
@@ -491,9 +388,9 @@ fn issue35_an_undecodable_task_line_fails_alone() {
 /// Issue 35, finding 5: Ctrl-C on a session's stream client keeps the results of the tasks
 /// that finished.
 #[test]
-fn issue35_an_interrupted_session_client_keeps_its_results() {
+fn an_interrupted_session_client_keeps_its_results() {
     let (d, local) = shell();
-    let socket = session(&local, 2);
+    let socket = two_host_session(&local, 2, "120");
     let _ends = EndsSession(socket.clone());
     let mark = format!("keep-{}", d.path().display());
     let tasks = d.path().join("tasks");
@@ -510,7 +407,7 @@ fn issue35_an_interrupted_session_client_keeps_its_results() {
             res.to_str().unwrap(),
         ],
     );
-    wait_alive(&mark, 2, 15);
+    wait_alive(&mark, 2, 15, &format!("{mark}: 2 did not start"));
     std::thread::sleep(Duration::from_millis(500));
     interrupt(&c);
     let out = finish_within(c, 10, "the interrupted client");
@@ -523,7 +420,7 @@ fn issue35_an_interrupted_session_client_keeps_its_results() {
 /// Issue 35, finding 5: a cancelled stream (Ctrl-C) runs nothing again, even with retries,
 /// and names its unfinished tasks once, as cancelled, in its results too.
 #[test]
-fn issue35_a_cancelled_stream_reruns_nothing_and_names_its_tasks_once() {
+fn a_cancelled_stream_reruns_nothing_and_names_its_tasks_once() {
     let (d, local) = shell();
     let mark = format!("cancel-{}", d.path().display());
     let tasks = d.path().join("tasks");
@@ -541,13 +438,13 @@ fn issue35_a_cancelled_stream_reruns_nothing_and_names_its_tasks_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_alive(&mark, 2, 15);
+    wait_alive(&mark, 2, 15, &format!("{mark}: 2 did not start"));
     std::thread::sleep(Duration::from_millis(300));
     interrupt(&c);
     let out = finish_within(c, 15, "the interrupted stream");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert_eq!(alive(&mark), 0, "a cancelled task runs again");
+    assert_eq!(alive(&mark).len(), 0, "a cancelled task runs again");
     let lines = results(&res);
     assert_eq!(lines.len(), 3, "{lines:?}");
     for task in [2, 3] {
@@ -568,7 +465,7 @@ fn issue35_a_cancelled_stream_reruns_nothing_and_names_its_tasks_once() {
 /// Issue 35, finding 5: a stream whose stdout closes (`| head -1`) ends as SIGPIPE ends a
 /// job: exit 141, the rest not run.
 #[test]
-fn issue35_a_closed_stdout_ends_the_stream_with_141() {
+fn a_closed_stdout_ends_the_stream_with_141() {
     let (d, local) = shell();
     let ran = d.path().join("ran");
     std::fs::create_dir(&ran).unwrap();
@@ -599,7 +496,7 @@ fn issue35_a_closed_stdout_ends_the_stream_with_141() {
 /// Issue 35, finding 5: an empty GREEDY_SESSION means no session, as an empty variable
 /// means unset.
 #[test]
-fn issue35_an_empty_greedy_session_is_no_session() {
+fn an_empty_greedy_session_is_no_session() {
     let (_d, local) = shell();
     let out = greedyrun(&local, &["-H", "a", "--pmi", "none", "--", "echo", "hi"])
         .env("GREEDY_SESSION", "")

@@ -3,6 +3,8 @@
 //! session clients facing a socket that is not their own session's, a silent session client,
 //! and SIGHUP. Tests that act as another user need root; they say so and pass otherwise.
 
+mod common;
+
 use std::{
     io::Read,
     os::unix::{fs::PermissionsExt, net::UnixListener},
@@ -20,16 +22,9 @@ use greedy_launcher::proto::{App, BindTo, Down, PROTOCOL_VERSION, ParentCodec, P
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::FramedWrite;
 
-const GREEDYRUN: &str = env!("CARGO_BIN_EXE_greedyrun");
-const GREEDYD: &str = env!("CARGO_BIN_EXE_greedyd");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
+use common::{
+    EndsSession, GREEDYD, GREEDYRUN, is_root, localsh, processes_with, session_socket, text,
+};
 
 /// A fake `srun` in `dir`: writes its pid and its words to files beside it, waits `delay`
 /// seconds (Slurm starting the step) and while a file `hold` is beside it, then runs the
@@ -87,18 +82,6 @@ fn running(pid: &str) -> bool {
             .next()
             .is_some_and(|r| !r.trim_start().starts_with('Z'))
     })
-}
-
-/// Processes whose command line contains `marker`.
-fn alive(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let c = text(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
-            c.contains(marker).then_some(c)
-        })
-        .collect()
 }
 
 /// A Start that runs `argv` on host 0, `localhost`, with a secret of its own.
@@ -489,23 +472,15 @@ fn hangup(child: &Child) {
 /// Waits up to 5 s for `pids` and every process carrying `marker` to be gone.
 fn gone(pids: &[&str], marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|p| running(p)) || !alive(marker).is_empty() {
+    while pids.iter().any(|p| running(p)) || !processes_with(marker).is_empty() {
         assert!(
             Instant::now() < deadline,
             "left behind: {:?} {:?}",
             pids.iter().filter(|p| running(p)).collect::<Vec<_>>(),
-            alive(marker)
+            processes_with(marker)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// A fake remote shell that ignores the host and runs the agent here.
-fn localsh(dir: &Path) -> PathBuf {
-    let sh = dir.join("localsh");
-    std::fs::write(&sh, "#!/bin/sh\nshift\nexec sh -c \"exec $*\"\n").unwrap();
-    std::fs::set_permissions(&sh, std::fs::Permissions::from_mode(0o755)).unwrap();
-    sh
 }
 
 /// A client that connects to a session and says nothing delays no one: `--status` answers
@@ -527,12 +502,7 @@ fn a_silent_session_client_does_not_delay_status() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let stdout = text(&out.stdout);
-    let socket = stdout
-        .trim()
-        .strip_prefix("export GREEDY_SESSION=")
-        .unwrap_or_else(|| panic!("{stdout}{}", text(&out.stderr)))
-        .to_string();
+    let socket = session_socket(&out);
     let _end = EndsSession(socket.clone());
     let status = || {
         let t0 = Instant::now();
@@ -552,16 +522,4 @@ fn a_silent_session_client_does_not_delay_status() {
         beside < alone + Duration::from_secs(1),
         "--status took {beside:?} beside a silent client, {alone:?} alone"
     );
-}
-
-/// Ends the session at this socket however the test ends.
-struct EndsSession(String);
-
-impl Drop for EndsSession {
-    fn drop(&mut self) {
-        let _ = Command::new(GREEDYRUN)
-            .arg("--end-session")
-            .env("GREEDY_SESSION", &self.0)
-            .output();
-    }
 }
