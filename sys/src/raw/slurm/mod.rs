@@ -1,16 +1,15 @@
 //! The Slurm plugin ABI of the release whose headers were found at build time.
 //!
 //! Public types (`slurm.h`) and the internal MPI-plugin structs (`src/common/slurm_mpi.h`, from
-//! 23.02 `src/interfaces/mpi.h`, which Debian does not ship) are declared per release in a
-//! module gated by its cfg (`v22_05`, `v24_11`, `v26_05`), with `const` size/offset asserts
-//! that `sys/abi/offsets.c` prints from the release's real headers; what 24.11 and 26.05
-//! declare alike is declared once, in `since_24_11` (gated by either cfg, a field by its
-//! release where one differs), and each of their modules keeps its own differences and
-//! asserts. Every module names the hook structs by their 23.02 names, [`mpi_step_info_t`]
-//! and [`mpi_task_info_t`]. The functions are libslurmfull exports that slurmd, slurmstepd,
-//! srun and slurmctld already carry, resolved when the plugin is loaded
-//! (research/slurm-plugin-api.md §3); those whose signature changed between releases
-//! (`slurm_kill_job_step`) are declared in the release modules.
+//! 23.02 `src/interfaces/mpi.h`, which Debian does not ship) are declared once for every
+//! release, in `hooks` (and `stepd`), a field only some releases have gated by their cfg
+//! (`slurm_22_05`, `slurm_24_11`, `slurm_26_05`); the hook structs go by their 23.02 names,
+//! [`mpi_step_info_t`] and [`mpi_task_info_t`]. Each release's module (`v22_05`, `v24_11`,
+//! `v26_05`, gated by its cfg) keeps what is its own, and the `const` size/offset asserts that
+//! `sys/abi/offsets.c` prints from the release's real headers. The functions are libslurmfull
+//! exports that slurmd, slurmstepd, srun and slurmctld already carry, resolved when the
+//! plugin is loaded (research/slurm-plugin-api.md §3); those whose signature changed between
+//! releases (`slurm_kill_job_step`) are declared in the release modules.
 
 #![allow(non_camel_case_types)]
 
@@ -20,10 +19,6 @@ use std::ffi::{c_char, c_int, c_void};
 mod v22_05;
 #[cfg(slurm_22_05)]
 pub use v22_05::*;
-#[cfg(any(slurm_24_11, slurm_26_05))]
-mod since_24_11;
-#[cfg(any(slurm_24_11, slurm_26_05))]
-pub use since_24_11::*;
 #[cfg(slurm_24_11)]
 mod v24_11;
 #[cfg(slurm_24_11)]
@@ -32,6 +27,8 @@ pub use v24_11::*;
 mod v26_05;
 #[cfg(slurm_26_05)]
 pub use v26_05::*;
+mod hooks;
+pub use hooks::*;
 mod stepd;
 pub use stepd::stepd_step_rec_t;
 

@@ -2,9 +2,10 @@
 //! and `src/interfaces/mpi.h:61-77@slurm-24-11-5-1`; the asserts below are
 //! `sys/abi/offsets.c` compiled against the release's installed slurm.h.
 //!
-//! The structs 24.11 shares with 26.05 (and what changed since 22.05) are in
-//! `since_24_11.rs`; here is what is 24.11's own: `slurm_kill_job_step`, which 24.11 gave a
-//! `flags` argument (`slurm.h:3830-3831`), and the step layout's offsets, with `front_end`.
+//! The structs are declared with every release's in `hooks.rs` (with what changed since
+//! 22.05); here is what is 24.11's own: `slurm_kill_job_step`, which 24.11 gave a `flags`
+//! argument (`slurm.h:3830-3831`), and the step layout's asserts, with `front_end` (the
+//! asserts 24.11 shares with 26.05 are in `hooks.rs`).
 
 #![allow(non_camel_case_types)]
 

@@ -3,9 +3,10 @@
 //! compiled against the release's installed slurm.h (26.05.5: the mirror's newest tag is
 //! 26.05.3, whose `slurm.h` and `mpi.h` declare the same layouts).
 //!
-//! The structs 26.05 shares with 24.11 are in `since_24_11.rs` (the MPI hook structs are
+//! The structs are declared with every release's in `hooks.rs` (the MPI hook structs are
 //! those of 24.11, `mpi.h` unchanged but for line numbers; the step layout lost `front_end`
-//! in 25.05). Here is what is 26.05's own, hidden by `crate::slurm`:
+//! in 25.05), as are the asserts 26.05 shares with 24.11. Here is what is 26.05's own,
+//! hidden by `crate::slurm`:
 //! - 25.11 made `slurm_kill_job_step` take the step as a `slurm_step_id_t *`
 //!   (`slurm.h:3952-3953@slurm-26-05-3-1`; `slurm_pmi.c:398-409` fills it with `sluid` 0
 //!   and `step_het_comp` NO_VAL);

@@ -1,12 +1,14 @@
-//! What the plugin ABIs of Slurm 24.11 and 26.05 declare alike: `slurm_step_id_t` with its
-//! `sluid`, the step layout (but for 24.11's `front_end`) and the MPI hook structs, from
-//! `slurm/slurm.h` and `src/interfaces/mpi.h` (`mpi.h:61-77@slurm-24-11-5-1`,
-//! `mpi.h:62-78@slurm-26-05-3-1`: the same structs). What differs between the two releases,
-//! and each one's layout asserts, is in `v24_11.rs` and `v26_05.rs`.
+//! The step and MPI-hook structs of every supported release, declared once: a field only some
+//! releases have is gated by their cfg (as in `stepd.rs`). From `slurm/slurm.h` and the
+//! internal MPI-plugin header (`src/common/slurm_mpi.h:61-78@slurm-22-05-8-1`,
+//! `src/interfaces/mpi.h:61-77@slurm-24-11-5-1`, `mpi.h:62-78@slurm-26-05-3-1`). Each
+//! release's module (`v22_05.rs`, `v24_11.rs`, `v26_05.rs`) keeps what is its own and the
+//! asserts that pin these layouts to its headers.
 //!
 //! What changed since 22.05 (and what the safe wrappers in `crate::slurm` hide):
 //! - 23.02 renamed `mpi_plugin_client_info_t`/`mpi_plugin_task_info_t` to
-//!   `mpi_step_info_t`/`mpi_task_info_t` (`src/interfaces/mpi.h@slurm-23-02-0-1`);
+//!   [`mpi_step_info_t`]/[`mpi_task_info_t`] (`src/interfaces/mpi.h@slurm-23-02-0-1`; every
+//!   release is declared with the new names, 22.05 keeps the old ones as aliases);
 //! - 23.11 removed `slurm_addr_t *self` from `mpi_task_info_t` (`mpi.h@slurm-23-11-0-1`), and
 //!   put `cpt_compact_*` and `alias_addrs` into `slurm_step_layout_t`;
 //! - 24.11 gave `slurm_step_id_t` a leading `uint64_t sluid`
@@ -15,16 +17,17 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 
 /// `slurm_addr_t`.
 pub type slurm_addr_t = libc::sockaddr_storage;
 
-/// `slurm_step_id_t` (`struct slurm_step_id_msg`), with `sluid` (since 24.11).
+/// `slurm_step_id_t` (`struct slurm_step_id_msg`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct slurm_step_id_t {
-    /// Slurm lineage unique id of the step (0 when unknown).
+    /// Slurm lineage unique id of the step (0 when unknown), since 24.11.
+    #[cfg(not(slurm_22_05))]
     pub sluid: u64,
     /// Job id.
     pub job_id: u32,
@@ -39,17 +42,21 @@ pub struct slurm_step_id_t {
 #[repr(C)]
 #[derive(Debug)]
 pub struct slurm_step_layout_t {
-    /// Compressed per-node cpus_per_task.
+    /// Compressed per-node cpus_per_task (since 23.11).
+    #[cfg(not(slurm_22_05))]
     pub cpt_compact_array: *mut u16,
-    /// Entries in the `cpt_compact_*` arrays.
+    /// Entries in the `cpt_compact_*` arrays (since 23.11).
+    #[cfg(not(slurm_22_05))]
     pub cpt_compact_cnt: u32,
-    /// Repetitions of each `cpt_compact_array` value.
+    /// Repetitions of each `cpt_compact_array` value (since 23.11).
+    #[cfg(not(slurm_22_05))]
     pub cpt_compact_reps: *mut u32,
     /// Front-end node name, or NULL (removed in 25.05).
-    #[cfg(slurm_24_11)]
+    #[cfg(not(slurm_26_05))]
     pub front_end: *mut c_char,
-    /// `slurm_node_alias_addrs_t *` (cloud nodes' addresses), not read.
-    pub alias_addrs: *mut c_void,
+    /// `slurm_node_alias_addrs_t *` (cloud nodes' addresses), not read (since 23.11).
+    #[cfg(not(slurm_22_05))]
+    pub alias_addrs: *mut std::ffi::c_void,
     /// Number of nodes.
     pub node_cnt: u32,
     /// Node names, a hostlist expression.
@@ -68,7 +75,8 @@ pub struct slurm_step_layout_t {
     pub tids: *mut *mut u32,
 }
 
-/// `mpi_step_info_t`, given to `mpi_p_client_prelaunch` in srun.
+/// `mpi_step_info_t` (22.05: `mpi_plugin_client_info_t`), given to `mpi_p_client_prelaunch`
+/// in srun.
 #[repr(C)]
 #[derive(Debug)]
 pub struct mpi_step_info_t {
@@ -82,7 +90,8 @@ pub struct mpi_step_info_t {
     pub step_layout: *mut slurm_step_layout_t,
 }
 
-/// `mpi_task_info_t`, given to `mpi_p_slurmstepd_task` in each task (no `self` since 23.11).
+/// `mpi_task_info_t` (22.05: `mpi_plugin_task_info_t`), given to `mpi_p_slurmstepd_task` in
+/// each task.
 #[repr(C)]
 #[derive(Debug)]
 pub struct mpi_task_info_t {
@@ -100,14 +109,25 @@ pub struct mpi_task_info_t {
     pub nodeid: u32,
     /// Ranks of the step.
     pub ntasks: u32,
+    /// This node's address (removed in 23.11).
+    #[cfg(slurm_22_05)]
+    pub self_: *mut slurm_addr_t,
     /// The step.
     pub step_id: slurm_step_id_t,
 }
 
+/// 22.05's name of [`mpi_step_info_t`] (the same layout).
+#[cfg(slurm_22_05)]
+pub type mpi_plugin_client_info_t = mpi_step_info_t;
+/// 22.05's name of [`mpi_task_info_t`] (with `self`, which 23.11 removed).
+#[cfg(slurm_22_05)]
+pub type mpi_plugin_task_info_t = mpi_task_info_t;
+
+// sys/abi/offsets.c against slurm.h of Slurm 24.11.5 and of 26.05.5 (x86_64): the same
+// numbers for both; the step layout's, which differ, and 22.05's are in the release modules.
+#[cfg(not(slurm_22_05))]
 const _: () = {
     use std::mem::{offset_of, size_of};
-    // sys/abi/offsets.c against slurm.h of Slurm 24.11.5 and of 26.05.5 (x86_64): the same
-    // numbers for both; the step layout's, which differ, are in each release's module.
     assert!(size_of::<slurm_step_id_t>() == 24);
     assert!(offset_of!(slurm_step_id_t, job_id) == 8);
     assert!(offset_of!(slurm_step_id_t, step_het_comp) == 12);
