@@ -1,6 +1,7 @@
 //! The hooks' logic without I/O: srun's step layout and configuration in, the private
 //! variables out ([`prelaunch_env`]); slurmstepd's record of the step and its environment in,
-//! what this node must serve out ([`StepPlan::new`]); a rank's PMI variables ([`task_env`]).
+//! what this node must serve out ([`StepPlan::new`]). A rank's PMI variables are in the agent's
+//! [`crate::agent::TaskTable`].
 //!
 //! Flow: srun's `client_prelaunch` puts the `GREEDY_MPI_*` variables into the launch env;
 //! slurmd copies them into every stepd's job env; `prefork` checks them against slurmstepd's
