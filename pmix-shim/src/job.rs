@@ -29,19 +29,12 @@ impl JobSecret {
 
     /// Parses the lowercase hex form the launcher passes to agents (`to_hex`).
     pub fn from_hex(hex: &str) -> Option<Self> {
-        if !hex.len().is_multiple_of(2) {
-            return None;
-        }
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
-        Self::from_bytes(&bytes)
+        Self::from_bytes(&crate::auth::from_hex(hex)?)
     }
 
     /// Lowercase hex, for handing the secret to an agent through a private channel.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        crate::auth::to_hex(&self.0)
     }
 
     /// The secret itself, for keying other MACs (never send or log it).
