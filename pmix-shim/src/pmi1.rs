@@ -154,26 +154,83 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
         }
         _ => return Err(ParseError::NoCmd),
     };
-    let get = |field: &'static str| -> Result<&str, ParseError> {
-        fields
+    Fields {
+        cmd,
+        fields: &fields[1..],
+    }
+    .request(message)
+}
+
+/// The `key=value` fields after `cmd=`, read with the command's name for errors.
+struct Fields<'a> {
+    cmd: &'a str,
+    fields: &'a [(&'a str, &'a str)],
+}
+
+impl Fields<'_> {
+    /// The request the command names, its fields checked in the order the errors report them.
+    fn request(&self, message: Option<&str>) -> Result<Request, ParseError> {
+        Ok(match self.cmd {
+            "init" => Request::Init {
+                version: self.u32_of("pmi_version")?,
+                subversion: self.u32_of("pmi_subversion")?,
+            },
+            "initack" => Request::InitAck {
+                pmiid: self.u32_of("pmiid")?,
+            },
+            "get_maxes" => Request::GetMaxes,
+            "get_appnum" => Request::GetAppnum,
+            "get_universe_size" => Request::GetUniverseSize,
+            "get_my_kvsname" => Request::GetMyKvsname,
+            "put" => Request::Put {
+                kvsname: self.bounded("kvsname", KVSNAME_MAX)?,
+                key: self.bounded("key", KEYLEN_MAX)?,
+                value: self.bounded("value", VALLEN_MAX)?,
+            },
+            "get" => Request::Get {
+                kvsname: self.bounded("kvsname", KVSNAME_MAX)?,
+                key: self.bounded("key", KEYLEN_MAX)?,
+            },
+            "barrier_in" => Request::BarrierIn,
+            "finalize" => Request::Finalize,
+            "abort" => Request::Abort {
+                exitcode: match self.get("exitcode") {
+                    Ok(_) => {
+                        let n = self.num("exitcode")?;
+                        i32::try_from(n).map_err(|_| ParseError::BadNumber {
+                            field: "exitcode",
+                            text: n.to_string(),
+                        })?
+                    }
+                    Err(_) => 1,
+                },
+                message: message.map(|m| m.chars().take(VALLEN_MAX).collect()),
+            },
+            other => Request::Unsupported { cmd: other.into() },
+        })
+    }
+
+    fn get(&self, field: &'static str) -> Result<&str, ParseError> {
+        self.fields
             .iter()
-            .skip(1)
             .find(|(k, _)| *k == field)
             .map(|(_, v)| *v)
             .ok_or_else(|| ParseError::Missing {
-                cmd: cmd.into(),
+                cmd: self.cmd.into(),
                 field,
             })
-    };
-    let num = |field: &'static str| -> Result<i64, ParseError> {
-        let text = get(field)?;
+    }
+
+    fn num(&self, field: &'static str) -> Result<i64, ParseError> {
+        let text = self.get(field)?;
         text.parse().map_err(|_| ParseError::BadNumber {
             field,
             text: text.into(),
         })
-    };
-    let bounded = |field: &'static str, max: usize| -> Result<String, ParseError> {
-        let v = get(field)?;
+    }
+
+    fn bounded(&self, field: &'static str, max: usize) -> Result<String, ParseError> {
+        let v = self.get(field)?;
         if v.len() > max {
             return Err(ParseError::FieldTooLong {
                 field,
@@ -181,52 +238,15 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             });
         }
         Ok(v.to_owned())
-    };
-    let u32_of = |field: &'static str| -> Result<u32, ParseError> {
-        let n = num(field)?;
+    }
+
+    fn u32_of(&self, field: &'static str) -> Result<u32, ParseError> {
+        let n = self.num(field)?;
         u32::try_from(n).map_err(|_| ParseError::BadNumber {
             field,
             text: n.to_string(),
         })
-    };
-    Ok(match cmd {
-        "init" => Request::Init {
-            version: u32_of("pmi_version")?,
-            subversion: u32_of("pmi_subversion")?,
-        },
-        "initack" => Request::InitAck {
-            pmiid: u32_of("pmiid")?,
-        },
-        "get_maxes" => Request::GetMaxes,
-        "get_appnum" => Request::GetAppnum,
-        "get_universe_size" => Request::GetUniverseSize,
-        "get_my_kvsname" => Request::GetMyKvsname,
-        "put" => Request::Put {
-            kvsname: bounded("kvsname", KVSNAME_MAX)?,
-            key: bounded("key", KEYLEN_MAX)?,
-            value: bounded("value", VALLEN_MAX)?,
-        },
-        "get" => Request::Get {
-            kvsname: bounded("kvsname", KVSNAME_MAX)?,
-            key: bounded("key", KEYLEN_MAX)?,
-        },
-        "barrier_in" => Request::BarrierIn,
-        "finalize" => Request::Finalize,
-        "abort" => Request::Abort {
-            exitcode: match get("exitcode") {
-                Ok(_) => {
-                    let n = num("exitcode")?;
-                    i32::try_from(n).map_err(|_| ParseError::BadNumber {
-                        field: "exitcode",
-                        text: n.to_string(),
-                    })?
-                }
-                Err(_) => 1,
-            },
-            message: message.map(|m| m.chars().take(VALLEN_MAX).collect()),
-        },
-        other => Request::Unsupported { cmd: other.into() },
-    })
+    }
 }
 
 /// One line the server sends.

@@ -33,6 +33,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    ops::ControlFlow,
     path::PathBuf,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
@@ -333,6 +334,75 @@ struct Started {
     all_in: Option<oneshot::Sender<()>>,
 }
 
+impl Started {
+    /// Nothing to wait for under [`Binding::Known`]; under [`Binding::Reported`], every local
+    /// rank, and the receiver told when the last one is in.
+    fn new(job: &JobSpec, binding: &Binding) -> (Started, Option<oneshot::Receiver<()>>) {
+        match binding {
+            Binding::Known(_) => (Started::default(), None),
+            Binding::Reported => {
+                let (tx, rx) = oneshot::channel();
+                let started = Started {
+                    missing: job.local_ranks().iter().copied().collect(),
+                    bound: BTreeMap::new(),
+                    all_in: Some(tx),
+                };
+                (started, Some(rx))
+            }
+        }
+    }
+}
+
+/// Checks that the job id fits a PMIx namespace and creates the namespace's directory under
+/// `config.tmpdir`, both given to `config.owner` if set.
+fn namespace_dir(job: &JobSpec, config: &PmixConfig) -> Result<PathBuf, Error> {
+    let me = job.node_idx;
+    if job.job_id.len() > greedy_sys::pmix::MAX_NSLEN {
+        return Err(Error::InvalidJob {
+            job: job.job_id.clone(),
+            reason: format!(
+                "a PMIx namespace holds at most {} bytes",
+                greedy_sys::pmix::MAX_NSLEN
+            ),
+        });
+    }
+    let nsdir = config.tmpdir.join(format!("ns-{}", job.job_id));
+    let dirs_failed = |source| Error::Io {
+        node: me,
+        what: "creating the PMIx directories",
+        source,
+    };
+    std::fs::create_dir_all(&nsdir).map_err(dirs_failed)?;
+    if let Some((uid, gid)) = config.owner {
+        // Inner first: until `tmpdir` is theirs, the ranks' user cannot touch what is in it.
+        for dir in [&nsdir, &config.tmpdir] {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(dirs_failed)?;
+        }
+    }
+    Ok(nsdir)
+}
+
+/// `PMIx_server_init` for this node, with `bridge` taking PMIx's callbacks.
+fn init_server(job: &JobSpec, config: &PmixConfig, bridge: Arc<Bridge>) -> Result<Server, Error> {
+    let me = job.node_idx;
+    Server::init(
+        bridge,
+        &ServerConfig {
+            tmpdir: config.tmpdir.clone(),
+            hostname: job.hosts[me].clone(),
+            nodeid: me as u32,
+            server_nspace: format!("greedy-{}", job.job_id),
+            server_rank: me as u32,
+            admit: config.admit.clone(),
+        },
+    )
+    .map_err(|e| Error::Pmix {
+        node: me,
+        what: "PMIx_server_init".into(),
+        status: e.to_string(),
+    })
+}
+
 /// What PMIx's callbacks reach (no `Server` inside: the server owns the handler).
 struct Bridge {
     job: Arc<JobSpec>,
@@ -532,28 +602,7 @@ impl PmixServer {
         let me = job.node_idx;
         let job = Arc::new(job.clone());
         let span = info_span!("pmix", job = %job.job_id, node = me);
-        if job.job_id.len() > greedy_sys::pmix::MAX_NSLEN {
-            return Err(Error::InvalidJob {
-                job: job.job_id.clone(),
-                reason: format!(
-                    "a PMIx namespace holds at most {} bytes",
-                    greedy_sys::pmix::MAX_NSLEN
-                ),
-            });
-        }
-        let nsdir = config.tmpdir.join(format!("ns-{}", job.job_id));
-        let dirs_failed = |source| Error::Io {
-            node: me,
-            what: "creating the PMIx directories",
-            source,
-        };
-        std::fs::create_dir_all(&nsdir).map_err(dirs_failed)?;
-        if let Some((uid, gid)) = config.owner {
-            // Inner first: until `tmpdir` is theirs, the ranks' user cannot touch what is in it.
-            for dir in [&nsdir, &config.tmpdir] {
-                std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(dirs_failed)?;
-            }
-        }
+        let nsdir = namespace_dir(&job, &config)?;
         let state = Arc::new(Mutex::new(State::default()));
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -568,35 +617,8 @@ impl PmixServer {
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
         });
-        let server = Server::init(
-            bridge,
-            &ServerConfig {
-                tmpdir: config.tmpdir.clone(),
-                hostname: job.hosts[me].clone(),
-                nodeid: me as u32,
-                server_nspace: format!("greedy-{}", job.job_id),
-                server_rank: me as u32,
-                admit: config.admit.clone(),
-            },
-        )
-        .map_err(|e| Error::Pmix {
-            node: me,
-            what: "PMIx_server_init".into(),
-            status: e.to_string(),
-        })?;
-        let server = Arc::new(server);
-        // Under Binding::Known nothing is waited for.
-        let (missing, all_in, all_started) = match config.binding {
-            Binding::Known(_) => (HashSet::new(), None, None),
-            Binding::Reported => {
-                let (tx, rx) = oneshot::channel();
-                (
-                    job.local_ranks().iter().copied().collect(),
-                    Some(tx),
-                    Some(rx),
-                )
-            }
-        };
+        let server = Arc::new(init_server(&job, &config, bridge)?);
+        let (started, all_started) = Started::new(&job, &config.binding);
         let shared = Arc::new(Shared {
             job: job.clone(),
             config: config.clone(),
@@ -608,11 +630,7 @@ impl PmixServer {
             tracker,
             nsdir,
             registered: watch::Sender::new(None),
-            started: Mutex::new(Started {
-                missing,
-                bound: BTreeMap::new(),
-                all_in,
-            }),
+            started: Mutex::new(started),
         });
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
@@ -1034,112 +1052,137 @@ fn spans_every_node(job: &JobSpec, procs: &[Proc]) -> bool {
 
 /// Carries fences to the overlay one at a time, in the order PMIx reported them.
 async fn fence_loop(shared: Arc<Shared>, mut fences: mpsc::Receiver<FenceReq>) {
-    let job = &shared.job;
-    let me = job.node_idx;
     loop {
         let req = tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             r = fences.recv() => match r { Some(r) => r, None => return },
         };
-        let FenceReq {
-            procs,
-            collect,
-            data,
-            done,
-        } = req;
-        if !spans_every_node(job, &procs) {
-            warn!(
-                ?procs,
-                "fence over a subset of the nodes (or another namespace): not supported"
-            );
-            done.complete(Status::NOT_SUPPORTED, Vec::new());
-            continue;
+        if fence(&shared, req).await.is_break() {
+            return;
         }
-        let mine = FenceBlob {
-            procs: procs.iter().map(|p| (p.nspace.clone(), p.rank)).collect(),
-            collect,
-            data: if collect {
-                Bytes::from(data)
-            } else {
-                Bytes::new()
-            },
-        };
-        let blob = match postcard::to_stdvec(&mine) {
-            Ok(b) => Bytes::from(b),
-            Err(e) => {
-                warn!("cannot encode fence blob: {e}");
-                done.complete(Status::ERROR, Vec::new());
-                continue;
-            }
-        };
-        let started = std::time::Instant::now();
-        let gathered = tokio::select! {
-            // Dropping `done` answers PMIx with an error; the server is finalized after this.
-            _ = shared.shutdown.cancelled() => return,
-            g = family::allgather(&shared.overlay, Family::Pmix, &shared.job, blob) => g,
-        };
-        let blobs = match gathered {
-            Ok(b) => b,
-            Err(e) => {
-                // Timeouts and aborts have already aborted the job.
-                warn!("fence failed: {e}");
-                let status = match e {
-                    Error::CollectiveTimeout { .. } => Status::TIMEOUT,
-                    _ => Status::ERROR,
-                };
-                done.complete(status, Vec::new());
-                continue;
-            }
-        };
-        let mut all = Vec::with_capacity(blobs.iter().map(Bytes::len).sum());
-        let mut mismatch = None;
-        for (node, b) in blobs.iter().enumerate() {
-            match postcard::from_bytes::<FenceBlob>(b) {
-                Ok(f) if f.procs == mine.procs && f.collect == mine.collect => {
-                    all.extend_from_slice(&f.data)
-                }
-                Ok(f) => {
-                    mismatch = Some(format!(
-                        "node {me} fence: node {node} ran a different fence (participants {:?}, collect {}) than this node ({:?}, collect {}); PMIx fences must be issued in the same order on every node",
-                        f.procs, f.collect, mine.procs, mine.collect
-                    ));
-                    break;
-                }
-                Err(e) => {
-                    mismatch = Some(format!(
-                        "node {me} fence: undecodable blob from node {node}: {e}"
-                    ));
-                    break;
-                }
-            }
+    }
+}
+
+/// Runs one fence over the overlay and answers PMIx; `Break` when the server stops meanwhile.
+async fn fence(shared: &Shared, req: FenceReq) -> ControlFlow<()> {
+    let job = &shared.job;
+    let me = job.node_idx;
+    let FenceReq {
+        procs,
+        collect,
+        data,
+        done,
+    } = req;
+    if !spans_every_node(job, &procs) {
+        warn!(
+            ?procs,
+            "fence over a subset of the nodes (or another namespace): not supported"
+        );
+        done.complete(Status::NOT_SUPPORTED, Vec::new());
+        return ControlFlow::Continue(());
+    }
+    let mine = FenceBlob {
+        procs: procs.iter().map(|p| (p.nspace.clone(), p.rank)).collect(),
+        collect,
+        data: if collect {
+            Bytes::from(data)
+        } else {
+            Bytes::new()
+        },
+    };
+    let blob = match postcard::to_stdvec(&mine) {
+        Ok(b) => Bytes::from(b),
+        Err(e) => {
+            warn!("cannot encode fence blob: {e}");
+            done.complete(Status::ERROR, Vec::new());
+            return ControlFlow::Continue(());
         }
-        if let Some(reason) = mismatch {
+    };
+    let started = std::time::Instant::now();
+    let gathered = tokio::select! {
+        // Dropping `done` answers PMIx with an error; the server is finalized after this.
+        _ = shared.shutdown.cancelled() => return ControlFlow::Break(()),
+        g = family::allgather(&shared.overlay, Family::Pmix, &shared.job, blob) => g,
+    };
+    let blobs = match gathered {
+        Ok(b) => b,
+        Err(e) => {
+            // Timeouts and aborts have already aborted the job.
+            warn!("fence failed: {e}");
+            let status = match e {
+                Error::CollectiveTimeout { .. } => Status::TIMEOUT,
+                _ => Status::ERROR,
+            };
+            done.complete(status, Vec::new());
+            return ControlFlow::Continue(());
+        }
+    };
+    let all = match concat_fence(me, &mine, &blobs) {
+        Ok(all) => all,
+        Err(reason) => {
             warn!("aborting job: {reason}");
             done.complete(Status::ERROR, Vec::new());
             shared
                 .overlay
                 .abort(AbortInfo::new(me, None, 1, reason))
                 .await;
-            continue;
+            return ControlFlow::Continue(());
         }
-        {
-            let mut st = lock(&shared.state);
-            st.fences += 1;
-            st.fence_log.push(FenceRecord {
-                collect,
-                local_bytes: mine.data.len(),
-                total_bytes: all.len(),
-                elapsed: started.elapsed(),
-            });
-        }
-        debug!(
+    };
+    record_fence(shared, collect, mine.data.len(), all.len(), started);
+    done.complete(Status::SUCCESS, all);
+    ControlFlow::Continue(())
+}
+
+/// Counts a completed fence in the node's log (benchmarks, diagnostics) and traces it.
+fn record_fence(
+    shared: &Shared,
+    collect: bool,
+    local_bytes: usize,
+    total_bytes: usize,
+    started: std::time::Instant,
+) {
+    {
+        let mut st = lock(&shared.state);
+        st.fences += 1;
+        st.fence_log.push(FenceRecord {
             collect,
-            bytes = all.len(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "fence complete"
-        );
-        done.complete(Status::SUCCESS, all);
+            local_bytes,
+            total_bytes,
+            elapsed: started.elapsed(),
+        });
     }
+    debug!(
+        collect,
+        bytes = total_bytes,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "fence complete"
+    );
+}
+
+/// Every node's fence data in node order, for PMIx; an error naming the node when one ran
+/// another fence than this node's `mine` or sent an undecodable blob.
+fn concat_fence(me: usize, mine: &FenceBlob, blobs: &[Bytes]) -> Result<Vec<u8>, String> {
+    let mut all = Vec::with_capacity(blobs.iter().map(Bytes::len).sum());
+    for (node, b) in blobs.iter().enumerate() {
+        match postcard::from_bytes::<FenceBlob>(b) {
+            Ok(f) if f.procs == mine.procs && f.collect == mine.collect => {
+                all.extend_from_slice(&f.data)
+            }
+            Ok(f) => {
+                return Err(format!(
+                    "node {me} fence: node {node} ran a different fence (participants {:?}, collect {}) than this node ({:?}, collect {}); PMIx fences must be issued in the same order on every node",
+                    f.procs, f.collect, mine.procs, mine.collect
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "node {me} fence: undecodable blob from node {node}: {e}"
+                ));
+            }
+        }
+    }
+    Ok(all)
 }
 
 /// Answers other nodes' direct-modex requests for this node's ranks.

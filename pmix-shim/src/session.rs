@@ -212,53 +212,11 @@ impl Session {
             self.require_rank("pmi1", raw)?;
         }
         Ok(match request {
-            Request::InitAck { pmiid } => {
-                if self.rank.is_some() || !node.claim(pmiid) {
-                    return Err(self.error(
-                        "pmi1",
-                        format!("pmiid {pmiid} is not a free local rank: {}", excerpt(raw)),
-                    ));
-                }
-                self.rank = Some(pmiid);
-                let mut out = Reply::InitAck.encode();
-                out += &Reply::Set {
-                    key: "size",
-                    value: i64::from(node.n_ranks()),
-                }
-                .encode();
-                out += &Reply::Set {
-                    key: "rank",
-                    value: i64::from(pmiid),
-                }
-                .encode();
-                out += &Reply::Set {
-                    key: "debug",
-                    value: 0,
-                }
-                .encode();
-                vec![Action::Send(out.into_bytes())]
-            }
-            Request::Init { version: 1, .. } => send(Reply::ResponseToInit {
-                version: 1,
-                subversion: 1,
-                rc: 0,
-            }),
-            Request::Init { version: 2, .. } => {
-                self.proto = Proto::Pmi2;
-                send(Reply::ResponseToInit {
-                    version: 2,
-                    subversion: 0,
-                    rc: 0,
-                })
-            }
+            Request::InitAck { pmiid } => self.pmi1_initack(pmiid, node, raw)?,
             Request::Init {
                 version,
                 subversion,
-            } => send(Reply::ResponseToInit {
-                version,
-                subversion,
-                rc: -1,
-            }),
+            } => send(self.pmi1_init(version, subversion)),
             Request::GetMaxes => send(Reply::Maxes),
             // Hydra answers 0 and MPICH only uses it for MPI_APPNUM; Slurm's -1 would be wrong for us.
             Request::GetAppnum => send(Reply::Appnum(0)),
@@ -303,6 +261,65 @@ impl Session {
         })
     }
 
+    /// `cmd=initack`: a `PMI_PORT` client claims its rank; the reply carries size and rank.
+    fn pmi1_initack(
+        &mut self,
+        pmiid: u32,
+        node: &mut dyn Node,
+        raw: &[u8],
+    ) -> Result<Vec<Action>, ProtocolError> {
+        use pmi1::Reply;
+        if self.rank.is_some() || !node.claim(pmiid) {
+            return Err(self.error(
+                "pmi1",
+                format!("pmiid {pmiid} is not a free local rank: {}", excerpt(raw)),
+            ));
+        }
+        self.rank = Some(pmiid);
+        let mut out = Reply::InitAck.encode();
+        out += &Reply::Set {
+            key: "size",
+            value: i64::from(node.n_ranks()),
+        }
+        .encode();
+        out += &Reply::Set {
+            key: "rank",
+            value: i64::from(pmiid),
+        }
+        .encode();
+        out += &Reply::Set {
+            key: "debug",
+            value: 0,
+        }
+        .encode();
+        Ok(vec![Action::Send(out.into_bytes())])
+    }
+
+    /// `cmd=init`: version 1 is served as is, 2 switches the connection to PMI-2 frames.
+    fn pmi1_init(&mut self, version: u32, subversion: u32) -> pmi1::Reply {
+        use pmi1::Reply;
+        match version {
+            1 => Reply::ResponseToInit {
+                version: 1,
+                subversion: 1,
+                rc: 0,
+            },
+            2 => {
+                self.proto = Proto::Pmi2;
+                Reply::ResponseToInit {
+                    version: 2,
+                    subversion: 0,
+                    rc: 0,
+                }
+            }
+            _ => Reply::ResponseToInit {
+                version,
+                subversion,
+                rc: -1,
+            },
+        }
+    }
+
     fn pmi2(
         &mut self,
         c: pmi2::Command,
@@ -312,49 +329,8 @@ impl Session {
         use pmi2::Reply;
         let bad = |s: &Self, e: pmi2::ParseError| s.error("pmi2", format!("{e}: {}", excerpt(raw)));
         let send = |r: Reply| vec![Action::Send(r.encode())];
-        let found = |value: Option<String>, name: &str, c: &pmi2::Command| {
-            let r = Reply::new(name, 0, Some(c));
-            match value {
-                Some(v) => r.field("found", "TRUE").field("value", &v),
-                None => r.field("found", "FALSE"),
-            }
-        };
         Ok(match c.cmd.as_str() {
-            "fullinit" => {
-                let text = c.require("pmirank").map_err(|e| bad(self, e))?;
-                let rank: u32 = text.parse().map_err(|_| {
-                    self.error(
-                        "pmi2",
-                        format!("pmirank={text:?} is not a rank: {}", excerpt(raw)),
-                    )
-                })?;
-                match self.rank {
-                    Some(known) if known != rank => {
-                        return Err(self.error(
-                            "pmi2",
-                            format!("pmirank={rank} but this connection is rank {known}"),
-                        ));
-                    }
-                    Some(_) => {}
-                    None if node.claim(rank) => self.rank = Some(rank),
-                    None => {
-                        return Err(
-                            self.error("pmi2", format!("pmirank={rank} is not a free local rank"))
-                        );
-                    }
-                }
-                self.fullinit = true;
-                send(
-                    Reply::new("fullinit-response", 0, Some(&c))
-                        .field("pmi-version", "2")
-                        .field("pmi-subversion", "0")
-                        .field("rank", &rank.to_string())
-                        .field("size", &node.n_ranks().to_string())
-                        .field("appnum", "0")
-                        .field("debugged", "FALSE")
-                        .field("pmiverbose", "FALSE"),
-                )
-            }
+            "fullinit" => send(self.pmi2_fullinit(&c, node, raw)?),
             _ if !self.fullinit => {
                 return Err(
                     self.error("pmi2", format!("command before fullinit: {}", excerpt(raw)))
@@ -387,16 +363,7 @@ impl Session {
                 node.put_node_attr(key, value);
                 send(Reply::new("info-putnodeattr-response", 0, Some(&c)))
             }
-            "info-getnodeattr" => {
-                let key = c.require("key").map_err(|e| bad(self, e))?.to_owned();
-                let value = node.node_attr(&key);
-                if value.is_none() && c.get("wait") == Some("TRUE") {
-                    self.pending = Some(Pending::NodeAttr(c));
-                    vec![Action::WaitNodeAttr(key)]
-                } else {
-                    send(found(value, "info-getnodeattr-response", &c))
-                }
-            }
+            "info-getnodeattr" => self.pmi2_getnodeattr(c, node, raw)?,
             "finalize" => {
                 self.finalized = true;
                 vec![
@@ -417,6 +384,68 @@ impl Session {
                 let name = format!("{other}-response");
                 send(Reply::new(&name, -1, Some(&c)).field("errmsg", "unsupported command"))
             }
+        })
+    }
+
+    /// `fullinit`: the rank is the connection's own (`PMI_FD`) or a free local one (`PMI_PORT`).
+    fn pmi2_fullinit(
+        &mut self,
+        c: &pmi2::Command,
+        node: &mut dyn Node,
+        raw: &[u8],
+    ) -> Result<pmi2::Reply, ProtocolError> {
+        let text = c
+            .require("pmirank")
+            .map_err(|e| self.error("pmi2", format!("{e}: {}", excerpt(raw))))?;
+        let rank: u32 = text.parse().map_err(|_| {
+            self.error(
+                "pmi2",
+                format!("pmirank={text:?} is not a rank: {}", excerpt(raw)),
+            )
+        })?;
+        match self.rank {
+            Some(known) if known != rank => {
+                return Err(self.error(
+                    "pmi2",
+                    format!("pmirank={rank} but this connection is rank {known}"),
+                ));
+            }
+            Some(_) => {}
+            None if node.claim(rank) => self.rank = Some(rank),
+            None => {
+                return Err(self.error("pmi2", format!("pmirank={rank} is not a free local rank")));
+            }
+        }
+        self.fullinit = true;
+        Ok(pmi2::Reply::new("fullinit-response", 0, Some(c))
+            .field("pmi-version", "2")
+            .field("pmi-subversion", "0")
+            .field("rank", &rank.to_string())
+            .field("size", &node.n_ranks().to_string())
+            .field("appnum", "0")
+            .field("debugged", "FALSE")
+            .field("pmiverbose", "FALSE"))
+    }
+
+    /// `info-getnodeattr`: answered now, or with `wait=TRUE` once another rank puts the key.
+    fn pmi2_getnodeattr(
+        &mut self,
+        c: pmi2::Command,
+        node: &mut dyn Node,
+        raw: &[u8],
+    ) -> Result<Vec<Action>, ProtocolError> {
+        let key = c
+            .require("key")
+            .map_err(|e| self.error("pmi2", format!("{e}: {}", excerpt(raw))))?
+            .to_owned();
+        let value = node.node_attr(&key);
+        Ok(if value.is_none() && c.get("wait") == Some("TRUE") {
+            self.pending = Some(Pending::NodeAttr(c));
+            vec![Action::WaitNodeAttr(key)]
+        } else {
+            vec![Action::Send(
+                found(value, "info-getnodeattr-response", &c).encode(),
+            )]
         })
     }
 
@@ -456,6 +485,15 @@ impl Session {
                 Vec::new()
             }
         }
+    }
+}
+
+/// A PMI-2 lookup's reply: `found=TRUE` with the value, or `found=FALSE`.
+fn found(value: Option<String>, name: &str, c: &pmi2::Command) -> pmi2::Reply {
+    let r = pmi2::Reply::new(name, 0, Some(c));
+    match value {
+        Some(v) => r.field("found", "TRUE").field("value", &v),
+        None => r.field("found", "FALSE"),
     }
 }
 

@@ -28,16 +28,14 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Bytes, BytesMut};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::mpsc,
-};
+use bytes::Bytes;
+use tokio::{net::TcpListener, sync::mpsc};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::{Action, ENTRY_LEN, Report, Session, decode, node_table, nodetab_frame};
+mod connection;
+
+use super::{ENTRY_LEN, Report, node_table, nodetab_frame};
 use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
@@ -532,201 +530,10 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                     Ok(owner) => debug!(%peer, ?owner, "netlrts client"),
                     Err(refused) => return debug!("netlrts connection refused: {refused}"),
                 }
-                serve(s, stream).await;
+                connection::serve(s, stream).await;
             }
             .instrument(info_span!("conn", %peer, rank = tracing::field::Empty))
         },
     )
     .await
-}
-
-/// Serves one client connection until it is closed by either side or the server stops.
-async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
-    let mut session = Session::new();
-    let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
-    let mut buf = BytesMut::with_capacity(4096);
-    let mut closed_early = false;
-    // Set once `die` went out (clean end with 0, or abort): wait for the client's own exit
-    // (EOF), discard what it still sends ("aborting:" from the die handler), close at the
-    // deadline anyway.
-    let mut dying: Option<tokio::time::Instant> = None;
-    'conn: loop {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
-            _ = tokio::time::sleep_until(dying.unwrap_or_else(tokio::time::Instant::now)), if dying.is_some() => break,
-            Some(notice) = notices.recv() => match notice {
-                Notice::Send(bytes) => {
-                    if stream.write_all(&bytes).await.is_err() {
-                        closed_early = !session.ended();
-                        break;
-                    }
-                }
-                Notice::End => {
-                    let clean = session.rank().and_then(|r| shared.lock().endings.get(&r).copied()) == Some(0);
-                    if !clean || stream.write_all(&super::die_frame("")).await.is_err() {
-                        break;
-                    }
-                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
-                }
-                Notice::Die(msg) => {
-                    if stream.write_all(&super::die_frame(&msg)).await.is_err() {
-                        break;
-                    }
-                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
-                }
-            },
-            read = stream.read_buf(&mut buf) => {
-                match read {
-                    Ok(0) | Err(_) => { closed_early = !session.ended() && dying.is_none(); break; }
-                    Ok(_) => {}
-                }
-                if dying.is_some() {
-                    buf.clear();
-                    continue;
-                }
-                'frames: loop {
-                    let frame = match decode(&mut buf) {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(e) => { fail(&shared, &session, e.to_string()).await; break 'conn; }
-                    };
-                    let actions = match session.handle(&frame) {
-                        Ok(a) => a,
-                        Err(e) => { fail(&shared, &session, e.to_string()).await; break 'conn; }
-                    };
-                    for action in actions {
-                        let rank = session.rank();
-                        match action {
-                            Action::Init(init) => {
-                                let ok = u32::try_from(init.node_no).ok().filter(|r| {
-                                    shared.job.local_ranks().contains(r) && {
-                                        let mut st = shared.lock();
-                                        !st.handlers.contains_key(r) && st.handlers.insert(*r, tx.clone()).is_none()
-                                    }
-                                });
-                                let Some(r) = ok else {
-                                    // A stray or a duplicate: drop it without touching the job;
-                                    // a rank that never shows up is named by connect_timeout.
-                                    warn!("dropping netlrts client: {}", super::WireError::UnknownNode(init.node_no));
-                                    break 'conn;
-                                };
-                                session.accept(r);
-                                tracing::Span::current().record("rank", r);
-                                shared.first_connect.notify_one();
-                                if let Some((culprit, reason)) = shared.departures.spoke(r, Family::Charm) {
-                                    shared.abort(Some(culprit), 1, reason).await;
-                                    break 'conn;
-                                }
-                                // Late for an aborted job (the abort's `die` went to the
-                                // ranks connected then): end it the same way.
-                                let aborted = shared.overlay.aborted().borrow().clone();
-                                if let Some(info) = aborted {
-                                    let msg = format!("job aborted by {info}");
-                                    if stream.write_all(&super::die_frame(&msg)).await.is_err() {
-                                        break 'conn;
-                                    }
-                                    dying = Some(tokio::time::Instant::now() + DIE_GRACE);
-                                    break 'frames;
-                                }
-                                shared.reported(Report { rank: r, dataport: init.dataport, mach_id: init.mach_id, ip: shared.config.advertise.octets() });
-                            }
-                            Action::Output { stderr, text } => {
-                                // An empty print would read as the end marker; it shows nothing anyway.
-                                if let Some(r) = rank.filter(|_| !text.is_empty()) {
-                                    let _ = shared.output.send(Output { rank: r, stderr, data: text }).await;
-                                }
-                            }
-                            Action::Send(bytes) => {
-                                if stream.write_all(&bytes).await.is_err() {
-                                    closed_early = !session.ended();
-                                    break 'conn;
-                                }
-                            }
-                            Action::Scanf(fmt) => {
-                                let (Some(stdin), Some(r)) = (shared.config.scanf.clone(), rank) else {
-                                    // Stdin goes to the stdin rank's own fd 0 under greedyrun;
-                                    // serving it here too would split one stream two ways.
-                                    fail(&shared, &session, format!("scanf({fmt:?}) over netlrts is not supported by this launcher")).await;
-                                    break 'conn;
-                                };
-                                // Answered later, through this connection's own queue, so the
-                                // connection keeps serving (an abort's `die`) while stdin waits.
-                                let (reply, answer) = tokio::sync::oneshot::channel();
-                                let req = ScanfRequest { rank: r, conversions: super::scanf_conversions(&fmt), reply };
-                                let (s, tx) = (shared.clone(), tx.clone());
-                                shared.tracker.spawn(async move {
-                                    // The embedder may block on a terminal forever: shutdown wins.
-                                    let answered = tokio::select! {
-                                        _ = s.shutdown.cancelled() => return,
-                                        a = async { stdin.send(req).await.ok()?; answer.await.ok() } => a,
-                                    };
-                                    match answered {
-                                        Some(Some(text)) => { let _ = tx.send(Notice::Send(super::scanf_frame(&text))).await; }
-                                        Some(None) => {
-                                            let reason = format!("rank {r} on {}: scanf({fmt:?}) at the end of its standard input", s.host());
-                                            s.abort(Some(r), 1, reason).await;
-                                        }
-                                        None => {}
-                                    }
-                                }.in_current_span());
-                            }
-                            Action::Barrier | Action::Barrier0 => {
-                                if let Some(r) = rank { shared.barrier(r, action == Action::Barrier0); }
-                            }
-                            Action::Ending(code) => {
-                                if let Some(r) = rank { shared.ending(r, code); }
-                            }
-                            Action::Abort(msg) => {
-                                let r = rank;
-                                let who = r.map_or_else(|| "an unidentified netlrts client".to_string(), |r| format!("rank {r}"));
-                                let msg = msg.trim_end();
-                                // charmrun prints the message on its stderr; here it is the
-                                // rank's, which also reaches a Slurm user (the abort reason
-                                // itself only reaches the launcher and the logs).
-                                if let Some(r) = r {
-                                    let line = Bytes::from(format!("{msg}\n"));
-                                    let _ = shared.output.send(Output { rank: r, stderr: true, data: line }).await;
-                                }
-                                shared.abort(r, 1, format!("{who} on {} called CmiAbort: {msg}", shared.host())).await;
-                                break 'conn;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let _ = stream.shutdown().await;
-    if let Some(r) = session.rank() {
-        let end = Output {
-            rank: r,
-            stderr: false,
-            data: Bytes::new(),
-        };
-        let _ = shared.output.send(end).await;
-    }
-    if closed_early && let Some(r) = session.rank() {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(shared.config.early_close_grace) => {}
-        }
-        let exited = shared.lock().exited.contains_key(&r);
-        if !exited {
-            let reason = format!(
-                "rank {r} on {} closed its netlrts connection before ending",
-                shared.host()
-            );
-            shared.abort(Some(r), 1, reason).await;
-        }
-    }
-}
-
-async fn fail(shared: &Arc<Shared>, session: &Session, what: String) {
-    match session.rank() {
-        Some(r) => {
-            let reason = format!("rank {r} on {}: netlrts: {what}", shared.host());
-            shared.abort(Some(r), 1, reason).await;
-        }
-        None => warn!("dropping unidentified netlrts client: {what}"),
-    }
 }
