@@ -692,13 +692,9 @@ async fn report_to_srun(plan: &StepPlan, code: i32, at: WallTime, reason: String
 /// srun's port and the secret come from the refused env itself, and the report is signed
 /// for the step slurmstepd runs, so it can reach only that step's own srun.
 pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, reason: String) {
-    let srun = || {
-        let ip: IpAddr = get("SLURM_SRUN_COMM_HOST")?.parse().ok()?;
-        let port: u16 = get(plan::VAR_SRUN)?.parse().ok()?;
-        Some(SocketAddr::new(ip, port))
-    };
+    let srun = plan::srun_address(&stepd.node_name, &get).ok();
     let secret = get(plan::VAR_SECRET).and_then(|h| greedy_pmix::JobSecret::from_hex(&h));
-    let (Some(srun), Some(secret)) = (srun(), secret) else {
+    let (Some(srun), Some(secret)) = (srun, secret) else {
         return;
     };
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
