@@ -54,6 +54,7 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod job;
+pub mod job_end;
 mod listener;
 pub mod node;
 pub mod overlay;
