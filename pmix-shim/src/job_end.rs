@@ -129,10 +129,11 @@ async fn end_job<E: JobEnd>(end: &Arc<E>, info: &AbortInfo, policy: &EndPolicy, 
     }
 }
 
-/// [`JobEnd::kill`] off the runtime's workers.
+/// [`JobEnd::kill`] off the runtime's workers, in the watch's span (a blocking thread has
+/// none of its own), so the embedder's lines say which job and node.
 async fn kill<E: JobEnd>(end: &Arc<E>, why: Kill) {
-    let end = end.clone();
-    let _ = tokio::task::spawn_blocking(move || end.kill(why)).await;
+    let (end, span) = (end.clone(), tracing::Span::current());
+    let _ = tokio::task::spawn_blocking(move || span.in_scope(|| end.kill(why))).await;
 }
 
 /// Until this node has joined, an abort elsewhere reaches it over the overlay only if it is

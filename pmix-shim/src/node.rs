@@ -6,7 +6,9 @@
 //! PMIx scratch directory, and gives each rank the union of what the families need
 //! ([`NodeService::env_for`]). A rank is served by whichever protocol it speaks; the node's
 //! shared record ([`crate::departures`]) and the family tag on every fence ([`crate::family`])
-//! end a job whose ranks speak two.
+//! end a job whose ranks speak two. How the job then ends from this node (report to the
+//! launcher, kill the ranks) is the service's rule too ([`NodeService::watch_end`]), the
+//! embedder supplying only what its launcher does ([`crate::job_end::JobEnd`]).
 //!
 //! The variables of the families do not disturb each other's clients, with one exception:
 //! MPICH from 4.1 refuses to start when it sees both `PMI_*` and `PMIX_*` variables

@@ -22,7 +22,9 @@
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed message, a rank that
 //!    fails before finalize, ranks of two families, a timeout) reaches every node over the
 //!    overlay; the node where it started reports the code to srun and asks slurmctld to kill
-//!    the step (`Hooks::kill_step`), which ends every task on every node.
+//!    the step (`Hooks::kill_step`), which ends every task on every node. That rule is
+//!    greedy-pmix's ([`NodeService::watch_end`]); this module supplies what only a Slurm step
+//!    can do (`StepEnd`, greedy-pmix's `JobEnd`).
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
 //!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`). A short step (`srun
