@@ -6,7 +6,9 @@
 //! PMIx scratch directory, and gives each rank the union of what the families need
 //! ([`NodeService::env_for`]). A rank is served by whichever protocol it speaks; the node's
 //! shared record ([`crate::departures`]) and the family tag on every fence ([`crate::family`])
-//! end a job whose ranks speak two.
+//! end a job whose ranks speak two. How the job then ends from this node (report to the
+//! launcher, kill the ranks) is the service's rule too ([`NodeService::watch_end`]), the
+//! embedder supplying only what its launcher does ([`crate::job_end::JobEnd`]).
 //!
 //! The variables of the families do not disturb each other's clients, with one exception:
 //! MPICH from 4.1 refuses to start when it sees both `PMI_*` and `PMIX_*` variables
@@ -24,15 +26,17 @@ use std::{
     sync::Arc,
 };
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{Instrument, debug};
 
 use crate::{
     Error, JobSpec,
     charm::server::{CharmConfig, CharmServer, Output},
     departures::Departures,
     family::Family,
+    job_end::{self, EndPolicy, JobEnd},
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
     pmix::{PmixConfig, PmixServer},
@@ -285,6 +289,31 @@ impl NodeService {
     /// The overlay this node belongs to (its abort watch, its join).
     pub fn overlay(&self) -> &Overlay {
         &self.inner.overlay
+    }
+
+    /// Ends the job from this node when it aborts, with `end` doing what only the embedder
+    /// can ([`crate::job_end`]); `running` counts the local ranks not ended yet. Spawns the
+    /// abort watch in the current span and returns it: on the node the abort started on, the
+    /// embedder's shutdown lets it finish (the other nodes' ranks may run on otherwise).
+    /// Also spawns, outside any span, the wait for the launcher's word on the job's end
+    /// ([`EndPolicy::hear_end_after`]).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn watch_end<E: JobEnd>(
+        &self,
+        end: Arc<E>,
+        policy: EndPolicy,
+        running: watch::Receiver<usize>,
+    ) -> JoinHandle<()> {
+        if let Some(after) = policy.hear_end_after {
+            tokio::spawn(job_end::hear_end(
+                self.overlay().clone(),
+                end.clone(),
+                after,
+            ));
+        }
+        tokio::spawn(job_end::watch_abort(self.clone(), end, policy, running).in_current_span())
     }
 
     /// What local `rank` needs: every served family's variables (PMIx registers the rank),

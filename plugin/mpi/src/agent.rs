@@ -22,7 +22,9 @@
 //! 3. an abort anywhere in the job (a rank's `PMI_Abort`, a malformed message, a rank that
 //!    fails before finalize, ranks of two families, a timeout) reaches every node over the
 //!    overlay; the node where it started reports the code to srun and asks slurmctld to kill
-//!    the step (`Hooks::kill_step`), which ends every task on every node.
+//!    the step (`Hooks::kill_step`), which ends every task on every node. That rule is
+//!    greedy-pmix's ([`NodeService::watch_end`]); this module supplies what only a Slurm step
+//!    can do (`StepEnd`, greedy-pmix's `JobEnd`).
 //! 4. there is no per-step hook in slurmstepd after the tasks end: the agent stops in `fini`,
 //!    which slurmstepd calls at teardown, after every task has been reaped
 //!    ([`Agent::shutdown`], bounded by `GreedyShutdownTimeout`). A short step (`srun
@@ -34,10 +36,10 @@ use crate::Error;
 use crate::charm::{self, Stdio};
 use crate::plan::{self, Rendezvous as Choice, StepPlan, StepRecord};
 use crate::rendezvous::{ExitReport, SrunRendezvous, await_job_end, report_exit};
-use greedy_pmix::charm::server::OUTPUT_CAPACITY;
+use greedy_pmix::charm::server::{OUTPUT_CAPACITY, Output};
 use greedy_pmix::family::Family;
+use greedy_pmix::job_end::{EndPolicy, JobEnd, Kill};
 use greedy_pmix::node::{NodeConfig, NodeService};
-use greedy_pmix::overlay::Overlay;
 use greedy_pmix::peer::JobProcesses;
 use greedy_pmix::pmix::Binding;
 use greedy_pmix::rendezvous::{Fixed, Rendezvous};
@@ -53,7 +55,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, Span, error, info, info_span, warn};
 
 /// slurm.conf's NodeAddr for a NodeName.
 pub type NodeAddrFn = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -306,94 +308,16 @@ impl Agent {
         let node = plan.node().to_string();
         let (io, shim) = (Error::io(&node), Error::shim(&node));
         let my_ip = resolve(&node, &node, hooks)?;
-        let rendezvous = match (&plan.rendezvous, plan.parent()) {
-            (Choice::Ports { port }, parent) => {
-                let known = match parent {
-                    Some(p) => {
-                        let ip = resolve(&node, &plan.hosts[p], hooks)?;
-                        HashMap::from([(p, SocketAddr::new(ip, *port))])
-                    }
-                    None => HashMap::new(),
-                };
-                StepRendezvous::Ports(Fixed(known))
-            }
-            (Choice::Srun { addr }, _) => {
-                StepRendezvous::Srun(SrunRendezvous::new(*addr, &plan.kvsname, &plan.secret))
-            }
-        };
-        if plan.protocol.families().contains(&Family::Pmix) {
-            // Before the runtime's threads: it sets PMIx's and, for a moment, hwloc's
-            // variables in the environment.
-            greedy_sys::pmix::server::prepare_process();
-        }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("greedy-mpi")
-            .enable_all()
-            .build()
-            .map_err(|e| io("start the runtime", e))?;
-        let span = info_span!("mpi", job = %plan.kvsname, node = %node);
-        let mut agent = Agent {
-            runtime: Some(runtime),
-            service: None,
-            node: node.clone(),
-            shutdown_timeout: plan.shutdown_timeout,
-            leave: CancellationToken::new(),
-            exits: TaskTracker::new(),
-            abort_watch: None,
-            running: tokio::sync::watch::Sender::new(plan.ranks[plan.node_idx].len()),
-        };
+        let rendezvous = step_rendezvous(plan, hooks)?;
         // From here on a failure must stop what runs: `agent` does so when dropped.
-        let rt = agent.runtime.as_ref().expect("set above");
-        // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
-        // PMIx and netlrts endpoints at all.
-        let admit = JobProcesses::descendants_of(std::process::id(), plan.job_uid);
-        let mut config = NodeConfig::new(my_ip, admit, &plan.protocol.families()).map_err(|e| {
-            Error::Address {
-                host: node.clone(),
-                node: node.clone(),
-                reason: format!("{e} (its NodeAddr)"),
-            }
-        })?;
-        if let Choice::Ports { port } = plan.rendezvous {
-            config.overlay.bind = SocketAddr::new(my_ip, port);
-        }
-        config.overlay.join_timeout = plan.join_timeout;
-        config.overlay.collective_timeout = plan.fence_timeout + Duration::from_secs(30);
-        // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd polls
-        // for the stepd's exit once a second before it frees the nodes, so a long linger
-        // costs the next job a whole second.
-        config.overlay.shutdown_linger = SHUTDOWN_LINGER;
-        config.pmi.fence_timeout = plan.fence_timeout;
-        // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
-        config.pmix.owner = job_owner(plan);
-        // slurmstepd binds each task after prefork: each task hook says where its task runs,
-        // and PMIx tells the ranks after that.
-        config.pmix.binding = Binding::Reported;
+        let mut agent = Agent::new(plan)?;
+        let rt = agent.runtime.as_ref().expect("set by Agent::new");
+        let mut config = node_config(plan, my_ip)?;
         let register_timeout = config.pmix.register_timeout;
-        // A rank that has not connected by then is reported like a fence that never completes.
-        config.charm.connect_timeout = plan.fence_timeout;
         let local = &plan.ranks[plan.node_idx];
         let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUTPUT_CAPACITY);
-        let charm_stdio = if config.families.contains(&Family::Charm) {
-            let (task_side, agent_side) =
-                charm::stdio_channel().map_err(|e| io("stdio socketpair", e))?;
-            // One `scanf` at a time per node: each client waits for its answer anyway.
-            let (scanf_tx, scanf_rx) = tokio::sync::mpsc::channel(1);
-            config.charm.scanf = Some(scanf_tx);
-            let stdio = Stdio::start(
-                rt.handle(),
-                agent_side,
-                local.len(),
-                out_rx,
-                scanf_rx,
-                &node,
-            )
-            .map_err(|e| io("charm stdio threads", e))?;
-            Some((task_side, stdio))
-        } else {
-            None
-        };
+        let charm_stdio = charm_stdio(rt, &mut config, local.len(), out_rx, &node)?;
+        let span = info_span!("mpi", job = %plan.kvsname, node = %node);
         let service = rt
             .block_on(
                 NodeService::start(&plan.job_spec(), config, rendezvous, &agent.leave, out_tx)
@@ -402,59 +326,16 @@ impl Agent {
             .map_err(shim)?;
         agent.service = Some(service.clone());
         let stdio = charm_stdio.as_ref().map(|(_, stdio)| stdio.clone());
-        if let Some(stdio) = &stdio {
-            stdio.set_service(service.clone());
-            // A netlrts process exits 1 after `charm.exit(3)`: srun gets the 3 from here.
-            let (p, handle) = (plan.clone(), rt.handle().clone());
-            stdio.on_nonzero_end(Box::new(move |rank, code| {
-                let p = p.clone();
-                handle.spawn(async move {
-                    let reason =
-                        format!("rank {rank} on {} ended with charm.exit({code})", p.node());
-                    report_to_srun(&p, code, WallTime::now(), reason).await;
-                });
-            }));
-        }
-        let watch = rt.spawn(
-            watch_abort(
-                plan.clone(),
-                service.clone(),
-                stdio.clone(),
-                hooks.kill_step.clone(),
-                agent.running.subscribe(),
-            )
-            .instrument(span),
-        );
-        agent.abort_watch = Some(watch);
-        rt.spawn(hear_job_end(plan.clone(), service.overlay().clone()));
-        let mut ranks = HashMap::new();
-        let mut held = HashMap::new();
-        for &rank in local {
-            let wireup = rt.block_on(service.env_for(rank, None)).map_err(shim)?;
-            let fd = wireup.pmi_fd.as_ref().map(AsRawFd::as_raw_fd);
-            if let Some(theirs) = wireup.pmi_fd {
-                held.insert(rank, theirs);
-            }
-            let slot = RankSlot {
-                fd,
-                env: wireup.env,
-                defaults: wireup.defaults,
-            };
-            ranks.insert(rank, slot);
-        }
+        agent.abort_watch = Some(agent.watch_end(plan, hooks, stdio.clone(), &span));
+        let (ranks, held) = rank_slots(rt, &service, local, &node)?;
         let (reader, notify) = std::io::pipe().map_err(|e| io("notify pipe", e))?;
         agent.watch_tasks(reader, held, local.len(), stdio);
         let registered = if plan.protocol.families().contains(&Family::Pmix) {
-            let (read, write) = std::io::pipe().map_err(|e| io("registration pipe", e))?;
-            let write_fd = write.as_raw_fd();
-            // slurmstepd's copy of the write end closes when PMIx has registered the job (or
-            // given up); the tasks' own copies close in their hooks.
-            let service = service.clone();
-            rt.spawn(async move {
-                service.pmix_registered().await;
-                drop(write);
-            });
-            Some((read, write_fd, register_timeout * 2))
+            Some(
+                agent
+                    .registration(register_timeout)
+                    .map_err(|e| io("registration pipe", e))?,
+            )
         } else {
             None
         };
@@ -468,6 +349,84 @@ impl Agent {
                 charm_stdio: charm_stdio.map(|(task_side, _)| task_side),
             },
         ))
+    }
+
+    /// The agent of `plan` with its runtime, before the service starts.
+    fn new(plan: &StepPlan) -> Result<Agent, Error> {
+        if plan.protocol.families().contains(&Family::Pmix) {
+            // Before the runtime's threads: it sets PMIx's and, for a moment, hwloc's
+            // variables in the environment.
+            greedy_sys::pmix::server::prepare_process();
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("greedy-mpi")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io(plan.node())("start the runtime", e))?;
+        Ok(Agent {
+            runtime: Some(runtime),
+            service: None,
+            node: plan.node().to_string(),
+            shutdown_timeout: plan.shutdown_timeout,
+            leave: CancellationToken::new(),
+            exits: TaskTracker::new(),
+            abort_watch: None,
+            running: tokio::sync::watch::Sender::new(plan.ranks[plan.node_idx].len()),
+        })
+    }
+
+    /// Hands the end of the step to the node service (greedy-pmix's rule, [`StepEnd`] for
+    /// what only Slurm can do), and a Charm++ rank's non-zero end to srun.
+    /// Returns the abort watch.
+    fn watch_end(
+        &self,
+        plan: &StepPlan,
+        hooks: &Hooks,
+        stdio: Option<Stdio>,
+        span: &Span,
+    ) -> JoinHandle<()> {
+        let rt = self.runtime.as_ref().expect("running");
+        let service = self.service.clone().expect("started");
+        let end = Arc::new(StepEnd {
+            plan: plan.clone(),
+            kill_step: hooks.kill_step.clone(),
+            stdio: stdio.clone(),
+        });
+        if let Some(stdio) = &stdio {
+            stdio.set_service(service.clone());
+            // A netlrts process exits 1 after `charm.exit(3)`: srun gets the 3 from here.
+            let (p, handle) = (plan.clone(), rt.handle().clone());
+            stdio.on_nonzero_end(Box::new(move |rank, code| {
+                let p = p.clone();
+                handle.spawn(async move {
+                    let reason =
+                        format!("rank {rank} on {} ended with charm.exit({code})", p.node());
+                    report_to_srun(&p, code, WallTime::now(), reason).await;
+                });
+            }));
+        }
+        let _rt = rt.enter();
+        span.in_scope(|| service.watch_end(end, StepEnd::policy(), self.running.subscribe()))
+    }
+
+    /// Steps serving PMIx: the pipe whose write end closes when PMIx has registered the job
+    /// (or given up), with its number and how long a task waits for it.
+    fn registration(
+        &self,
+        register_timeout: Duration,
+    ) -> std::io::Result<(std::io::PipeReader, RawFd, Duration)> {
+        let rt = self.runtime.as_ref().expect("running");
+        let service = self.service.clone().expect("started");
+        let (read, write) = std::io::pipe()?;
+        let write_fd = write.as_raw_fd();
+        // slurmstepd's copy of the write end closes when PMIx has registered the job (or
+        // given up); the tasks' own copies close in their hooks.
+        rt.spawn(async move {
+            service.pmix_registered().await;
+            drop(write);
+        });
+        Ok((read, write_fd, register_timeout * 2))
     }
 
     /// Stops the node service, then the runtime; all within `GreedyShutdownTimeout`, after
@@ -534,6 +493,112 @@ impl Agent {
     }
 }
 
+/// How this node finds its overlay parent: at the reserved port of the parent's NodeAddr, or
+/// through srun.
+fn step_rendezvous(plan: &StepPlan, hooks: &Hooks) -> Result<StepRendezvous, Error> {
+    let node = plan.node();
+    Ok(match (&plan.rendezvous, plan.parent()) {
+        (Choice::Ports { port }, parent) => {
+            let known = match parent {
+                Some(p) => {
+                    let ip = resolve(node, &plan.hosts[p], hooks)?;
+                    HashMap::from([(p, SocketAddr::new(ip, *port))])
+                }
+                None => HashMap::new(),
+            };
+            StepRendezvous::Ports(Fixed(known))
+        }
+        (Choice::Srun { addr }, _) => {
+            StepRendezvous::Srun(SrunRendezvous::new(*addr, &plan.kvsname, &plan.secret))
+        }
+    })
+}
+
+/// The node service's settings for `plan`, its overlay on `my_ip`.
+fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
+    let node = plan.node();
+    // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
+    // PMIx and netlrts endpoints at all.
+    let admit = JobProcesses::descendants_of(std::process::id(), plan.job_uid);
+    let mut config =
+        NodeConfig::new(my_ip, admit, &plan.protocol.families()).map_err(|e| Error::Address {
+            host: node.to_string(),
+            node: node.to_string(),
+            reason: format!("{e} (its NodeAddr)"),
+        })?;
+    if let Choice::Ports { port } = plan.rendezvous {
+        config.overlay.bind = SocketAddr::new(my_ip, port);
+    }
+    config.overlay.join_timeout = plan.join_timeout;
+    config.overlay.collective_timeout = plan.fence_timeout + Duration::from_secs(30);
+    // Shutdown runs in slurmstepd's fini, after every local rank was reaped; slurmd polls
+    // for the stepd's exit once a second before it frees the nodes, so a long linger
+    // costs the next job a whole second.
+    config.overlay.shutdown_linger = SHUTDOWN_LINGER;
+    config.pmi.fence_timeout = plan.fence_timeout;
+    // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
+    config.pmix.owner = job_owner(plan);
+    // slurmstepd binds each task after prefork: each task hook says where its task runs,
+    // and PMIx tells the ranks after that.
+    config.pmix.binding = Binding::Reported;
+    // A rank that has not connected by then is reported like a fence that never completes.
+    config.charm.connect_timeout = plan.fence_timeout;
+    Ok(config)
+}
+
+/// Steps serving Charm++: the tasks' end of the stdio channel and the threads that write the
+/// ranks' prints (`out_rx`) and answer their `scanf`, which `config` is given.
+fn charm_stdio(
+    rt: &Runtime,
+    config: &mut NodeConfig,
+    n_local: usize,
+    out_rx: tokio::sync::mpsc::Receiver<Output>,
+    node: &str,
+) -> Result<Option<(std::os::unix::net::UnixDatagram, Stdio)>, Error> {
+    if !config.families.contains(&Family::Charm) {
+        return Ok(None);
+    }
+    let io = Error::io(node);
+    let (task_side, agent_side) = charm::stdio_channel().map_err(|e| io("stdio socketpair", e))?;
+    // One `scanf` at a time per node: each client waits for its answer anyway.
+    let (scanf_tx, scanf_rx) = tokio::sync::mpsc::channel(1);
+    config.charm.scanf = Some(scanf_tx);
+    let stdio = Stdio::start(rt.handle(), agent_side, n_local, out_rx, scanf_rx, node)
+        .map_err(|e| io("charm stdio threads", e))?;
+    Ok(Some((task_side, stdio)))
+}
+
+/// slurmstepd's copy of each local rank's PMI socket, by rank.
+type HeldSockets = HashMap<u32, OwnedFd>;
+
+/// Each local rank's variables and PMI socket, and slurmstepd's copies of the sockets, held
+/// until each task has been forked.
+fn rank_slots(
+    rt: &Runtime,
+    service: &NodeService,
+    local: &[u32],
+    node: &str,
+) -> Result<(HashMap<u32, RankSlot>, HeldSockets), Error> {
+    let mut ranks = HashMap::new();
+    let mut held = HashMap::new();
+    for &rank in local {
+        let wireup = rt
+            .block_on(service.env_for(rank, None))
+            .map_err(Error::shim(node))?;
+        let fd = wireup.pmi_fd.as_ref().map(AsRawFd::as_raw_fd);
+        if let Some(theirs) = wireup.pmi_fd {
+            held.insert(rank, theirs);
+        }
+        let slot = RankSlot {
+            fd,
+            env: wireup.env,
+            defaults: wireup.defaults,
+        };
+        ranks.insert(rank, slot);
+    }
+    Ok((ranks, held))
+}
+
 /// The uid and gid the step's tasks run as, when this stepd runs as root and they do not.
 fn job_owner(plan: &StepPlan) -> Option<(u32, u32)> {
     (plan.job_uid != 0 && greedy_sys::slurm::running_as_root())
@@ -548,32 +613,64 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
 /// then (a client exits within milliseconds of `die`; the kill is for those still starting).
 const CHARM_KILL_GRACE: Duration = Duration::from_secs(1);
 
-/// Logs an abort of the job and, on the node where it started, reports the job's exit code to
-/// srun and asks slurmctld to kill the step. In a step serving Charm++ (`stdio`), an abort
-/// that started at a local rank that spoke netlrts, or nothing yet, is told on its stderr,
-/// which srun shows; when the node's ranks speak netlrts, they got `die` and exit by
-/// themselves with their own status, and the report and the step kill (for ranks still
-/// starting) follow after [`CHARM_KILL_GRACE`].
-async fn watch_abort(
+/// How long after an abort a node that still has tasks asks again for the step's kill (each
+/// wait after the previous one). Slurm's step kill can miss a node's tasks (2 of 40
+/// `exitcode-ompi` steps here kept one node's two tasks, in a fence the abort had failed,
+/// until srun's own timeout).
+const KILL_STRAGGLERS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// How long a join may take before the node also asks srun to tell it of the job's end.
+/// Joins take milliseconds in most steps, which then open no connection for this. (CI run 19
+/// saw an `exitcode-ompi` step whose nodes not linked to the abort's waited 63 s in their
+/// first fence for the join to time out; its cause was not found.)
+const HEAR_END_AFTER: Duration = Duration::from_millis(500);
+
+/// When the step is killed again after an abort that came before the join; within the time
+/// `fini` gives the abort's report and kill. Another node's slurmstepd may not have started
+/// its tasks yet (the ranks are served from the launch on), and a kill that reaches a node
+/// before its tasks exist does not stop them.
+const KILL_AGAIN: [Duration; 2] = [Duration::from_millis(500), Duration::from_millis(1000)];
+
+/// How a Slurm step ends, for greedy-pmix's rule ([`greedy_pmix::job_end`]): srun hears the
+/// code and why, slurmctld kills the step, and in a step serving Charm++ the ranks' stdio is
+/// told and released.
+struct StepEnd {
     plan: StepPlan,
-    service: NodeService,
-    stdio: Option<Stdio>,
     kill_step: Arc<KillStepFn>,
-    mut running: tokio::sync::watch::Receiver<usize>,
-) {
-    let mut aborted = service.overlay().aborted();
-    let (job, step, me) = (plan.job_id, plan.step_id, plan.node_idx);
-    let info = match aborted.wait_for(Option::is_some).await {
-        Ok(seen) => seen.clone(),
-        Err(_) => return,
-    };
-    let Some(info) = info else { return };
-    // (The join's state is known at once: joined, failed with this abort, or still going.)
-    let joined = tokio::time::timeout(Duration::ZERO, service.overlay().joined()).await;
-    let before_join = !matches!(joined, Ok(Ok(())));
-    let origin = plan.hosts.get(info.origin_node).map_or("?", String::as_str);
-    error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
-    if let Some(stdio) = &stdio {
+    stdio: Option<Stdio>,
+}
+
+impl StepEnd {
+    /// The NodeName of node `idx`.
+    fn host(&self, idx: usize) -> &str {
+        self.plan.hosts.get(idx).map_or("?", String::as_str)
+    }
+
+    /// The rule's timing for a Slurm step.
+    fn policy() -> EndPolicy {
+        EndPolicy {
+            kill_again: KILL_AGAIN.to_vec(),
+            kill_stragglers: KILL_STRAGGLERS.to_vec(),
+            hear_end_after: Some(HEAR_END_AFTER),
+        }
+    }
+}
+
+impl JobEnd for StepEnd {
+    /// Logs the abort. In a step serving Charm++, an abort that started at a local rank that
+    /// spoke netlrts, or nothing yet, is told on its stderr, which srun shows; when the
+    /// node's ranks speak netlrts, they got `die` and exit by themselves with their own
+    /// status, and the report and the step kill (for ranks still starting) follow after
+    /// [`CHARM_KILL_GRACE`].
+    async fn aborted(&self, info: &AbortInfo, service: &NodeService) {
+        let (job, step, me) = (self.plan.job_id, self.plan.step_id, self.plan.node_idx);
+        let origin = self.host(info.origin_node);
+        error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
+        let Some(stdio) = &self.stdio else { return };
         // A netlrts rank's (or a rank's that never spoke) own output is where its user looks.
         let local = info.rank.filter(|_| info.origin_node == me);
         if let Some(rank) =
@@ -587,82 +684,49 @@ async fn watch_abort(
         // The step will be killed: no task's pipes may be held open by this node past that.
         stdio.release_all().await;
     }
-    if info.origin_node == me {
-        end_step(
-            &plan,
-            info.code,
-            info.at,
-            format!("{origin}: {}", info.reason),
-            kill_step.clone(),
-            before_join,
-        )
-        .await;
-    }
-    // Slurm's step kill can miss a node's tasks (2 of 40 `exitcode-ompi` steps here kept one
-    // node's two tasks, in a fence the abort had failed, until srun's own timeout): a node
-    // whose tasks outlive the abort asks for the kill again.
-    for wait in KILL_STRAGGLERS {
-        // Every task gone, or the agent (its watcher) is: nothing left to kill.
-        if tokio::time::timeout(wait, running.wait_for(|&n| n == 0))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        let left = *running.borrow();
-        warn!(
-            "mpi/greedy: {left} local tasks of step {job}.{step} still run after its abort: asking slurmctld to kill it again"
-        );
-        let kill = kill_step.clone();
-        let _ = tokio::task::spawn_blocking(move || kill(job, step)).await;
-    }
-}
 
-/// How long after an abort a node that still has tasks asks again for the step's kill (each
-/// wait after the previous one).
-const KILL_STRAGGLERS: [Duration; 3] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(4),
-];
-
-/// How long a join may take before the node also asks srun to tell it of the job's end.
-/// Joins take milliseconds in most steps, which then open no connection for this.
-const HEAR_END_AFTER: Duration = Duration::from_millis(500);
-
-/// Until this node has joined, an abort elsewhere reaches it over the overlay only if it is
-/// linked to the node the abort came from; otherwise only the step kill ends its tasks, and
-/// if that kill fails or misses them they wait in their first fence until the join times
-/// out (CI run 19 saw an `exitcode-ompi` step take 63 s; its cause was not found). srun
-/// keeps the report of the abort that ended the job: this node takes it as its own overlay's
-/// abort, which fails its ranks' fences whatever became of the kill. Ends when the node has
-/// joined (the overlay carries every abort from then on) or its join failed (which aborts
-/// anyway).
-async fn hear_job_end(plan: StepPlan, overlay: Overlay) {
-    tokio::select! {
-        _ = overlay.joined() => return,
-        _ = tokio::time::sleep(HEAR_END_AFTER) => {}
+    async fn report(&self, code: i32, abort: &AbortInfo) {
+        let reason = format!("{}: {}", self.host(abort.origin_node), abort.reason);
+        report_to_srun(&self.plan, code, abort.at, reason).await;
     }
-    let ended = tokio::select! {
-        _ = overlay.joined() => return,
-        ended = await_job_end(plan.srun, &plan.kvsname, &plan.secret, plan.node_idx) => ended,
-    };
-    match ended {
-        Ok(report) => {
-            info!(
-                origin = report.node,
-                "mpi/greedy: srun says the step ended before this node joined: {}", report.reason
+
+    fn kill(&self, why: Kill) {
+        let (job, step) = (self.plan.job_id, self.plan.step_id);
+        if let Kill::Stragglers { running } = why {
+            warn!(
+                "mpi/greedy: {running} local tasks of step {job}.{step} still run after its abort: asking slurmctld to kill it again"
             );
-            let abort = AbortInfo {
-                origin_node: report.node,
-                rank: None,
-                code: report.code,
-                reason: report.reason,
-                at: report.at,
-            };
-            overlay.abort(abort).await;
         }
-        Err(e) => info!("mpi/greedy: not watching srun for the step's end: {e}"),
+        // Asked again, the step may be gone by now: nothing to say if slurmctld refuses.
+        if !(self.kill_step)(job, step) && why == Kill::Ending {
+            error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
+        }
+    }
+
+    /// srun relays the kept report of the abort that ended the job, with its reporter's
+    /// signature.
+    async fn hear_end(&self) -> Result<AbortInfo, String> {
+        let p = &self.plan;
+        match await_job_end(p.srun, &p.kvsname, &p.secret, p.node_idx).await {
+            Ok(report) => {
+                info!(
+                    origin = report.node,
+                    "mpi/greedy: srun says the step ended before this node joined: {}",
+                    report.reason
+                );
+                Ok(AbortInfo {
+                    origin_node: report.node,
+                    rank: None,
+                    code: report.code,
+                    reason: report.reason,
+                    at: report.at,
+                })
+            }
+            Err(e) => {
+                info!("mpi/greedy: not watching srun for the step's end: {e}");
+                Err(e)
+            }
+        }
     }
 }
 
@@ -692,13 +756,9 @@ async fn report_to_srun(plan: &StepPlan, code: i32, at: WallTime, reason: String
 /// srun's port and the secret come from the refused env itself, and the report is signed
 /// for the step slurmstepd runs, so it can reach only that step's own srun.
 pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, reason: String) {
-    let srun = || {
-        let ip: IpAddr = get("SLURM_SRUN_COMM_HOST")?.parse().ok()?;
-        let port: u16 = get(plan::VAR_SRUN)?.parse().ok()?;
-        Some(SocketAddr::new(ip, port))
-    };
+    let srun = plan::srun_address(&stepd.node_name, &get).ok();
     let secret = get(plan::VAR_SECRET).and_then(|h| greedy_pmix::JobSecret::from_hex(&h));
-    let (Some(srun), Some(secret)) = (srun(), secret) else {
+    let (Some(srun), Some(secret)) = (srun, secret) else {
         return;
     };
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -721,42 +781,6 @@ pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, 
         info!("mpi/greedy: step {job}: srun {srun} did not take the refusal");
     }
 }
-
-/// Ends the step from this node: reports the job's exit code (0 becomes 1: a job that ends
-/// early has failed) and `reason` to srun, then asks slurmctld to kill the step.
-///
-/// An abort before this node had joined can come while another node's slurmstepd has not
-/// started its tasks yet (the ranks are served from the launch on), and a kill that reaches a
-/// node before its tasks exist does not stop them: `before_join` kills again after each of
-/// [`KILL_AGAIN`].
-async fn end_step(
-    plan: &StepPlan,
-    code: i32,
-    at: WallTime,
-    reason: String,
-    kill_step: Arc<KillStepFn>,
-    before_join: bool,
-) {
-    let (job, step) = (plan.job_id, plan.step_id);
-    report_to_srun(plan, if code == 0 { 1 } else { code }, at, reason).await;
-    let kill = kill_step.clone();
-    let done = tokio::task::spawn_blocking(move || kill(job, step)).await;
-    if !matches!(done, Ok(true)) {
-        error!("mpi/greedy: could not ask slurmctld to kill step {job}.{step}");
-    }
-    if before_join {
-        for wait in KILL_AGAIN {
-            tokio::time::sleep(wait).await;
-            let kill = kill_step.clone();
-            // The step may be gone by now: nothing to say if slurmctld refuses.
-            let _ = tokio::task::spawn_blocking(move || kill(job, step)).await;
-        }
-    }
-}
-
-/// When the step is killed again after an abort that came before the join (see [`end_step`]);
-/// within the time `fini` gives the abort's report and kill.
-const KILL_AGAIN: [Duration; 2] = [Duration::from_millis(500), Duration::from_millis(1000)];
 
 impl Drop for Agent {
     fn drop(&mut self) {

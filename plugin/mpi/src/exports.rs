@@ -11,7 +11,7 @@
 // The exports are found by name (dlsym), not by Rust paths; `pub` keeps that obvious.
 #![allow(unreachable_pub)]
 
-use crate::agent::{self, Agent, Hooks, TaskRecord, TaskTable};
+use crate::agent::{self, Agent, Hooks, RankSlot, TaskRecord, TaskTable};
 use crate::config::MpiConfig;
 use crate::plan::{self, StepPlan};
 use crate::srun::Client;
@@ -241,80 +241,94 @@ pub extern "C" fn mpi_p_slurmstepd_task(
                 log::error("mpi/greedy: task hook got no task info");
                 return SLURM_ERROR;
             };
-            let Some(slot) = TASKS.get().and_then(|t| t.ranks.get(&task.gtaskid)) else {
-                log::error(&format!(
-                    "mpi/greedy: rank {} has no PMI socket on this node",
-                    task.gtaskid
-                ));
+            let rank = task.gtaskid;
+            let Some((tasks, slot)) = task_slot(rank) else {
                 return SLURM_ERROR;
             };
-            let uid = slurm::effective_uid();
-            if TASKS.get().is_some_and(|t| t.job_uid != uid) {
-                log::error(&format!(
-                    "mpi/greedy: rank {} runs as uid {uid}, not the uid slurmstepd's record \
-                     gave prefork: this mpi_greedy.so misreads Slurm {}'s step record",
-                    task.gtaskid,
-                    greedy_sys::raw::slurm::VERSION
-                ));
-                return SLURM_ERROR;
-            }
             // SAFETY: `env` is `&job->env` in this freshly forked, single-threaded task.
             let Some(mut env) = (unsafe { Env::from_raw(env) }) else {
                 return SLURM_ERROR;
             };
-            for (k, v) in &slot.env {
-                if !env.set(k, v) {
-                    return SLURM_ERROR;
-                }
-            }
-            for (k, v) in &slot.defaults {
-                if env.get(k).is_none() && !env.set(k, v) {
-                    return SLURM_ERROR;
-                }
-            }
-            // A step that does not serve PMI has no socket of ours.
-            if let Some(fd) = slot.fd
-                && let Err(e) = slurm::keep_across_exec(fd)
-            {
-                log::error(&format!(
-                    "mpi/greedy: rank {}: PMI socket {fd}: {e}",
-                    task.gtaskid
-                ));
+            if !prepare_task(rank, slot, &mut env) {
                 return SLURM_ERROR;
             }
             // SAFETY: slurmstepd put the task's stdio on fds 0-2 before this hook
             // (mgr.c `prepare_stdio` precedes `exec_task`); they stay open during the call.
             let fds = [0, 1, 2].map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
             // Without it a Charm++ rank's prints would vanish: fail the task instead.
-            if let Some(tasks) = TASKS.get()
-                && let Err(e) = tasks.send_stdio(task.gtaskid, fds)
-            {
+            if let Err(e) = tasks.send_stdio(rank, fds) {
                 log::error(&format!(
-                    "mpi/greedy: rank {}: handing its stdio to the agent: {e}",
-                    task.gtaskid
+                    "mpi/greedy: rank {rank}: handing its stdio to the agent: {e}"
                 ));
                 return SLURM_ERROR;
             }
-            if let Some(tasks) = TASKS.get() {
-                let rank = task.gtaskid;
-                // Losing either only delays noticing a dead rank until the fence timeout.
-                let _ = tasks.forked(rank);
-                // A PMIx client reads its job's data as soon as it connects: not before PMIx
-                // has it (past the limit the task goes, and its PMIx_Init fails visibly).
-                if !tasks.wait_registered() {
-                    log::error(&format!(
-                        "mpi/greedy: rank {rank}: started before PMIx registered the job"
-                    ));
-                }
-                // The child execs the program; this process watches it and never returns.
-                let record = |code| TaskRecord::Exited(rank, code).encode();
-                if let Err(e) = slurm::watch_exec(tasks.notify_fd(), record) {
-                    log::error(&format!("mpi/greedy: rank {rank}: no exit watcher: {e}"));
-                }
-            }
+            run_watched(tasks, rank);
             SLURM_SUCCESS
         },
     )
+}
+
+/// The task table and `rank`'s slot in it, if this node serves `rank` and the task runs as
+/// the uid slurmstepd's record gave prefork; else logs why not.
+fn task_slot(rank: u32) -> Option<(&'static TaskTable, &'static RankSlot)> {
+    let Some((tasks, slot)) = TASKS.get().and_then(|t| Some((t, t.ranks.get(&rank)?))) else {
+        log::error(&format!(
+            "mpi/greedy: rank {rank} has no PMI socket on this node"
+        ));
+        return None;
+    };
+    let uid = slurm::effective_uid();
+    if tasks.job_uid != uid {
+        log::error(&format!(
+            "mpi/greedy: rank {rank} runs as uid {uid}, not the uid slurmstepd's record \
+             gave prefork: this mpi_greedy.so misreads Slurm {}'s step record",
+            greedy_sys::raw::slurm::VERSION
+        ));
+        return None;
+    }
+    Some((tasks, slot))
+}
+
+/// Puts `slot`'s variables into the task's `env` (its defaults only where the user set
+/// none) and keeps its PMI socket across exec; false if the task must fail.
+fn prepare_task(rank: u32, slot: &RankSlot, env: &mut Env) -> bool {
+    for (k, v) in &slot.env {
+        if !env.set(k, v) {
+            return false;
+        }
+    }
+    for (k, v) in &slot.defaults {
+        if env.get(k).is_none() && !env.set(k, v) {
+            return false;
+        }
+    }
+    // A step that does not serve PMI has no socket of ours.
+    if let Some(fd) = slot.fd
+        && let Err(e) = slurm::keep_across_exec(fd)
+    {
+        log::error(&format!("mpi/greedy: rank {rank}: PMI socket {fd}: {e}"));
+        return false;
+    }
+    true
+}
+
+/// Tells the agent the task was forked, waits for PMIx's registration where the step serves
+/// PMIx, and forks the program under an exit watcher; returns only if that fork failed.
+fn run_watched(tasks: &TaskTable, rank: u32) {
+    // Losing either only delays noticing a dead rank until the fence timeout.
+    let _ = tasks.forked(rank);
+    // A PMIx client reads its job's data as soon as it connects: not before PMIx
+    // has it (past the limit the task goes, and its PMIx_Init fails visibly).
+    if !tasks.wait_registered() {
+        log::error(&format!(
+            "mpi/greedy: rank {rank}: started before PMIx registered the job"
+        ));
+    }
+    // The child execs the program; this process watches it and never returns.
+    let record = |code| TaskRecord::Exited(rank, code).encode();
+    if let Err(e) = slurm::watch_exec(tasks.notify_fd(), record) {
+        log::error(&format!("mpi/greedy: rank {rank}: no exit watcher: {e}"));
+    }
 }
 
 /// No options for Slurm's parser: srun reads mpi/greedy's `Greedy*` keys from mpi.conf itself

@@ -346,6 +346,216 @@ pub struct StepPlan {
     pub shutdown_timeout: Duration,
 }
 
+/// srun's listener, from the job env: `SLURM_SRUN_COMM_HOST` (slurmd's view of srun's
+/// address) and the port srun put into [`VAR_SRUN`]. One rule for the plan and for the report
+/// of a refused step (`agent::report_refusal`), which must find the same srun. `node` names
+/// this node in errors.
+pub fn srun_address(node: &str, get: impl Fn(&str) -> Option<String>) -> Result<SocketAddr, Error> {
+    let env = StepEnv {
+        node: node.to_string(),
+        get,
+    };
+    env.srun()
+}
+
+/// A stepd's job env being read: every error names this node and the variable.
+struct StepEnv<G> {
+    node: String,
+    get: G,
+}
+
+/// The parts of the plan checked against slurmstepd's record.
+struct Layout {
+    kvsname: String,
+    hosts: Vec<String>,
+    node_idx: usize,
+    ranks: Vec<Vec<u32>>,
+}
+
+/// The parts of the plan only the env gives: nothing in Slurm's record to check them against.
+struct OwnFields {
+    secret: greedy_pmix::JobSecret,
+    model: LaunchModel,
+    protocol: Protocol,
+    srun: SocketAddr,
+    rendezvous: Rendezvous,
+    /// Join, fence, shutdown.
+    timeouts: [Duration; 3],
+}
+
+impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
+    fn need(&self, var: &'static str) -> Result<String, Error> {
+        (self.get)(var).ok_or_else(|| Error::Missing {
+            node: self.node.clone(),
+            var,
+        })
+    }
+
+    fn bad(&self, var: &'static str, value: &str, reason: String) -> Error {
+        Error::Malformed {
+            node: self.node.clone(),
+            var,
+            value: value.to_string(),
+            reason,
+        }
+    }
+
+    fn contradicts(&self, var: &'static str, value: &str, slurm: String) -> Error {
+        Error::Contradicts {
+            node: self.node.clone(),
+            var,
+            value: value.to_string(),
+            slurm,
+        }
+    }
+
+    /// The ids, hosts and ranks, each checked against slurmstepd's record of the step.
+    fn layout(&self, stepd: &StepRecord) -> Result<Layout, Error> {
+        let job = self.need(VAR_JOB)?;
+        let kvsname = format!("{}.{}", stepd.job_id, stepd.step_id);
+        if job != kvsname {
+            return Err(self.contradicts(VAR_JOB, &job, format!("step {kvsname}")));
+        }
+        let hosts_expr = self.need(VAR_HOSTS)?;
+        let hosts = greedy_tree::hostlist::expand_at_most(&hosts_expr, stepd.nnodes as usize)
+            .map_err(|e| self.bad(VAR_HOSTS, &hosts_expr, e.to_string()))?;
+        let node_idx = stepd.nodeid as usize;
+        if hosts.len() != stepd.nnodes as usize
+            || (!stepd.node_name.is_empty() && hosts.get(node_idx) != Some(&stepd.node_name))
+        {
+            return Err(self.contradicts(
+                VAR_HOSTS,
+                &hosts_expr,
+                format!(
+                    "{} nodes, this one {} at index {node_idx}",
+                    stepd.nnodes, self.node
+                ),
+            ));
+        }
+        let ranks_text = self.need(VAR_RANKS)?;
+        let ranks = decode_ranks(&ranks_text, stepd.ntasks as usize)
+            .map_err(|r| self.bad(VAR_RANKS, &ranks_text, r))?;
+        let n_ranks: usize = ranks.iter().map(Vec::len).sum();
+        if ranks.len() != hosts.len()
+            || n_ranks != stepd.ntasks as usize
+            || ranks[node_idx].len() != stepd.node_tasks as usize
+        {
+            return Err(self.contradicts(
+                VAR_RANKS,
+                &ranks_text,
+                format!(
+                    "{} tasks on {} nodes, {} on this one",
+                    stepd.ntasks, stepd.nnodes, stepd.node_tasks
+                ),
+            ));
+        }
+        Ok(Layout {
+            kvsname,
+            hosts,
+            node_idx,
+            ranks,
+        })
+    }
+
+    /// The secret, model, protocol, srun, rendezvous and timeouts, in that order.
+    fn own_fields(&self) -> Result<OwnFields, Error> {
+        let secret =
+            greedy_pmix::JobSecret::from_hex(&self.need(VAR_SECRET)?).ok_or_else(|| {
+                self.bad(
+                    VAR_SECRET,
+                    "<redacted>",
+                    "not a hex secret of 16 bytes or more".into(),
+                )
+            })?;
+        let model_text = self.need(VAR_MODEL)?;
+        let model: LaunchModel = model_text
+            .parse()
+            .map_err(|e: greedy_tree::Error| self.bad(VAR_MODEL, &model_text, e.to_string()))?;
+        let proto_text = self.need(VAR_PROTOCOL)?;
+        let protocol = proto_text
+            .parse()
+            .map_err(|r: String| self.bad(VAR_PROTOCOL, &proto_text, r))?;
+        let srun = self.srun()?;
+        let rendezvous = self.rendezvous(srun)?;
+        let timeouts = self.timeouts()?;
+        Ok(OwnFields {
+            secret,
+            model,
+            protocol,
+            srun,
+            rendezvous,
+            timeouts,
+        })
+    }
+
+    /// srun's listener ([`srun_address`]).
+    fn srun(&self) -> Result<SocketAddr, Error> {
+        let srun_text = self.need(VAR_SRUN)?;
+        let srun_port: u16 = srun_text
+            .parse()
+            .map_err(|_| self.bad(VAR_SRUN, &srun_text, "not a port".into()))?;
+        let host = self.need("SLURM_SRUN_COMM_HOST")?;
+        let srun_ip: IpAddr = host
+            .parse()
+            .map_err(|_| self.bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
+        Ok(SocketAddr::new(srun_ip, srun_port))
+    }
+
+    /// The reserved port when the step has one, else srun's board if the env asks for it.
+    fn rendezvous(&self, srun: SocketAddr) -> Result<Rendezvous, Error> {
+        let rdv_text = self.need(VAR_RENDEZVOUS)?;
+        let resv_text = (self.get)("SLURM_STEP_RESV_PORTS");
+        let resv = resv_text.as_deref().and_then(reserved_port);
+        // Root binds the overlay there: never on a port only root may bind.
+        if let (Some(port), Some(text)) = (resv, &resv_text)
+            && port < MIN_PORT
+        {
+            return Err(self.bad(
+                "SLURM_STEP_RESV_PORTS",
+                text,
+                format!("port {port} is below {MIN_PORT}, reserved to root"),
+            ));
+        }
+        match (resv, rdv_text.as_str()) {
+            // Reserved ports win whenever the step has them: no exchange at all.
+            (Some(port), "ports" | "srun") => Ok(Rendezvous::Ports { port }),
+            (None, "srun") => Ok(Rendezvous::Srun { addr: srun }),
+            (None, "ports") => Err(self.bad(
+                VAR_RENDEZVOUS,
+                &rdv_text,
+                "GreedyRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
+                 (set MpiParams=ports=A-B in slurm.conf or use srun --resv-ports)"
+                    .into(),
+            )),
+            _ => Err(self.bad(VAR_RENDEZVOUS, &rdv_text, "expected ports or srun".into())),
+        }
+    }
+
+    /// `GreedyJoinTimeout`, `GreedyFenceTimeout`, `GreedyShutdownTimeout`, each positive.
+    fn timeouts(&self) -> Result<[Duration; 3], Error> {
+        let t_text = self.need(VAR_TIMEOUTS)?;
+        let t: Vec<Duration> = t_text
+            .split(',')
+            .map(|s| {
+                // try_: a huge number of seconds is refused, not a panic.
+                s.parse::<f64>()
+                    .ok()
+                    .and_then(|v| Duration::try_from_secs_f64(v).ok())
+                    .filter(|d| !d.is_zero())
+            })
+            .collect::<Option<_>>()
+            .filter(|v: &Vec<Duration>| v.len() == 3)
+            .ok_or_else(|| {
+                self.bad(
+                    VAR_TIMEOUTS,
+                    &t_text,
+                    "expected JOIN,FENCE,SHUTDOWN seconds".into(),
+                )
+            })?;
+        Ok([t[0], t[1], t[2]])
+    }
+}
+
 impl StepPlan {
     /// The plan of the step slurmstepd runs (`stepd`, Slurm's own record) from its job env
     /// (`get` looks a variable up). The env comes from the user's srun, so what a root stepd
@@ -360,156 +570,28 @@ impl StepPlan {
         } else {
             stepd.node_name.clone()
         };
-        let need = |var: &'static str| {
-            get(var).ok_or_else(|| Error::Missing {
-                node: node.clone(),
-                var,
-            })
-        };
-        let bad = |var: &'static str, value: &str, reason: String| Error::Malformed {
-            node: node.clone(),
-            var,
-            value: value.to_string(),
-            reason,
-        };
-        let contradicts = |var: &'static str, value: &str, slurm: String| Error::Contradicts {
-            node: node.clone(),
-            var,
-            value: value.to_string(),
-            slurm,
-        };
-        let job = need(VAR_JOB)?;
-        let kvsname = format!("{}.{}", stepd.job_id, stepd.step_id);
-        if job != kvsname {
-            return Err(contradicts(VAR_JOB, &job, format!("step {kvsname}")));
-        }
-        let hosts_expr = need(VAR_HOSTS)?;
-        let hosts = greedy_tree::hostlist::expand_at_most(&hosts_expr, stepd.nnodes as usize)
-            .map_err(|e| bad(VAR_HOSTS, &hosts_expr, e.to_string()))?;
-        let node_idx = stepd.nodeid as usize;
-        if hosts.len() != stepd.nnodes as usize
-            || (!stepd.node_name.is_empty() && hosts.get(node_idx) != Some(&stepd.node_name))
-        {
-            return Err(contradicts(
-                VAR_HOSTS,
-                &hosts_expr,
-                format!(
-                    "{} nodes, this one {node} at index {node_idx}",
-                    stepd.nnodes
-                ),
-            ));
-        }
-        let ranks_text = need(VAR_RANKS)?;
-        let ranks = decode_ranks(&ranks_text, stepd.ntasks as usize)
-            .map_err(|r| bad(VAR_RANKS, &ranks_text, r))?;
-        let n_ranks: usize = ranks.iter().map(Vec::len).sum();
-        if ranks.len() != hosts.len()
-            || n_ranks != stepd.ntasks as usize
-            || ranks[node_idx].len() != stepd.node_tasks as usize
-        {
-            return Err(contradicts(
-                VAR_RANKS,
-                &ranks_text,
-                format!(
-                    "{} tasks on {} nodes, {} on this one",
-                    stepd.ntasks, stepd.nnodes, stepd.node_tasks
-                ),
-            ));
-        }
-        let secret = greedy_pmix::JobSecret::from_hex(&need(VAR_SECRET)?).ok_or_else(|| {
-            bad(
-                VAR_SECRET,
-                "<redacted>",
-                "not a hex secret of 16 bytes or more".into(),
-            )
-        })?;
-        let model_text = need(VAR_MODEL)?;
-        let model: LaunchModel = model_text
-            .parse()
-            .map_err(|e: greedy_tree::Error| bad(VAR_MODEL, &model_text, e.to_string()))?;
-        let proto_text = need(VAR_PROTOCOL)?;
-        let protocol = proto_text
-            .parse()
-            .map_err(|r: String| bad(VAR_PROTOCOL, &proto_text, r))?;
-        let srun_text = need(VAR_SRUN)?;
-        let srun_port: u16 = srun_text
-            .parse()
-            .map_err(|_| bad(VAR_SRUN, &srun_text, "not a port".into()))?;
-        let host = need("SLURM_SRUN_COMM_HOST")?;
-        let srun_ip: IpAddr = host
-            .parse()
-            .map_err(|_| bad("SLURM_SRUN_COMM_HOST", &host, "not an IP address".into()))?;
-        let srun = SocketAddr::new(srun_ip, srun_port);
-        let rdv_text = need(VAR_RENDEZVOUS)?;
-        let resv_text = get("SLURM_STEP_RESV_PORTS");
-        let resv = resv_text.as_deref().and_then(reserved_port);
-        // Root binds the overlay there: never on a port only root may bind.
-        if let (Some(port), Some(text)) = (resv, &resv_text)
-            && port < MIN_PORT
-        {
-            return Err(bad(
-                "SLURM_STEP_RESV_PORTS",
-                text,
-                format!("port {port} is below {MIN_PORT}, reserved to root"),
-            ));
-        }
-        let rendezvous = match (resv, rdv_text.as_str()) {
-            // Reserved ports win whenever the step has them: no exchange at all.
-            (Some(port), "ports" | "srun") => Rendezvous::Ports { port },
-            (None, "srun") => Rendezvous::Srun { addr: srun },
-            (None, "ports") => {
-                return Err(bad(
-                    VAR_RENDEZVOUS,
-                    &rdv_text,
-                    "GreedyRendezvous=ports but the step has no SLURM_STEP_RESV_PORTS \
-                     (set MpiParams=ports=A-B in slurm.conf or use srun --resv-ports)"
-                        .into(),
-                ));
-            }
-            _ => {
-                return Err(bad(
-                    VAR_RENDEZVOUS,
-                    &rdv_text,
-                    "expected ports or srun".into(),
-                ));
-            }
-        };
-        let t_text = need(VAR_TIMEOUTS)?;
-        let t: Vec<Duration> = t_text
-            .split(',')
-            .map(|s| {
-                // try_: a huge number of seconds is refused, not a panic.
-                s.parse::<f64>()
-                    .ok()
-                    .and_then(|v| Duration::try_from_secs_f64(v).ok())
-                    .filter(|d| !d.is_zero())
-            })
-            .collect::<Option<_>>()
-            .filter(|v: &Vec<Duration>| v.len() == 3)
-            .ok_or_else(|| {
-                bad(
-                    VAR_TIMEOUTS,
-                    &t_text,
-                    "expected JOIN,FENCE,SHUTDOWN seconds".into(),
-                )
-            })?;
+        let env = StepEnv { node, get };
+        // First what Slurm's record can contradict, then what only the env says.
+        let layout = env.layout(stepd)?;
+        let own = env.own_fields()?;
+        let [join_timeout, fence_timeout, shutdown_timeout] = own.timeouts;
         Ok(StepPlan {
             job_id: stepd.job_id,
             step_id: stepd.step_id,
-            kvsname,
-            hosts,
-            node_idx,
-            ranks,
-            secret,
-            model,
-            protocol,
-            rendezvous,
-            srun,
+            kvsname: layout.kvsname,
+            hosts: layout.hosts,
+            node_idx: layout.node_idx,
+            ranks: layout.ranks,
+            secret: own.secret,
+            model: own.model,
+            protocol: own.protocol,
+            rendezvous: own.rendezvous,
+            srun: own.srun,
             job_uid: stepd.uid,
             job_gid: stepd.gid,
-            join_timeout: t[0],
-            fence_timeout: t[1],
-            shutdown_timeout: t[2],
+            join_timeout,
+            fence_timeout,
+            shutdown_timeout,
         })
     }
 
