@@ -910,9 +910,7 @@ impl Running {
                 let _ = self.stdin_tx.send(None);
             }
             Cmd::Address { node, addr } => {
-                if let Ok(a) = addr.parse() {
-                    let _ = self.board.publish(node as usize, a).await;
-                }
+                let _ = self.board.publish(node as usize, addr).await;
             }
             Cmd::Shutdown => return Some(End::Shutdown),
             Cmd::Teardown => return Some(End::Teardown),
