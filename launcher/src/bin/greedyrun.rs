@@ -19,7 +19,7 @@ use greedy_launcher::{
     status::code,
     tasks::{self, Source, TaskOptions},
 };
-use greedy_tree::Topology;
+use greedy_tree::{LaunchModel, Topology};
 
 const EXIT_STATUS: &str = "\
 EXIT STATUS:
@@ -327,13 +327,13 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
     } else {
         args.pmi.into()
     };
+    let model = launch_model(args.seq, args.rem)?;
     let plan = Plan::new(Request {
         n_ranks: args.n_ranks,
         hosts,
         ppn: args.ppn,
         map_by: args.map_by.into(),
-        seq: args.seq,
-        rem: args.rem,
+        model,
         // One srun step starts every agent (greedy_launcher::connect): Slurm's fan-out is the
         // launch tree, and each agent is greedyrun's child.
         topology: if ssh::is_srun(&rsh) {
@@ -434,6 +434,12 @@ fn programs(
     } else {
         mpmd_parts(argv)
     }
+}
+
+/// The launch model of `--seq` and `--rem`, checked once here; every consumer gets it typed.
+fn launch_model(seq: f64, rem: f64) -> anyhow::Result<LaunchModel> {
+    LaunchModel::new(seq, rem)
+        .map_err(|e| greedy_launcher::Error::Plan(format!("launch model: {e}")).into())
 }
 
 /// With `--pmi charm`, the program's Charm++ launcher arguments checked against the job size.
@@ -898,6 +904,8 @@ mod tests {
         assert_eq!(cfg.plan.pmi, PmiMode::Pmix);
         let e = parse(&["greedyrun", "-H", "a", "--stdin", "3", "--", "x"]).unwrap_err();
         assert!(e.to_string().contains("only 1 ranks"));
+        let e = parse(&["greedyrun", "-H", "a", "--rem", "0", "--", "x"]).unwrap_err();
+        assert!(e.to_string().contains("launch model"), "{e}");
     }
 
     #[test]
