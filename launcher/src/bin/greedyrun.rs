@@ -822,8 +822,8 @@ fn main() {
                     c.burst,
                     cfg.rsh[0]
                 );
-                println!("GREEDY_SEQ={:.4}", c.seq);
-                println!("GREEDY_REM={:.4}", c.rem);
+                println!("GREEDY_SEQ={:.4}", c.model.seq());
+                println!("GREEDY_REM={:.4}", c.model.rem());
                 0
             }
             Err(e) => {
