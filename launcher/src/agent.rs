@@ -16,7 +16,12 @@ use futures_util::{SinkExt, StreamExt};
 use greedy_pmix::{JobSecret, node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;
-use tokio::{io::AsyncWriteExt, sync::mpsc};
+use tokio::{
+    io::AsyncWriteExt,
+    process::{Child, ChildStdin},
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
 use tokio_util::{
     codec::{FramedRead, FramedWrite},
     sync::CancellationToken,
@@ -187,16 +192,44 @@ impl Agent {
             .await;
     }
 
+    /// The agent's life: hello, launch subtree, guard, wire-up, ranks, main loop, teardown,
+    /// bye; returns the exit code.
     async fn run<R: tokio::io::AsyncRead + Unpin>(
         self,
         down: &mut FramedRead<R, ChildCodec>,
     ) -> i32 {
-        let node = self.node;
-        let _ = self.up.send(Up::Hello { node }).await;
+        let _ = self.up.send(Up::Hello { node: self.node }).await;
         let hello_timeout = Duration::from_secs_f64(self.start.hello_timeout_s.max(0.001));
-
         // The launch subtree first: it is on the critical path of everyone below.
-        let fanout = match Tree::from_subtree_sizes(self.start.launch_sizes.clone()) {
+        let fanout = self.start_fanout(hello_timeout).await;
+        let guard = self.start_guard().await;
+        // The wire-up service starts before the ranks and joins the overlay beside the main
+        // loop, which routes it the Address frames it needs; ranks start at once, and their
+        // first fence waits for the join.
+        let board = Memory::default();
+        let bound = self.bound_cpus().await;
+        let wireup = self.start_wireup(&board, hello_timeout, &bound).await;
+        // A task stream's hosts start no ranks: greedyrun sends them tasks.
+        let runs_ranks = !wireup.failed && !self.start.tasks;
+        let mut running = Running::new(self, fanout, guard, board, wireup);
+        if runs_ranks {
+            running.spawn_ranks(&bound).await;
+        }
+        let end = running.serve(down).await;
+        debug!(
+            ?end,
+            live = running.live,
+            spawned = running.spawned,
+            "agent ending"
+        );
+        running.finish(end).await
+    }
+
+    /// Starts the remote shells of this node's launch subtree (none, after saying why, when
+    /// the subtree sent down is malformed).
+    async fn start_fanout(&self, hello_timeout: Duration) -> Fanout {
+        let node = self.node;
+        match Tree::from_subtree_sizes(self.start.launch_sizes.clone()) {
             Ok(tree) => {
                 let pos = node as usize + 1;
                 Fanout::start(
@@ -235,234 +268,61 @@ impl Agent {
                     self.up.clone(),
                 )
             }
+        }
+    }
+
+    /// Starts the guard that kills this host's ranks if the agent dies; `None`, said once,
+    /// when it cannot start.
+    async fn start_guard(&self) -> Option<GuardHandle> {
+        match std::env::current_exe().and_then(|exe| GuardHandle::start(&exe, self.grace)) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                let text =
+                    format!("cannot start the guard (ranks may outlive a killed agent): {e}");
+                let _ = self
+                    .up
+                    .send(Up::Note {
+                        node: self.node,
+                        text,
+                    })
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// Starts the wire-up service of `--pmi` (none with `--pmi none`); a service that cannot
+    /// start fails the job.
+    async fn start_wireup(
+        &self,
+        board: &Memory,
+        hello_timeout: Duration,
+        bound: &BTreeMap<u32, Vec<u32>>,
+    ) -> Wireup {
+        if self.start.pmi == PmiMode::None {
+            return Wireup::default();
+        }
+        let rdv = wireup::PipeRendezvous {
+            up: self.up.clone(),
+            board: board.clone(),
         };
-
-        let mut guard =
-            match std::env::current_exe().and_then(|exe| GuardHandle::start(&exe, self.grace)) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    let _ = self
-                        .up
-                        .send(Up::Note {
-                            node,
-                            text: format!(
-                                "cannot start the guard (ranks may outlive a killed agent): {e}"
-                            ),
-                        })
-                        .await;
-                    None
-                }
-            };
-
-        // The wire-up service starts before the ranks and joins the overlay beside the main
-        // loop, which routes it the Address frames it needs; ranks start at once, and their
-        // first fence waits for the join.
-        let board = Memory::default();
-        let mut service: Option<NodeService> = None;
-        let mut abort_rx: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::AbortInfo>>> =
-            None;
-        // Tells greedyrun once which family this node's ranks speak (singletons elsewhere).
-        let mut spoken: Option<tokio::sync::watch::Receiver<Option<greedy_pmix::family::Family>>> =
-            None;
-        let mut wireup_failed = false;
-        let bound = self.bound_cpus().await;
-        if self.start.pmi != PmiMode::None {
-            let rdv = wireup::PipeRendezvous {
-                up: self.up.clone(),
-                board: board.clone(),
-            };
-            let leave = CancellationToken::new();
-            match wireup::start(&self.start, rdv, hello_timeout, &leave, &bound).await {
-                Ok(s) => {
-                    abort_rx = Some(s.overlay().aborted());
-                    spoken = Some(s.spoken());
-                    service = Some(s);
-                }
-                Err(e) => {
-                    wireup_failed = true;
-                    self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}"))
-                        .await;
+        let leave = CancellationToken::new();
+        match wireup::start(&self.start, rdv, hello_timeout, &leave, bound).await {
+            Ok(s) => Wireup {
+                aborted: Some(s.overlay().aborted()),
+                spoken: Some(s.spoken()),
+                service: Some(s),
+                failed: false,
+            },
+            Err(e) => {
+                self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}"))
+                    .await;
+                Wireup {
+                    failed: true,
+                    ..Wireup::default()
                 }
             }
         }
-
-        // stdin for the stdin rank. Unbounded on purpose: the main loop must never block on a
-        // rank that does not read its stdin, or it could not see Teardown. greedyrun bounds
-        // it: it sends a chunk only when one was taken ([`Up::StdinTaken`]).
-        let (stdin_tx, stdin_rx) = mpsc::unbounded_channel::<Option<bytes::Bytes>>();
-        let mut stdin_rx = Some(stdin_rx);
-        // The process group of each rank or task that ended (counted in `live`).
-        let (exit_tx, mut exit_rx) = mpsc::channel::<u32>(64);
-        let mut live = 0usize;
-        let mut spawned = false;
-
-        // Task process groups still running, with their stream (by group: a task run again on
-        // this host has the same id as its ended run, never the same group while that one is
-        // listed).
-        let (task_tx, mut task_rx) = mpsc::channel::<u32>(64);
-        let mut tasks: HashMap<u32, u32> = HashMap::new();
-        // A session's jobs, each run by a greedyd of its own on this host.
-        let mut jobs = JobAgents::new(node, self.grace, self.up.clone(), self.groups.clone());
-        // A task stream's hosts start no ranks: greedyrun sends them tasks.
-        if !wireup_failed && !self.start.tasks {
-            live = self
-                .spawn_ranks(
-                    service.as_ref(),
-                    &bound,
-                    &mut guard,
-                    &mut stdin_rx,
-                    &exit_tx,
-                )
-                .await;
-            spawned = true;
-        }
-
-        let end = loop {
-            tokio::select! {
-                f = down.next() => match f {
-                    Some(Ok(Down::Route { to, cmd })) => {
-                        if to != Some(node) {
-                            fanout.route(to, cmd.clone()).await;
-                        }
-                        if to.is_none() || to == Some(node) {
-                            match cmd {
-                                Cmd::Stdin(b) => { let _ = stdin_tx.send(Some(b)); }
-                                Cmd::StdinEof => { let _ = stdin_tx.send(None); }
-                                Cmd::Address { node: n, addr } => {
-                                    if let Ok(a) = addr.parse() {
-                                        let _ = board.publish(n as usize, a).await;
-                                    }
-                                }
-                                Cmd::Shutdown => break End::Shutdown,
-                                Cmd::Teardown => break End::Teardown,
-                                Cmd::Task { id, command } if self.start.tasks => {
-                                    if let Some(pgid) = self.spawn_task(id, command, &mut guard, &exit_tx, &task_tx).await {
-                                        tasks.insert(pgid, id.stream);
-                                        live += 1;
-                                    }
-                                }
-                                Cmd::Task { id, .. } => warn!(stream = id.stream, line = id.line, "a task for a job that runs ranks: ignored"),
-                                Cmd::JobStart { job, nodes, start } if self.start.tasks => {
-                                    jobs.start(job, &nodes, *start, &mut guard).await;
-                                }
-                                Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
-                                Cmd::ForJob { job, cmd } => jobs.deliver(job, cmd),
-                                Cmd::EndJob { job } => jobs.end(job),
-                                Cmd::CancelTasks { stream } => {
-                                    let groups: Vec<u32> = tasks.iter().filter(|&(_, &s)| s == stream).map(|(&g, _)| g).collect();
-                                    for &g in &groups {
-                                        self.groups.signal(g, Signal::SIGTERM);
-                                    }
-                                    let (grace, own) = (self.grace, self.groups.clone());
-                                    tokio::spawn(async move {
-                                        tokio::time::sleep(grace).await;
-                                        for g in groups {
-                                            own.signal(g, Signal::SIGKILL);
-                                        }
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    Some(Ok(Down::Start(_))) => {}
-                    Some(Err(e)) => { warn!("parent pipe: {e}"); break End::ParentGone; }
-                    None => break End::ParentGone,
-                },
-                spoke = async { spoken.as_mut().expect("guarded").wait_for(Option::is_some).await.map(|f| *f) }, if spoken.is_some() => {
-                    spoken = None;
-                    if let Ok(Some(family)) = spoke {
-                        let _ = self.up.send(Up::Spoke { node, family }).await;
-                    }
-                },
-                changed = async { abort_rx.as_mut().expect("guarded").changed().await }, if abort_rx.is_some() => {
-                    match changed {
-                        Ok(()) => {
-                            let info = abort_rx.as_ref().and_then(|r| r.borrow().clone());
-                            if let Some(abort) = info {
-                                warn!("wire-up aborted: {abort}");
-                                let _ = self.up.send(Up::Aborted { node, abort }).await;
-                                abort_rx = None;
-                            }
-                        }
-                        Err(_) => abort_rx = None,
-                    }
-                },
-                Some(pgid) = exit_rx.recv() => {
-                    live = live.saturating_sub(1);
-                    if !self.groups.owns(pgid) && let Some(g) = guard.as_mut() {
-                        g.unwatch(pgid).await;
-                    }
-                },
-                job = jobs.ended(), if !jobs.is_empty() => {
-                    if let (Some(pgid), Some(g)) = (jobs.forget(job), guard.as_mut()) {
-                        g.unwatch(pgid).await;
-                    }
-                },
-                Some(pgid) = task_rx.recv() => {
-                    // What the task left running in its group ends with it: a stream of
-                    // thousands of tasks must not pile up their background processes.
-                    if tasks.remove(&pgid).is_some() {
-                        self.groups.kill_and_forget(pgid);
-                        if let Some(g) = guard.as_mut() {
-                            g.unwatch(pgid).await;
-                        }
-                    }
-                },
-            }
-        };
-        debug!(?end, live, spawned, "agent ending");
-
-        // Pass the end on first, so the whole subtree tears down in parallel with us.
-        let cmd = if end == End::Shutdown {
-            Cmd::Shutdown
-        } else {
-            Cmd::Teardown
-        };
-        fanout.route(None, cmd).await;
-        // A session's jobs end as if their remote shells were lost: each greedyd tears its
-        // ranks down within the grace period.
-        jobs.end_all(self.grace + SUBTREE_LINGER).await;
-        if live > 0 {
-            for g in self.groups.all() {
-                self.groups.signal(g, Signal::SIGTERM);
-            }
-            let deadline = tokio::time::Instant::now() + self.grace;
-            while live > 0 {
-                tokio::select! {
-                    Some(_) = exit_rx.recv() => live -= 1,
-                    _ = tokio::time::sleep_until(deadline) => break,
-                }
-            }
-        }
-        // Whatever is left in the ranks' groups (their background children, or ranks that
-        // ignored SIGTERM) is killed: no process of the job outlives its agent. A group whose
-        // leader was reaped and that emptied is no longer listed, so a stranger's group on a
-        // recycled pid is never hit.
-        for g in self.groups.all() {
-            self.groups.signal(g, Signal::SIGKILL);
-        }
-        let reap_deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while live > 0 {
-            tokio::select! {
-                Some(_) = exit_rx.recv() => live -= 1,
-                _ = tokio::time::sleep_until(reap_deadline) => break,
-            }
-        }
-        if let Some(service) = service.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(6), service.shutdown()).await;
-        }
-        if tokio::time::timeout(self.grace + SUBTREE_LINGER, fanout.wait())
-            .await
-            .is_err()
-        {
-            fanout.kill_all();
-            let _ = tokio::time::timeout(Duration::from_secs(5), fanout.wait()).await;
-        }
-        if let Some(g) = guard.take() {
-            g.done().await;
-        }
-        let _ = self.up.send(Up::Bye { node }).await;
-        0
     }
 
     /// The CPUs each local rank is bound to (`--bind-to`: the host's n-th core or package for
@@ -527,41 +387,13 @@ impl Agent {
         exits: &mpsc::Sender<u32>,
         ended: &mpsc::Sender<u32>,
     ) -> Option<u32> {
-        let node = self.node;
         let mut env = self.job_env();
         env.push(("GREEDY_TASK".to_string(), id.line.to_string()));
         let started = tokio::time::Instant::now();
-        let spec = |argv| spawn::RankSpec {
-            argv,
-            env: &env,
-            cwd: &self.start.cwd,
-            stdin: false,
-            inherit: None,
-            cpus: None,
-        };
-        let argv = crate::tasks::argv_of(&command);
-        let shell = ["/bin/sh".to_string(), "-c".to_string(), command];
-        // A plain line whose program cannot be run goes through the shell, for its message
-        // and its code.
-        let spawned = match spawn::spawn(spec(&argv)) {
-            Err(_) if argv[..] != shell[..] => spawn::spawn(spec(&shell)),
-            spawned => spawned,
-        };
-        let mut child = match spawned {
+        let mut child = match self.task_child(&env, command) {
             Ok(child) => child,
             Err(e) => {
-                let text = format!("task {}: cannot run /bin/sh: {e}", id.line);
-                let _ = self.up.send(Up::Note { node, text }).await;
-                let end = RankEnd::NotStarted;
-                let _ = self
-                    .up
-                    .send(Up::TaskEnd {
-                        node,
-                        id,
-                        end,
-                        wall_us: 0,
-                    })
-                    .await;
+                self.task_not_started(id, &e).await;
                 return None;
             }
         };
@@ -590,35 +422,59 @@ impl Agent {
                 data,
             },
         ));
-        let (up, exits, ended) = (self.up.clone(), exits.clone(), ended.clone());
-        let own = self.groups.clone();
-        tokio::spawn(
-            async move {
-                let end = match child.wait().await {
-                    Ok(s) => spawn::end_of(s),
-                    Err(_) => RankEnd::Exited(255),
-                };
-                own.forget_if_empty(pgid);
-                let wall_us = started.elapsed().as_micros() as u64;
-                let _ = tokio::time::timeout(STDIO_DRAIN, async {
-                    let _ = out.await;
-                    let _ = err.await;
-                })
-                .await;
-                let _ = up
-                    .send(Up::TaskEnd {
-                        node,
-                        id,
-                        end,
-                        wall_us,
-                    })
-                    .await;
-                let _ = ended.send(pgid).await;
-                let _ = exits.send(pgid).await;
-            }
-            .instrument(info_span!("task", stream = id.stream, line = id.line)),
-        );
+        let ending = TaskEnding {
+            id,
+            node: self.node,
+            pgid,
+            started,
+            up: self.up.clone(),
+            exits: exits.clone(),
+            ended: ended.clone(),
+            own: self.groups.clone(),
+        };
+        tokio::spawn(ending.wait(child, out, err).instrument(info_span!(
+            "task",
+            stream = id.stream,
+            line = id.line
+        )));
         Some(pgid)
+    }
+
+    /// Forks a task's `command` in `env`: its words, or `sh -c command`.
+    fn task_child(&self, env: &[(String, String)], command: String) -> std::io::Result<Child> {
+        let spec = |argv| spawn::RankSpec {
+            argv,
+            env,
+            cwd: &self.start.cwd,
+            stdin: false,
+            inherit: None,
+            cpus: None,
+        };
+        let argv = crate::tasks::argv_of(&command);
+        let shell = ["/bin/sh".to_string(), "-c".to_string(), command];
+        // A plain line whose program cannot be run goes through the shell, for its message
+        // and its code.
+        match spawn::spawn(spec(&argv)) {
+            Err(_) if argv[..] != shell[..] => spawn::spawn(spec(&shell)),
+            spawned => spawned,
+        }
+    }
+
+    /// Says why task `id` did not start, and reports its end.
+    async fn task_not_started(&self, id: TaskId, e: &std::io::Error) {
+        let node = self.node;
+        let text = format!("task {}: cannot run /bin/sh: {e}", id.line);
+        let _ = self.up.send(Up::Note { node, text }).await;
+        let end = RankEnd::NotStarted;
+        let _ = self
+            .up
+            .send(Up::TaskEnd {
+                node,
+                id,
+                end,
+                wall_us: 0,
+            })
+            .await;
     }
 
     /// Forks this host's ranks; returns how many were started.
@@ -630,8 +486,7 @@ impl Agent {
         stdin_rx: &mut Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
         exit_tx: &mpsc::Sender<u32>,
     ) -> usize {
-        let node = self.node as usize;
-        let local = self.start.ranks[node].clone();
+        let local = &self.start.ranks[self.node as usize];
         let n_ranks: u32 = self.start.ranks.iter().map(|r| r.len() as u32).sum();
         let mut started = 0;
         for (local_id, &rank) in local.iter().enumerate() {
@@ -642,21 +497,10 @@ impl Agent {
                 ("GREEDY_LOCAL_RANK".to_string(), local_id.to_string()),
                 ("GREEDY_LOCAL_SIZE".to_string(), local.len().to_string()),
             ]);
-            let mut inherit = None;
-            if let Some(service) = service {
-                match service.env_for(rank, Some(wireup::PMI_FD)).await {
-                    Ok(w) => {
-                        for (k, v) in w.defaults {
-                            if !env.iter().any(|(name, _)| *name == k) {
-                                env.push((k, v));
-                            }
-                        }
-                        env.extend(w.env);
-                        inherit = w.pmi_fd.map(|fd| (fd, wireup::PMI_FD));
-                    }
-                    Err(e) => warn!(rank, "no wire-up for this rank: {e}"),
-                }
-            }
+            let inherit = match service {
+                Some(service) => wireup_env(service, rank, &mut env).await,
+                None => None,
+            };
             let wants_stdin = self.start.stdin_rank == Some(rank);
             let cpus = bound.get(&rank).map(Vec::as_slice);
             if let Some(cpus) = cpus {
@@ -673,98 +517,573 @@ impl Agent {
             };
             match spawn::spawn(spec) {
                 Ok(mut child) => {
-                    let pgid = child.id().unwrap_or(0);
-                    self.groups.adopt(pgid);
-                    if let Some(g) = guard.as_mut() {
-                        g.watch(pgid).await;
-                    }
-                    if wants_stdin
-                        && let (Some(sin), Some(rx)) = (child.stdin.take(), stdin_rx.take())
-                    {
-                        tokio::spawn(feed_stdin(sin, rx, self.up.clone(), self.node));
-                    }
-                    let out = tokio::spawn(stdio::forward(
-                        rank,
-                        Stream::Stdout,
-                        child.stdout.take().expect("piped"),
-                        self.up.clone(),
-                        self.start.unbuffered,
-                    ));
-                    let err = tokio::spawn(stdio::forward(
-                        rank,
-                        Stream::Stderr,
-                        child.stderr.take().expect("piped"),
-                        self.up.clone(),
-                        self.start.unbuffered,
-                    ));
-                    let (up, me) = (self.up.clone(), self.node);
-                    let exit_tx = exit_tx.clone();
-                    let service = service.cloned();
-                    let own = self.groups.clone();
-                    tokio::spawn(
-                        async move {
-                            let end = match child.wait().await {
-                                Ok(s) => spawn::end_of(s),
-                                Err(_) => RankEnd::Exited(255),
-                            };
-                            // At once: an empty group's number is free from now on.
-                            own.forget_if_empty(pgid);
-                            let _ = tokio::time::timeout(STDIO_DRAIN, async {
-                                let _ = out.await;
-                                let _ = err.await;
-                            })
-                            .await;
-                            // Its background children may have gone while we drained.
-                            own.forget_if_empty(pgid);
-                            // The service decides: a plain program that exits 0 without
-                            // speaking any protocol is fine (greedy-pmix `departures`).
-                            let (end, silent) = match &service {
-                                Some(service) => {
-                                    service.rank_exited(rank, end.code()).await;
-                                    // A rank that aborted exits once the abort is out: it
-                                    // goes up first, so greedyrun's code is the abort's
-                                    // (the main loop sends it again; greedyrun keeps one).
-                                    let abort = service.overlay().aborted().borrow().clone();
-                                    if let Some(abort) = abort {
-                                        let _ = up.send(Up::Aborted { node: me, abort }).await;
-                                    }
-                                    let silent = service.family_of(rank).is_none();
-                                    (wireup::end_of(service, rank, end), silent)
-                                }
-                                None => (end, false),
-                            };
-                            let _ = up.send(Up::Exit { rank, end, silent }).await;
-                            let _ = exit_tx.send(pgid).await;
-                        }
-                        .instrument(info_span!("rank", rank)),
-                    );
+                    let stdin = if wants_stdin {
+                        child.stdin.take().zip(stdin_rx.take())
+                    } else {
+                        None
+                    };
+                    self.watch_rank(rank, child, stdin, service, guard, exit_tx)
+                        .await;
                     started += 1;
                 }
-                Err(e) => {
-                    let _ = self
-                        .up
-                        .send(Up::Note {
-                            node: self.node,
-                            text: format!(
-                                "rank {rank}: cannot run {:?}: {e}",
-                                self.start.argv_of(rank)[0]
-                            ),
-                        })
-                        .await;
-                    if let Some(service) = service {
-                        service.rank_exited(rank, RankEnd::NotStarted.code()).await;
-                    }
-                    let _ = self
-                        .up
-                        .send(Up::Exit {
-                            rank,
-                            end: RankEnd::NotStarted,
-                            silent: false,
-                        })
-                        .await;
-                }
+                Err(e) => self.rank_not_started(rank, &e, service).await,
             }
         }
         started
+    }
+
+    /// Looks after a forked rank: its process group, its stdin (the stdin rank's pipe and the
+    /// chunks for it), its output, and its end once it exited.
+    async fn watch_rank(
+        &self,
+        rank: u32,
+        mut child: Child,
+        stdin: Option<(ChildStdin, mpsc::UnboundedReceiver<Option<bytes::Bytes>>)>,
+        service: Option<&NodeService>,
+        guard: &mut Option<GuardHandle>,
+        exit_tx: &mpsc::Sender<u32>,
+    ) {
+        let pgid = child.id().unwrap_or(0);
+        self.groups.adopt(pgid);
+        if let Some(g) = guard.as_mut() {
+            g.watch(pgid).await;
+        }
+        if let Some((sin, rx)) = stdin {
+            tokio::spawn(feed_stdin(sin, rx, self.up.clone(), self.node));
+        }
+        let out = tokio::spawn(stdio::forward(
+            rank,
+            Stream::Stdout,
+            child.stdout.take().expect("piped"),
+            self.up.clone(),
+            self.start.unbuffered,
+        ));
+        let err = tokio::spawn(stdio::forward(
+            rank,
+            Stream::Stderr,
+            child.stderr.take().expect("piped"),
+            self.up.clone(),
+            self.start.unbuffered,
+        ));
+        let ending = RankEnding {
+            rank,
+            node: self.node,
+            pgid,
+            up: self.up.clone(),
+            exits: exit_tx.clone(),
+            service: service.cloned(),
+            own: self.groups.clone(),
+        };
+        tokio::spawn(
+            ending
+                .wait(child, out, err)
+                .instrument(info_span!("rank", rank)),
+        );
+    }
+
+    /// Says why `rank` did not start, and reports its end (to the wire-up service too).
+    async fn rank_not_started(&self, rank: u32, e: &std::io::Error, service: Option<&NodeService>) {
+        let _ = self
+            .up
+            .send(Up::Note {
+                node: self.node,
+                text: format!(
+                    "rank {rank}: cannot run {:?}: {e}",
+                    self.start.argv_of(rank)[0]
+                ),
+            })
+            .await;
+        if let Some(service) = service {
+            service.rank_exited(rank, RankEnd::NotStarted.code()).await;
+        }
+        let _ = self
+            .up
+            .send(Up::Exit {
+                rank,
+                end: RankEnd::NotStarted,
+                silent: false,
+            })
+            .await;
+    }
+}
+
+/// Adds the wire-up service's variables for `rank` to `env` (its defaults only where `env`
+/// has no such variable); the PMI socket the rank inherits, if any.
+async fn wireup_env(
+    service: &NodeService,
+    rank: u32,
+    env: &mut Vec<(String, String)>,
+) -> Option<(std::os::fd::OwnedFd, i32)> {
+    match service.env_for(rank, Some(wireup::PMI_FD)).await {
+        Ok(w) => {
+            for (k, v) in w.defaults {
+                if !env.iter().any(|(name, _)| *name == k) {
+                    env.push((k, v));
+                }
+            }
+            env.extend(w.env);
+            w.pmi_fd.map(|fd| (fd, wireup::PMI_FD))
+        }
+        Err(e) => {
+            warn!(rank, "no wire-up for this rank: {e}");
+            None
+        }
+    }
+}
+
+/// How a process ended (255 when it cannot be waited for).
+async fn end_of_child(child: &mut Child) -> RankEnd {
+    match child.wait().await {
+        Ok(s) => spawn::end_of(s),
+        Err(_) => RankEnd::Exited(255),
+    }
+}
+
+/// Waits, at most [`STDIO_DRAIN`], for a process's output to be forwarded.
+async fn drain_output(out: JoinHandle<()>, err: JoinHandle<()>) {
+    let _ = tokio::time::timeout(STDIO_DRAIN, async {
+        let _ = out.await;
+        let _ = err.await;
+    })
+    .await;
+}
+
+/// What reports a rank's end up once it exited and its output drained.
+struct RankEnding {
+    rank: u32,
+    node: u32,
+    pgid: u32,
+    up: mpsc::Sender<Up>,
+    /// The main loop's count of ended ranks and tasks.
+    exits: mpsc::Sender<u32>,
+    service: Option<NodeService>,
+    own: signals::OwnGroups,
+}
+
+impl RankEnding {
+    /// Waits for the rank, then reports its end.
+    async fn wait(self, mut child: Child, out: JoinHandle<()>, err: JoinHandle<()>) {
+        let end = end_of_child(&mut child).await;
+        // At once: an empty group's number is free from now on.
+        self.own.forget_if_empty(self.pgid);
+        drain_output(out, err).await;
+        // Its background children may have gone while we drained.
+        self.own.forget_if_empty(self.pgid);
+        let (end, silent) = self.judged(end).await;
+        let rank = self.rank;
+        let _ = self.up.send(Up::Exit { rank, end, silent }).await;
+        let _ = self.exits.send(self.pgid).await;
+    }
+
+    /// The rank's end as the wire-up service judges it, and whether it stayed silent. The
+    /// service decides: a plain program that exits 0 without speaking any protocol is fine
+    /// (greedy-pmix `departures`).
+    async fn judged(&self, end: RankEnd) -> (RankEnd, bool) {
+        let Some(service) = &self.service else {
+            return (end, false);
+        };
+        service.rank_exited(self.rank, end.code()).await;
+        // A rank that aborted exits once the abort is out: it goes up first, so greedyrun's
+        // code is the abort's (the main loop sends it again; greedyrun keeps one).
+        let abort = service.overlay().aborted().borrow().clone();
+        if let Some(abort) = abort {
+            let node = self.node;
+            let _ = self.up.send(Up::Aborted { node, abort }).await;
+        }
+        let silent = service.family_of(self.rank).is_none();
+        (wireup::end_of(service, self.rank, end), silent)
+    }
+}
+
+/// What reports a task's end up once it exited and its output drained.
+struct TaskEnding {
+    id: TaskId,
+    node: u32,
+    pgid: u32,
+    started: tokio::time::Instant,
+    up: mpsc::Sender<Up>,
+    /// The main loop's count of ended ranks and tasks.
+    exits: mpsc::Sender<u32>,
+    /// The main loop's list of running tasks.
+    ended: mpsc::Sender<u32>,
+    own: signals::OwnGroups,
+}
+
+impl TaskEnding {
+    /// Waits for the task, then reports its end and its wall time.
+    async fn wait(self, mut child: Child, out: JoinHandle<()>, err: JoinHandle<()>) {
+        let end = end_of_child(&mut child).await;
+        self.own.forget_if_empty(self.pgid);
+        let wall_us = self.started.elapsed().as_micros() as u64;
+        drain_output(out, err).await;
+        let (node, id) = (self.node, self.id);
+        let _ = self
+            .up
+            .send(Up::TaskEnd {
+                node,
+                id,
+                end,
+                wall_us,
+            })
+            .await;
+        let _ = self.ended.send(self.pgid).await;
+        let _ = self.exits.send(self.pgid).await;
+    }
+}
+
+/// What the wire-up service gave the main loop: nothing with `--pmi none`.
+#[derive(Default)]
+struct Wireup {
+    service: Option<NodeService>,
+    /// Says when the overlay aborted the job.
+    aborted: Option<watch::Receiver<Option<greedy_pmix::AbortInfo>>>,
+    /// Tells greedyrun once which family this node's ranks speak (singletons elsewhere).
+    spoken: Option<watch::Receiver<Option<greedy_pmix::family::Family>>>,
+    /// The service could not start (the job was failed): no rank starts.
+    failed: bool,
+}
+
+/// An agent whose subtree, guard and wire-up are up: the main loop's state, with one method
+/// per event, then the teardown.
+struct Running {
+    agent: Agent,
+    fanout: Fanout,
+    guard: Option<GuardHandle>,
+    /// The overlay addresses greedyrun routed down, for the wire-up's rendezvous.
+    board: Memory,
+    wireup: Wireup,
+    /// stdin for the stdin rank. Unbounded on purpose: the main loop must never block on a
+    /// rank that does not read its stdin, or it could not see Teardown. greedyrun bounds it:
+    /// it sends a chunk only when one was taken ([`Up::StdinTaken`]).
+    stdin_tx: mpsc::UnboundedSender<Option<bytes::Bytes>>,
+    /// Its receiving end until the stdin rank is forked.
+    stdin_rx: Option<mpsc::UnboundedReceiver<Option<bytes::Bytes>>>,
+    /// The process group of each rank or task that ended (counted in `live`).
+    exit_tx: mpsc::Sender<u32>,
+    exit_rx: mpsc::Receiver<u32>,
+    /// Ranks and tasks started and not yet ended.
+    live: usize,
+    /// Whether this host's ranks were forked.
+    spawned: bool,
+    /// The process group of each task that ended (removed from `tasks`).
+    task_tx: mpsc::Sender<u32>,
+    task_rx: mpsc::Receiver<u32>,
+    /// Task process groups still running, with their stream (by group: a task run again on
+    /// this host has the same id as its ended run, never the same group while that one is
+    /// listed).
+    tasks: HashMap<u32, u32>,
+    /// A session's jobs, each run by a greedyd of its own on this host.
+    jobs: JobAgents,
+}
+
+/// Waits until the wire-up says which family this node's ranks speak.
+async fn spoken(
+    rx: &mut Option<watch::Receiver<Option<greedy_pmix::family::Family>>>,
+) -> Result<Option<greedy_pmix::family::Family>, watch::error::RecvError> {
+    let rx = rx.as_mut().expect("guarded");
+    rx.wait_for(Option::is_some).await.map(|f| *f)
+}
+
+/// Waits until the overlay's abort state changes.
+async fn abort_changed(
+    rx: &mut Option<watch::Receiver<Option<greedy_pmix::AbortInfo>>>,
+) -> Result<(), watch::error::RecvError> {
+    rx.as_mut().expect("guarded").changed().await
+}
+
+impl Running {
+    fn new(
+        agent: Agent,
+        fanout: Fanout,
+        guard: Option<GuardHandle>,
+        board: Memory,
+        wireup: Wireup,
+    ) -> Running {
+        let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
+        let (exit_tx, exit_rx) = mpsc::channel(64);
+        let (task_tx, task_rx) = mpsc::channel(64);
+        let jobs = JobAgents::new(
+            agent.node,
+            agent.grace,
+            agent.up.clone(),
+            agent.groups.clone(),
+        );
+        Running {
+            agent,
+            fanout,
+            guard,
+            board,
+            wireup,
+            stdin_tx,
+            stdin_rx: Some(stdin_rx),
+            exit_tx,
+            exit_rx,
+            live: 0,
+            spawned: false,
+            task_tx,
+            task_rx,
+            tasks: HashMap::new(),
+            jobs,
+        }
+    }
+
+    /// Forks this host's ranks.
+    async fn spawn_ranks(&mut self, bound: &BTreeMap<u32, Vec<u32>>) {
+        self.live = self
+            .agent
+            .spawn_ranks(
+                self.wireup.service.as_ref(),
+                bound,
+                &mut self.guard,
+                &mut self.stdin_rx,
+                &self.exit_tx,
+            )
+            .await;
+        self.spawned = true;
+    }
+
+    /// The main loop, until the parent says to end or is gone.
+    async fn serve<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        down: &mut FramedRead<R, ChildCodec>,
+    ) -> End {
+        loop {
+            let end = tokio::select! {
+                f = down.next() => self.on_frame(f).await,
+                spoke = spoken(&mut self.wireup.spoken), if self.wireup.spoken.is_some() => {
+                    self.on_spoken(spoke).await;
+                    None
+                },
+                changed = abort_changed(&mut self.wireup.aborted), if self.wireup.aborted.is_some() => {
+                    self.on_abort_changed(changed).await;
+                    None
+                },
+                Some(pgid) = self.exit_rx.recv() => {
+                    self.on_exit(pgid).await;
+                    None
+                },
+                job = self.jobs.ended(), if !self.jobs.is_empty() => {
+                    self.on_job_ended(job).await;
+                    None
+                },
+                Some(pgid) = self.task_rx.recv() => {
+                    self.on_task_ended(pgid).await;
+                    None
+                },
+            };
+            if let Some(end) = end {
+                return end;
+            }
+        }
+    }
+
+    /// A frame from the parent; `Some` when it ends the main loop.
+    async fn on_frame(&mut self, f: Option<Result<Down, Error>>) -> Option<End> {
+        match f {
+            Some(Ok(Down::Route { to, cmd })) => {
+                let node = self.agent.node;
+                if to != Some(node) {
+                    self.fanout.route(to, cmd.clone()).await;
+                }
+                if to.is_none() || to == Some(node) {
+                    return self.on_cmd(cmd).await;
+                }
+                None
+            }
+            Some(Ok(Down::Start(_))) => None,
+            Some(Err(e)) => {
+                warn!("parent pipe: {e}");
+                Some(End::ParentGone)
+            }
+            None => Some(End::ParentGone),
+        }
+    }
+
+    /// A command for this node; `Some` when it ends the main loop.
+    async fn on_cmd(&mut self, cmd: Cmd) -> Option<End> {
+        let tasks = self.agent.start.tasks;
+        match cmd {
+            Cmd::Stdin(b) => {
+                let _ = self.stdin_tx.send(Some(b));
+            }
+            Cmd::StdinEof => {
+                let _ = self.stdin_tx.send(None);
+            }
+            Cmd::Address { node, addr } => {
+                let _ = self.board.publish(node as usize, addr).await;
+            }
+            Cmd::Shutdown => return Some(End::Shutdown),
+            Cmd::Teardown => return Some(End::Teardown),
+            Cmd::Task { id, command } if tasks => self.start_task(id, command).await,
+            Cmd::Task { id, .. } => warn!(
+                stream = id.stream,
+                line = id.line,
+                "a task for a job that runs ranks: ignored"
+            ),
+            Cmd::JobStart { job, nodes, start } if tasks => {
+                self.jobs.start(job, &nodes, *start, &mut self.guard).await;
+            }
+            Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
+            Cmd::ForJob { job, cmd } => self.jobs.deliver(job, cmd),
+            Cmd::EndJob { job } => self.jobs.end(job),
+            Cmd::CancelTasks { stream } => self.cancel_tasks(stream),
+        }
+        None
+    }
+
+    /// Forks a task of a stream.
+    async fn start_task(&mut self, id: TaskId, command: String) {
+        let pgid = self
+            .agent
+            .spawn_task(id, command, &mut self.guard, &self.exit_tx, &self.task_tx)
+            .await;
+        if let Some(pgid) = pgid {
+            self.tasks.insert(pgid, id.stream);
+            self.live += 1;
+        }
+    }
+
+    /// Ends the running tasks of `stream`: TERM, KILL after the grace period.
+    fn cancel_tasks(&self, stream: u32) {
+        let groups: Vec<u32> = self
+            .tasks
+            .iter()
+            .filter(|&(_, &s)| s == stream)
+            .map(|(&g, _)| g)
+            .collect();
+        for &g in &groups {
+            self.agent.groups.signal(g, Signal::SIGTERM);
+        }
+        let (grace, own) = (self.agent.grace, self.agent.groups.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for g in groups {
+                own.signal(g, Signal::SIGKILL);
+            }
+        });
+    }
+
+    /// The wire-up learnt which family this node's ranks speak: said once.
+    async fn on_spoken(
+        &mut self,
+        spoke: Result<Option<greedy_pmix::family::Family>, watch::error::RecvError>,
+    ) {
+        self.wireup.spoken = None;
+        if let Ok(Some(family)) = spoke {
+            let node = self.agent.node;
+            let _ = self.agent.up.send(Up::Spoke { node, family }).await;
+        }
+    }
+
+    /// The overlay's abort state changed: an abort goes up once.
+    async fn on_abort_changed(&mut self, changed: Result<(), watch::error::RecvError>) {
+        if changed.is_err() {
+            self.wireup.aborted = None;
+            return;
+        }
+        let info = self
+            .wireup
+            .aborted
+            .as_ref()
+            .and_then(|r| r.borrow().clone());
+        if let Some(abort) = info {
+            warn!("wire-up aborted: {abort}");
+            let node = self.agent.node;
+            let _ = self.agent.up.send(Up::Aborted { node, abort }).await;
+            self.wireup.aborted = None;
+        }
+    }
+
+    /// A rank or task ended, its group `pgid`.
+    async fn on_exit(&mut self, pgid: u32) {
+        self.live = self.live.saturating_sub(1);
+        if !self.agent.groups.owns(pgid)
+            && let Some(g) = self.guard.as_mut()
+        {
+            g.unwatch(pgid).await;
+        }
+    }
+
+    /// A session's job ended on this host.
+    async fn on_job_ended(&mut self, job: u32) {
+        if let (Some(pgid), Some(g)) = (self.jobs.forget(job), self.guard.as_mut()) {
+            g.unwatch(pgid).await;
+        }
+    }
+
+    /// A task ended, its group `pgid`.
+    async fn on_task_ended(&mut self, pgid: u32) {
+        // What the task left running in its group ends with it: a stream of thousands of
+        // tasks must not pile up their background processes.
+        if self.tasks.remove(&pgid).is_some() {
+            self.agent.groups.kill_and_forget(pgid);
+            if let Some(g) = self.guard.as_mut() {
+                g.unwatch(pgid).await;
+            }
+        }
+    }
+
+    /// Tears everything down after the main loop ended for `end`; says bye; the exit code.
+    async fn finish(mut self, end: End) -> i32 {
+        // Pass the end on first, so the whole subtree tears down in parallel with us.
+        let cmd = if end == End::Shutdown {
+            Cmd::Shutdown
+        } else {
+            Cmd::Teardown
+        };
+        self.fanout.route(None, cmd).await;
+        // A session's jobs end as if their remote shells were lost: each greedyd tears its
+        // ranks down within the grace period.
+        self.jobs.end_all(self.agent.grace + SUBTREE_LINGER).await;
+        self.end_processes().await;
+        if let Some(service) = self.wireup.service.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(6), service.shutdown()).await;
+        }
+        let linger = self.agent.grace + SUBTREE_LINGER;
+        if tokio::time::timeout(linger, self.fanout.wait())
+            .await
+            .is_err()
+        {
+            self.fanout.kill_all();
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.fanout.wait()).await;
+        }
+        if let Some(g) = self.guard.take() {
+            g.done().await;
+        }
+        let node = self.agent.node;
+        let _ = self.agent.up.send(Up::Bye { node }).await;
+        0
+    }
+
+    /// TERMs the ranks and tasks, waits the grace period for them, then KILLs what is left
+    /// in their groups.
+    async fn end_processes(&mut self) {
+        let own = self.agent.groups.clone();
+        if self.live > 0 {
+            for g in own.all() {
+                own.signal(g, Signal::SIGTERM);
+            }
+            self.reap_until(tokio::time::Instant::now() + self.agent.grace)
+                .await;
+        }
+        // Whatever is left in the ranks' groups (their background children, or ranks that
+        // ignored SIGTERM) is killed: no process of the job outlives its agent. A group whose
+        // leader was reaped and that emptied is no longer listed, so a stranger's group on a
+        // recycled pid is never hit.
+        for g in own.all() {
+            own.signal(g, Signal::SIGKILL);
+        }
+        self.reap_until(tokio::time::Instant::now() + Duration::from_secs(2))
+            .await;
+    }
+
+    /// Counts ended ranks and tasks until none is left or `deadline`.
+    async fn reap_until(&mut self, deadline: tokio::time::Instant) {
+        while self.live > 0 {
+            tokio::select! {
+                Some(_) = self.exit_rx.recv() => self.live -= 1,
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
     }
 }

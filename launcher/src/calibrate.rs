@@ -26,25 +26,24 @@ pub const REM_SAMPLES: usize = 5;
 /// Hosts launched at once for SEQ.
 pub const SEQ_HOSTS: usize = 16;
 
-/// Measured SEQ and REM, seconds.
+/// Measured SEQ and REM.
 #[derive(Debug, Clone, Copy)]
 pub struct Calibration {
-    /// Seconds per extra child of one parent.
-    pub seq: f64,
-    /// Seconds from a launch's start to the child's hello.
-    pub rem: f64,
+    /// SEQ: seconds per extra child of one parent; REM: seconds from a launch's start to the
+    /// child's hello.
+    pub model: LaunchModel,
     /// Hosts in the SEQ burst.
     pub burst: usize,
 }
 
 fn job(base: &JobConfig, hosts: &[String], batch: u32) -> JobConfig {
-    let model = LaunchModel::default();
     let mut plan: Plan = base.plan.clone();
     plan.hosts = hosts.to_vec();
     plan.ranks = (0..hosts.len() as u32).map(|r| vec![r]).collect();
     plan.n_ranks = hosts.len() as u32;
     plan.topology = Topology::Flat;
-    plan.launch = Topology::Flat.build(hosts.len() + 1, &model);
+    // A flat tree is the same under every model.
+    plan.launch = Topology::Flat.build(hosts.len() + 1, &base.plan.launch_model);
     plan.batch = batch;
     plan.pmi = PmiMode::None;
     plan.apps = vec![App {
@@ -100,9 +99,10 @@ pub async fn calibrate(base: &JobConfig) -> Result<Calibration, String> {
         .map(Duration::as_secs_f64)
         .fold(0.0, f64::max);
     let seq = span_seq(last, rem, burst.len());
+    let model =
+        LaunchModel::new(seq, rem).map_err(|e| format!("the measured launch model: {e}"))?;
     Ok(Calibration {
-        seq,
-        rem,
+        model,
         burst: burst.len(),
     })
 }

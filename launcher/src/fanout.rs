@@ -300,147 +300,261 @@ async fn run_edge(
     kill: CancellationToken,
     cfg: Arc<EdgeConfig>,
 ) {
-    let node = start.node_idx;
-    let host = start.host().to_string();
-    let lost = |what: String| Up::Lost {
-        node,
-        by: cfg.by,
-        what,
+    let edge = ShellEdge {
+        node: start.node_idx,
+        host: start.host().to_string(),
+        token: reap::token(&start.job.job_id, start.node_idx),
+        start,
+        up,
+        kill,
+        cfg,
     };
+    // Held until the child's hello (across retries): at most `batch` shells in flight.
     let mut permit = Some(permit);
     let mut attempt = 0;
-    let token = reap::token(&start.job.job_id, node);
-    let shell = cfg.rsh.first().cloned().unwrap_or_default();
     loop {
-        let (argv, child) = spawn_agent(&cfg, &host, reap::LAUNCH_FLAG, &token, Stdio::piped());
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = up
-                    .send(lost(format!("cannot run remote shell {shell:?}: {e}")))
-                    .await;
-                return;
-            }
+        let Some(mut shell) = edge.launch().await else {
+            return;
         };
-        let mut down = FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
-        let mut frames =
-            FramedRead::new(child.stdout.take().expect("piped"), ParentCodec::default());
-        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
-        let hello_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stderr_task = tokio::spawn(read_stderr(
-            child.stderr.take().expect("piped"),
-            tail.clone(),
-            hello_seen.clone(),
-            up.clone(),
-            node,
-        ));
-        let tail_text = |tail: &Arc<Mutex<VecDeque<String>>>| {
-            let t = tail.lock().unwrap_or_else(|p| p.into_inner());
-            t.iter().cloned().collect::<Vec<_>>().join(" / ")
-        };
-        send_start(&mut down, &start).await;
-
-        // Hello phase.
-        let deadline = tokio::time::Instant::now() + cfg.hello_timeout;
-        let hello = loop {
-            tokio::select! {
-                f = frames.next() => match f {
-                    Some(Ok(Up::Hello { node: n })) => {
-                        hello_seen.store(true, std::sync::atomic::Ordering::Relaxed);
-                        let _ = up.send(Up::Hello { node: n }).await;
-                        break Ok(());
-                    }
-                    Some(Ok(other)) => { let _ = up.send(other).await; }
-                    Some(Err(e)) => break Err(Some(format!(
-                        "the remote shell's output is not greedyd's protocol ({e}); is {} installed on {host}, and does the login print anything?",
-                        cfg.agent.join(" ")))),
-                    None => break Err(None),
-                },
-                _ = tokio::time::sleep_until(deadline) => {
-                    kill_shell(&mut child);
-                    let _ = child.wait().await;
-                    let _ = up.send(lost(format!(
-                        "no hello from greedyd within {} s (waited for `{}` to start the agent){}",
-                        cfg.hello_timeout.as_secs_f64(),
-                        argv[..argv.len() - 1].join(" "),
-                        match tail_text(&tail) { t if t.is_empty() => String::new(), t => format!(": {t}") }
-                    ))).await;
-                    reap_remote(&cfg, node, &host, &token, &up).await;
-                    return;
-                }
-                _ = kill.cancelled() => {
-                    kill_shell(&mut child);
-                    let _ = child.wait().await;
-                    reap_remote(&cfg, node, &host, &token, &up).await;
-                    return;
-                }
-            }
-        };
-        match hello {
-            Ok(()) => {
+        match edge.hello(&mut shell).await {
+            Hello::Said => {
                 permit.take();
+                return edge.relay(shell, &mut rx).await;
             }
-            Err(why) => {
-                let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await
-                {
-                    Ok(Ok(s)) => s.to_string(),
-                    _ => {
-                        kill_shell(&mut child);
-                        "still running; killed".into()
-                    }
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
-                let t = tail_text(&tail);
-                if why.is_none() && attempt < cfg.retries && ssh::is_retryable(&t) {
+            Hello::Handled => return,
+            Hello::Failed(why) => {
+                let (status, tail) = shell.ended_before_hello().await;
+                if why.is_none() && attempt < edge.cfg.retries && ssh::is_retryable(&tail) {
                     attempt += 1;
-                    debug!(attempt, "remote shell refused, retrying: {t}");
+                    debug!(attempt, "remote shell refused, retrying: {tail}");
                     tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
                     continue;
                 }
                 let what = why.unwrap_or_else(|| {
                     format!(
                         "remote shell `{}` ended before greedyd said hello ({status}){}",
-                        argv[..argv.len() - 1].join(" "),
-                        if t.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {t}")
-                        }
+                        shell.command(),
+                        colon(&tail)
                     )
                 });
-                let _ = up.send(lost(what)).await;
+                let _ = edge.up.send(edge.lost(what)).await;
                 return;
             }
         }
+    }
+}
 
-        // Relay phase.
-        let Relayed { bye, killed } = relay(node, &mut rx, &mut frames, down, &up, &kill, || {
-            kill_shell(&mut child)
-        })
-        .await;
-        let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+/// `": text"`, or nothing for no text: a shell's last stderr lines after a message.
+fn colon(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
+
+/// The edge to one child over a remote shell ([`run_edge`]): one method per phase.
+struct ShellEdge {
+    start: ChildStart,
+    node: u32,
+    host: String,
+    /// Names what the agent started on the host, for `greedyd --reap`.
+    token: String,
+    up: mpsc::Sender<Up>,
+    kill: CancellationToken,
+    cfg: Arc<EdgeConfig>,
+}
+
+/// How the hello phase ended.
+enum Hello {
+    /// The child said hello.
+    Said,
+    /// No hello in time, or the edge was killed: the shell is gone, the host cleaned up and
+    /// (for the timeout) the loss reported.
+    Handled,
+    /// The shell's output ended (`None`) or was not greedyd's protocol (`Some`, the message)
+    /// before hello.
+    Failed(Option<String>),
+}
+
+/// A remote shell running `greedyd` for one child, with its pipes.
+struct Shell {
+    /// The shell's command line (the last word is the reap token).
+    argv: Vec<String>,
+    child: tokio::process::Child,
+    /// Its stdin, until the relay takes it.
+    down: Option<FramedWrite<tokio::process::ChildStdin, ParentCodec>>,
+    frames: FramedRead<tokio::process::ChildStdout, ParentCodec>,
+    /// The last lines of its stderr.
+    tail: Arc<Mutex<VecDeque<String>>>,
+    /// Set at hello: stderr lines after it go up as notes.
+    hello_seen: Arc<std::sync::atomic::AtomicBool>,
+    stderr_task: tokio::task::JoinHandle<()>,
+}
+
+impl Shell {
+    /// The command that starts the agent, without the reap token.
+    fn command(&self) -> String {
+        self.argv[..self.argv.len() - 1].join(" ")
+    }
+
+    /// The last lines of its stderr, joined.
+    fn tail_text(&self) -> String {
+        let t = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().cloned().collect::<Vec<_>>().join(" / ")
+    }
+
+    /// After its output ended before hello: its exit status (killed if it does not end within
+    /// 5 s) and its stderr's last lines.
+    async fn ended_before_hello(&mut self) -> (String, String) {
+        let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
             Ok(Ok(s)) => s.to_string(),
             _ => {
-                kill_shell(&mut child);
-                let _ = child.wait().await;
+                kill_shell(&mut self.child);
+                "still running; killed".into()
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.stderr_task).await;
+        (status, self.tail_text())
+    }
+
+    /// After the relay: its exit status (killed and reaped if it does not end within 5 s),
+    /// once its stderr was read (at most 2 s more).
+    async fn ended_after_relay(&mut self) -> String {
+        let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+            Ok(Ok(s)) => s.to_string(),
+            _ => {
+                kill_shell(&mut self.child);
+                let _ = self.child.wait().await;
                 "killed".into()
             }
         };
-        let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
-        if !bye && !killed {
-            let t = tail_text(&tail);
-            let _ = up
-                .send(lost(format!(
-                    "the agent or its remote shell went away mid-job ({status}){}",
-                    if t.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {t}")
-                    }
-                )))
-                .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.stderr_task).await;
+        status
+    }
+}
+
+impl ShellEdge {
+    /// The loss of this child, reported by this parent.
+    fn lost(&self, what: String) -> Up {
+        Up::Lost {
+            node: self.node,
+            by: self.cfg.by,
+            what,
         }
-        return;
+    }
+
+    /// Starts the remote shell and writes the child's Start; `None` (the loss reported) if
+    /// the shell cannot run.
+    async fn launch(&self) -> Option<Shell> {
+        let (argv, child) = spawn_agent(
+            &self.cfg,
+            &self.host,
+            reap::LAUNCH_FLAG,
+            &self.token,
+            Stdio::piped(),
+        );
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                let shell = self.cfg.rsh.first().cloned().unwrap_or_default();
+                let what = format!("cannot run remote shell {shell:?}: {e}");
+                let _ = self.up.send(self.lost(what)).await;
+                return None;
+            }
+        };
+        let mut down = FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
+        let frames = FramedRead::new(child.stdout.take().expect("piped"), ParentCodec::default());
+        let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
+        let hello_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stderr_task = tokio::spawn(read_stderr(
+            child.stderr.take().expect("piped"),
+            tail.clone(),
+            hello_seen.clone(),
+            self.up.clone(),
+            self.node,
+        ));
+        send_start(&mut down, &self.start).await;
+        Some(Shell {
+            argv,
+            child,
+            down: Some(down),
+            frames,
+            tail,
+            hello_seen,
+            stderr_task,
+        })
+    }
+
+    /// Waits for the child's hello within the hello timeout, passing on what its subtree
+    /// says meanwhile.
+    async fn hello(&self, shell: &mut Shell) -> Hello {
+        let deadline = tokio::time::Instant::now() + self.cfg.hello_timeout;
+        loop {
+            tokio::select! {
+                f = shell.frames.next() => match f {
+                    Some(Ok(Up::Hello { node })) => {
+                        shell.hello_seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                        let _ = self.up.send(Up::Hello { node }).await;
+                        return Hello::Said;
+                    }
+                    Some(Ok(other)) => { let _ = self.up.send(other).await; }
+                    Some(Err(e)) => return Hello::Failed(Some(format!(
+                        "the remote shell's output is not greedyd's protocol ({e}); is {} installed on {}, and does the login print anything?",
+                        self.cfg.agent.join(" "), self.host))),
+                    None => return Hello::Failed(None),
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.no_hello(shell).await;
+                    return Hello::Handled;
+                }
+                _ = self.kill.cancelled() => {
+                    kill_shell(&mut shell.child);
+                    let _ = shell.child.wait().await;
+                    self.reap().await;
+                    return Hello::Handled;
+                }
+            }
+        }
+    }
+
+    /// No hello within the timeout: kills the shell, reports the loss, cleans the host up.
+    async fn no_hello(&self, shell: &mut Shell) {
+        kill_shell(&mut shell.child);
+        let _ = shell.child.wait().await;
+        let what = format!(
+            "no hello from greedyd within {} s (waited for `{}` to start the agent){}",
+            self.cfg.hello_timeout.as_secs_f64(),
+            shell.command(),
+            colon(&shell.tail_text())
+        );
+        let _ = self.up.send(self.lost(what)).await;
+        self.reap().await;
+    }
+
+    /// Cleans up the host of a child that never said hello ([`crate::reap`]).
+    async fn reap(&self) {
+        reap_remote(&self.cfg, self.node, &self.host, &self.token, &self.up).await;
+    }
+
+    /// Relays the child's frames until its side closes; reports it lost if it went away
+    /// without saying bye (and was not killed).
+    async fn relay(&self, mut shell: Shell, rx: &mut mpsc::Receiver<Down>) {
+        let down = shell.down.take().expect("relayed once");
+        let Shell { child, frames, .. } = &mut shell;
+        let Relayed { bye, killed } =
+            relay(self.node, rx, frames, down, &self.up, &self.kill, || {
+                kill_shell(child)
+            })
+            .await;
+        let status = shell.ended_after_relay().await;
+        if !bye && !killed {
+            let what = format!(
+                "the agent or its remote shell went away mid-job ({status}){}",
+                colon(&shell.tail_text())
+            );
+            let _ = self.up.send(self.lost(what)).await;
+        }
     }
 }
 

@@ -357,7 +357,7 @@ async fn drive(
                 }
                 Some(Up::Address { node, addr }) => {
                     for c in overlay_tree.children(node as usize) {
-                        fanout.route(Some(c as u32), Cmd::Address { node, addr: addr.clone() }).await;
+                        fanout.route(Some(c as u32), Cmd::Address { node, addr }).await;
                     }
                 }
                 Some(Up::Lost { node, by, what }) => {

@@ -18,7 +18,8 @@
 //! use greedy_launcher::plan::{HostSource, Plan, Request};
 //! let plan = Plan::new(Request {
 //!     n_ranks: Some(16), hosts: HostSource::List("n[1-8]".into()), ppn: Some(2),
-//!     map_by: greedy_launcher::plan::MapBy::Slot, seq: 0.02, rem: 0.15, topology: greedy_tree::Topology::Greedy, batch: 8,
+//!     map_by: greedy_launcher::plan::MapBy::Slot, model: "0.02,0.15".parse().expect("a valid model"),
+//!     topology: greedy_tree::Topology::Greedy, batch: 8,
 //!     timeout: std::time::Duration::from_secs(30), grace: std::time::Duration::from_secs(3),
 //!     pmi: greedy_launcher::proto::PmiMode::Auto, argv: vec!["hostname".into()], more: vec![],
 //! })?;

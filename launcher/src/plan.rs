@@ -45,10 +45,8 @@ pub struct Request {
     pub ppn: Option<u32>,
     /// How consecutive ranks are laid over the hosts.
     pub map_by: MapBy,
-    /// Launch model.
-    pub seq: f64,
-    /// Launch model.
-    pub rem: f64,
+    /// The launch model (concurrency 1), as given (`--seq`, `--rem`).
+    pub model: LaunchModel,
     /// Launch tree shape.
     pub topology: Topology,
     /// Remote shells in flight per parent.
@@ -147,11 +145,10 @@ impl Plan {
         if req.timeout.is_zero() {
             return bad("--timeout must be positive".into());
         }
-        let model = LaunchModel::new(req.seq, req.rem)
-            .map_err(|e| Error::Plan(format!("launch model: {e}")))?;
         let (hosts, ranks) = place_ranks(&hosts, n_wanted, req.ppn, req.map_by)?;
         let n_ranks = ranks.iter().map(|r| r.len() as u32).sum();
-        let launch_model = model
+        let launch_model = req
+            .model
             .with_launch_cap(req.batch)
             .map_err(|e| Error::Plan(format!("launch model: {e}")))?;
         let launch = req.topology.build(hosts.len() + 1, &launch_model);
@@ -159,7 +156,7 @@ impl Plan {
             hosts,
             ranks,
             n_ranks,
-            model,
+            model: req.model,
             launch_model,
             topology: req.topology,
             launch,
@@ -331,8 +328,7 @@ mod tests {
             hosts,
             ppn,
             map_by: MapBy::Slot,
-            seq: 0.01,
-            rem: 0.1,
+            model: LaunchModel::new(0.01, 0.1).unwrap(),
             topology: Topology::Greedy,
             batch: 8,
             timeout: Duration::from_secs(30),
@@ -355,7 +351,7 @@ mod tests {
                 .join(","),
         );
         let mut req = request(hosts, None, None);
-        (req.seq, req.rem) = (0.006, 0.388);
+        req.model = LaunchModel::new(0.006, 0.388).unwrap();
         let capped = Plan::new(req.clone()).unwrap();
         let uncapped = Plan::new(Request { batch: 64, ..req }).unwrap();
         assert_eq!(uncapped.launch.children(0).count(), 64);

@@ -13,7 +13,7 @@
 //! This is a boundary: the types here are the only serialised launcher types, and an agent
 //! refuses a [`Start`] of another [`PROTOCOL_VERSION`].
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -204,8 +204,8 @@ pub enum Cmd {
     Address {
         /// Overlay node the address belongs to.
         node: u32,
-        /// `ip:port`.
-        addr: String,
+        /// The overlay listener's address.
+        addr: SocketAddr,
     },
     /// The job is over (every rank exited): stop services, wait for the subtree, exit.
     Shutdown,
@@ -265,8 +265,8 @@ pub enum JobCmd {
     Address {
         /// Overlay node the address belongs to.
         node: u32,
-        /// `ip:port`.
-        addr: String,
+        /// The overlay listener's address.
+        addr: SocketAddr,
     },
     /// [`Cmd::Shutdown`].
     Shutdown,
@@ -389,8 +389,8 @@ pub enum Up {
     Address {
         /// Host index.
         node: u32,
-        /// `ip:port`.
-        addr: String,
+        /// The overlay listener's address.
+        addr: SocketAddr,
     },
     /// A child subtree could not be started, or its remote shell ended early.
     Lost {

@@ -62,7 +62,7 @@ impl Rendezvous for PipeRendezvous {
         self.up
             .send(Up::Address {
                 node: node_idx as u32,
-                addr: addr.to_string(),
+                addr,
             })
             .await
             .map_err(|_| "the parent pipe is closed".to_string())

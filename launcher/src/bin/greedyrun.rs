@@ -19,7 +19,7 @@ use greedy_launcher::{
     status::code,
     tasks::{self, Source, TaskOptions},
 };
-use greedy_tree::Topology;
+use greedy_tree::{LaunchModel, Topology};
 
 const EXIT_STATUS: &str = "\
 EXIT STATUS:
@@ -315,71 +315,25 @@ enum Mode {
 
 /// Arguments → a validated job, before any side effect; `session`: the free slots of the
 /// session the job runs on, its hosts when no host option is given.
-fn job_config(args: Args, session: Option<Allocation>) -> anyhow::Result<(JobConfig, Mode)> {
-    let hosts = match (&args.hostfile, &args.hosts, &args.host_list) {
-        (Some(p), _, _) => HostSource::Hostfile {
-            path: p.display().to_string(),
-            text: std::fs::read_to_string(p)
-                .with_context(|| format!("read hostfile {}", p.display()))?,
-        },
-        (_, Some(e), _) | (_, _, Some(e)) => HostSource::List(e.clone()),
-        _ if session.is_some() => {
-            let a = session.expect("checked");
-            if a.hostfile.is_empty() {
-                bail!("{}: every slot is taken by the jobs running there", a.what);
-            }
-            HostSource::Allocation(a)
-        }
-        _ => {
-            let found =
-                allocation::detect(&|k| std::env::var(k).ok(), &|p| std::fs::read_to_string(p))?;
-            let Some(a) = found else {
-                bail!(
-                    "no hosts: give --hostfile FILE, --hosts EXPR or -H h1,h2, or run inside a \
-                     Slurm, PBS, LSF or Grid Engine allocation"
-                )
-            };
-            if args.verbose {
-                eprintln!("greedyrun: hosts from {}", a.what);
-            }
-            HostSource::Allocation(a)
-        }
-    };
-    let pmi = match args.pmi {
-        Pmi::Auto => PmiMode::Auto,
-        Pmi::Pmi1 | Pmi::Pmi2 => PmiMode::Strict,
-        Pmi::None => PmiMode::None,
-        Pmi::Pmix => PmiMode::Pmix,
-        Pmi::Charm => PmiMode::Charm,
-    };
+fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(JobConfig, Mode)> {
+    let hosts = host_source(&args, session)?;
     let timeout = secs("--timeout", args.timeout)?;
     let rsh = ssh::remote_shell(&args.rsh, timeout);
-    let (argv, more) = if args.calibrate && args.argv.is_empty() {
-        (vec!["true".to_string()], Vec::new())
-    } else if args.tasks.is_some() || args.start_session {
-        if !args.argv.is_empty() {
-            bail!("--tasks and --start-session run the commands of a stream: give no program");
-        }
-        // The plan's ranks are the stream's slots; nothing runs this program.
-        (vec!["/bin/sh".to_string()], Vec::new())
-    } else {
-        mpmd_parts(args.argv)?
-    };
-    let pmi = if args.tasks.is_some() || args.start_session {
+    // A stream's ranks are its slots: no program of theirs, no wire-up, no stdin.
+    let stream = args.tasks.is_some() || args.start_session;
+    let (argv, more) = programs(std::mem::take(&mut args.argv), args.calibrate, stream)?;
+    let pmi = if stream {
         PmiMode::None
     } else {
-        pmi
+        args.pmi.into()
     };
-    let mut plan = Plan::new(Request {
+    let model = launch_model(args.seq, args.rem)?;
+    let plan = Plan::new(Request {
         n_ranks: args.n_ranks,
         hosts,
         ppn: args.ppn,
-        map_by: match args.map_by {
-            Map::Slot => MapBy::Slot,
-            Map::Node => MapBy::Node,
-        },
-        seq: args.seq,
-        rem: args.rem,
+        map_by: args.map_by.into(),
+        model,
         // One srun step starts every agent (greedy_launcher::connect): Slurm's fan-out is the
         // launch tree, and each agent is greedyrun's child.
         topology: if ssh::is_srun(&rsh) {
@@ -394,33 +348,143 @@ fn job_config(args: Args, session: Option<Allocation>) -> anyhow::Result<(JobCon
         argv,
         more,
     })?;
-    if pmi == PmiMode::Charm {
-        if plan.apps.len() > 1 {
-            bail!("--pmi charm: one program per job (Charm++ has no MPMD start)");
-        }
-        // A non-SMP Charm++ client given +p2 exits before connecting, silently (its stdio is
-        // already /dev/null): refuse here, with the reason, rather than time out later.
-        plan.apps[0].argv = greedy_pmix::charm::launcher_args(&plan.apps[0].argv, plan.n_ranks)
-            .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
-    }
-    let stdin_rank = match args.stdin.as_str() {
-        _ if args.tasks.is_some() || args.start_session => None,
-        "none" => None,
-        r => {
-            let r: u32 = r.parse().context("--stdin takes a rank number or `none`")?;
-            if r >= plan.n_ranks {
-                bail!("--stdin {r}: the job has only {} ranks", plan.n_ranks);
-            }
-            Some(r)
-        }
+    let plan = charm_arguments(plan)?;
+    let stdin_rank = if stream {
+        None
+    } else {
+        stdin_rank(&args.stdin, plan.n_ranks)?
     };
-    let agent = match args.agent {
-        Some(a) => a.split_whitespace().map(str::to_owned).collect(),
+    let agent = agent_words(args.agent.as_deref())?;
+    let env = rank_env(&args)?;
+    let here = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    // A relative --chdir is taken from here, as the user sees it.
+    let cwd = args
+        .chdir
+        .as_ref()
+        .map_or(here.clone(), |d| here.join(d))
+        .display()
+        .to_string();
+    let mode = mode(&args)?;
+    let cfg = JobConfig {
+        plan,
+        rsh,
+        agent,
+        retries: args.retries,
+        tag_output: args.tag_output,
+        unbuffered: args.unbuffered,
+        keep_going: args.keep_going,
+        stdin_rank,
+        bind: args.bind_to.into(),
+        progress: secs("--progress", args.progress)?,
+        env,
+        cwd,
+        verbose: args.verbose,
+        quiet: false,
+    };
+    Ok((cfg, mode))
+}
+
+/// Where the hosts come from: a host option, the session's free slots, or the batch
+/// allocation greedyrun runs in.
+fn host_source(args: &Args, session: Option<Allocation>) -> anyhow::Result<HostSource> {
+    if let Some(p) = &args.hostfile {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("read hostfile {}", p.display()))?;
+        let path = p.display().to_string();
+        return Ok(HostSource::Hostfile { path, text });
+    }
+    if let Some(e) = args.hosts.as_ref().or(args.host_list.as_ref()) {
+        return Ok(HostSource::List(e.clone()));
+    }
+    if let Some(a) = session {
+        if a.hostfile.is_empty() {
+            bail!("{}: every slot is taken by the jobs running there", a.what);
+        }
+        return Ok(HostSource::Allocation(a));
+    }
+    let found = allocation::detect(&|k| std::env::var(k).ok(), &|p| std::fs::read_to_string(p))?;
+    let Some(a) = found else {
+        bail!(
+            "no hosts: give --hostfile FILE, --hosts EXPR or -H h1,h2, or run inside a \
+             Slurm, PBS, LSF or Grid Engine allocation"
+        )
+    };
+    if args.verbose {
+        eprintln!("greedyrun: hosts from {}", a.what);
+    }
+    Ok(HostSource::Allocation(a))
+}
+
+/// The program(s) of the command line: the first part's words and the further MPMD parts.
+/// `--calibrate` runs `true` unless given a program; a stream (`--tasks`,
+/// `--start-session`) takes none.
+fn programs(
+    argv: Vec<String>,
+    calibrate: bool,
+    stream: bool,
+) -> anyhow::Result<(Vec<String>, Vec<Part>)> {
+    if calibrate && argv.is_empty() {
+        Ok((vec!["true".to_string()], Vec::new()))
+    } else if stream {
+        if !argv.is_empty() {
+            bail!("--tasks and --start-session run the commands of a stream: give no program");
+        }
+        // The plan's ranks are the stream's slots; nothing runs this program.
+        Ok((vec!["/bin/sh".to_string()], Vec::new()))
+    } else {
+        mpmd_parts(argv)
+    }
+}
+
+/// The launch model of `--seq` and `--rem`, checked once here; every consumer gets it typed.
+fn launch_model(seq: f64, rem: f64) -> anyhow::Result<LaunchModel> {
+    LaunchModel::new(seq, rem)
+        .map_err(|e| greedy_launcher::Error::Plan(format!("launch model: {e}")).into())
+}
+
+/// With `--pmi charm`, the program's Charm++ launcher arguments checked against the job size.
+fn charm_arguments(mut plan: Plan) -> anyhow::Result<Plan> {
+    if plan.pmi != PmiMode::Charm {
+        return Ok(plan);
+    }
+    if plan.apps.len() > 1 {
+        bail!("--pmi charm: one program per job (Charm++ has no MPMD start)");
+    }
+    // A non-SMP Charm++ client given +p2 exits before connecting, silently (its stdio is
+    // already /dev/null): refuse here, with the reason, rather than time out later.
+    plan.apps[0].argv = greedy_pmix::charm::launcher_args(&plan.apps[0].argv, plan.n_ranks)
+        .map_err(|e| anyhow::anyhow!("--pmi charm: {e}"))?;
+    Ok(plan)
+}
+
+/// `--stdin`: the rank that reads greedyrun's stdin, if any, of a job of `n_ranks`.
+fn stdin_rank(stdin: &str, n_ranks: u32) -> anyhow::Result<Option<u32>> {
+    if stdin == "none" {
+        return Ok(None);
+    }
+    let r: u32 = stdin
+        .parse()
+        .context("--stdin takes a rank number or `none`")?;
+    if r >= n_ranks {
+        bail!("--stdin {r}: the job has only {n_ranks} ranks");
+    }
+    Ok(Some(r))
+}
+
+/// The agent command's words: `--agent`'s, or `greedyd` beside this greedyrun.
+fn agent_words(agent: Option<&str>) -> anyhow::Result<Vec<String>> {
+    match agent {
+        Some(a) => Ok(a.split_whitespace().map(str::to_owned).collect()),
         None => {
             let exe = std::env::current_exe().context("locate greedyrun")?;
-            vec![exe.with_file_name("greedyd").display().to_string()]
+            Ok(vec![exe.with_file_name("greedyd").display().to_string()])
         }
-    };
+    }
+}
+
+/// The variables of this environment the ranks get, after -x, -genv, -genvlist, -genvnone
+/// and --export.
+fn rank_env(args: &Args) -> anyhow::Result<Vec<(String, String)>> {
     let mut exports = Exports::default();
     if args.genvnone {
         exports.base = exports::Base::None;
@@ -437,59 +501,67 @@ fn job_config(args: Args, session: Option<Allocation>) -> anyhow::Result<(JobCon
     for pair in args.genv.chunks(2) {
         exports.set(&pair[0], &pair[1])?;
     }
-    let env = exports.apply(std::env::vars().filter(|(k, _)| !ENV_SKIP.contains(&k.as_str())));
-    let here = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    // A relative --chdir is taken from here, as the user sees it.
-    let cwd = args
-        .chdir
-        .map_or(here.clone(), |d| here.join(d))
-        .display()
-        .to_string();
-    let mode = match (&args.tasks, args.calibrate, std::env::var_os(SERVE_VAR)) {
-        // The session's own process (--start-session started it).
-        (_, _, Some(socket)) => Mode::Tasks(TaskOptions {
-            source: Source::Session {
-                socket: socket.into(),
-                idle: secs("--idle-timeout", args.idle_timeout)?,
-            },
-            results: None,
-            retries: 0,
-        }),
-        (Some(source), _, None) => Mode::Tasks(TaskOptions {
-            source: if source == "-" {
-                Source::Stdin
-            } else {
-                Source::File(source.into())
-            },
-            results: args.results.clone(),
-            retries: args.task_retries,
-        }),
-        (None, true, None) => Mode::Calibrate,
-        (None, false, None) => Mode::Job,
-    };
-    Ok((
-        JobConfig {
-            plan,
-            rsh,
-            agent,
-            retries: args.retries,
-            tag_output: args.tag_output,
-            unbuffered: args.unbuffered,
-            keep_going: args.keep_going,
-            stdin_rank,
-            bind: match args.bind_to {
-                Bind::None => BindTo::None,
-                Bind::Core => BindTo::Core,
-                Bind::Socket => BindTo::Socket,
-            },
-            progress: secs("--progress", args.progress)?,
-            env,
-            cwd,
-            verbose: args.verbose,
-            quiet: false,
+    Ok(exports.apply(std::env::vars().filter(|(k, _)| !ENV_SKIP.contains(&k.as_str()))))
+}
+
+/// The mode of the command line: a job, a calibration, or a stream of tasks (given, or the
+/// session's own).
+fn mode(args: &Args) -> anyhow::Result<Mode> {
+    Ok(
+        match (&args.tasks, args.calibrate, std::env::var_os(SERVE_VAR)) {
+            // The session's own process (--start-session started it).
+            (_, _, Some(socket)) => Mode::Tasks(TaskOptions {
+                source: Source::Session {
+                    socket: socket.into(),
+                    idle: secs("--idle-timeout", args.idle_timeout)?,
+                },
+                results: None,
+                retries: 0,
+            }),
+            (Some(source), _, None) => Mode::Tasks(TaskOptions {
+                source: if source == "-" {
+                    Source::Stdin
+                } else {
+                    Source::File(source.into())
+                },
+                results: args.results.clone(),
+                retries: args.task_retries,
+            }),
+            (None, true, None) => Mode::Calibrate,
+            (None, false, None) => Mode::Job,
         },
-        mode,
-    ))
+    )
+}
+
+impl From<Pmi> for PmiMode {
+    fn from(pmi: Pmi) -> PmiMode {
+        match pmi {
+            Pmi::Auto => PmiMode::Auto,
+            Pmi::Pmi1 | Pmi::Pmi2 => PmiMode::Strict,
+            Pmi::None => PmiMode::None,
+            Pmi::Pmix => PmiMode::Pmix,
+            Pmi::Charm => PmiMode::Charm,
+        }
+    }
+}
+
+impl From<Map> for MapBy {
+    fn from(map: Map) -> MapBy {
+        match map {
+            Map::Slot => MapBy::Slot,
+            Map::Node => MapBy::Node,
+        }
+    }
+}
+
+impl From<Bind> for BindTo {
+    fn from(bind: Bind) -> BindTo {
+        match bind {
+            Bind::None => BindTo::None,
+            Bind::Core => BindTo::Core,
+            Bind::Socket => BindTo::Socket,
+        }
+    }
 }
 
 /// Splits `PROG ARGS… : -n K PROG ARGS… : …` (mpiexec's MPMD form) at the `:` words: the
@@ -750,8 +822,8 @@ fn main() {
                     c.burst,
                     cfg.rsh[0]
                 );
-                println!("GREEDY_SEQ={:.4}", c.seq);
-                println!("GREEDY_REM={:.4}", c.rem);
+                println!("GREEDY_SEQ={:.4}", c.model.seq());
+                println!("GREEDY_REM={:.4}", c.model.rem());
                 0
             }
             Err(e) => {
@@ -832,6 +904,8 @@ mod tests {
         assert_eq!(cfg.plan.pmi, PmiMode::Pmix);
         let e = parse(&["greedyrun", "-H", "a", "--stdin", "3", "--", "x"]).unwrap_err();
         assert!(e.to_string().contains("only 1 ranks"));
+        let e = parse(&["greedyrun", "-H", "a", "--rem", "0", "--", "x"]).unwrap_err();
+        assert!(e.to_string().contains("launch model"), "{e}");
     }
 
     #[test]
