@@ -416,13 +416,18 @@ async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, stre
 
 /// One rank's connection: its PMI session and what it has done so far.
 struct RankHandler<S> {
+    /// The node's KVS, fences and abort.
     shared: Arc<Shared>,
+    /// The rank's end of its socketpair.
     stream: S,
     rank: u32,
+    /// The sans-I/O PMI-1/PMI-2 protocol state of this connection.
     session: Session,
+    /// Fence releases and node attributes for this rank.
     notices: mpsc::Receiver<Notice>,
     /// Kept so that the notice channel stays open as long as the handler runs.
     _notices_tx: mpsc::Sender<Notice>,
+    /// Bytes read from the rank and not parsed yet.
     buf: BytesMut,
     /// The connection closed (or a write failed) before the rank finalized.
     closed_early: bool,

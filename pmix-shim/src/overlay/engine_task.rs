@@ -16,13 +16,17 @@ use crate::{
 
 /// The engine task's state: the engine, the links it writes to, and who waits for what.
 pub(super) struct EngineTask {
+    /// What the link tasks share: the job, the tree, the config, the event channel.
     shared: Shared,
+    /// The sans-I/O collectives; everything it outputs is carried out here.
     engine: Engine,
     /// This node's index.
     me: usize,
     /// The request channel's sending end, for answers to requests this node serves.
     answers_tx: mpsc::Sender<Request>,
+    /// Tells the handles of the job's abort.
     aborted_tx: watch::Sender<Option<AbortInfo>>,
+    /// Requests for this node, to its local server ([`super::Overlay::incoming`]).
     incoming_tx: mpsc::Sender<Incoming>,
     /// Each node's live links with their ids; frames go on the first.
     links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>>,
@@ -30,6 +34,7 @@ pub(super) struct EngineTask {
     waiting: HashMap<u64, oneshot::Sender<Result<Outcome, Error>>>,
     /// Point-to-point requests this node sent, by id, awaiting their answer.
     asked: HashMap<u64, oneshot::Sender<Result<Bytes, String>>>,
+    /// The id of this node's next point-to-point request.
     next_ask: u64,
     /// Every node's listener address, once the join gathered them.
     book: Vec<SocketAddr>,
