@@ -33,6 +33,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    ops::ControlFlow,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -509,181 +510,187 @@ impl Engine {
         (0..self.topo.len()).filter(|n| !mine.contains(n)).collect()
     }
 
-    /// Moves collective `seq` as far as its messages allow.
+    /// Moves collective `seq` as far as its messages allow: up the tree, down it, then through
+    /// the ring or Bruck's rounds if the root chose one. Each phase breaks when the collective
+    /// is done or must wait for a message.
     fn advance(&mut self, seq: u64, out: &mut Vec<Output>) {
+        let Some(op) = self.states.get(&seq).and_then(|s| s.op) else {
+            return;
+        };
+        if self.up_phase(seq, op, out).is_break() || self.down_phase(seq, op, out).is_break() {
+            return;
+        }
+        let on_bruck = self.states.get(&seq).is_some_and(|s| s.bruck.is_some());
+        if on_bruck {
+            self.bruck_phase(seq, out);
+        } else {
+            self.ring_phase(seq, out);
+        }
+    }
+
+    /// Upward phase: once every child's part is in, sends this subtree's part to the parent
+    /// (which ends a gather here); the root instead decides what goes down.
+    fn up_phase(&mut self, seq: u64, op: Op, out: &mut Vec<Output>) -> ControlFlow<()> {
+        let me = self.node_idx;
+        let Some(state) = self.states.get_mut(&seq) else {
+            return ControlFlow::Break(());
+        };
+        if op == Op::Broadcast || state.sent_up {
+            return ControlFlow::Continue(());
+        }
+        if self
+            .topo
+            .children(me)
+            .any(|c| !state.from_children.contains_key(&c))
+        {
+            return ControlFlow::Break(());
+        }
+        let (blobs, total, oversize) = state.take_subtree(me);
+        let oversize = oversize
+            || (op == Op::Allgather && !state.tree_only && total > self.allgather.tree_max);
+        state.sent_up = true;
+        let Some(parent) = self.topo.parent(me) else {
+            return self.decide(seq, op, blobs, oversize, out);
+        };
+        let content = if oversize {
+            UpContent::Oversize(total)
+        } else {
+            UpContent::Blobs(blobs)
+        };
+        out.push(Output::Send {
+            to: parent,
+            msg: Message::Up { seq, content },
+        });
+        if op == Op::Gather {
+            self.states.remove(&seq);
+            out.push(Output::Done {
+                seq,
+                result: Ok(Outcome::Gather(None)),
+            });
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The root, with every node's part in: ends a gather, or sets what goes down the tree
+    /// (the blobs, or the ring or Bruck for an allgather past `tree_max`).
+    fn decide(
+        &mut self,
+        seq: u64,
+        op: Op,
+        blobs: Vec<(u32, Bytes)>,
+        oversize: bool,
+        out: &mut Vec<Output>,
+    ) -> ControlFlow<()> {
+        let n = self.topo.len();
+        let down = match op {
+            Op::Gather => {
+                self.states.remove(&seq);
+                let all = by_node(n, blobs);
+                out.push(Output::Done {
+                    seq,
+                    result: Ok(Outcome::Gather(Some(all))),
+                });
+                return ControlFlow::Break(());
+            }
+            Op::Barrier => DownContent::Blobs(Vec::new()),
+            _ if oversize => self.allgather.large(n),
+            _ => DownContent::Blobs(blobs),
+        };
+        if let Some(state) = self.states.get_mut(&seq) {
+            state.down = Some(down);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Downward phase: forwards the down message to the children, then finishes, or starts
+    /// the ring or Bruck's rounds.
+    fn down_phase(&mut self, seq: u64, op: Op, out: &mut Vec<Output>) -> ControlFlow<()> {
+        let me = self.node_idx;
+        let n = self.topo.len();
+        let Some(state) = self.states.get_mut(&seq) else {
+            return ControlFlow::Break(());
+        };
+        if op == Op::Broadcast && self.topo.parent(me).is_none() && state.down.is_none() {
+            state.down = Some(DownContent::Blobs(vec![(0, state.own.clone())]));
+        }
+        if state.off_tree() {
+            return ControlFlow::Continue(());
+        }
+        let Some(down) = state.down.take() else {
+            return ControlFlow::Break(());
+        };
+        for child in self.topo.children(me) {
+            out.push(Output::Send {
+                to: child,
+                msg: Message::Down {
+                    seq,
+                    content: down.clone(),
+                },
+            });
+        }
+        match down {
+            DownContent::Blobs(blobs) => {
+                self.states.remove(&seq);
+                out.push(Output::Done {
+                    seq,
+                    result: Ok(op.on_tree_outcome(n, blobs)),
+                });
+                return ControlFlow::Break(());
+            }
+            DownContent::Bruck => state.start_bruck(seq, me, n, out),
+            DownContent::Ring => state.start_ring(seq, me, n, out),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Bruck phase: takes each round's message in turn, then sends the next round's.
+    fn bruck_phase(&mut self, seq: u64, out: &mut Vec<Output>) {
         let me = self.node_idx;
         let n = self.topo.len();
         let Some(state) = self.states.get_mut(&seq) else {
             return;
         };
-        let Some(op) = state.op else { return };
-
-        // Upward phase.
-        if op != Op::Broadcast && !state.sent_up {
-            if self
-                .topo
-                .children(me)
-                .any(|c| !state.from_children.contains_key(&c))
-            {
-                return;
-            }
-            let mut blobs = vec![(me as u32, state.own.clone())];
-            let mut oversize = false;
-            let mut total = state.own.len() as u64;
-            for content in std::mem::take(&mut state.from_children).into_values() {
-                match content {
-                    UpContent::Blobs(b) => {
-                        total += b.iter().map(|(_, x)| x.len() as u64).sum::<u64>();
-                        blobs.extend(b);
-                    }
-                    UpContent::Oversize(bytes) => {
-                        total += bytes;
-                        oversize = true;
-                    }
-                }
-            }
-            oversize |= op == Op::Allgather && !state.tree_only && total > self.allgather.tree_max;
-            state.sent_up = true;
-            match self.topo.parent(me) {
-                Some(parent) => {
-                    let content = if oversize {
-                        UpContent::Oversize(total)
-                    } else {
-                        UpContent::Blobs(blobs)
-                    };
-                    out.push(Output::Send {
-                        to: parent,
-                        msg: Message::Up { seq, content },
-                    });
-                    if op == Op::Gather {
-                        self.states.remove(&seq);
-                        out.push(Output::Done {
-                            seq,
-                            result: Ok(Outcome::Gather(None)),
-                        });
-                        return;
-                    }
-                }
-                None => {
-                    // The root: it decides.
-                    let down = match op {
-                        Op::Gather => {
-                            self.states.remove(&seq);
-                            let all = by_node(n, blobs);
-                            out.push(Output::Done {
-                                seq,
-                                result: Ok(Outcome::Gather(Some(all))),
-                            });
-                            return;
-                        }
-                        Op::Barrier => DownContent::Blobs(Vec::new()),
-                        _ if oversize => self.allgather.large(n),
-                        _ => DownContent::Blobs(blobs),
-                    };
-                    state.down = Some(down);
-                }
-            }
-        }
-        if op == Op::Broadcast && self.topo.parent(me).is_none() && state.down.is_none() {
-            state.down = Some(DownContent::Blobs(vec![(0, state.own.clone())]));
-        }
-
-        // Downward phase: forward, then finish or start the ring or Bruck.
-        if !state.off_tree() {
-            let Some(down) = state.down.take() else {
+        let Some(bruck) = state.bruck.as_mut() else {
+            return;
+        };
+        while bruck.held < n {
+            let Some(blobs) = state.early_bruck.remove(&bruck.round) else {
                 return;
             };
-            for child in self.topo.children(me) {
-                out.push(Output::Send {
-                    to: child,
-                    msg: Message::Down {
-                        seq,
-                        content: down.clone(),
-                    },
-                });
+            let first = bruck_sender(me, n, bruck.round);
+            let count = (1usize << bruck.round).min(n - bruck.held);
+            let expected = (0..count).map(|j| ((first + j) % n) as u32);
+            if blobs.len() != count || !blobs.iter().map(|(o, _)| *o).eq(expected) {
+                // Not what the sender must send: wait for the timeout, which names the
+                // nodes whose blobs are still missing.
+                warn!(
+                    seq,
+                    round = bruck.round,
+                    "bruck message with the wrong blobs ignored"
+                );
+                return;
             }
-            match down {
-                DownContent::Blobs(blobs) => {
-                    self.states.remove(&seq);
-                    let outcome = match op {
-                        Op::Barrier => Outcome::Barrier,
-                        Op::Broadcast => Outcome::Broadcast(
-                            blobs.into_iter().next().map(|(_, b)| b).unwrap_or_default(),
-                        ),
-                        _ => Outcome::Allgather(by_node(n, blobs)),
-                    };
-                    out.push(Output::Done {
-                        seq,
-                        result: Ok(outcome),
-                    });
-                    return;
-                }
-                DownContent::Bruck => {
-                    let mut blobs = vec![None; n];
-                    blobs[me] = Some(state.own.clone());
-                    let bruck = Bruck {
-                        blobs,
-                        held: 1,
-                        round: 0,
-                    };
-                    if n > 1 {
-                        bruck_send(seq, me, &bruck, out);
-                    }
-                    state.bruck = Some(bruck);
-                }
-                DownContent::Ring => {
-                    let mut ring = vec![None; n];
-                    ring[me] = Some(state.own.clone());
-                    state.ring = Some(ring);
-                    if n > 1 {
-                        let msg = Message::Ring {
-                            seq,
-                            origin: me as u32,
-                            blob: state.own.clone(),
-                        };
-                        out.push(Output::Send {
-                            to: (me + 1) % n,
-                            msg,
-                        });
-                    }
-                }
+            for (origin, blob) in blobs {
+                bruck.blobs[origin as usize] = Some(blob);
+            }
+            bruck.held += count;
+            bruck.round += 1;
+            if bruck.held < n {
+                bruck_send(seq, me, bruck, out);
             }
         }
+        gathered(seq, &mut bruck.blobs, out);
+        self.states.remove(&seq);
+    }
 
-        if let Some(bruck) = state.bruck.as_mut() {
-            // Bruck phase: take each round's message in turn, then send the next round's.
-            while bruck.held < n {
-                let Some(blobs) = state.early_bruck.remove(&bruck.round) else {
-                    return;
-                };
-                let first = bruck_sender(me, n, bruck.round);
-                let count = (1usize << bruck.round).min(n - bruck.held);
-                let expected = (0..count).map(|j| ((first + j) % n) as u32);
-                if blobs.len() != count || !blobs.iter().map(|(o, _)| *o).eq(expected) {
-                    // Not what the sender must send: wait for the timeout, which names the
-                    // nodes whose blobs are still missing.
-                    warn!(
-                        seq,
-                        round = bruck.round,
-                        "bruck message with the wrong blobs ignored"
-                    );
-                    return;
-                }
-                for (origin, blob) in blobs {
-                    bruck.blobs[origin as usize] = Some(blob);
-                }
-                bruck.held += count;
-                bruck.round += 1;
-                if bruck.held < n {
-                    bruck_send(seq, me, bruck, out);
-                }
-            }
-            gathered(seq, &mut bruck.blobs, out);
-            self.states.remove(&seq);
+    /// Ring phase: keeps each new blob and forwards it unless the next node is its origin.
+    fn ring_phase(&mut self, seq: u64, out: &mut Vec<Output>) {
+        let me = self.node_idx;
+        let n = self.topo.len();
+        let Some(state) = self.states.get_mut(&seq) else {
             return;
-        }
-
-        // Ring phase.
+        };
         let next = (me + 1) % n;
         let ring = state.ring.as_mut().expect("ring phase");
         for (origin, blob) in std::mem::take(&mut state.early_ring) {
@@ -710,10 +717,77 @@ impl Engine {
     }
 }
 
+impl Op {
+    /// What a collective that ended on the tree with `blobs` from above yields.
+    fn on_tree_outcome(self, n: usize, blobs: Vec<(u32, Bytes)>) -> Outcome {
+        match self {
+            Op::Barrier => Outcome::Barrier,
+            Op::Broadcast => {
+                Outcome::Broadcast(blobs.into_iter().next().map(|(_, b)| b).unwrap_or_default())
+            }
+            _ => Outcome::Allgather(by_node(n, blobs)),
+        }
+    }
+}
+
 impl State {
     /// Whether the allgather left the tree for the ring or Bruck's algorithm.
     fn off_tree(&self) -> bool {
         self.ring.is_some() || self.bruck.is_some()
+    }
+
+    /// This subtree's part, taking the children's: the blobs by origin node (this node's
+    /// first), their total size, and whether a child's part was already too large to carry.
+    fn take_subtree(&mut self, me: usize) -> (Vec<(u32, Bytes)>, u64, bool) {
+        let mut blobs = vec![(me as u32, self.own.clone())];
+        let mut oversize = false;
+        let mut total = self.own.len() as u64;
+        for content in std::mem::take(&mut self.from_children).into_values() {
+            match content {
+                UpContent::Blobs(b) => {
+                    total += b.iter().map(|(_, x)| x.len() as u64).sum::<u64>();
+                    blobs.extend(b);
+                }
+                UpContent::Oversize(bytes) => {
+                    total += bytes;
+                    oversize = true;
+                }
+            }
+        }
+        (blobs, total, oversize)
+    }
+
+    /// Starts Bruck's rounds as node `me` of `n`: holds its own blob, sends round 0.
+    fn start_bruck(&mut self, seq: u64, me: usize, n: usize, out: &mut Vec<Output>) {
+        let mut blobs = vec![None; n];
+        blobs[me] = Some(self.own.clone());
+        let bruck = Bruck {
+            blobs,
+            held: 1,
+            round: 0,
+        };
+        if n > 1 {
+            bruck_send(seq, me, &bruck, out);
+        }
+        self.bruck = Some(bruck);
+    }
+
+    /// Starts the ring as node `me` of `n`: holds its own blob, sends it to the next node.
+    fn start_ring(&mut self, seq: u64, me: usize, n: usize, out: &mut Vec<Output>) {
+        let mut ring = vec![None; n];
+        ring[me] = Some(self.own.clone());
+        self.ring = Some(ring);
+        if n > 1 {
+            let msg = Message::Ring {
+                seq,
+                origin: me as u32,
+                blob: self.own.clone(),
+            };
+            out.push(Output::Send {
+                to: (me + 1) % n,
+                msg,
+            });
+        }
     }
 }
 

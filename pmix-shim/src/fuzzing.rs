@@ -216,18 +216,41 @@ pub fn overlay_handshake(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let job = overlay_job();
-    let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
-    let (server_nonce, client_nonce) = ([1u8; 32], [2u8; 32]);
     let mut codec = FrameCodec {
         max_body: HANDSHAKE_MAX_BODY,
     };
     let mut buf = BytesMut::from(rest);
-    let Ok(Some(mut msg)) = codec.decode(&mut buf) else {
+    let Ok(Some(msg)) = codec.decode(&mut buf) else {
         return;
     };
-    let sign = mode & 2 != 0;
+    let handshake = Handshake {
+        job: overlay_job(),
+        server_nonce: [1u8; 32],
+        client_nonce: [2u8; 32],
+        sign: mode & 2 != 0,
+    };
     if mode & 1 == 0 {
+        handshake.server_reads_hello(msg);
+    } else {
+        handshake.client_reads_welcome(msg);
+    }
+}
+
+/// One fuzzed handshake step between this job's node and a peer, with fixed nonces.
+struct Handshake {
+    job: JobSpec,
+    server_nonce: [u8; 32],
+    client_nonce: [u8; 32],
+    /// Replace the frame's MAC with the right one, so that the checks past it are reached.
+    sign: bool,
+}
+
+impl Handshake {
+    /// The server's check of a hello: accepted exactly when it is a hello with the right
+    /// proof from a node that may link here, and its welcome then passes the client's check.
+    fn server_reads_hello(&self, mut msg: Message) {
+        let (job, server_nonce) = (&self.job, &self.server_nonce);
+        let tree = greedy_tree::greedy(job.n_nodes(), &job.model);
         if let (
             true,
             Message::Hello {
@@ -237,11 +260,11 @@ pub fn overlay_handshake(data: &[u8]) {
                 nonce,
                 mac,
             },
-        ) = (sign, &mut msg)
+        ) = (self.sign, &mut msg)
         {
-            *mac = auth::client_proof(&job.secret, job_id, *node_idx, *link, &server_nonce, nonce);
+            *mac = auth::client_proof(&job.secret, job_id, *node_idx, *link, server_nonce, nonce);
         }
-        let verdict = auth::accept_hello(&job, |n| tree.parent(n), &server_nonce, &msg);
+        let verdict = auth::accept_hello(job, |n| tree.parent(n), server_nonce, &msg);
         let allowed = match &msg {
             Message::Hello {
                 job_id,
@@ -258,7 +281,7 @@ pub fn overlay_handshake(data: &[u8]) {
                             job_id,
                             *node_idx,
                             *link,
-                            &server_nonce,
+                            server_nonce,
                             nonce,
                         )
                     && peer < job.n_nodes()
@@ -278,21 +301,26 @@ pub fn overlay_handshake(data: &[u8]) {
                 node_idx: accepted.peer,
                 ..job.clone()
             };
-            auth::check_welcome(&client, job.node_idx, &server_nonce, nonce, &welcome)
+            auth::check_welcome(&client, job.node_idx, server_nonce, nonce, &welcome)
                 .expect("the server's own welcome");
         }
-    } else {
+    }
+
+    /// The client's check of a welcome from node 0: accepted exactly when it is node 0's
+    /// welcome with the right proof.
+    fn client_reads_welcome(&self, mut msg: Message) {
+        let (job, server_nonce, client_nonce) = (&self.job, &self.server_nonce, &self.client_nonce);
         let peer = 0;
-        if let (true, Message::Welcome { node_idx, mac }) = (sign, &mut msg) {
+        if let (true, Message::Welcome { node_idx, mac }) = (self.sign, &mut msg) {
             *mac = auth::server_proof(
                 &job.secret,
                 &job.job_id,
                 *node_idx,
-                &server_nonce,
-                &client_nonce,
+                server_nonce,
+                client_nonce,
             );
         }
-        let verdict = auth::check_welcome(&job, peer, &server_nonce, &client_nonce, &msg);
+        let verdict = auth::check_welcome(job, peer, server_nonce, client_nonce, &msg);
         let allowed = match &msg {
             Message::Welcome { node_idx, mac } => {
                 *node_idx as usize == peer
@@ -301,8 +329,8 @@ pub fn overlay_handshake(data: &[u8]) {
                             &job.secret,
                             &job.job_id,
                             *node_idx,
-                            &server_nonce,
-                            &client_nonce,
+                            server_nonce,
+                            client_nonce,
                         )
             }
             _ => false,

@@ -20,35 +20,28 @@
 //! closed at once, so strangers neither queue ahead of peers nor make a proven link wait.
 //! A link that closes without `Bye` while the job runs aborts the job, naming the lost node.
 
-use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+mod engine_task;
+mod link;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use greedy_tree::Tree;
 use tokio::{
-    net::{
-        TcpListener, TcpStream,
-        tcp::{OwnedReadHalf, OwnedWriteHalf},
-    },
+    net::TcpListener,
     sync::{mpsc, oneshot, watch},
 };
-use tokio_util::{
-    codec::{FramedRead, FramedWrite},
-    sync::CancellationToken,
-    task::TaskTracker,
-};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{Instrument, info, info_span};
 
+use self::{
+    engine_task::EngineTask,
+    link::{accept_loop, connect},
+};
 use crate::{
     AbortInfo, Error, JobSpec, auth,
-    collectives::{AllgatherRule, Engine, Op, Outcome, Output},
-    frame::{FrameCodec, FrameError, HANDSHAKE_MAX_BODY, Link, Message},
-    listener,
+    collectives::{AllgatherRule, Engine, Op, Outcome},
+    frame::{Link, Message},
     rendezvous::Rendezvous,
 };
 
@@ -388,17 +381,14 @@ impl Overlay {
             config.allgather,
             config.collective_timeout,
         );
-        tracker.spawn(
-            run_engine(
-                shared.clone(),
-                engine,
-                (requests_tx.clone(), requests_rx),
-                events_rx,
-                aborted_tx,
-                incoming_tx,
-            )
-            .instrument(span.clone()),
+        let engine = EngineTask::new(
+            shared.clone(),
+            engine,
+            requests_tx.clone(),
+            aborted_tx,
+            incoming_tx,
         );
+        tracker.spawn(engine.run(requests_rx, events_rx).instrument(span.clone()));
         tracker.spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
         let overlay = Overlay {
             inner: Arc::new(Inner {
@@ -429,97 +419,100 @@ impl Joiner {
     /// of listener addresses, which also proves the tree is whole), all within the join
     /// timeout; then tells the waiters how it went.
     async fn run<R: Rendezvous>(self, rendezvous: &R) -> Result<(), Error> {
-        let Joiner {
-            overlay,
-            shared,
-            deadline,
-            state,
-            span,
-        } = self;
-        let me = shared.job.node_idx;
-        let local_addr = overlay.inner.local_addr;
-        let join_timeout = Error::Timeout {
-            node: me,
-            what: "join_timeout",
-            after: shared.config.join_timeout,
-        };
-        let joined = async {
-            rendezvous
-                .publish(me, local_addr)
-                .await
-                .map_err(|reason| Error::Rendezvous {
-                    node: me,
-                    peer_node: me,
-                    reason,
-                })?;
-            if let Some(parent) = shared.topo.parent(me) {
-                // (The lookup is cancel-safe: leaving drops it.)
-                let addr = tokio::select! {
-                    found = rendezvous.lookup(parent) => found.map_err(|reason| Error::Rendezvous {
-                        node: me,
-                        peer_node: parent,
-                        reason,
-                    })?,
-                    _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
-                };
-                connect(&shared, parent, addr, Link::Child, Some(deadline)).await?;
-            }
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let outcome = overlay
-                .submit(
-                    Op::Allgather,
-                    Bytes::from(local_addr.to_string()),
-                    Some(remaining),
-                )
-                .await?;
-            let Outcome::Allgather(blobs) = outcome else {
-                unreachable!("allgather yields Allgather")
-            };
-            let book = blobs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| {
-                    std::str::from_utf8(b)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| Error::Handshake {
-                            node: me,
-                            peer: format!("node {i}"),
-                            reason: format!(
-                                "bad address in join: {:?}",
-                                String::from_utf8_lossy(b)
-                            ),
-                        })
-                })
-                .collect::<Result<Vec<SocketAddr>, Error>>()?;
-            overlay
-                .inner
-                .requests
-                .send(Request::AddressBook(book))
-                .await
-                .map_err(|_| Error::Shutdown { node: me })
-        };
-        let result = match tokio::time::timeout_at(deadline, joined.instrument(span.clone())).await
-        {
+        let me = self.shared.job.node_idx;
+        let joined = self.join(rendezvous).instrument(self.span.clone());
+        let result = match tokio::time::timeout_at(self.deadline, joined).await {
             Ok(r) => r,
-            Err(_) => Err(join_timeout),
+            Err(_) => Err(Error::Timeout {
+                node: me,
+                what: "join_timeout",
+                after: self.shared.config.join_timeout,
+            }),
         };
         match result {
             Ok(()) => {
-                info!(parent: &span, "overlay joined");
-                state.send_replace(JoinState::Joined);
+                info!(parent: &self.span, "overlay joined");
+                self.state.send_replace(JoinState::Joined);
                 Ok(())
             }
             // Leaving mid-join makes whatever the join was waiting for fail; say why instead.
-            Err(_) if overlay.inner.shutdown.is_cancelled() => Err(Error::Shutdown { node: me }),
+            Err(_) if self.overlay.inner.shutdown.is_cancelled() => {
+                Err(Error::Shutdown { node: me })
+            }
             Err(e) => {
                 let info = AbortInfo::new(me, None, 1, format!("joining the overlay failed: {e}"));
-                state.send_replace(JoinState::Failed(info.clone()));
-                overlay.abort(info).await;
+                self.state.send_replace(JoinState::Failed(info.clone()));
+                self.overlay.abort(info).await;
                 Err(e)
             }
         }
     }
+
+    /// The join itself, without its deadline: publish, connect to the parent, then the
+    /// allgather of listener addresses, whose result the engine keeps for direct links.
+    async fn join<R: Rendezvous>(&self, rendezvous: &R) -> Result<(), Error> {
+        let me = self.shared.job.node_idx;
+        let local_addr = self.overlay.inner.local_addr;
+        rendezvous
+            .publish(me, local_addr)
+            .await
+            .map_err(|reason| Error::Rendezvous {
+                node: me,
+                peer_node: me,
+                reason,
+            })?;
+        if let Some(parent) = self.shared.topo.parent(me) {
+            // (The lookup is cancel-safe: leaving drops it.)
+            let addr = tokio::select! {
+                found = rendezvous.lookup(parent) => found.map_err(|reason| Error::Rendezvous {
+                    node: me,
+                    peer_node: parent,
+                    reason,
+                })?,
+                _ = self.shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
+            };
+            connect(&self.shared, parent, addr, Link::Child, Some(self.deadline)).await?;
+        }
+        let remaining = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        let outcome = self
+            .overlay
+            .submit(
+                Op::Allgather,
+                Bytes::from(local_addr.to_string()),
+                Some(remaining),
+            )
+            .await?;
+        let Outcome::Allgather(blobs) = outcome else {
+            unreachable!("allgather yields Allgather")
+        };
+        let book = address_book(me, &blobs)?;
+        self.overlay
+            .inner
+            .requests
+            .send(Request::AddressBook(book))
+            .await
+            .map_err(|_| Error::Shutdown { node: me })
+    }
+}
+
+/// Every node's listener address from the join's allgather, as node `me` parses it.
+fn address_book(me: usize, blobs: &[Bytes]) -> Result<Vec<SocketAddr>, Error> {
+    blobs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Error::Handshake {
+                    node: me,
+                    peer: format!("node {i}"),
+                    reason: format!("bad address in join: {:?}", String::from_utf8_lossy(b)),
+                })
+        })
+        .collect()
 }
 
 impl Overlay {
@@ -649,543 +642,4 @@ impl Overlay {
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
     }
-}
-
-async fn run_engine(
-    shared: Shared,
-    mut engine: Engine,
-    (answers_tx, mut requests): (mpsc::Sender<Request>, mpsc::Receiver<Request>),
-    mut events: mpsc::Receiver<Event>,
-    aborted_tx: watch::Sender<Option<AbortInfo>>,
-    incoming_tx: mpsc::Sender<Incoming>,
-) {
-    let me = shared.job.node_idx;
-    let mut links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>> = HashMap::new();
-    let mut waiting: HashMap<u64, oneshot::Sender<Result<Outcome, Error>>> = HashMap::new();
-    // Point-to-point requests this node sent, by id, awaiting their answer.
-    let mut asked: HashMap<u64, oneshot::Sender<Result<Bytes, String>>> = HashMap::new();
-    let mut next_ask: u64 = 0;
-    // A request for this node: queue it for the local server, or refuse it when the queue is full.
-    let deliver = |from: usize, id: u64, body: Bytes, out: &mut Vec<Output>| {
-        let incoming = Incoming {
-            from,
-            body,
-            id,
-            answers: Some(answers_tx.clone()),
-        };
-        if let Err(e) = incoming_tx.try_send(incoming) {
-            let mut refused = e.into_inner();
-            refused.answers = None;
-            let body = Err(format!(
-                "node {me}: no server for requests, or its queue is full"
-            ));
-            if from == me {
-                let _ = answers_tx.try_send(Request::Answer { to: me, id, body });
-            } else {
-                out.push(Output::Send {
-                    to: from,
-                    msg: Message::Response { id, body },
-                });
-            }
-        }
-    };
-    let mut book: Vec<SocketAddr> = Vec::new();
-    // Messages for nodes we are still connecting to directly.
-    let mut parked: HashMap<usize, Vec<Message>> = HashMap::new();
-    loop {
-        let mut out = Vec::new();
-        let deadline = engine.next_deadline().map(tokio::time::Instant::from_std);
-        tokio::select! {
-            // Requests first: an abort a local server sent just before this node leaves goes
-            // out ahead of the Bye.
-            biased;
-            Some(request) = requests.recv() => match request {
-                Request::Start { op, blob, timeout, reply } => {
-                    // Only the join passes its own timeout; it must stay on the tree, since
-                    // the ring needs the addresses the join is gathering.
-                    let tree_only = timeout.is_some();
-                    let seq = engine.start(op, blob, Instant::now(), timeout, tree_only, &mut out);
-                    waiting.insert(seq, reply);
-                }
-                Request::Abort(info) => engine.abort(info, &mut out),
-                Request::AddressBook(b) => book = b,
-                Request::Ask { to, body, reply } => {
-                    let id = next_ask;
-                    next_ask += 1;
-                    if to >= shared.job.n_nodes() {
-                        let _ = reply.send(Err(format!("no node {to} in this job")));
-                    } else if to == me {
-                        asked.insert(id, reply);
-                        deliver(me, id, body, &mut out);
-                    } else {
-                        asked.insert(id, reply);
-                        out.push(Output::Send { to, msg: Message::Request { id, body } });
-                    }
-                }
-                Request::Answer { to, id, body } => {
-                    if to == me {
-                        if let Some(reply) = asked.remove(&id) {
-                            let _ = reply.send(body);
-                        }
-                    } else {
-                        out.push(Output::Send { to, msg: Message::Response { id, body } });
-                    }
-                }
-            },
-            _ = shared.shutdown.cancelled() => break,
-            Some(event) = events.recv() => match event {
-                Event::Frame { from, msg: Message::Request { id, body } } => deliver(from, id, body, &mut out),
-                Event::Frame { from: _, msg: Message::Response { id, body } } => {
-                    // A request whose asker gave up (timeout) finds no one here: drop it.
-                    if let Some(reply) = asked.remove(&id) {
-                        let _ = reply.send(body);
-                    }
-                }
-                Event::Frame { from, msg } => engine.on_message(from, msg, &mut out),
-                Event::Linked { node, id, tx } => {
-                    for msg in parked.remove(&node).unwrap_or_default() {
-                        let _ = tx.send(msg).await;
-                    }
-                    links.entry(node).or_default().push((id, tx));
-                }
-                Event::Closed { node, id, clean, reason } => {
-                    if let Some(l) = links.get_mut(&node) {
-                        l.retain(|(i, _)| *i != id);
-                    }
-                    if !clean && engine.aborted().is_none() {
-                        let host = shared.job.hosts.get(node).cloned().unwrap_or_default();
-                        let reason = format!("lost overlay link to node {node} ({host}): {reason}");
-                        warn!(peer = node, "{reason}");
-                        engine.abort(AbortInfo::new(me, None, 1, reason), &mut out);
-                    } else if clean {
-                        engine.neighbour_left(node, &mut out);
-                    }
-                }
-                Event::DirectFailed { node, reason } => {
-                    parked.remove(&node);
-                    if engine.aborted().is_none() {
-                        engine.abort(AbortInfo::new(me, None, 1, reason), &mut out);
-                    }
-                }
-            },
-            _ = sleep_until_opt(deadline) => engine.on_timeout(Instant::now(), &mut out),
-        }
-        for output in out {
-            match output {
-                Output::Send { to, msg } => {
-                    if let Some((_, tx)) = links.get(&to).and_then(|l| l.first()) {
-                        if tx.send(msg).await.is_err() {
-                            debug!(peer = to, "link writer gone");
-                        }
-                    } else if let Some(&addr) = book.get(to) {
-                        let first = !parked.contains_key(&to);
-                        parked.entry(to).or_default().push(msg);
-                        if first {
-                            let shared = shared.clone();
-                            shared.tracker.clone().spawn(
-                                async move {
-                                    // Tried again as long as a join would be: the peer's
-                                    // listener drops new connections while strangers fill it.
-                                    let until =
-                                        tokio::time::Instant::now() + shared.config.join_timeout;
-                                    if let Err(e) =
-                                        connect(&shared, to, addr, Link::Direct, Some(until)).await
-                                    {
-                                        let _ = shared
-                                            .events
-                                            .send(Event::DirectFailed {
-                                                node: to,
-                                                reason: e.to_string(),
-                                            })
-                                            .await;
-                                    }
-                                }
-                                .in_current_span(),
-                            );
-                        }
-                    } else {
-                        // A tree neighbour whose link is being set up (the link task announces
-                        // itself on the event channel, which may be read after this request).
-                        parked.entry(to).or_default().push(msg);
-                    }
-                }
-                Output::Done { seq, result } => {
-                    if let Some(reply) = waiting.remove(&seq) {
-                        let _ = reply.send(result);
-                    }
-                }
-                Output::Aborted(info) => {
-                    warn!(origin = info.origin_node, "job aborted: {info}");
-                    aborted_tx.send_replace(Some(info));
-                }
-            }
-        }
-    }
-    // Clean shutdown: tell every peer, fail whoever still waits.
-    for (_, tx) in links.values().flatten() {
-        let _ = tx.try_send(Message::Bye);
-    }
-    drop(links);
-    for (_, reply) in waiting {
-        let _ = reply.send(Err(Error::Shutdown { node: me }));
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn accept_loop(shared: Shared, listener: TcpListener) {
-    let gate = auth::Gate::new(shared.config.admission);
-    let (shutdown, tracker) = (&shared.shutdown, &shared.tracker);
-    listener::accept_gated(
-        listener,
-        gate,
-        shutdown,
-        tracker,
-        "overlay",
-        |stream, addr, slot| {
-            let shared = shared.clone();
-            async move {
-                // Debug, not warn: anyone on the network can connect, and a stranger's probe
-                // must not write into the job's stderr (srun prints slurmstepd's warnings). A
-                // real peer that fails the proof is named by the join timeout instead.
-                if let Err(reason) = serve_link(&shared, stream, addr, slot).await {
-                    debug!(%addr, "refused overlay connection: {reason}");
-                }
-            }
-            .in_current_span()
-        },
-    )
-    .await
-}
-
-type Reader = FramedRead<OwnedReadHalf, FrameCodec>;
-type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
-
-/// Frames a fresh connection with the handshake's small frame limit; [`run_link`] raises it.
-fn framed(stream: TcpStream) -> (Reader, Writer) {
-    let _ = stream.set_nodelay(true);
-    let codec = FrameCodec {
-        max_body: HANDSHAKE_MAX_BODY,
-    };
-    let (r, w) = stream.into_split();
-    (FramedRead::new(r, codec), FramedWrite::new(w, codec))
-}
-
-/// Why a handshake frame did not come.
-enum Missing {
-    /// The peer closed or reset the connection, or did not answer in time: what an overloaded
-    /// peer that gave up on us looks like, so the dialing side may try again.
-    Dropped(String),
-    /// The peer sent something that is not the frame expected.
-    Bad(String),
-}
-
-impl From<Missing> for String {
-    fn from(m: Missing) -> String {
-        match m {
-            Missing::Dropped(r) | Missing::Bad(r) => r,
-        }
-    }
-}
-
-/// The next handshake frame, within `wait`: what is left of `hello_timeout` where a stranger may
-/// be on the other end (the accepting side), else up to the join's deadline ([`handshake_wait`]).
-async fn next_frame(
-    reader: &mut Reader,
-    expecting: &str,
-    wait: Duration,
-) -> Result<Message, Missing> {
-    match tokio::time::timeout(wait, reader.next()).await {
-        Err(_) => Err(Missing::Dropped(format!("no {expecting} within {wait:?}"))),
-        Ok(None) => Err(Missing::Dropped(format!("closed before {expecting}"))),
-        Ok(Some(Err(FrameError::Io(e)))) => Err(Missing::Dropped(e.to_string())),
-        Ok(Some(Err(e))) => Err(Missing::Bad(e.to_string())),
-        Ok(Some(Ok(m))) => Ok(m),
-    }
-}
-
-/// Server side of a link: challenge, check the proof (within `hello_timeout` of the accept,
-/// holding `slot` until then), welcome, then run the link.
-async fn serve_link(
-    shared: &Shared,
-    stream: TcpStream,
-    addr: SocketAddr,
-    slot: auth::Unproven,
-) -> Result<(), String> {
-    let job = &shared.job;
-    let me = job.node_idx;
-    let (mut reader, mut writer) = framed(stream);
-    let server_nonce = auth::nonce();
-    let until = tokio::time::Instant::now() + shared.config.hello_timeout;
-    let send = writer.send(Message::Challenge {
-        nonce: server_nonce,
-    });
-    tokio::time::timeout_at(until, send)
-        .await
-        .map_err(|_| "challenge not sent within hello_timeout".to_string())?
-        .map_err(|e| e.to_string())?;
-    let left = until.saturating_duration_since(tokio::time::Instant::now());
-    let hello = next_frame(&mut reader, "hello", left).await?;
-    let auth::Accepted { peer, link, proof } =
-        auth::accept_hello(job, |n| shared.topo.parent(n), &server_nonce, &hello)?;
-    slot.proven();
-    writer
-        .send(Message::Welcome {
-            node_idx: me as u32,
-            mac: proof,
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-    debug!(peer, %addr, ?link, "accepted link");
-    run_link(shared.clone(), peer, reader, writer).await;
-    Ok(())
-}
-
-/// Client side: connect, prove, check the server's proof, run the link. With a `deadline`, a
-/// refused connection or a handshake the peer dropped is tried again until then: the accepting
-/// side waits only `hello_timeout` for a hello, a node starved of CPU (600 agents on 2 cores in
-/// CI) can be slower than that to send it, and a listener full of strangers drops new
-/// connections at once.
-async fn connect(
-    shared: &Shared,
-    peer: usize,
-    addr: SocketAddr,
-    link: Link,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<(), Error> {
-    let me = shared.job.node_idx;
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        // A node that leaves stops trying; no link exists yet, so nobody waits for a bye.
-        let failure = tokio::select! {
-            dialed = dial(shared, peer, addr, link, deadline) => match dialed {
-                Ok((reader, writer)) => {
-                    debug!(peer, %addr, ?link, "link up");
-                    shared
-                        .tracker
-                        .spawn(run_link(shared.clone(), peer, reader, writer).in_current_span());
-                    return Ok(());
-                }
-                Err(Dial::Final(e)) => return Err(e),
-                Err(Dial::Again(e)) => e,
-            },
-            _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
-        };
-        if deadline.is_none_or(|d| tokio::time::Instant::now() + backoff >= d) {
-            return Err(failure);
-        }
-        debug!(peer, %addr, "trying again in {backoff:?}: {failure}");
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shared.shutdown.cancelled() => return Err(Error::Shutdown { node: me }),
-        }
-        backoff = (backoff * 2).min(Duration::from_millis(500));
-    }
-}
-
-/// How one dial ended when it did not bring a link up.
-enum Dial {
-    /// Worth another try before the join's deadline: refused, dropped, or unanswered.
-    Again(Error),
-    /// The peer answered with something wrong; trying again would get the same.
-    Final(Error),
-}
-
-/// One connection and handshake to `peer`; the authenticated halves on success.
-async fn dial(
-    shared: &Shared,
-    peer: usize,
-    addr: SocketAddr,
-    link: Link,
-    deadline: Option<tokio::time::Instant>,
-) -> Result<(Reader, Writer), Dial> {
-    let job = &shared.job;
-    let me = job.node_idx;
-    let stream = tokio::time::timeout(shared.config.connect_timeout, TcpStream::connect(addr))
-        .await
-        .unwrap_or_else(|_| {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect_timeout",
-            ))
-        })
-        .map_err(|source| {
-            Dial::Again(Error::Connect {
-                node: me,
-                peer_node: peer,
-                addr,
-                source,
-            })
-        })?;
-    let refused = |reason: String| Error::Handshake {
-        node: me,
-        peer: format!("node {peer} at {addr}"),
-        reason,
-    };
-    let missing = |m: Missing| match m {
-        Missing::Dropped(r) => Dial::Again(refused(r)),
-        Missing::Bad(r) => Dial::Final(refused(r)),
-    };
-    let (mut reader, mut writer) = framed(stream);
-    let challenge = next_frame(&mut reader, "challenge", handshake_wait(shared, deadline))
-        .await
-        .map_err(missing)?;
-    let Message::Challenge {
-        nonce: server_nonce,
-    } = challenge
-    else {
-        return Err(Dial::Final(refused(format!(
-            "expected challenge, got {}",
-            challenge.kind()
-        ))));
-    };
-    let nonce = auth::nonce();
-    let mac = auth::client_proof(
-        &job.secret,
-        &job.job_id,
-        me as u32,
-        link,
-        &server_nonce,
-        &nonce,
-    );
-    let hello = Message::Hello {
-        job_id: job.job_id.clone(),
-        node_idx: me as u32,
-        link,
-        nonce,
-        mac,
-    };
-    writer
-        .send(hello)
-        .await
-        .map_err(|e| Dial::Again(refused(e.to_string())))?;
-    let welcome = next_frame(&mut reader, "welcome", handshake_wait(shared, deadline))
-        .await
-        .map_err(missing)?;
-    auth::check_welcome(job, peer, &server_nonce, &nonce, &welcome)
-        .map_err(|r| Dial::Final(refused(r)))?;
-    Ok((reader, writer))
-}
-
-/// How long the dialing side waits for its peer's next handshake frame: `handshake_timeout`, or
-/// what is left of the join if that is longer. The peer is the node it chose to reach, which
-/// may be slow, not a stranger: with hundreds of nodes on a few cores (600 agents on 2 here)
-/// an agent starting its PMIx server answered after more than 5 s.
-fn handshake_wait(shared: &Shared, deadline: Option<tokio::time::Instant>) -> Duration {
-    let left = deadline.map_or(Duration::ZERO, |d| {
-        d.saturating_duration_since(tokio::time::Instant::now())
-    });
-    left.max(shared.config.handshake_timeout)
-}
-
-/// Runs an authenticated link: registers it with the engine, then pumps frames both ways.
-async fn run_link(shared: Shared, peer: usize, mut reader: Reader, mut writer: Writer) {
-    reader.decoder_mut().max_body = shared.config.max_frame;
-    writer.encoder_mut().max_body = shared.config.max_frame;
-    let id = shared
-        .next_link_id
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (tx, mut rx) = mpsc::channel::<Message>(LINK_CAPACITY);
-    // A link that comes up while this node leaves (its handshake was under way) is one the
-    // engine never says goodbye on: the writer below says it, else the peer would take the
-    // close as a crash.
-    let stopping = shared.shutdown.clone();
-    if stopping.is_cancelled()
-        || shared
-            .events
-            .send(Event::Linked { node: peer, id, tx })
-            .await
-            .is_err()
-    {
-        let bye = async {
-            writer.send(Message::Bye).await?;
-            writer.close().await
-        };
-        let _ = tokio::time::timeout(shared.config.handshake_timeout, bye).await;
-        return;
-    }
-    let span = info_span!("link", peer);
-    shared.tracker.spawn(
-        async move {
-            let mut said_bye = false;
-            while let Some(msg) = rx.recv().await {
-                let bye = matches!(msg, Message::Bye);
-                if let Err(e) = writer.send(msg).await {
-                    debug!("write failed: {e}");
-                    let _ = writer.close().await;
-                    return;
-                }
-                said_bye |= bye;
-            }
-            // The engine dropped this link's sender: the link closed, or this node is leaving
-            // and the engine stopped before it saw the link (then no bye came from it).
-            if stopping.is_cancelled() && !said_bye {
-                let _ = writer.send(Message::Bye).await;
-            }
-            let _ = writer.close().await;
-        }
-        .instrument(span.clone()),
-    );
-    // After our shutdown starts, keep reading (and discarding) until the peer's bye or close,
-    // for at most `shutdown_linger`: closing a socket with unread data sends a reset, which can
-    // destroy our own bye before the peer reads it and make it abort a finished job.
-    let linger = async {
-        shared.shutdown.cancelled().await;
-        tokio::time::sleep(shared.config.shutdown_linger).await;
-    };
-    tokio::pin!(linger);
-    let (clean, reason) = async {
-        loop {
-            let frame = tokio::select! {
-                _ = &mut linger => return (true, String::new()),
-                f = reader.next() => f,
-            };
-            let stopping = shared.shutdown.is_cancelled();
-            match frame {
-                None if stopping => return (true, String::new()),
-                None => return (false, "connection closed without bye".to_string()),
-                Some(Err(_)) if stopping => return (true, String::new()),
-                Some(Err(e)) => {
-                    warn!("refused frame: {e}");
-                    return (false, e.to_string());
-                }
-                Some(Ok(Message::Bye)) => return (true, String::new()),
-                Some(Ok(_)) if stopping => {}
-                Some(Ok(
-                    msg @ (Message::Up { .. }
-                    | Message::Down { .. }
-                    | Message::Ring { .. }
-                    | Message::Bruck { .. }
-                    | Message::Abort(_)
-                    | Message::Request { .. }
-                    | Message::Response { .. }),
-                )) => {
-                    // The engine may be gone (shutting down): keep draining.
-                    let _ = shared.events.send(Event::Frame { from: peer, msg }).await;
-                }
-                Some(Ok(other)) => {
-                    return (
-                        false,
-                        format!("unexpected {} on an established link", other.kind()),
-                    );
-                }
-            }
-        }
-    }
-    .instrument(span)
-    .await;
-    let _ = shared
-        .events
-        .send(Event::Closed {
-            node: peer,
-            id,
-            clean,
-            reason,
-        })
-        .await;
 }

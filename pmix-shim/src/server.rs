@@ -20,6 +20,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    ops::ControlFlow,
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -409,103 +410,171 @@ async fn abort_watch(shared: Arc<Shared>) {
 }
 
 /// Serves one rank's connection until it finalizes and closes, fails, or the server stops.
-async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
+async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, stream: S, rank: u32) {
+    RankHandler::new(shared, stream, rank).run().await;
+}
+
+/// One rank's connection: its PMI session and what it has done so far.
+struct RankHandler<S> {
+    /// The node's KVS, fences and abort.
     shared: Arc<Shared>,
-    mut stream: S,
+    /// The rank's end of its socketpair.
+    stream: S,
     rank: u32,
-) {
-    let mut session = Session::new(Some(rank));
-    let (tx, mut notices) = mpsc::channel(NOTICE_CAPACITY);
-    shared.lock().handlers.insert(rank, tx.clone());
-    let mut buf = BytesMut::with_capacity(4096);
-    let mut closed_early = false;
-    // Whether this rank sent anything: a task that never speaks PMI is not a client.
-    let mut spoke = false;
-    'conn: loop {
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
-            Some(notice) = notices.recv() => {
-                let reply = match notice {
-                    Notice::FenceDone => session.fence_done(),
-                    Notice::NodeAttr(k, v) => session.node_attr_ready(&k, &v),
-                };
-                if !reply.is_empty() && stream.write_all(&reply).await.is_err() {
-                    closed_early = !session.finalized();
-                    break;
-                }
+    /// The sans-I/O PMI-1/PMI-2 protocol state of this connection.
+    session: Session,
+    /// Fence releases and node attributes for this rank.
+    notices: mpsc::Receiver<Notice>,
+    /// Kept so that the notice channel stays open as long as the handler runs.
+    _notices_tx: mpsc::Sender<Notice>,
+    /// Bytes read from the rank and not parsed yet.
+    buf: BytesMut,
+    /// The connection closed (or a write failed) before the rank finalized.
+    closed_early: bool,
+    /// Whether this rank sent anything: a task that never speaks PMI is not a client.
+    spoke: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
+    /// Registers rank `rank`'s handler for notices.
+    fn new(shared: Arc<Shared>, stream: S, rank: u32) -> Self {
+        let (tx, notices) = mpsc::channel(NOTICE_CAPACITY);
+        shared.lock().handlers.insert(rank, tx.clone());
+        RankHandler {
+            shared,
+            stream,
+            rank,
+            session: Session::new(Some(rank)),
+            notices,
+            _notices_tx: tx,
+            buf: BytesMut::with_capacity(4096),
+            closed_early: false,
+            spoke: false,
+        }
+    }
+
+    /// Serves notices and the rank's requests until the connection ends, then checks how.
+    async fn run(mut self) {
+        loop {
+            let flow = tokio::select! {
+                _ = self.shared.shutdown.cancelled() => break,
+                Some(notice) = self.notices.recv() => self.on_notice(notice).await,
+                read = self.stream.read_buf(&mut self.buf) => self.on_read(read).await,
+            };
+            if flow.is_break() {
+                break;
             }
-            read = stream.read_buf(&mut buf) => {
-                match read {
-                    Ok(0) | Err(_) => {
-                        closed_early = !session.finalized();
-                        break;
-                    }
-                    Ok(_) => {}
-                }
-                loop {
-                    let (polled, attr_puts) = {
-                        let mut st = shared.lock();
-                        let mut view = View { job: &shared.job, mapping: &shared.mapping, state: &mut st, attr_puts: Vec::new() };
-                        let polled = session.poll(&mut buf, &mut view);
-                        (polled, view.attr_puts)
-                    };
-                    if !spoke {
-                        spoke = true;
-                        let gone = shared.departures.spoke(rank, Family::Pmi);
-                        if let Some((gone, reason)) = gone {
-                            shared.abort(Some(gone), 1, reason).await;
-                            break 'conn;
-                        }
-                    }
-                    for (k, v) in attr_puts {
-                        let handlers: Vec<_> = shared.lock().handlers.values().cloned().collect();
-                        for h in handlers {
-                            let _ = h.send(Notice::NodeAttr(k.clone(), v.clone())).await;
-                        }
-                    }
-                    let actions = match polled {
-                        Ok(None) => break,
-                        Ok(Some(actions)) => actions,
-                        Err(e) => {
-                            let reason = format!("node {} rank {rank}: {e}", shared.job.node_idx);
-                            shared.abort(Some(rank), 1, reason).await;
-                            break 'conn;
-                        }
-                    };
-                    for action in actions {
-                        match action {
-                            Action::Send(bytes) => {
-                                if stream.write_all(&bytes).await.is_err() {
-                                    closed_early = !session.finalized();
-                                    break 'conn;
-                                }
-                            }
-                            Action::Fence => shared.enter_fence(rank),
-                            Action::WaitNodeAttr(_) => {}
-                            Action::Finalized => {
-                                shared.lock().finalized.insert(rank);
-                            }
-                            Action::Abort { code, msg } => {
-                                shared.abort(Some(rank), code, format!("rank {rank} called abort (code {code}): {msg:?}")).await;
-                                break 'conn;
-                            }
-                        }
-                    }
-                }
+        }
+        self.shared.lock().handlers.remove(&self.rank);
+        if self.closed_early && self.spoke {
+            self.closed_before_finalize().await;
+        }
+    }
+
+    /// A fence or node attribute this rank may be waiting for.
+    async fn on_notice(&mut self, notice: Notice) -> ControlFlow<()> {
+        let reply = match notice {
+            Notice::FenceDone => self.session.fence_done(),
+            Notice::NodeAttr(k, v) => self.session.node_attr_ready(&k, &v),
+        };
+        if !reply.is_empty() && self.stream.write_all(&reply).await.is_err() {
+            self.closed_early = !self.session.finalized();
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Bytes from the rank (or its close): carries out every request they complete.
+    async fn on_read(&mut self, read: std::io::Result<usize>) -> ControlFlow<()> {
+        if matches!(read, Ok(0) | Err(_)) {
+            self.closed_early = !self.session.finalized();
+            return ControlFlow::Break(());
+        }
+        loop {
+            let Some(actions) = self.poll().await? else {
+                return ControlFlow::Continue(());
+            };
+            for action in actions {
+                self.on_action(action).await?;
             }
         }
     }
-    shared.lock().handlers.remove(&rank);
-    if closed_early && spoke {
-        let r = rank;
-        // Give the launcher a moment to report the exit code, which makes the better message.
-        tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(shared.config.early_close_grace) => {}
+
+    /// The session's next request from the buffer: its actions, `None` until more bytes
+    /// come; breaks when the job is aborted.
+    async fn poll(&mut self) -> ControlFlow<(), Option<Vec<Action>>> {
+        let shared = &self.shared;
+        let rank = self.rank;
+        let (polled, attr_puts) = {
+            let mut st = shared.lock();
+            let mut view = View {
+                job: &shared.job,
+                mapping: &shared.mapping,
+                state: &mut st,
+                attr_puts: Vec::new(),
+            };
+            let polled = self.session.poll(&mut self.buf, &mut view);
+            (polled, view.attr_puts)
+        };
+        if !self.spoke {
+            self.spoke = true;
+            let gone = shared.departures.spoke(rank, Family::Pmi);
+            if let Some((gone, reason)) = gone {
+                shared.abort(Some(gone), 1, reason).await;
+                return ControlFlow::Break(());
+            }
         }
-        let exited = shared.lock().exited.contains_key(&r);
+        for (k, v) in attr_puts {
+            let handlers: Vec<_> = shared.lock().handlers.values().cloned().collect();
+            for h in handlers {
+                let _ = h.send(Notice::NodeAttr(k.clone(), v.clone())).await;
+            }
+        }
+        match polled {
+            Ok(actions) => ControlFlow::Continue(actions),
+            Err(e) => {
+                let reason = format!("node {} rank {rank}: {e}", shared.job.node_idx);
+                shared.abort(Some(rank), 1, reason).await;
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Carries out one action of the session.
+    async fn on_action(&mut self, action: Action) -> ControlFlow<()> {
+        let rank = self.rank;
+        match action {
+            Action::Send(bytes) => {
+                if self.stream.write_all(&bytes).await.is_err() {
+                    self.closed_early = !self.session.finalized();
+                    return ControlFlow::Break(());
+                }
+            }
+            Action::Fence => self.shared.enter_fence(rank),
+            Action::WaitNodeAttr(_) => {}
+            Action::Finalized => {
+                self.shared.lock().finalized.insert(rank);
+            }
+            Action::Abort { code, msg } => {
+                let reason = format!("rank {rank} called abort (code {code}): {msg:?}");
+                self.shared.abort(Some(rank), code, reason).await;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The rank closed its connection before finalize: aborts the job unless the launcher
+    /// reports the rank's exit within the grace time, which makes the better message.
+    async fn closed_before_finalize(&self) {
+        let r = self.rank;
+        tokio::select! {
+            _ = self.shared.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(self.shared.config.early_close_grace) => {}
+        }
+        let exited = self.shared.lock().exited.contains_key(&r);
         if !exited {
-            shared
+            self.shared
                 .abort(
                     Some(r),
                     1,
