@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
-use plotters::coord::combinators::BindKeyPoints;
+use plotters::coord::Shift;
+use plotters::coord::combinators::{BindKeyPoints, WithKeyPoints};
+use plotters::coord::types::{RangedCoordf64, RangedCoordi32};
 use plotters::prelude::*;
 
 use crate::{data::create_parent, stats::Summary};
@@ -34,14 +36,7 @@ pub(crate) struct BarGroup {
 
 /// Draws grouped bars: height = median, whisker = min–max, the median written above.
 pub(crate) fn bars(path: &Path, title: &str, y_label: &str, groups: &[BarGroup]) -> Result<()> {
-    let mut series: Vec<&str> = vec![];
-    for g in groups {
-        for (s, _) in &g.bars {
-            if !series.contains(&s.as_str()) {
-                series.push(s);
-            }
-        }
-    }
+    let series = series_names(groups);
     let top = groups
         .iter()
         .flat_map(|g| g.bars.iter().map(|(_, s)| s.max))
@@ -89,52 +84,7 @@ pub(crate) fn bars(path: &Path, title: &str, y_label: &str, groups: &[BarGroup])
         .map_err(plot_err)?;
     // Within a group only its own bars share the width; a series keeps its colour everywhere.
     for (si, name) in series.iter().enumerate() {
-        let c = colour(si);
-        let placed: Vec<(i32, i32, Summary)> = groups
-            .iter()
-            .enumerate()
-            .filter_map(|(gi, g)| {
-                let slot = 800 / g.bars.len().max(1) as i32;
-                g.bars
-                    .iter()
-                    .position(|(s, _)| s == name)
-                    .map(|k| (gi as i32 * 1000 + 100 + slot * k as i32, slot, g.bars[k].1))
-            })
-            .collect();
-        let drawn = chart
-            .draw_series(placed.iter().map(|&(x, slot, s)| {
-                Rectangle::new(
-                    [(x + slot / 12, 0.0), (x + slot * 11 / 12, s.median)],
-                    c.filled(),
-                )
-            }))
-            .map_err(plot_err)?;
-        if legend {
-            drawn
-                .label(*name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
-        }
-        chart
-            .draw_series(placed.iter().map(|&(x, slot, s)| {
-                ErrorBar::new_vertical(
-                    x + slot / 2,
-                    s.min,
-                    s.median,
-                    s.max,
-                    BLACK.stroke_width(1),
-                    8,
-                )
-            }))
-            .map_err(plot_err)?;
-        chart
-            .draw_series(placed.iter().map(|&(x, slot, s)| {
-                Text::new(
-                    short(s.median),
-                    (x + slot / 3, s.max + top * 0.03),
-                    ("sans-serif", 13),
-                )
-            }))
-            .map_err(plot_err)?;
+        draw_bar_series(&mut chart, groups, si, name, legend, top)?;
     }
     if !legend {
         root.present().map_err(plot_err)?;
@@ -143,6 +93,88 @@ pub(crate) fn bars(path: &Path, title: &str, y_label: &str, groups: &[BarGroup])
     legend_box(&mut chart, 14)?;
     root.present().map_err(plot_err)?;
     Ok(())
+}
+
+/// The bar chart's coordinates: x in thousandths of a group, y the value.
+type BarChart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<WithKeyPoints<RangedCoordi32>, RangedCoordf64>>;
+
+/// Series names in order of first appearance.
+fn series_names(groups: &[BarGroup]) -> Vec<&str> {
+    let mut series: Vec<&str> = vec![];
+    for g in groups {
+        for (s, _) in &g.bars {
+            if !series.contains(&s.as_str()) {
+                series.push(s);
+            }
+        }
+    }
+    series
+}
+
+/// Series `si`'s bars, whiskers and median labels in every group that has it, and its legend
+/// entry if there is a legend.
+fn draw_bar_series(
+    chart: &mut BarChart<'_, '_>,
+    groups: &[BarGroup],
+    si: usize,
+    name: &str,
+    legend: bool,
+    top: f64,
+) -> Result<()> {
+    let c = colour(si);
+    let placed = bar_places(groups, name);
+    let drawn = chart
+        .draw_series(placed.iter().map(|&(x, slot, s)| {
+            Rectangle::new(
+                [(x + slot / 12, 0.0), (x + slot * 11 / 12, s.median)],
+                c.filled(),
+            )
+        }))
+        .map_err(plot_err)?;
+    if legend {
+        drawn
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+    }
+    chart
+        .draw_series(placed.iter().map(|&(x, slot, s)| {
+            ErrorBar::new_vertical(
+                x + slot / 2,
+                s.min,
+                s.median,
+                s.max,
+                BLACK.stroke_width(1),
+                8,
+            )
+        }))
+        .map_err(plot_err)?;
+    chart
+        .draw_series(placed.iter().map(|&(x, slot, s)| {
+            Text::new(
+                short(s.median),
+                (x + slot / 3, s.max + top * 0.03),
+                ("sans-serif", 13),
+            )
+        }))
+        .map_err(plot_err)?;
+    Ok(())
+}
+
+/// (left x, slot width, runs) of series `name` in each group that has it: within a group only
+/// its own bars share the width.
+fn bar_places(groups: &[BarGroup], name: &str) -> Vec<(i32, i32, Summary)> {
+    groups
+        .iter()
+        .enumerate()
+        .filter_map(|(gi, g)| {
+            let slot = 800 / g.bars.len().max(1) as i32;
+            g.bars
+                .iter()
+                .position(|(s, _)| s == name)
+                .map(|k| (gi as i32 * 1000 + 100 + slot * k as i32, slot, g.bars[k].1))
+        })
+        .collect()
 }
 
 /// One line of a [`Panel`]: a topology's measured runs per host count and the model's curve.
@@ -175,77 +207,83 @@ pub(crate) fn model_panels(path: &Path, title: &str, panels: &[Panel], cols: usi
     let (head, body) = root.split_vertically(40);
     head.titled(title, ("sans-serif", 20)).map_err(plot_err)?;
     for (area, panel) in body.split_evenly((rows, cols)).iter().zip(panels) {
-        let xs = panel
-            .curves
-            .iter()
-            .flat_map(|c| c.measured.iter().map(|m| m.0));
-        let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
-        // x is log2(hosts) on a linear axis, so ticks fall on the measured powers of two.
-        let (lo, hi) = if lo <= hi {
-            (lo.log2(), hi.log2())
-        } else {
-            (0.0, 1.0)
-        };
-        let top = panel
-            .curves
-            .iter()
-            .flat_map(|c| {
-                c.measured
-                    .iter()
-                    .map(|m| m.1.max)
-                    .chain(c.modeled.iter().map(|m| m.1))
-            })
-            .fold(0.0, f64::max)
-            * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&panel.title, ("sans-serif", 16))
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(lo - 0.25..hi + 0.25, 0f64..top.max(1e-9))
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("hosts")
-            .light_line_style(WHITE)
-            .y_desc("launch s")
-            .x_labels((hi - lo) as usize + 2)
-            .x_label_formatter(&|x| {
-                if (x - x.round()).abs() < 1e-6 {
-                    format!("{}", 2f64.powf(x.round()))
-                } else {
-                    String::new()
-                }
-            })
-            .draw()
-            .map_err(plot_err)?;
-        for (i, c) in panel.curves.iter().enumerate() {
-            let col = colour(i);
-            chart
-                .draw_series(LineSeries::new(
-                    c.measured.iter().map(|&(x, s)| (x.log2(), s.median)),
-                    col.stroke_width(2),
-                ))
-                .map_err(plot_err)?
-                .label(c.name.as_str())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(2)));
-            chart
-                .draw_series(c.measured.iter().map(|&(x, s)| {
-                    ErrorBar::new_vertical(x.log2(), s.min, s.median, s.max, col.stroke_width(1), 6)
-                }))
-                .map_err(plot_err)?;
-            chart
-                .draw_series(DashedLineSeries::new(
-                    c.modeled.iter().map(|&(x, y)| (x.log2(), y)),
-                    6,
-                    4,
-                    col.stroke_width(1),
-                ))
-                .map_err(plot_err)?;
-        }
-        legend_box(&mut chart, 12)?;
+        draw_panel(area, panel)?;
     }
     root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// One panel of [`model_panels`] in its own area, legend included.
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, panel: &Panel) -> Result<()> {
+    let xs = panel
+        .curves
+        .iter()
+        .flat_map(|c| c.measured.iter().map(|m| m.0));
+    let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    // x is log2(hosts) on a linear axis, so ticks fall on the measured powers of two.
+    let (lo, hi) = if lo <= hi {
+        (lo.log2(), hi.log2())
+    } else {
+        (0.0, 1.0)
+    };
+    let top = panel
+        .curves
+        .iter()
+        .flat_map(|c| {
+            c.measured
+                .iter()
+                .map(|m| m.1.max)
+                .chain(c.modeled.iter().map(|m| m.1))
+        })
+        .fold(0.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, ("sans-serif", 16))
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(lo - 0.25..hi + 0.25, 0f64..top.max(1e-9))
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("hosts")
+        .light_line_style(WHITE)
+        .y_desc("launch s")
+        .x_labels((hi - lo) as usize + 2)
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{}", 2f64.powf(x.round()))
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(plot_err)?;
+    for (i, c) in panel.curves.iter().enumerate() {
+        let col = colour(i);
+        chart
+            .draw_series(LineSeries::new(
+                c.measured.iter().map(|&(x, s)| (x.log2(), s.median)),
+                col.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(c.name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(2)));
+        chart
+            .draw_series(c.measured.iter().map(|&(x, s)| {
+                ErrorBar::new_vertical(x.log2(), s.min, s.median, s.max, col.stroke_width(1), 6)
+            }))
+            .map_err(plot_err)?;
+        chart
+            .draw_series(DashedLineSeries::new(
+                c.modeled.iter().map(|&(x, y)| (x.log2(), y)),
+                6,
+                4,
+                col.stroke_width(1),
+            ))
+            .map_err(plot_err)?;
+    }
+    legend_box(&mut chart, 12)?;
     Ok(())
 }
 

@@ -490,14 +490,7 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
     if rows.is_empty() {
         return Ok(String::new());
     }
-    // (delay, nodes, ranks, mpi) in the order measured.
-    let mut cells: Vec<(u32, u32, u32, String)> = vec![];
-    for r in &rows {
-        let key = (r.delay_ms, r.nodes, r.ranks, r.mpi.clone());
-        if !cells.contains(&key) {
-            cells.push(key);
-        }
-    }
+    let cells = mpi_cells(&rows);
     let mut out = String::from(
         "| delay | nodes x ranks | MPI | metric | greedy ms (median, min–max) | other ms (median, min–max) | greedy/other |\n\
          |---|---|---|---|---|---|---|\n",
@@ -506,15 +499,7 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
     let mut ratios = vec![];
     for (delay, nodes, ranks, mpi) in &cells {
         let other = if mpi == "mpich" { "pmi2" } else { "pmix" };
-        let steps = |plugin: &str| -> Vec<&MpiStep> {
-            rows.iter()
-                .filter(|r| {
-                    (r.delay_ms, r.nodes, r.ranks) == (*delay, *nodes, *ranks)
-                        && &r.mpi == mpi
-                        && r.plugin == plugin
-                })
-                .collect()
-        };
+        let steps = |plugin: &str| mpi_steps(&rows, (*delay, *nodes, *ranks, mpi), plugin);
         let (g, o) = (steps("greedy"), steps(other));
         for (metric, label) in [("init", "all ranks past MPI_Init"), ("exit", "srun exit")] {
             let pick = |s: &&MpiStep| {
@@ -526,21 +511,12 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
             };
             let gs = Summary::of(g.iter().filter_map(pick));
             let os = Summary::of(o.iter().filter_map(pick));
-            let cell = |s: Option<Summary>, steps: &[&MpiStep]| {
-                let failed = steps.iter().filter(|s| s.ok == 0).count();
-                let base = s.map_or("all failed".into(), |s| s.cell(0));
-                if failed > 0 {
-                    format!("{base}, {failed} failed")
-                } else {
-                    base
-                }
-            };
             let r = ratio(gs, os);
             writeln!(
                 out,
                 "| {delay} ms | {nodes} x {ranks} | {mpi}: greedy vs {other} | {label} | {} | {} | {} |",
-                cell(gs, &g),
-                cell(os, &o),
+                mpi_cell(gs, &g),
+                mpi_cell(os, &o),
                 r.map_or("—".into(), |r| format!("{r:.2}")),
             )?;
             if metric == "init" {
@@ -567,6 +543,44 @@ fn render_slurm_mpi(ctx: &Ctx) -> Result<String> {
     )?;
     writeln!(out, "\n![{title}](plots/slurm-mpi.svg)\n")?;
     Ok(out)
+}
+
+/// The (delay, nodes, ranks, mpi) of `rows` in the order measured.
+fn mpi_cells(rows: &[MpiStep]) -> Vec<(u32, u32, u32, String)> {
+    let mut cells: Vec<(u32, u32, u32, String)> = vec![];
+    for r in rows {
+        let key = (r.delay_ms, r.nodes, r.ranks, r.mpi.clone());
+        if !cells.contains(&key) {
+            cells.push(key);
+        }
+    }
+    cells
+}
+
+/// The steps of one (delay, nodes, ranks, mpi) cell launched through `plugin`.
+fn mpi_steps<'a>(
+    rows: &'a [MpiStep],
+    (delay, nodes, ranks, mpi): (u32, u32, u32, &str),
+    plugin: &str,
+) -> Vec<&'a MpiStep> {
+    rows.iter()
+        .filter(|r| {
+            (r.delay_ms, r.nodes, r.ranks) == (delay, nodes, ranks)
+                && r.mpi == mpi
+                && r.plugin == plugin
+        })
+        .collect()
+}
+
+/// A table cell: the summary of one metric and how many of `steps` failed.
+fn mpi_cell(s: Option<Summary>, steps: &[&MpiStep]) -> String {
+    let failed = steps.iter().filter(|s| s.ok == 0).count();
+    let base = s.map_or("all failed".into(), |s| s.cell(0));
+    if failed > 0 {
+        format!("{base}, {failed} failed")
+    } else {
+        base
+    }
 }
 
 // --- route -----------------------------------------------------------------------------------

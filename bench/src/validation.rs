@@ -244,6 +244,57 @@ impl Group {
         let e = &self.extended;
         e.fit.overhead + e.shared_cpu * (l.tree.len() - 1) as f64 + l.tree.launch_time(&e.fit.model)
     }
+    /// The fit table's calibrated SEQ / REM and its R², or dashes without a calibration.
+    fn calibrated_cells(&self) -> Result<(String, String)> {
+        let m = self.measured();
+        self.calibrated.map_or(Ok(("—".into(), "—".into())), |c| {
+            let capped = as_greedyrun_plans(c)?;
+            let p = self.predicted(|l| l.tree.launch_time(&capped));
+            anyhow::Ok((
+                format!("{:.1} / {:.0}", c.seq() * 1e3, c.rem() * 1e3),
+                format!("{:.2}", r_squared(&m, &p)),
+            ))
+        })
+    }
+    /// This group's plot panel: one curve per measured topology, against the paper's or the
+    /// extended model.
+    fn panel(&self, extended: bool) -> Panel {
+        let r2 = if extended {
+            self.extended.fit.r_squared
+        } else {
+            self.paper.r_squared
+        };
+        Panel {
+            title: format!("{}, {} ms delay, R² {r2:.2}", self.shell, self.delay_ms),
+            curves: TOPOLOGIES
+                .iter()
+                .enumerate()
+                .map(|(t, name)| self.curve(t, name, extended))
+                .filter(|c| !c.measured.is_empty())
+                .collect(),
+        }
+    }
+    /// Measured and modeled launch time of topology `t` by host count.
+    fn curve(&self, t: usize, name: &str, extended: bool) -> Curve {
+        let mut c = Curve {
+            name: name.into(),
+            measured: vec![],
+            modeled: vec![],
+        };
+        for (i, (&(pt, hosts), s)) in self.points.iter().enumerate() {
+            if pt == t {
+                let l = &self.launches[i];
+                let m = if extended {
+                    self.extended_of(l)
+                } else {
+                    self.paper_of(l)
+                };
+                c.measured.push((f64::from(hosts), *s));
+                c.modeled.push((f64::from(hosts), m));
+            }
+        }
+        c
+    }
 }
 
 /// Tables, plots and the model's break-down points from launch.csv.
@@ -255,39 +306,59 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
     let cals: Vec<CalibrationRow> = data::read_if_any(&ctx.data("launch-calibration.csv"))?;
     let failures: Vec<LaunchFailure> = data::read_if_any(&ctx.data("launch-failures.csv"))?;
     let groups = groups(&rows, &cals)?;
-    let reps = rows.iter().map(|r| r.rep).max().unwrap_or(0);
     let mut out = String::new();
+    write_intro(&mut out, &rows, failures.len())?;
+    write_fit_table(&mut out, &groups)?;
+    write_largest_table(&mut out, &groups, &rows)?;
+    for (file, label, extended) in [
+        ("model.svg", "the paper's model fitted", false),
+        ("model-extended.svg", "the extended model fitted", true),
+    ] {
+        let panels: Vec<Panel> = groups.iter().map(|g| g.panel(extended)).collect();
+        let cols = groups
+            .iter()
+            .map(|g| g.delay_ms)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let title = format!("Launch: measured (solid, min–max) vs {label} (dashed)");
+        plot::model_panels(&ctx.plot(file), &title, &panels, cols)?;
+        writeln!(out, "\n![{title}](plots/{file})")?;
+    }
+    out.push('\n');
+    Ok(out)
+}
+
+/// The opening sentence: how many launches, how many failed, how they were timed.
+fn write_intro(out: &mut String, rows: &[LaunchRow], n_failures: usize) -> Result<()> {
+    let reps = rows.iter().map(|r| r.rep).max().unwrap_or(0);
     writeln!(
         out,
         "{} launches ({} failed), {reps} per point; fits use the median of each (topology, hosts) \
          point, as the paper fits averages. Seconds from greedyrun's start until the last \
          agent's hello (`greedyrun -v`).\n",
         rows.len(),
-        failures.len()
+        n_failures
     )?;
+    Ok(())
+}
+
+/// One row per (shell, delay): each model's parameters and R².
+fn write_fit_table(out: &mut String, groups: &[Group]) -> Result<()> {
     out.push_str(
         "| shell | delay | calibrated SEQ / REM ms | R² calibrated | paper fit SEQ / REM ms | R² paper | \
          R² + overhead | R² concurrency 8 | extended: SEQ / REM / overhead ms, shared CPU ms/host | R² extended |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
-    for g in &groups {
-        let m = g.measured();
-        let cal = g.calibrated.map_or(Ok(("—".into(), "—".into())), |c| {
-            let capped = as_greedyrun_plans(c)?;
-            let p = g.predicted(|l| l.tree.launch_time(&capped));
-            anyhow::Ok((
-                format!("{:.1} / {:.0}", c.seq() * 1e3, c.rem() * 1e3),
-                format!("{:.2}", r_squared(&m, &p)),
-            ))
-        })?;
+    for g in groups {
+        let (cal, cal_r2) = g.calibrated_cells()?;
         let e = &g.extended;
         writeln!(
             out,
             "| {} | {} ms | {} | {} | {:.1} / {:.0} | {:.2} | {:.2} | {:.2} | {:.1} / {:.0} / {:.0}, {:.1} | {:.2} |",
             g.shell,
             g.delay_ms,
-            cal.0,
-            cal.1,
+            cal,
+            cal_r2,
             g.paper.model.seq() * 1e3,
             g.paper.model.rem() * 1e3,
             g.paper.r_squared,
@@ -300,7 +371,11 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
             e.fit.r_squared,
         )?;
     }
-    // Where the paper's model breaks: the largest host count, measured vs each model.
+    Ok(())
+}
+
+/// Where the paper's model breaks: the largest host count, measured vs each model.
+fn write_largest_table(out: &mut String, groups: &[Group], rows: &[LaunchRow]) -> Result<()> {
     let top = rows.iter().map(|r| r.hosts).max().unwrap_or(0);
     writeln!(
         out,
@@ -308,7 +383,7 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
          fit, and greedyrun's own prediction from its calibration:\n"
     )?;
     out.push_str("| shell | delay | topology | measured | paper fit | extended fit | calibrated |\n|---|---|---|---|---|---|---|\n");
-    for g in &groups {
+    for g in groups {
         for (i, (&(t, hosts), s)) in g.points.iter().enumerate() {
             if hosts != top {
                 continue;
@@ -336,59 +411,7 @@ pub(crate) fn render(ctx: &Ctx) -> Result<String> {
             )?;
         }
     }
-    for (file, label, extended) in [
-        ("model.svg", "the paper's model fitted", false),
-        ("model-extended.svg", "the extended model fitted", true),
-    ] {
-        let panels: Vec<Panel> = groups
-            .iter()
-            .map(|g| {
-                let r2 = if extended {
-                    g.extended.fit.r_squared
-                } else {
-                    g.paper.r_squared
-                };
-                Panel {
-                    title: format!("{}, {} ms delay, R² {r2:.2}", g.shell, g.delay_ms),
-                    curves: TOPOLOGIES
-                        .iter()
-                        .enumerate()
-                        .map(|(t, name)| {
-                            let mut c = Curve {
-                                name: (*name).into(),
-                                measured: vec![],
-                                modeled: vec![],
-                            };
-                            for (i, (&(pt, hosts), s)) in g.points.iter().enumerate() {
-                                if pt == t {
-                                    let l = &g.launches[i];
-                                    let m = if extended {
-                                        g.extended_of(l)
-                                    } else {
-                                        g.paper_of(l)
-                                    };
-                                    c.measured.push((f64::from(hosts), *s));
-                                    c.modeled.push((f64::from(hosts), m));
-                                }
-                            }
-                            c
-                        })
-                        .filter(|c| !c.measured.is_empty())
-                        .collect(),
-                }
-            })
-            .collect();
-        let cols = groups
-            .iter()
-            .map(|g| g.delay_ms)
-            .collect::<std::collections::BTreeSet<_>>()
-            .len();
-        let title = format!("Launch: measured (solid, min–max) vs {label} (dashed)");
-        plot::model_panels(&ctx.plot(file), &title, &panels, cols)?;
-        writeln!(out, "\n![{title}](plots/{file})")?;
-    }
-    out.push('\n');
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -62,105 +62,165 @@ pub fn simulate_launch(
     limits: &Limits,
     rng: &mut impl Rng,
 ) -> Vec<f64> {
-    let cpu = limits.cpu.as_ref();
-    let n = tree.len();
-    let mut up = vec![0.0; n];
-    if n == 0 {
-        return up;
+    if tree.is_empty() {
+        return Vec::new();
     }
-    let sizes = tree.subtree_sizes();
-    // The next child each parent will launch (positions are preorder, so children of v are
-    // v + 1, then each next one past its elder sibling's subtree).
-    let mut next: Vec<u32> = (0..n as u32).map(|v| v + 1).collect();
-    // With shared CPU: the work each launched child still has to run, and when each core frees.
-    let mut work = if cpu.is_some() {
-        vec![0.0; n]
-    } else {
-        Vec::new()
-    };
-    let mut cores: Vec<f64> = vec![0.0; cpu.map_or(0, |c| c.cores as usize)];
-    let quiet = noise.is_none();
-    // With a batch cap: launches in flight per parent, and parents waiting for a free slot.
-    let batch = limits.batch.unwrap_or(u32::MAX);
-    let (mut in_flight, mut blocked) = match limits.batch {
-        Some(_) => (vec![0u32; n], vec![false; n]),
-        None => (Vec::new(), Vec::new()),
-    };
-    let mut queue = EventQueue::with_capacity(1024);
-    queue.push(0.0, 0, WAVE);
-    while let Some((t, v, kind)) = queue.pop() {
+    let mut launch = Launch::new(tree, model, noise, limits, rng);
+    launch.queue.push(0.0, 0, WAVE);
+    while let Some((t, v, kind)) = launch.queue.pop() {
         match kind {
-            WAVE => {
-                // Start the next wave of v's children.
-                let end = v + sizes[v] as usize;
-                let slots = match limits.batch {
-                    Some(_) => model.concurrency().min(batch - in_flight[v]),
-                    None => model.concurrency(),
-                };
-                if slots == 0 {
-                    blocked[v] = true;
-                    continue;
-                }
-                for _ in 0..slots {
-                    let c = next[v] as usize;
-                    if c >= end {
-                        break;
-                    }
-                    next[v] = (c + sizes[c] as usize) as u32;
-                    if limits.batch.is_some() {
-                        in_flight[v] += 1;
-                    }
-                    let rem = if quiet {
-                        model.rem()
-                    } else {
-                        model.rem() * noise.rem_factor(rng)
-                    };
-                    match cpu {
-                        None => queue.push(t + rem, c, UP),
-                        Some(cpu) => {
-                            let share = (cpu.work / model.rem()).min(1.0);
-                            work[c] = rem * share;
-                            queue.push(t + rem * (1.0 - share), c, CPU);
-                        }
-                    }
-                }
-                if (next[v] as usize) < end {
-                    let seq = if quiet {
-                        model.seq()
-                    } else {
-                        model.seq() * noise.seq_factor(rng)
-                    };
-                    queue.push(t + seq, v, WAVE);
-                }
+            WAVE => launch.wave(t, v),
+            CPU => launch.cpu(t, v),
+            _ => launch.come_up(t, v),
+        }
+    }
+    launch.up
+}
+
+/// The state of one simulated launch, one method per kind of event.
+struct Launch<'a, R> {
+    tree: &'a Tree,
+    model: &'a LaunchModel,
+    noise: &'a Noise,
+    limits: &'a Limits,
+    rng: &'a mut R,
+    /// Without noise no random number is drawn.
+    quiet: bool,
+    /// When each position is up.
+    up: Vec<f64>,
+    sizes: &'a [u32],
+    /// The next child each parent will launch (positions are preorder, so children of v are
+    /// v + 1, then each next one past its elder sibling's subtree).
+    next: Vec<u32>,
+    /// With shared CPU: the work each launched child still has to run…
+    work: Vec<f64>,
+    /// …and when each core frees.
+    cores: Vec<f64>,
+    /// The batch cap, `u32::MAX` without one.
+    batch: u32,
+    /// With a batch cap: launches in flight per parent…
+    in_flight: Vec<u32>,
+    /// …and parents waiting for a free slot.
+    blocked: Vec<bool>,
+    queue: EventQueue,
+}
+
+impl<'a, R: Rng> Launch<'a, R> {
+    fn new(
+        tree: &'a Tree,
+        model: &'a LaunchModel,
+        noise: &'a Noise,
+        limits: &'a Limits,
+        rng: &'a mut R,
+    ) -> Self {
+        let n = tree.len();
+        let cpu = limits.cpu.as_ref();
+        let (in_flight, blocked) = match limits.batch {
+            Some(_) => (vec![0u32; n], vec![false; n]),
+            None => (Vec::new(), Vec::new()),
+        };
+        Launch {
+            tree,
+            model,
+            noise,
+            limits,
+            rng,
+            quiet: noise.is_none(),
+            up: vec![0.0; n],
+            sizes: tree.subtree_sizes(),
+            next: (0..n as u32).map(|v| v + 1).collect(),
+            work: if cpu.is_some() {
+                vec![0.0; n]
+            } else {
+                Vec::new()
+            },
+            cores: vec![0.0; cpu.map_or(0, |c| c.cores as usize)],
+            batch: limits.batch.unwrap_or(u32::MAX),
+            in_flight,
+            blocked,
+            queue: EventQueue::with_capacity(1024),
+        }
+    }
+
+    /// Starts the next wave of v's children, and schedules the wave after it.
+    fn wave(&mut self, t: f64, v: usize) {
+        let model = self.model;
+        let end = v + self.sizes[v] as usize;
+        let slots = match self.limits.batch {
+            Some(_) => model.concurrency().min(self.batch - self.in_flight[v]),
+            None => model.concurrency(),
+        };
+        if slots == 0 {
+            self.blocked[v] = true;
+            return;
+        }
+        for _ in 0..slots {
+            let c = self.next[v] as usize;
+            if c >= end {
+                break;
             }
-            CPU => {
-                // The launch's latency is over; its CPU work runs on the first free core.
-                let (core, free) = cores
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .min_by(|a, b| a.1.total_cmp(&b.1))
-                    .expect("at least one core");
-                let done = t.max(free) + work[v];
-                cores[core] = done;
-                queue.push(done, v, UP);
+            self.next[v] = (c + self.sizes[c] as usize) as u32;
+            if self.limits.batch.is_some() {
+                self.in_flight[v] += 1;
             }
-            _ => {
-                up[v] = t;
-                if limits.batch.is_some() {
-                    let p = tree.parent(v).expect("only children come up");
-                    in_flight[p] -= 1;
-                    if std::mem::take(&mut blocked[p]) {
-                        queue.push(t, p, WAVE);
-                    }
-                }
-                if sizes[v] > 1 {
-                    queue.push(t, v, WAVE);
-                }
+            self.start(t, c);
+        }
+        if (self.next[v] as usize) < end {
+            let seq = if self.quiet {
+                model.seq()
+            } else {
+                model.seq() * self.noise.seq_factor(self.rng)
+            };
+            self.queue.push(t + seq, v, WAVE);
+        }
+    }
+
+    /// Starts launching child `c` at `t`: it is up after REM, or first queues for a core.
+    fn start(&mut self, t: f64, c: usize) {
+        let model = self.model;
+        let rem = if self.quiet {
+            model.rem()
+        } else {
+            model.rem() * self.noise.rem_factor(self.rng)
+        };
+        match self.limits.cpu.as_ref() {
+            None => self.queue.push(t + rem, c, UP),
+            Some(cpu) => {
+                let share = (cpu.work / model.rem()).min(1.0);
+                self.work[c] = rem * share;
+                self.queue.push(t + rem * (1.0 - share), c, CPU);
             }
         }
     }
-    up
+
+    /// v's launch latency is over; its CPU work runs on the first free core.
+    fn cpu(&mut self, t: f64, v: usize) {
+        let (core, free) = self
+            .cores
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("at least one core");
+        let done = t.max(free) + self.work[v];
+        self.cores[core] = done;
+        self.queue.push(done, v, UP);
+    }
+
+    /// v is up: it frees its parent's slot and starts launching its own children.
+    fn come_up(&mut self, t: f64, v: usize) {
+        self.up[v] = t;
+        if self.limits.batch.is_some() {
+            let p = self.tree.parent(v).expect("only children come up");
+            self.in_flight[p] -= 1;
+            if std::mem::take(&mut self.blocked[p]) {
+                self.queue.push(t, p, WAVE);
+            }
+        }
+        if self.sizes[v] > 1 {
+            self.queue.push(t, v, WAVE);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,37 @@ fn validation_section(md: &mut String, groups: &[Group], plots: &Path) -> Result
          a launch's CPU share of REM queues for a core, and greedyrun's `--batch 8` cap on \
          launches in flight).\n"
     );
+    write_fit_table(md, groups);
+    let _ = writeln!(
+        md,
+        "\n**Error over all {n} launches: eq. 2 mean {:.0} %, max {:.0} %; simulation mean {:.0} %, max {:.0} %.**\n",
+        eq2.mean * 100.0,
+        eq2.max * 100.0,
+        sim.mean * 100.0,
+        sim.max * 100.0
+    );
+    // Per configuration: median of the repetitions.
+    let (eq2_points, sim_points) = write_config_table(md, groups);
+    plot::scatter(
+        &plots.join("sim-validation.svg"),
+        "Launch time: predicted vs measured (emulated cluster)",
+        &[
+            Line {
+                name: "eq. 2 fit".into(),
+                points: eq2_points,
+            },
+            Line {
+                name: "simulation (shared CPU, batch 8)".into(),
+                points: sim_points,
+            },
+        ],
+    )?;
+    let _ = writeln!(md, "\n![predicted vs measured](plots/sim-validation.svg)\n");
+    Ok(())
+}
+
+/// Per (shell, delay): both fits' parameters, R² and errors.
+fn write_fit_table(md: &mut String, groups: &[Group]) {
     let _ = writeln!(
         md,
         "| shell | delay ms | eq. 2: SEQ ms | REM ms | overhead ms | R² | sim: SEQ ms | REM ms | CPU ms/launch (cores) | overhead ms | R² | eq. 2 error mean / max | sim error mean / max |"
@@ -168,15 +199,14 @@ fn validation_section(md: &mut String, groups: &[Group], plots: &Path) -> Result
             s.max * 100.0,
         );
     }
-    let _ = writeln!(
-        md,
-        "\n**Error over all {n} launches: eq. 2 mean {:.0} %, max {:.0} %; simulation mean {:.0} %, max {:.0} %.**\n",
-        eq2.mean * 100.0,
-        eq2.max * 100.0,
-        sim.mean * 100.0,
-        sim.max * 100.0
-    );
-    // Per configuration: median of the repetitions.
+}
+
+/// (measured, predicted) seconds, one per configuration.
+type Points = Vec<(f64, f64)>;
+
+/// Per configuration, the median measured launch and both predictions; returns the
+/// (measured, predicted) points of eq. 2 and of the simulation.
+fn write_config_table(md: &mut String, groups: &[Group]) -> (Points, Points) {
     let _ = writeln!(
         md,
         "| shell | delay ms | hosts | topology | measured s, median (min–max) | eq. 2 s | sim s | sim error |"
@@ -185,14 +215,7 @@ fn validation_section(md: &mut String, groups: &[Group], plots: &Path) -> Result
     let mut eq2_points = Vec::new();
     let mut sim_points = Vec::new();
     for g in groups {
-        let mut configs: BTreeMap<(usize, String), Vec<&validate::Check>> = BTreeMap::new();
-        for c in &g.checks {
-            configs
-                .entry((c.measured.hosts, c.measured.topology.to_string()))
-                .or_default()
-                .push(c);
-        }
-        for ((hosts, topology), checks) in configs {
+        for ((hosts, topology), checks) in configs(g) {
             let measured: Vec<f64> = checks.iter().map(|c| c.measured.seconds).collect();
             let m = Spread::of(&measured);
             let (lo, hi) = measured
@@ -215,22 +238,19 @@ fn validation_section(md: &mut String, groups: &[Group], plots: &Path) -> Result
             );
         }
     }
-    plot::scatter(
-        &plots.join("sim-validation.svg"),
-        "Launch time: predicted vs measured (emulated cluster)",
-        &[
-            Line {
-                name: "eq. 2 fit".into(),
-                points: eq2_points,
-            },
-            Line {
-                name: "simulation (shared CPU, batch 8)".into(),
-                points: sim_points,
-            },
-        ],
-    )?;
-    let _ = writeln!(md, "\n![predicted vs measured](plots/sim-validation.svg)\n");
-    Ok(())
+    (eq2_points, sim_points)
+}
+
+/// A group's checks by (hosts, topology).
+fn configs(g: &Group) -> BTreeMap<(usize, String), Vec<&validate::Check>> {
+    let mut configs: BTreeMap<(usize, String), Vec<&validate::Check>> = BTreeMap::new();
+    for c in &g.checks {
+        configs
+            .entry((c.measured.hosts, c.measured.topology.to_string()))
+            .or_default()
+            .push(c);
+    }
+    configs
 }
 
 fn scale_section(
@@ -240,6 +260,54 @@ fn scale_section(
     s: &Settings,
     plots: &Path,
 ) -> Result<(), Error> {
+    write_scale_intro(md, source, model, s);
+    let header: String = s
+        .nodes
+        .iter()
+        .map(|&n| format!(" {} |", nodes_label(n)))
+        .collect();
+    let rule: String = s.nodes.iter().map(|_| "---:|").collect();
+    let mut launch_rows = String::new();
+    let mut wired_rows = String::new();
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
+    for shape in &s.shapes {
+        let row = ScaleRow::of(*shape, model, s)?;
+        launch_rows.push_str(&row.launch);
+        launch_rows.push('\n');
+        wired_rows.push_str(&row.wired);
+        wired_rows.push('\n');
+        lines.push(Line {
+            name: shape.to_string(),
+            points: row.quiet,
+        });
+        marks.push(Line {
+            name: shape.to_string(),
+            points: row.noisy,
+        });
+    }
+    let _ = writeln!(
+        md,
+        "Launch, seconds: noise-free (the model) / with noise, median (p5–p95); d = depth, f = largest fan-out:\n\n| shape |{header}\n|---|{rule}\n{launch_rows}"
+    );
+    let _ = writeln!(
+        md,
+        "Launch + wire-up, seconds:\n\n| shape |{header}\n|---|{rule}\n{wired_rows}"
+    );
+    plot::by_nodes(
+        &plots.join("sim-scale.svg"),
+        "Launch time: lines noise-free (the model), dots the median with noise",
+        "seconds",
+        false,
+        &lines,
+        &marks,
+    )?;
+    let _ = writeln!(md, "![launch time by nodes](plots/sim-scale.svg)\n");
+    Ok(())
+}
+
+/// The projection's heading and the paragraph saying what it simulates.
+fn write_scale_intro(md: &mut String, source: &Group, model: &LaunchModel, s: &Settings) {
     let _ = writeln!(md, "### Projection: 1k–1M nodes\n");
     let _ = writeln!(
         md,
@@ -267,35 +335,36 @@ fn scale_section(
         s.net.beta * 1e9,
         s.net.gamma * 1e6,
     );
-    let header: String = s
-        .nodes
-        .iter()
-        .map(|&n| format!(" {} |", nodes_label(n)))
-        .collect();
-    let rule: String = s.nodes.iter().map(|_| "---:|").collect();
-    let mut launch_rows = String::new();
-    let mut wired_rows = String::new();
-    let mut lines = Vec::new();
-    let mut marks = Vec::new();
-    for shape in &s.shapes {
-        let mut launch_row = format!("| {shape} |");
-        let mut wired_row = format!("| {shape} |");
-        let mut points = Vec::new();
-        let mut noisy = Vec::new();
+}
+
+/// One shape across the scale table's node counts.
+struct ScaleRow {
+    /// Launch table cells, `| shape |` first, no newline.
+    launch: String,
+    /// Launch + wire-up table cells, likewise.
+    wired: String,
+    /// (nodes, noise-free launch seconds).
+    quiet: Vec<(f64, f64)>,
+    /// (nodes, median launch seconds with noise).
+    noisy: Vec<(f64, f64)>,
+}
+
+impl ScaleRow {
+    /// Simulates `shape` at every node count of `s`, with and without noise.
+    fn of(shape: Shape, model: &LaunchModel, s: &Settings) -> Result<Self, Error> {
+        let mut row = ScaleRow {
+            launch: format!("| {shape} |"),
+            wired: format!("| {shape} |"),
+            quiet: Vec::new(),
+            noisy: Vec::new(),
+        };
         for &n in &s.nodes {
-            let total = n as f64 * f64::from(s.ppn) * s.bytes_per_rank;
-            let alg = if total <= s.tree_max {
-                Allgather::Tree
-            } else if n <= s.ring_max_nodes {
-                Allgather::Ring
-            } else {
-                Allgather::Bruck
-            };
+            let alg = allgather_rule(n, s);
             let scenario = Scenario {
                 nodes: n,
                 ppn: s.ppn,
                 bytes_per_rank: s.bytes_per_rank,
-                shape: *shape,
+                shape,
                 model: *model,
                 noise: s.noise,
                 limits: Default::default(),
@@ -311,48 +380,31 @@ fn scale_section(
             }
             .run(1, 0)?;
             let _ = write!(
-                launch_row,
+                row.launch,
                 " {} / {} d{} f{} |",
                 secs(quiet.launched.median),
                 spread(&sum.launched),
                 sum.depth,
                 sum.max_fanout
             );
-            let _ = write!(wired_row, " {} ({alg}) |", spread(&sum.wired));
-            points.push((n as f64, quiet.launched.median));
-            noisy.push((n as f64, sum.launched.median));
+            let _ = write!(row.wired, " {} ({alg}) |", spread(&sum.wired));
+            row.quiet.push((n as f64, quiet.launched.median));
+            row.noisy.push((n as f64, sum.launched.median));
         }
-        launch_rows.push_str(&launch_row);
-        launch_rows.push('\n');
-        wired_rows.push_str(&wired_row);
-        wired_rows.push('\n');
-        lines.push(Line {
-            name: shape.to_string(),
-            points,
-        });
-        marks.push(Line {
-            name: shape.to_string(),
-            points: noisy,
-        });
+        Ok(row)
     }
-    let _ = writeln!(
-        md,
-        "Launch, seconds: noise-free (the model) / with noise, median (p5–p95); d = depth, f = largest fan-out:\n\n| shape |{header}\n|---|{rule}\n{launch_rows}"
-    );
-    let _ = writeln!(
-        md,
-        "Launch + wire-up, seconds:\n\n| shape |{header}\n|---|{rule}\n{wired_rows}"
-    );
-    plot::by_nodes(
-        &plots.join("sim-scale.svg"),
-        "Launch time: lines noise-free (the model), dots the median with noise",
-        "seconds",
-        false,
-        &lines,
-        &marks,
-    )?;
-    let _ = writeln!(md, "![launch time by nodes](plots/sim-scale.svg)\n");
-    Ok(())
+}
+
+/// The allgather greedy-pmix picks for `n` nodes (its default `AllgatherRule`).
+fn allgather_rule(n: usize, s: &Settings) -> Allgather {
+    let total = n as f64 * f64::from(s.ppn) * s.bytes_per_rank;
+    if total <= s.tree_max {
+        Allgather::Tree
+    } else if n <= s.ring_max_nodes {
+        Allgather::Ring
+    } else {
+        Allgather::Bruck
+    }
 }
 
 fn allgather_section(

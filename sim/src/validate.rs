@@ -348,68 +348,120 @@ fn simulate(tree: &Tree, model: &LaunchModel, cpu: &SharedCpu, batch: Option<u32
 /// residual, at least 0): the max-plus launch time is not smooth, so a local search alone
 /// stops at the first kink.
 fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &LaunchModel, setup: &Setup) -> SimFit {
-    // Distinct trees are few (shapes × sizes); repetitions share a simulation.
-    let mut distinct: Vec<(&Tree, Vec<f64>)> = Vec::new();
-    for (tree, &m) in trees.iter().zip(measured) {
-        match distinct.iter_mut().find(|(t, _)| *t == tree) {
-            Some((_, ms)) => ms.push(m),
-            None => distinct.push((tree, vec![m])),
+    let search = SimSearch::new(trees, measured, setup);
+    let mut grid = search.starts(eq2);
+    grid.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut best = grid[0];
+    for &(x, f) in grid.iter().take(3) {
+        let (x, f) = search.descend(x, f);
+        if f < best.1 {
+            best = (x, f);
         }
     }
-    let params = |x: &[f64; 3]| -> Option<(LaunchModel, SharedCpu)> {
+    let (model, cpu) = search.params(&best.0).expect("the search stays feasible");
+    let overhead = search.sse(&best.0).1;
+    let mean = measured.iter().sum::<f64>() / measured.len() as f64;
+    let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
+    SimFit {
+        model,
+        overhead,
+        cpu,
+        r_squared: if sst > 0.0 { 1.0 - best.1 / sst } else { 1.0 },
+    }
+}
+
+/// The search of [`fit_simulation`] over x = [SEQ, REM, CPU share of REM]: a grid of starts,
+/// then a compass search from the best few.
+struct SimSearch<'a> {
+    /// Distinct trees are few (shapes × sizes); repetitions share a simulation.
+    distinct: Vec<(&'a Tree, Vec<f64>)>,
+    measured: &'a [f64],
+    setup: &'a Setup,
+    /// The slowest launch (at least 1 ms): the scale of SEQ and REM.
+    top: f64,
+}
+
+impl<'a> SimSearch<'a> {
+    fn new(trees: &'a [Tree], measured: &'a [f64], setup: &'a Setup) -> Self {
+        let mut distinct: Vec<(&Tree, Vec<f64>)> = Vec::new();
+        for (tree, &m) in trees.iter().zip(measured) {
+            match distinct.iter_mut().find(|(t, _)| *t == tree) {
+                Some((_, ms)) => ms.push(m),
+                None => distinct.push((tree, vec![m])),
+            }
+        }
+        let top = measured.iter().copied().fold(0.0, f64::max).max(1e-3);
+        SimSearch {
+            distinct,
+            measured,
+            setup,
+            top,
+        }
+    }
+
+    /// The model and shared CPU of a point, if it is feasible.
+    fn params(&self, x: &[f64; 3]) -> Option<(LaunchModel, SharedCpu)> {
         let model = LaunchModel::new(x[0], x[1]).ok()?;
-        let cpu = SharedCpu::new(setup.cores, x[1] * x[2]).ok()?;
+        let cpu = SharedCpu::new(self.setup.cores, x[1] * x[2]).ok()?;
         (0.0..=1.0).contains(&x[2]).then_some((model, cpu))
-    };
-    // (squared error, overhead) of a point.
-    let sse = |x: &[f64; 3]| -> (f64, f64) {
-        let Some((model, cpu)) = params(x) else {
+    }
+
+    /// (squared error, overhead) of a point.
+    fn sse(&self, x: &[f64; 3]) -> (f64, f64) {
+        let Some((model, cpu)) = self.params(x) else {
             return (f64::INFINITY, 0.0);
         };
+        let distinct = &self.distinct;
         let times: Vec<f64> = distinct
             .iter()
-            .map(|(tree, _)| simulate(tree, &model, &cpu, setup.batch))
+            .map(|(tree, _)| simulate(tree, &model, &cpu, self.setup.batch))
             .collect();
         let residual: f64 = distinct
             .iter()
             .zip(&times)
             .map(|((_, ms), t)| ms.iter().map(|m| m - t).sum::<f64>())
             .sum();
-        let overhead = residual / measured.len() as f64;
+        let overhead = residual / self.measured.len() as f64;
         let sse = distinct
             .iter()
             .zip(&times)
             .map(|((_, ms), t)| ms.iter().map(|m| (m - t - overhead).powi(2)).sum::<f64>())
             .sum();
         (sse, overhead)
-    };
-    let top = measured.iter().copied().fold(0.0, f64::max).max(1e-3);
-    let mut grid: Vec<([f64; 3], f64)> = Vec::new();
-    for seq in [0.0, 0.002, 0.005, 0.01, 0.02, 0.05] {
-        for i in 0..15 {
-            let rem = top * 10f64.powf(-2.0 + 2.0 * f64::from(i) / 14.0);
-            for share in 0..=10 {
-                let x = [seq * top, rem, f64::from(share) / 10.0];
-                grid.push((x, sse(&x).0));
+    }
+
+    /// Starting points and their squared errors: a grid, and the equation-2 fit.
+    fn starts(&self, eq2: &LaunchModel) -> Vec<([f64; 3], f64)> {
+        let top = self.top;
+        let mut grid: Vec<([f64; 3], f64)> = Vec::new();
+        for seq in [0.0, 0.002, 0.005, 0.01, 0.02, 0.05] {
+            for i in 0..15 {
+                let rem = top * 10f64.powf(-2.0 + 2.0 * f64::from(i) / 14.0);
+                for share in 0..=10 {
+                    let x = [seq * top, rem, f64::from(share) / 10.0];
+                    grid.push((x, self.sse(&x).0));
+                }
             }
         }
+        // The equation-2 fit without shared CPU is a start too.
+        for share in [0.0, 0.2] {
+            let x = [eq2.seq(), eq2.rem(), share];
+            grid.push((x, self.sse(&x).0));
+        }
+        grid
     }
-    // The equation-2 fit without shared CPU is a start too.
-    for share in [0.0, 0.2] {
-        let x = [eq2.seq(), eq2.rem(), share];
-        grid.push((x, sse(&x).0));
-    }
-    grid.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let mut best = grid[0];
-    for &(mut x, mut f) in grid.iter().take(3) {
-        let mut step = [top * 0.01, x[1] * 0.25, 0.05];
+
+    /// Compass search from `x` (squared error `f`), halving the steps until REM's is
+    /// below 10⁻⁴ of REM.
+    fn descend(&self, mut x: [f64; 3], mut f: f64) -> ([f64; 3], f64) {
+        let mut step = [self.top * 0.01, x[1] * 0.25, 0.05];
         for _ in 0..400 {
             let mut improved = false;
             for i in 0..3 {
                 for dir in [1.0, -1.0] {
                     let mut y = x;
                     y[i] += dir * step[i];
-                    let fy = sse(&y).0;
+                    let fy = self.sse(&y).0;
                     if fy < f {
                         (x, f, improved) = (y, fy, true);
                     }
@@ -422,19 +474,7 @@ fn fit_simulation(trees: &[Tree], measured: &[f64], eq2: &LaunchModel, setup: &S
                 }
             }
         }
-        if f < best.1 {
-            best = (x, f);
-        }
-    }
-    let (model, cpu) = params(&best.0).expect("the search stays feasible");
-    let overhead = sse(&best.0).1;
-    let mean = measured.iter().sum::<f64>() / measured.len() as f64;
-    let sst: f64 = measured.iter().map(|m| (m - mean).powi(2)).sum();
-    SimFit {
-        model,
-        overhead,
-        cpu,
-        r_squared: if sst > 0.0 { 1.0 - best.1 / sst } else { 1.0 },
+        (x, f)
     }
 }
 

@@ -127,120 +127,181 @@ enum Terms {
     SharedCpu,
 }
 
+impl Terms {
+    /// Fewest launches that determine the terms, and the error when there are fewer.
+    fn needed(self) -> (usize, &'static str) {
+        match self {
+            Terms::Tree => (2, "two or more timed launches are needed"),
+            Terms::Overhead => (
+                3,
+                "three or more timed launches are needed to fit an overhead",
+            ),
+            Terms::SharedCpu => (
+                4,
+                "four or more timed launches are needed to fit an overhead and a shared CPU term",
+            ),
+        }
+    }
+}
+
 /// The fit and the shared-CPU coefficient (0 unless fitted).
 fn fit_launch_times(
     launches: &[Launch],
     concurrency: u32,
     terms: Terms,
 ) -> Result<(Fit, f64), Error> {
-    let needed = match terms {
-        Terms::Tree => 2,
-        Terms::Overhead => 3,
-        Terms::SharedCpu => 4,
-    };
-    if launches.len() < needed {
-        return Err(calibration(match terms {
-            Terms::Tree => "two or more timed launches are needed",
-            Terms::Overhead => "three or more timed launches are needed to fit an overhead",
-            Terms::SharedCpu => {
-                "four or more timed launches are needed to fit an overhead and a shared CPU term"
-            }
-        }));
+    let problem = LaunchFit::new(launches, concurrency, terms)?;
+    let r = problem.best_ratio();
+    let best = problem.best_for(r);
+    if !best.sse.is_finite() {
+        return Err(calibration(
+            "the launch times do not grow with the trees: time launches of different shapes",
+        ));
     }
-    let launched: Vec<f64> = launches
-        .iter()
-        .map(|l| l.tree.len().saturating_sub(1) as f64)
-        .collect();
-    let measured: Vec<f64> = launches.iter().map(|l| l.seconds).collect();
-    check_times(&measured)?;
-    // Per launch, the positions that can be last for some ratio: per depth, the most waves.
-    let envelopes: Vec<Vec<(f64, f64)>> = launches
-        .iter()
-        .map(|l| {
-            let mut most = Vec::<u64>::new();
-            for (w, d) in launch_terms(&l.tree, concurrency) {
-                let d = d as usize;
-                if most.len() <= d {
-                    most.resize(d + 1, 0);
-                }
-                most[d] = most[d].max(w);
-            }
-            most.iter()
-                .enumerate()
-                .map(|(d, &w)| (w as f64, d as f64))
-                .collect()
+    let model = fitted(r * best.rem, best.rem, concurrency)?;
+    let fit = Fit {
+        overhead: best.base,
+        ..quality(model, &problem.measured, &best.predicted)
+    };
+    Ok((fit, best.cpu))
+}
+
+/// A whole-launch fit: launch time = rem · g(r), g(r) = max over a launch's envelope of
+/// r·waves + depth, r = seq/rem, plus the `terms`. For a ratio the other coefficients are
+/// linear, so only r is searched.
+struct LaunchFit {
+    terms: Terms,
+    /// Per launch, the positions launched (the root excluded).
+    launched: Vec<f64>,
+    /// Per launch, its measured seconds.
+    measured: Vec<f64>,
+    /// Per launch, the (waves, depth) that can be last for some ratio.
+    envelopes: Vec<Vec<(f64, f64)>>,
+}
+
+/// The coefficients that fit one ratio best, their predictions and their squared error.
+struct Candidate {
+    base: f64,
+    rem: f64,
+    cpu: f64,
+    predicted: Vec<f64>,
+    sse: f64,
+}
+
+impl LaunchFit {
+    fn new(launches: &[Launch], concurrency: u32, terms: Terms) -> Result<Self, Error> {
+        let (needed, too_few) = terms.needed();
+        if launches.len() < needed {
+            return Err(calibration(too_few));
+        }
+        let launched: Vec<f64> = launches
+            .iter()
+            .map(|l| l.tree.len().saturating_sub(1) as f64)
+            .collect();
+        let measured: Vec<f64> = launches.iter().map(|l| l.seconds).collect();
+        check_times(&measured)?;
+        let envelopes = launches
+            .iter()
+            .map(|l| envelope(&l.tree, concurrency))
+            .collect();
+        Ok(LaunchFit {
+            terms,
+            launched,
+            measured,
+            envelopes,
         })
-        .collect();
-    // Launch time = rem · g(r), g(r) = max over the envelope of r·waves + depth, r = seq/rem.
-    let g = |r: f64| -> Vec<f64> {
-        envelopes
+    }
+
+    /// g(r) per launch.
+    fn g(&self, r: f64) -> Vec<f64> {
+        self.envelopes
             .iter()
             .map(|e| e.iter().map(|&(w, d)| r * w + d).fold(0.0, f64::max))
             .collect()
-    };
-    // For a ratio, the best (overhead, REM, shared CPU) by ordinary least squares, the
-    // predictions and the squared error.
-    let best_for = |r: f64| -> (f64, f64, f64, Vec<f64>, f64) {
-        let gs = g(r);
+    }
+
+    /// For a ratio, the best (overhead, REM, shared CPU) by ordinary least squares.
+    fn best_for(&self, r: f64) -> Candidate {
+        let gs = self.g(r);
         let ones = vec![1.0; gs.len()];
-        let columns: Vec<&[f64]> = match terms {
+        let columns: Vec<&[f64]> = match self.terms {
             Terms::Tree => vec![&gs],
             Terms::Overhead => vec![&ones, &gs],
-            Terms::SharedCpu => vec![&ones, &gs, &launched],
+            Terms::SharedCpu => vec![&ones, &gs, &self.launched],
         };
-        let coef = least_squares(&columns, &measured).unwrap_or_else(|| vec![0.0; columns.len()]);
-        let (base, rem, cpu) = match terms {
+        let coef =
+            least_squares(&columns, &self.measured).unwrap_or_else(|| vec![0.0; columns.len()]);
+        let (base, rem, cpu) = match self.terms {
             Terms::Tree => (0.0, coef[0], 0.0),
             Terms::Overhead => (coef[0], coef[1], 0.0),
             Terms::SharedCpu => (coef[0], coef[1], coef[2]),
         };
         let predicted: Vec<f64> = gs
             .iter()
-            .zip(&launched)
+            .zip(&self.launched)
             .map(|(&g, &h)| base + rem * g + cpu * h)
             .collect();
         let sse = predicted
             .iter()
-            .zip(&measured)
+            .zip(&self.measured)
             .map(|(p, m)| (m - p).powi(2))
             .sum::<f64>();
         // A non-positive REM explains nothing: rank it last.
         let sse = if rem > 0.0 { sse } else { f64::INFINITY };
-        (base, rem, cpu, predicted, sse)
-    };
-    // Coarse log grid over the ratio, then golden-section refinement around the best point.
-    let grid: Vec<f64> = std::iter::once(0.0)
-        .chain((0..=480).map(|i| 10f64.powf(-6.0 + i as f64 / 40.0)))
-        .collect();
-    let best = (0..grid.len())
-        .min_by(|&a, &b| best_for(grid[a]).4.total_cmp(&best_for(grid[b]).4))
-        .expect("a non-empty grid");
-    let (mut lo, mut hi) = (
-        grid[best.saturating_sub(1)],
-        grid[(best + 1).min(grid.len() - 1)],
-    );
-    let phi = (5f64.sqrt() - 1.0) / 2.0;
-    for _ in 0..100 {
-        let (a, b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
-        if best_for(a).4 <= best_for(b).4 {
-            hi = b;
-        } else {
-            lo = a;
+        Candidate {
+            base,
+            rem,
+            cpu,
+            predicted,
+            sse,
         }
     }
-    let r = (lo + hi) / 2.0;
-    let (base, rem, cpu, predicted, sse) = best_for(r);
-    if !sse.is_finite() {
-        return Err(calibration(
-            "the launch times do not grow with the trees: time launches of different shapes",
-        ));
+
+    /// The ratio SEQ/REM with the least squared error: a coarse log grid, then golden-section
+    /// refinement around the best grid point.
+    fn best_ratio(&self) -> f64 {
+        let grid: Vec<f64> = std::iter::once(0.0)
+            .chain((0..=480).map(|i| 10f64.powf(-6.0 + i as f64 / 40.0)))
+            .collect();
+        let best = (0..grid.len())
+            .min_by(|&a, &b| {
+                self.best_for(grid[a])
+                    .sse
+                    .total_cmp(&self.best_for(grid[b]).sse)
+            })
+            .expect("a non-empty grid");
+        let (mut lo, mut hi) = (
+            grid[best.saturating_sub(1)],
+            grid[(best + 1).min(grid.len() - 1)],
+        );
+        let phi = (5f64.sqrt() - 1.0) / 2.0;
+        for _ in 0..100 {
+            let (a, b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+            if self.best_for(a).sse <= self.best_for(b).sse {
+                hi = b;
+            } else {
+                lo = a;
+            }
+        }
+        (lo + hi) / 2.0
     }
-    let model = fitted(r * rem, rem, concurrency)?;
-    let fit = Fit {
-        overhead: base,
-        ..quality(model, &measured, &predicted)
-    };
-    Ok((fit, cpu))
+}
+
+/// The (waves, depth) positions of `tree` that can be last for some ratio: per depth, the most
+/// waves.
+fn envelope(tree: &Tree, concurrency: u32) -> Vec<(f64, f64)> {
+    let mut most = Vec::<u64>::new();
+    for (w, d) in launch_terms(tree, concurrency) {
+        let d = d as usize;
+        if most.len() <= d {
+            most.resize(d + 1, 0);
+        }
+        most[d] = most[d].max(w);
+    }
+    most.iter()
+        .enumerate()
+        .map(|(d, &w)| (w as f64, d as f64))
+        .collect()
 }
 
 /// Ordinary least squares `y ≈ Σ coef_j · column_j` by the normal equations (at most a few

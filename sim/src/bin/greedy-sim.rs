@@ -177,92 +177,100 @@ fn run(cli: Cli) -> Result<()> {
     let mut out = io::BufWriter::new(io::stdout().lock());
     match cli.command {
         Command::Run(a) => simulate(&a, &mut out)?,
-        Command::Validate(a) => {
-            let groups = groups(&a.setup)?;
-            writeln!(
-                out,
-                "# shell delay_ms topology hosts rep measured_s eq2_s sim_s sim_error"
-            )?;
-            for g in &groups {
-                for c in &g.checks {
-                    let m = &c.measured;
-                    writeln!(
-                        out,
-                        "{} {} {} {} {} {:.4} {:.4} {:.4} {:+.1}%",
-                        m.shell,
-                        m.delay_ms,
-                        m.topology,
-                        m.hosts,
-                        m.rep,
-                        m.seconds,
-                        c.eq2,
-                        c.simulated,
-                        (c.simulated - m.seconds) / m.seconds * 100.0
-                    )?;
-                }
-            }
-            for g in &groups {
-                let (e, s) = g.errors();
-                writeln!(
-                    out,
-                    "# {} delay {} ms: eq2 seq {:.4} rem {:.4} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%; sim seq {:.4} rem {:.4} cpu {:.4}x{} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%",
-                    g.shell,
-                    g.delay_ms,
-                    g.eq2.model.seq(),
-                    g.eq2.model.rem(),
-                    g.eq2.overhead,
-                    g.eq2.r_squared,
-                    e.mean * 100.0,
-                    e.max * 100.0,
-                    g.sim.model.seq(),
-                    g.sim.model.rem(),
-                    g.sim.cpu.work,
-                    g.sim.cpu.cores,
-                    g.sim.overhead,
-                    g.sim.r_squared,
-                    s.mean * 100.0,
-                    s.max * 100.0
-                )?;
-            }
-            let (e, s) = validate::errors(&groups);
-            writeln!(
-                out,
-                "# all: eq2 error mean {:.1}% max {:.1}%; sim error mean {:.1}% max {:.1}%",
-                e.mean * 100.0,
-                e.max * 100.0,
-                s.mean * 100.0,
-                s.max * 100.0
-            )?;
-        }
-        Command::Report(a) => {
-            let groups = groups(&a.setup)?;
-            let mut settings = report::Settings {
-                runs: a.runs,
-                project_from: a.project_from.clone(),
-                allgather_ranks: a.allgather_ranks,
-                ..Default::default()
-            };
-            settings.nodes.retain(|&n| n <= a.max_nodes);
-            if settings.nodes.is_empty() {
-                return Err(greedy_sim::Error::param(
-                    "max-nodes",
-                    a.max_nodes,
-                    "must be at least 1000 (the smallest size of the scale table)",
-                )
-                .into());
-            }
-            if a.allgather_ranks == 0 {
-                let reason = "must be at least 1";
-                return Err(greedy_sim::Error::param("allgather-ranks", 0, reason).into());
-            }
-            let md = report::report(&groups, &settings, &a.out)?;
-            match &a.splice {
-                None => out.write_all(md.as_bytes())?,
-                Some(path) => splice(path, &md)?,
-            }
-        }
+        Command::Validate(a) => print_validation(&a, &mut out)?,
+        Command::Report(a) => write_report(&a, &mut out)?,
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `validate`: one line per measured launch, then one per (shell, delay) fit, then the total.
+fn print_validation(a: &ValidateArgs, out: &mut impl Write) -> Result<()> {
+    let groups = groups(&a.setup)?;
+    writeln!(
+        out,
+        "# shell delay_ms topology hosts rep measured_s eq2_s sim_s sim_error"
+    )?;
+    for g in &groups {
+        for c in &g.checks {
+            let m = &c.measured;
+            writeln!(
+                out,
+                "{} {} {} {} {} {:.4} {:.4} {:.4} {:+.1}%",
+                m.shell,
+                m.delay_ms,
+                m.topology,
+                m.hosts,
+                m.rep,
+                m.seconds,
+                c.eq2,
+                c.simulated,
+                (c.simulated - m.seconds) / m.seconds * 100.0
+            )?;
+        }
+    }
+    for g in &groups {
+        let (e, s) = g.errors();
+        writeln!(
+            out,
+            "# {} delay {} ms: eq2 seq {:.4} rem {:.4} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%; sim seq {:.4} rem {:.4} cpu {:.4}x{} overhead {:.4} r2 {:.3} error mean {:.1}% max {:.1}%",
+            g.shell,
+            g.delay_ms,
+            g.eq2.model.seq(),
+            g.eq2.model.rem(),
+            g.eq2.overhead,
+            g.eq2.r_squared,
+            e.mean * 100.0,
+            e.max * 100.0,
+            g.sim.model.seq(),
+            g.sim.model.rem(),
+            g.sim.cpu.work,
+            g.sim.cpu.cores,
+            g.sim.overhead,
+            g.sim.r_squared,
+            s.mean * 100.0,
+            s.max * 100.0
+        )?;
+    }
+    let (e, s) = validate::errors(&groups);
+    writeln!(
+        out,
+        "# all: eq2 error mean {:.1}% max {:.1}%; sim error mean {:.1}% max {:.1}%",
+        e.mean * 100.0,
+        e.max * 100.0,
+        s.mean * 100.0,
+        s.max * 100.0
+    )?;
+    Ok(())
+}
+
+/// `report`: the Markdown section, printed or spliced, and its plots.
+fn write_report(a: &ReportArgs, out: &mut impl Write) -> Result<()> {
+    let groups = groups(&a.setup)?;
+    let mut settings = report::Settings {
+        runs: a.runs,
+        project_from: a.project_from.clone(),
+        allgather_ranks: a.allgather_ranks,
+        ..Default::default()
+    };
+    settings.nodes.retain(|&n| n <= a.max_nodes);
+    if settings.nodes.is_empty() {
+        return Err(greedy_sim::Error::param(
+            "max-nodes",
+            a.max_nodes,
+            "must be at least 1000 (the smallest size of the scale table)",
+        )
+        .into());
+    }
+    if a.allgather_ranks == 0 {
+        let reason = "must be at least 1";
+        return Err(greedy_sim::Error::param("allgather-ranks", 0, reason).into());
+    }
+    let md = report::report(&groups, &settings, &a.out)?;
+    match &a.splice {
+        None => out.write_all(md.as_bytes())?,
+        Some(path) => splice(path, &md)?,
+    }
     Ok(())
 }
 

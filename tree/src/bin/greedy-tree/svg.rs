@@ -77,7 +77,20 @@ fn detail(
     depth: &[u32],
 ) -> io::Result<(f64, f64)> {
     let n = tree.len();
-    // Leaves left to right in preorder; a parent centred over its first and last child.
+    let (x, leaves) = layout(tree);
+    let max_depth = depth.iter().copied().max().unwrap_or(0) as f64;
+    write_tree(out, hosts, tree, times, depth, &x)?;
+    let tree_w = 80.0 + leaves * LEAF_DX;
+    let top = 60.0 + max_depth * LEVEL_DY + 80.0;
+    Timeline::new(hosts, tree, model, times, top).write(out)?;
+    let w = tree_w.max(LABEL_W + PLOT_W + 40.0);
+    Ok((w, top + n as f64 * ROW_DY + 30.0))
+}
+
+/// Each host's x in leaf widths, and the number of leaves: leaves left to right in preorder,
+/// a parent centred over its first and last child.
+fn layout(tree: &Tree) -> (Vec<f64>, f64) {
+    let n = tree.len();
     let mut x = vec![0.0f64; n];
     let mut leaves = 0.0;
     for (v, x) in x.iter_mut().enumerate() {
@@ -93,11 +106,22 @@ fn detail(
             x[v] = (x[first] + x[last]) / 2.0;
         }
     }
-    let max_depth = depth.iter().copied().max().unwrap_or(0) as f64;
+    (x, leaves)
+}
+
+/// The tree: an edge per launch, a labelled dot per host at `x` (from [`layout`]) and its depth.
+fn write_tree(
+    out: &mut Vec<u8>,
+    hosts: &[String],
+    tree: &Tree,
+    times: &[f64],
+    depth: &[u32],
+    x: &[f64],
+) -> io::Result<()> {
     let px = |v: usize| 40.0 + x[v] * LEAF_DX;
     let py = |v: usize| 60.0 + f64::from(depth[v]) * LEVEL_DY;
     writeln!(out, "<g class=\"tree\">")?;
-    for v in 0..n {
+    for v in 0..tree.len() {
         for c in tree.children(v) {
             writeln!(
                 out,
@@ -109,7 +133,7 @@ fn detail(
             )?;
         }
     }
-    for v in 0..n {
+    for v in 0..tree.len() {
         let host = escape(&hosts[v]);
         writeln!(
             out,
@@ -122,38 +146,84 @@ fn detail(
             ty = py(v) + 14.0,
         )?;
     }
-    writeln!(out, "</g>")?;
-    let tree_w = 80.0 + leaves * LEAF_DX;
-    let top = 60.0 + max_depth * LEVEL_DY + 80.0;
-    // Timeline: per host, its own launch (REM, from its parent's start of it) then its SEQ
-    // intervals, one per launch of a child.
-    let mut seq_end = 0.0f64;
-    for (v, t) in times.iter().enumerate() {
-        let k = tree.children(v).count();
-        if k > 0 {
-            seq_end = seq_end.max(t + model.child_offset(k) - model.rem() + model.seq());
+    writeln!(out, "</g>")
+}
+
+/// The launch timeline: per host, its own launch (REM, from its parent's start of it) then its
+/// SEQ intervals, one per launch of a child.
+struct Timeline<'a> {
+    hosts: &'a [String],
+    tree: &'a Tree,
+    model: &'a LaunchModel,
+    times: &'a [f64],
+    /// y of the first row.
+    top: f64,
+    /// Seconds the plot's width covers.
+    span: f64,
+}
+
+impl<'a> Timeline<'a> {
+    fn new(
+        hosts: &'a [String],
+        tree: &'a Tree,
+        model: &'a LaunchModel,
+        times: &'a [f64],
+        top: f64,
+    ) -> Self {
+        // The last launch, or the end of the last SEQ interval if later.
+        let mut seq_end = 0.0f64;
+        for (v, t) in times.iter().enumerate() {
+            let k = tree.children(v).count();
+            if k > 0 {
+                seq_end = seq_end.max(t + model.child_offset(k) - model.rem() + model.seq());
+            }
+        }
+        let span = times.iter().copied().fold(seq_end, f64::max).max(1e-9);
+        Timeline {
+            hosts,
+            tree,
+            model,
+            times,
+            top,
+            span,
         }
     }
-    let span = times.iter().copied().fold(seq_end, f64::max).max(1e-9);
-    let tx = |t: f64| LABEL_W + t / span * PLOT_W;
-    writeln!(out, "<g class=\"timeline\">")?;
-    writeln!(
-        out,
-        r#"<text x="10" y="{:.1}">Launch timeline: light = a host being launched (REM, from its parent's start), dark = the host spending SEQ on each child it launches</text>"#,
-        top - 10.0
-    )?;
-    for i in 0..=5 {
-        let t = span * f64::from(i) / 5.0;
-        let gx = tx(t);
-        let bottom = top + n as f64 * ROW_DY;
+
+    /// x of `t` seconds.
+    fn x(&self, t: f64) -> f64 {
+        LABEL_W + t / self.span * PLOT_W
+    }
+
+    /// The caption, the time grid, then one row per host.
+    fn write(&self, out: &mut Vec<u8>) -> io::Result<()> {
+        let n = self.tree.len();
+        let top = self.top;
+        writeln!(out, "<g class=\"timeline\">")?;
         writeln!(
             out,
-            r#"<line class="grid" x1="{gx:.1}" y1="{top:.1}" x2="{gx:.1}" y2="{bottom:.1}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{t:.3} s</text>"#,
-            bottom + 12.0
+            r#"<text x="10" y="{:.1}">Launch timeline: light = a host being launched (REM, from its parent's start), dark = the host spending SEQ on each child it launches</text>"#,
+            top - 10.0
         )?;
+        for i in 0..=5 {
+            let t = self.span * f64::from(i) / 5.0;
+            let gx = self.x(t);
+            let bottom = top + n as f64 * ROW_DY;
+            writeln!(
+                out,
+                r#"<line class="grid" x1="{gx:.1}" y1="{top:.1}" x2="{gx:.1}" y2="{bottom:.1}"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{t:.3} s</text>"#,
+                bottom + 12.0
+            )?;
+        }
+        for v in 0..n {
+            self.write_row(out, v)?;
+        }
+        writeln!(out, "</g>")
     }
-    for v in 0..n {
-        let y = top + v as f64 * ROW_DY;
+
+    /// Host `v`'s row: its name, its REM bar (not the root's) and a SEQ bar per child.
+    fn write_row(&self, out: &mut Vec<u8>, v: usize) -> io::Result<()> {
+        let (hosts, times, model) = (self.hosts, self.times, self.model);
+        let y = self.top + v as f64 * ROW_DY;
         writeln!(
             out,
             r#"<text x="10" y="{:.1}">{}</text>"#,
@@ -165,31 +235,29 @@ fn detail(
             writeln!(
                 out,
                 r#"<rect class="rem" x="{:.1}" y="{:.1}" width="{:.1}" height="10"><title>{} launched by {}: {:.3}–{:.3} s</title></rect>"#,
-                tx(start),
+                self.x(start),
                 y + 1.0,
-                (tx(times[v]) - tx(start)).max(0.5),
+                (self.x(times[v]) - self.x(start)).max(0.5),
                 escape(&hosts[v]),
-                escape(&hosts[tree.parent(v).unwrap_or(0)]),
+                escape(&hosts[self.tree.parent(v).unwrap_or(0)]),
                 start,
                 times[v]
             )?;
         }
-        for (i, c) in tree.children(v).enumerate() {
+        for (i, c) in self.tree.children(v).enumerate() {
             let s = times[v] + model.child_offset(i + 1) - model.rem();
             writeln!(
                 out,
                 r#"<rect class="seq" x="{:.1}" y="{:.1}" width="{:.1}" height="6"><title>{} launches {} at {s:.3} s</title></rect>"#,
-                tx(s),
+                self.x(s),
                 y + 3.0,
-                (tx(s + model.seq()) - tx(s)).max(0.5),
+                (self.x(s + model.seq()) - self.x(s)).max(0.5),
                 escape(&hosts[v]),
                 escape(&hosts[c])
             )?;
         }
+        Ok(())
     }
-    writeln!(out, "</g>")?;
-    let w = tree_w.max(LABEL_W + PLOT_W + 40.0);
-    Ok((w, top + n as f64 * ROW_DY + 30.0))
 }
 
 /// Beyond [`DETAIL_LIMIT`] hosts: hosts per depth, hosts by fan-out (powers of two), and hosts
@@ -201,7 +269,52 @@ fn summary(
     depth: &[u32],
     end: f64,
 ) -> io::Result<(f64, f64)> {
-    // Bucket 0: leaves; bucket b ≥ 1: fan-out in [2^(b-1), 2^b).
+    let bins = 20usize;
+    let mut y = 50.0;
+    write_bars(
+        out,
+        &mut y,
+        "Hosts per depth (the tree is too large to draw host by host)",
+        per_depth(depth)
+            .iter()
+            .enumerate()
+            .map(|(d, &c)| (format!("depth {d}"), c))
+            .collect(),
+    )?;
+    write_bars(
+        out,
+        &mut y,
+        "Hosts by fan-out (children launched)",
+        per_fanout(tree)
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (fanout_label(b), c))
+            .collect(),
+    )?;
+    write_bars(
+        out,
+        &mut y,
+        "Hosts up per interval of the launch",
+        per_bin(times, end, bins)
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (format!("≤ {:.3} s", end * (b + 1) as f64 / bins as f64), c))
+            .collect(),
+    )?;
+    Ok((LABEL_W + PLOT_W + 40.0, y))
+}
+
+/// Hosts per depth.
+fn per_depth(depth: &[u32]) -> Vec<usize> {
+    let mut per_depth = vec![0usize; depth.iter().copied().max().unwrap_or(0) as usize + 1];
+    for &d in depth {
+        per_depth[d as usize] += 1;
+    }
+    per_depth
+}
+
+/// Hosts per fan-out bucket: bucket 0 the leaves, bucket b ≥ 1 fan-out in [2^(b-1), 2^b).
+fn per_fanout(tree: &Tree) -> Vec<usize> {
     let mut per_fanout: Vec<usize> = Vec::new();
     for v in 0..tree.len() {
         let k = tree.children(v).count();
@@ -211,11 +324,20 @@ fn summary(
         }
         per_fanout[b] += 1;
     }
-    let mut per_depth = vec![0usize; depth.iter().copied().max().unwrap_or(0) as usize + 1];
-    for &d in depth {
-        per_depth[d as usize] += 1;
+    per_fanout
+}
+
+/// The label of fan-out bucket `b` (see [`per_fanout`]).
+fn fanout_label(b: usize) -> String {
+    match b {
+        0 => "0 (leaf)".to_string(),
+        1 => "1".to_string(),
+        b => format!("{}–{}", 1usize << (b - 1), (1usize << b) - 1),
     }
-    let bins = 20usize;
+}
+
+/// Hosts up in each of `bins` equal intervals of [0, `end`].
+fn per_bin(times: &[f64], end: f64, bins: usize) -> Vec<usize> {
     let mut per_bin = vec![0usize; bins];
     for &t in times {
         let b = if end > 0.0 {
@@ -225,62 +347,37 @@ fn summary(
         };
         per_bin[b.min(bins - 1)] += 1;
     }
-    let mut y = 50.0;
-    let mut chart = |out: &mut Vec<u8>,
-                     title: &str,
-                     rows: Vec<(String, usize)>|
-     -> io::Result<()> {
-        let most = rows.iter().map(|r| r.1).max().unwrap_or(1).max(1) as f64;
-        writeln!(out, r#"<text x="10" y="{y:.1}">{}</text>"#, escape(title))?;
-        y += 8.0;
-        for (label, count) in rows {
-            let w = count as f64 / most * PLOT_W * 0.8;
-            writeln!(
-                out,
-                r#"<text x="10" y="{:.1}">{}</text><rect class="bar" x="{LABEL_W}" y="{y:.1}" width="{w:.1}" height="11"/><text x="{:.1}" y="{:.1}">{count}</text>"#,
-                y + 10.0,
-                escape(&label),
-                LABEL_W + w + 4.0,
-                y + 10.0
-            )?;
-            y += ROW_DY;
-        }
-        y += 30.0;
-        Ok(())
-    };
-    chart(
+    per_bin
+}
+
+/// One bar chart from y = `*y` down (a titled bar per row), leaving `*y` below it.
+fn write_bars(
+    out: &mut Vec<u8>,
+    y: &mut f64,
+    title: &str,
+    rows: Vec<(String, usize)>,
+) -> io::Result<()> {
+    let most = rows.iter().map(|r| r.1).max().unwrap_or(1).max(1) as f64;
+    writeln!(
         out,
-        "Hosts per depth (the tree is too large to draw host by host)",
-        per_depth
-            .iter()
-            .enumerate()
-            .map(|(d, &c)| (format!("depth {d}"), c))
-            .collect(),
+        r#"<text x="10" y="{:.1}">{}</text>"#,
+        *y,
+        escape(title)
     )?;
-    chart(
-        out,
-        "Hosts by fan-out (children launched)",
-        per_fanout
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| {
-                let label = match b {
-                    0 => "0 (leaf)".to_string(),
-                    1 => "1".to_string(),
-                    b => format!("{}–{}", 1usize << (b - 1), (1usize << b) - 1),
-                };
-                (label, c)
-            })
-            .collect(),
-    )?;
-    chart(
-        out,
-        "Hosts up per interval of the launch",
-        per_bin
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (format!("≤ {:.3} s", end * (b + 1) as f64 / bins as f64), c))
-            .collect(),
-    )?;
-    Ok((LABEL_W + PLOT_W + 40.0, y))
+    *y += 8.0;
+    for (label, count) in rows {
+        let w = count as f64 / most * PLOT_W * 0.8;
+        writeln!(
+            out,
+            r#"<text x="10" y="{:.1}">{}</text><rect class="bar" x="{LABEL_W}" y="{:.1}" width="{w:.1}" height="11"/><text x="{:.1}" y="{:.1}">{count}</text>"#,
+            *y + 10.0,
+            escape(&label),
+            *y,
+            LABEL_W + w + 4.0,
+            *y + 10.0
+        )?;
+        *y += ROW_DY;
+    }
+    *y += 30.0;
+    Ok(())
 }
