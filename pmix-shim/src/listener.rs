@@ -1,5 +1,5 @@
-//! The accept loops of this crate's TCP servers: gated for overlay links ([`accept_gated`]),
-//! capped for netlrts clients ([`accept_loop`]).
+//! This crate's TCP listeners: bound with errors naming the node ([`bind`]), and their accept
+//! loops, gated for overlay links ([`accept_gated`]), capped for netlrts clients ([`accept_loop`]).
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -10,7 +10,26 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{debug, warn};
 
-use crate::auth::{Gate, Unproven};
+use crate::{
+    Error,
+    auth::{Gate, Unproven},
+};
+
+/// Binds node `node`'s listener at `addr`; returns it with the address it got. `what` names
+/// the listener in the error.
+pub(crate) async fn bind(
+    node: usize,
+    addr: SocketAddr,
+    what: &'static str,
+) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { node, addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| Error::Io { node, what, source })?;
+    Ok((listener, local))
+}
 
 /// Accepts connections until `shutdown`, serving at most `max_connections` at once, each by the
 /// future `serve` makes for it, on its own task in `tracker`.

@@ -27,10 +27,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use greedy_tree::Tree;
-use tokio::{
-    net::TcpListener,
-    sync::{mpsc, oneshot, watch},
-};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, info, info_span};
 
@@ -42,6 +39,7 @@ use crate::{
     AbortInfo, Error, JobSpec, auth,
     collectives::{AllgatherRule, Engine, Op, Outcome},
     frame::{Link, Message},
+    listener,
     rendezvous::Rendezvous,
 };
 
@@ -346,18 +344,7 @@ impl Overlay {
         let span = info_span!("overlay", job = %job.job_id, node = me);
         let tree = tree(job.n_nodes(), &job.model);
         let topo = Arc::new(tree);
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .map_err(|source| Error::Bind {
-                node: me,
-                addr: config.bind,
-                source,
-            })?;
-        let local_addr = listener.local_addr().map_err(|source| Error::Io {
-            node: me,
-            what: "listener address",
-            source,
-        })?;
+        let (listener, local_addr) = listener::bind(me, config.bind, "listener address").await?;
         let deadline = tokio::time::Instant::now() + config.join_timeout;
         let (events_tx, events_rx) = mpsc::channel(EVENT_CAPACITY);
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);

@@ -192,18 +192,7 @@ impl CharmServer {
     ) -> Result<CharmServer, Error> {
         job.validate()?;
         let me = job.node_idx;
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .map_err(|source| Error::Bind {
-                node: me,
-                addr: config.bind,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Io {
-            node: me,
-            what: "netlrts listener address",
-            source,
-        })?;
+        let (listener, addr) = listener::bind(me, config.bind, "netlrts listener address").await?;
         let shared = Arc::new(Shared {
             job: Arc::new(job.clone()),
             overlay,
