@@ -20,6 +20,7 @@ use tracing::debug;
 
 use crate::{
     fanout::{EdgeConfig, Fanout},
+    limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
     proto::{BindTo, Cmd, PROTOCOL_VERSION, Start, Stream, Up},
     status::{JobStatus, Singletons, Verdict, code},
@@ -27,13 +28,6 @@ use crate::{
     terminal::escape,
 };
 
-/// Frames from the whole tree into greedyrun's loop.
-pub(crate) const UP_CAPACITY: usize = 4096;
-/// After the grace period, how long greedyrun waits for agents to confirm their teardown
-/// before it kills its own remote shells (which makes each agent see EOF and clean up).
-pub(crate) const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
-/// How long a normal shutdown may take before the remote shells are killed.
-pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chunks of rank output queued for greedyrun's stdout before the loop stops reading frames
 /// (the tree's backpressure) — but never stops handling signals and deadlines.
 const STDOUT_QUEUE: usize = 64;
@@ -171,7 +165,7 @@ pub(crate) fn launch(cfg: &JobConfig, start: &Start, up: mpsc::Sender<Up>) -> Fa
 /// job on the agents it keeps ([`crate::session`]).
 enum Edges {
     Tree(Fanout),
-    Session(crate::session::JobLink),
+    Session(crate::session::client::JobLink),
 }
 
 impl Edges {

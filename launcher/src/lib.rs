@@ -44,6 +44,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod guard;
 pub mod head;
+mod limits;
 pub mod plan;
 pub mod proto;
 pub mod reap;

@@ -29,7 +29,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::head::{JobConfig, Report, launch, start_frame};
+use crate::limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY};
 use crate::proto::{Cmd, RankEnd, Stream, TaskId, Up};
+use crate::session::control::{CLIENT_STALL, HELLO, LineSource, frame, read_request};
+pub(crate) use crate::session::control::{Request, parse_request};
+pub use crate::session::control::{job_request, stream_request};
 use crate::session::{self, JobBoard};
 use crate::status::code;
 use crate::stdio::Tagger;
@@ -272,29 +276,6 @@ fn result_line(done: &Done, host: &str, end_s: f64) -> String {
     line
 }
 
-/// Frames from a session to a client: kind, 4-byte big-endian length, payload.
-mod frame {
-    /// Nothing: sent while a stream runs, so a client that went away is noticed.
-    pub(super) const KEEPALIVE: u8 = 0;
-    /// Bytes for the client's stdout.
-    pub(super) const STDOUT: u8 = 1;
-    /// Bytes for the client's stderr.
-    pub(super) const STDERR: u8 = 2;
-    /// A result line for the client's `--results`.
-    pub(super) const RESULT: u8 = 3;
-    /// A diagnostic line (the client prints `greedyrun: ` before it).
-    pub(super) const SAY: u8 = 4;
-    /// The stream's exit code, 4 bytes big-endian: the last frame.
-    pub(super) const EXIT: u8 = 5;
-    /// Largest payload a client accepts.
-    pub(super) const MAX: u32 = 1 << 24;
-}
-
-/// The first line a client sends: what it wants.
-const HELLO: &str = "greedy-session 1";
-
-type LineSource = tokio::io::Lines<BufReader<Box<dyn tokio::io::AsyncRead + Unpin + Send>>>;
-
 /// A line read from stream `.0`: a line, the end, or the error that ended the reading.
 /// A line that is not UTF-8 is `Err` of its bytes: it is named and the rest still runs.
 type Read = (u32, std::io::Result<Option<Result<String, Vec<u8>>>>);
@@ -338,9 +319,6 @@ fn read_lines(
 /// counts as gone, as on EPIPE (its stream is cancelled). Memory of a session whose clients
 /// stop reading stays bounded by this each; a client that reads at all keeps far below it.
 const CLIENT_BACKLOG: usize = 16 << 20;
-/// How long one frame may take to reach a client before it counts as gone: a client stopped
-/// with Ctrl-Z, or piped into a reader that does not read, once its socket buffer is full.
-pub(crate) const CLIENT_STALL: Duration = Duration::from_secs(10);
 
 /// A session client's connection, written by a task of its own so that the session's loop
 /// only queues: a client that does not read stalls no one ([`CLIENT_BACKLOG`],
@@ -608,27 +586,6 @@ impl Current {
     }
 }
 
-/// What a client asked for.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Request {
-    /// Run the stream that follows, with these retries, tagging, and a progress line every
-    /// `progress_ms` (0: none).
-    Tasks {
-        retries: u32,
-        tag: bool,
-        progress_ms: u64,
-    },
-    /// Say how the session is.
-    Status,
-    /// Run a job on the session's agents ([`crate::session`]).
-    Job,
-    /// End the session.
-    End,
-}
-
-/// How long a session's client may take to send its request line.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// A client's request as [`read_client`] hands it to the session's loop, with the rest of its
 /// input and its output.
 type ClientRequest = (
@@ -654,44 +611,6 @@ async fn read_client(
         return;
     }
     let _ = to_loop.send((request, lines, out)).await;
-}
-
-/// Reads a client's first line within [`REQUEST_TIMEOUT`] ([`parse_request`]).
-async fn read_request(lines: &mut LineSource) -> Option<Request> {
-    let line = tokio::time::timeout(REQUEST_TIMEOUT, lines.next_line())
-        .await
-        .ok()?
-        .ok()??;
-    parse_request(&line)
-}
-
-/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1 progress_ms=MS`,
-/// `… status`, `… job`, `… end`; `None` for anything else.
-pub(crate) fn parse_request(line: &str) -> Option<Request> {
-    let rest = line.strip_prefix(HELLO)?.trim();
-    let mut words = rest.split_whitespace();
-    match words.next()? {
-        "status" => Some(Request::Status),
-        "end" => Some(Request::End),
-        "job" => Some(Request::Job),
-        "tasks" => {
-            let (mut retries, mut tag, mut progress_ms) = (0, false, 0);
-            for w in words {
-                match w.split_once('=')? {
-                    ("retries", k) => retries = k.parse().ok()?,
-                    ("tag", t) => tag = t == "1",
-                    ("progress_ms", p) => progress_ms = p.parse().ok()?,
-                    _ => return None,
-                }
-            }
-            Some(Request::Tasks {
-                retries,
-                tag,
-                progress_ms,
-            })
-        }
-        _ => None,
-    }
 }
 
 /// Runs a task stream on the plan's hosts to its end (or, for a session, the streams its
@@ -762,7 +681,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let session = listener.is_some();
     let own_uid = nix::unistd::geteuid().as_raw();
 
-    let (up_tx, mut up_rx) = mpsc::channel::<Up>(crate::head::UP_CAPACITY);
+    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
     let fanout = std::sync::Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
     let mut hello_at: Vec<Option<Duration>> = vec![None; n];
     let mut session_code = 0;
@@ -821,7 +740,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                 session_code = code;
                 ending = true;
                 fanout.route(None, Cmd::Shutdown).await;
-                end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                end_deadline = Some(Instant::now() + SHUTDOWN_TIMEOUT);
             }
         }
         if !ending && board.capacity(launch_over).2 {
@@ -845,7 +764,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
             session_code = code::LAUNCHER;
             ending = true;
             fanout.route(None, Cmd::Teardown).await;
-            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+            end_deadline = Some(Instant::now() + plan.grace + TEARDOWN_LINGER);
             for (_, cur) in std::mem::take(&mut streams) {
                 let code = cur.exit_code;
                 cur.end(code).await;
@@ -1013,10 +932,10 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                         }
                         if streams.is_empty() {
                             fanout.route(None, Cmd::Shutdown).await;
-                            end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                            end_deadline = Some(Instant::now() + SHUTDOWN_TIMEOUT);
                         } else {
                             fanout.route(None, Cmd::Teardown).await;
-                            end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+                            end_deadline = Some(Instant::now() + plan.grace + TEARDOWN_LINGER);
                         }
                     }
                     Some(Request::Job) => {}
@@ -1037,7 +956,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     session_code = 128 + crate::signals::number(sig);
                     ending = true;
                     fanout.route(None, Cmd::Teardown).await;
-                    end_deadline = Some(Instant::now() + plan.grace + crate::head::TEARDOWN_LINGER);
+                    end_deadline = Some(Instant::now() + plan.grace + TEARDOWN_LINGER);
                 }
             },
             _ = tick.tick() => {
@@ -1058,7 +977,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
                     log(format!("no stream for {} s: the session ends", idle.as_secs_f64()));
                     ending = true;
                     fanout.route(None, Cmd::Shutdown).await;
-                    end_deadline = Some(Instant::now() + crate::head::SHUTDOWN_TIMEOUT);
+                    end_deadline = Some(Instant::now() + SHUTDOWN_TIMEOUT);
                 }
                 for (&stream, cur) in streams.iter_mut() {
                     // A client that went away mid-stream ends its stream: its running tasks
@@ -1247,20 +1166,6 @@ pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
     tokio::time::timeout(Duration::from_secs(5), ask)
         .await
         .ok()?
-}
-
-/// The request line of a job for a session.
-pub fn job_request() -> String {
-    format!("{HELLO} job\n")
-}
-
-/// The request line of a stream for a session (`progress`: the period of its progress line).
-pub fn stream_request(retries: u32, tag: bool, progress: Duration) -> String {
-    format!(
-        "tasks retries={retries} tag={} progress_ms={}",
-        u8::from(tag),
-        progress.as_millis()
-    )
 }
 
 /// Shell builtins and keywords: a line starting with one needs the shell, whose own it is.
@@ -1494,41 +1399,6 @@ mod tests {
     impl Ended {
         fn is_done(&self) -> bool {
             matches!(self, Ended::Done(_))
-        }
-    }
-
-    #[test]
-    fn control_requests_parse_or_are_refused() {
-        let tasks = |r, t, p| {
-            Some(Request::Tasks {
-                retries: r,
-                tag: t,
-                progress_ms: p,
-            })
-        };
-        assert_eq!(
-            parse_request("greedy-session 1 status"),
-            Some(Request::Status)
-        );
-        assert_eq!(parse_request("greedy-session 1 end"), Some(Request::End));
-        assert_eq!(parse_request(job_request().trim_end()), Some(Request::Job));
-        assert_eq!(
-            parse_request(&format!(
-                "{HELLO} {}",
-                stream_request(3, true, Duration::from_secs(2))
-            )),
-            tasks(3, true, 2000)
-        );
-        assert_eq!(parse_request("greedy-session 1 tasks"), tasks(0, false, 0));
-        for bad in [
-            "",
-            "status",
-            "greedy-session 2 status",
-            "greedy-session 1 tasks retries=-1",
-            "greedy-session 1 tasks nice=5",
-            "greedy-session 1 reboot",
-        ] {
-            assert_eq!(parse_request(bad), None, "{bad:?}");
         }
     }
 
