@@ -22,8 +22,11 @@ pub(crate) mod agent;
 pub(crate) mod board;
 pub(crate) mod client;
 pub(crate) mod control;
+pub(crate) mod daemon;
+pub(crate) mod dispatch;
 pub(crate) mod queue;
 pub(crate) mod serve;
+pub(crate) mod streams;
 
 pub use agent::JobAgents;
 pub use board::JobBoard;
