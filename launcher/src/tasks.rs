@@ -192,8 +192,6 @@ pub async fn submit(
     lines: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
     results: Option<PathBuf>,
 ) -> i32 {
-    use tokio::io::AsyncReadExt;
-    let say = |line: String| eprintln!("greedyrun: {line}");
     let conn = match crate::session::connect_own(socket).await {
         Ok(c) => c,
         Err(e) => {
@@ -201,7 +199,7 @@ pub async fn submit(
             return code::LAUNCHER;
         }
     };
-    let mut results = match results {
+    let results = match results {
         None => None,
         Some(p) => match std::fs::File::create(&p) {
             Ok(f) => Some(std::io::BufWriter::new(f)),
@@ -220,67 +218,108 @@ pub async fn submit(
         }
         wr.shutdown().await
     });
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
+    let mut received = Received {
+        stdout: tokio::io::stdout(),
+        stderr: tokio::io::stderr(),
+        results,
+    };
     let exit = loop {
-        let mut head = [0u8; 5];
-        if rd.read_exact(&mut head).await.is_err() {
-            say("the session went away before the stream ended".into());
-            break code::LAUNCHER;
+        let (kind, payload) = match read_frame(&mut rd).await {
+            Ok(frame) => frame,
+            Err(code) => break code,
+        };
+        if let Some(exit) = received.on_frame(kind, payload).await {
+            break exit;
         }
-        let len = u32::from_be_bytes(head[1..].try_into().expect("4 bytes"));
-        if len > frame::MAX {
-            say(format!(
-                "the session sent a frame of {len} bytes: not a greedy session"
-            ));
-            break code::LAUNCHER;
-        }
-        let mut payload = vec![0u8; len as usize];
-        if rd.read_exact(&mut payload).await.is_err() {
-            say("the session went away before the stream ended".into());
-            break code::LAUNCHER;
-        }
-        match head[0] {
+    };
+    sender.abort();
+    received.finish().await;
+    exit
+}
+
+/// Prints one of greedyrun's own diagnostic lines.
+fn say(line: String) {
+    eprintln!("greedyrun: {line}");
+}
+
+/// The next frame from a session: its kind and payload; or, said, the exit code of a session
+/// that went away or is none.
+async fn read_frame(rd: &mut tokio::net::unix::OwnedReadHalf) -> Result<(u8, Vec<u8>), i32> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 5];
+    if rd.read_exact(&mut head).await.is_err() {
+        say("the session went away before the stream ended".into());
+        return Err(code::LAUNCHER);
+    }
+    let len = u32::from_be_bytes(head[1..].try_into().expect("4 bytes"));
+    if len > frame::MAX {
+        say(format!(
+            "the session sent a frame of {len} bytes: not a greedy session"
+        ));
+        return Err(code::LAUNCHER);
+    }
+    let mut payload = vec![0u8; len as usize];
+    if rd.read_exact(&mut payload).await.is_err() {
+        say("the session went away before the stream ended".into());
+        return Err(code::LAUNCHER);
+    }
+    Ok((head[0], payload))
+}
+
+/// Where a session's client puts what the session sends.
+struct Received {
+    stdout: tokio::io::Stdout,
+    stderr: tokio::io::Stderr,
+    results: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Received {
+    /// A frame of kind `kind`; the exit code once the stream ended.
+    async fn on_frame(&mut self, kind: u8, payload: Vec<u8>) -> Option<i32> {
+        match kind {
             // A closed stdout (`| head -1`) ends the stream as SIGPIPE ends a job: the session
             // sees this client go and cancels it.
             frame::STDOUT => {
-                if let Err(e) = stdout.write_all(&payload).await
+                if let Err(e) = self.stdout.write_all(&payload).await
                     && e.kind() == std::io::ErrorKind::BrokenPipe
                 {
-                    break code::BROKEN_PIPE;
+                    return Some(code::BROKEN_PIPE);
                 }
             }
             frame::STDERR => {
-                let _ = stderr.write_all(&payload).await;
+                let _ = self.stderr.write_all(&payload).await;
             }
             // Each line reaches the file at once: Ctrl-C (whose default action ends this
             // client) must not lose the results of tasks that finished.
             frame::RESULT => {
-                if let Some(w) = results.as_mut() {
+                if let Some(w) = self.results.as_mut() {
                     let _ = w.write_all(&payload).and_then(|()| w.flush());
                 }
             }
             frame::KEEPALIVE => {}
             frame::SAY => say(escape(&String::from_utf8_lossy(&payload)).into_owned()),
             frame::EXIT if payload.len() == 4 => {
-                break i32::from_be_bytes(payload[..].try_into().expect("4 bytes"));
+                return Some(i32::from_be_bytes(payload[..].try_into().expect("4 bytes")));
             }
             k => {
                 say(format!(
                     "the session sent a frame of kind {k}: not a greedy session"
                 ));
-                break code::LAUNCHER;
+                return Some(code::LAUNCHER);
             }
         }
-    };
-    sender.abort();
-    let _ = stdout.flush().await;
-    if let Some(mut w) = results
-        && let Err(e) = w.flush()
-    {
-        say(format!("--results: {e}"));
+        None
     }
-    exit
+
+    /// The stream ended: what is buffered is written.
+    async fn finish(mut self) {
+        let _ = self.stdout.flush().await;
+        if let Some(mut w) = self.results
+            && let Err(e) = w.flush()
+        {
+            say(format!("--results: {e}"));
+        }
+    }
 }
 
 /// A session's hosts up and lost, from its status; `None` if it does not answer (yet).

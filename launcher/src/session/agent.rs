@@ -4,7 +4,7 @@ use std::{collections::HashMap, time::Duration};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 use crate::{
@@ -70,11 +70,6 @@ impl JobAgents {
         let i = i as u32;
         start.node_idx = i;
         start.launch_sizes = vec![1];
-        let lost = move |what: String| Up::Lost {
-            node: i,
-            by: None,
-            what,
-        };
         let spawned = std::env::current_exe().and_then(|exe| {
             tokio::process::Command::new(exe)
                 .stdin(std::process::Stdio::piped())
@@ -86,7 +81,7 @@ impl JobAgents {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                let frame = encode(&lost(format!("cannot start greedyd for the job: {e}")));
+                let frame = encode(&lost(i, format!("cannot start greedyd for the job: {e}")));
                 let _ = self.up.send(Up::Job { job, frame }).await;
                 return;
             }
@@ -96,27 +91,27 @@ impl JobAgents {
         if let Some(g) = guard.as_mut() {
             g.watch(pgid).await;
         }
-        let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Down>();
-        let _ = down_tx.send(Down::Start(Box::new(start)));
-        let mut stdin =
-            FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
-        // Its bye closes its stdin (it waits for that before it exits, as after a remote
-        // shell's parent read its bye).
-        let (bye_tx, mut bye_rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    f = down_rx.recv() => {
-                        let Some(f) = f else { break };
-                        if stdin.send(f).await.is_err() {
-                            break;
-                        }
-                    }
-                    _ = &mut bye_rx => break,
-                }
-            }
-            // Dropped here: its stdin closes, as a lost remote shell's would.
-        });
+        let (down_tx, bye_tx) = write_stdin(child.stdin.take().expect("piped"), start);
+        self.relay(job, i, child, pgid, bye_tx);
+        self.jobs.insert(
+            job,
+            JobAgent {
+                down: Some(down_tx),
+                pgid,
+            },
+        );
+    }
+
+    /// Relays the frames `child` (`job`'s greedyd, host `i` of the job, in group `pgid`)
+    /// writes up as [`Up::Job`]; tells `bye` of its bye, and `ended` once it is gone.
+    fn relay(
+        &self,
+        job: u32,
+        i: u32,
+        mut child: tokio::process::Child,
+        pgid: u32,
+        bye_tx: oneshot::Sender<()>,
+    ) {
         let stdout = child.stdout.take().expect("piped");
         let (up, ended, own) = (self.up.clone(), self.ended_tx.clone(), self.groups.clone());
         tokio::spawn(async move {
@@ -137,18 +132,11 @@ impl JobAgents {
             own.forget_if_empty(pgid);
             if bye.is_some() {
                 let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
-                let frame = encode(&lost(format!("its greedyd for the job ended ({how})")));
+                let frame = encode(&lost(i, format!("its greedyd for the job ended ({how})")));
                 let _ = up.send(Up::Job { job, frame }).await;
             }
             let _ = ended.send(job).await;
         });
-        self.jobs.insert(
-            job,
-            JobAgent {
-                down: Some(down_tx),
-                pgid,
-            },
-        );
     }
 
     /// Passes `cmd` to `job`'s greedyd, if it runs here.
@@ -212,6 +200,43 @@ impl JobAgents {
     /// Whether no job runs here.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+}
+
+/// Writes a job's greedyd's stdin: its `start`, then what is sent on the returned channel,
+/// until its bye (the returned sender) closes it, as after a remote shell's parent read its
+/// bye (it waits for that before it exits).
+fn write_stdin(
+    stdin: tokio::process::ChildStdin,
+    start: Start,
+) -> (mpsc::UnboundedSender<Down>, oneshot::Sender<()>) {
+    let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Down>();
+    let _ = down_tx.send(Down::Start(Box::new(start)));
+    let mut stdin = FramedWrite::new(stdin, ParentCodec::default());
+    let (bye_tx, mut bye_rx) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                f = down_rx.recv() => {
+                    let Some(f) = f else { break };
+                    if stdin.send(f).await.is_err() {
+                        break;
+                    }
+                }
+                _ = &mut bye_rx => break,
+            }
+        }
+        // Dropped here: its stdin closes, as a lost remote shell's would.
+    });
+    (down_tx, bye_tx)
+}
+
+/// Host `node` of a job is lost to it, for `what`.
+fn lost(node: u32, what: String) -> Up {
+    Up::Lost {
+        node,
+        by: None,
+        what,
     }
 }
 
