@@ -17,9 +17,9 @@
 //! (exit 141): nothing of it runs again, and its unfinished tasks are named once, as
 //! cancelled. A line that is not UTF-8 fails alone, named with its number.
 //!
-//! [`Dispatcher`] is the bookkeeping without I/O; [`run`] is greedyrun's loop around it, or the
-//! session daemon's (`crate::session`'s `daemon`) for `--start-session`; [`submit`] is a
-//! session's client.
+//! [`Dispatcher`] is the bookkeeping without I/O. [`run`] runs greedyrun's own stream in its
+//! loop here, or for `--start-session` hands the streams to the session daemon's loop (in
+//! [`crate::session`]); both drive the same per-event state. [`submit`] is a session's client.
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -20,7 +20,7 @@ struct Entry {
     nodes: Vec<u32>,
     up: JobQueue,
     what: String,
-    /// Its client left with the verdict ([`ToSession::Detach`]): its hosts are shutting down.
+    /// Its client left with the verdict ([`crate::proto::ToSession::Detach`]): its hosts are shutting down.
     ending: bool,
 }
 
@@ -74,7 +74,7 @@ pub(crate) struct Ticket {
 
 /// The session's slots, the jobs that hold or wait for them, and where the jobs' frames go.
 /// Shared by the session's loop (hosts up and lost, tasks, frames from the tree) and each
-/// job's [`serve_job`].
+/// job's [`super::serve_job`].
 pub struct JobBoard {
     hosts: Vec<String>,
     inner: Mutex<Board>,
