@@ -8,32 +8,27 @@
 
 use std::{
     io::ErrorKind,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use greedy_tree::Tree;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    sync::mpsc,
+    sync::{Semaphore, mpsc},
 };
 use tracing::debug;
 
 use crate::{
     fanout::{EdgeConfig, Fanout},
+    limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
-    proto::{BindTo, Cmd, PROTOCOL_VERSION, Start, Stream, Up},
+    proto::{BindTo, Cmd, PROTOCOL_VERSION, RankEnd, Start, Stream, Up},
     status::{JobStatus, Singletons, Verdict, code},
     stdio::Tagger,
     terminal::escape,
 };
 
-/// Frames from the whole tree into greedyrun's loop.
-pub(crate) const UP_CAPACITY: usize = 4096;
-/// After the grace period, how long greedyrun waits for agents to confirm their teardown
-/// before it kills its own remote shells (which makes each agent see EOF and clean up).
-pub(crate) const TEARDOWN_LINGER: Duration = Duration::from_secs(5);
-/// How long a normal shutdown may take before the remote shells are killed.
-pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chunks of rank output queued for greedyrun's stdout before the loop stops reading frames
 /// (the tree's backpressure) — but never stops handling signals and deadlines.
 const STDOUT_QUEUE: usize = 64;
@@ -171,7 +166,7 @@ pub(crate) fn launch(cfg: &JobConfig, start: &Start, up: mpsc::Sender<Up>) -> Fa
 /// job on the agents it keeps ([`crate::session`]).
 enum Edges {
     Tree(Fanout),
-    Session(crate::session::JobLink),
+    Session(crate::session::client::JobLink),
 }
 
 impl Edges {
@@ -223,6 +218,39 @@ pub async fn run_attached(cfg: JobConfig, attached: crate::session::Attached) ->
     }
 }
 
+/// Prints one of greedyrun's own diagnostic lines.
+fn say(line: String) {
+    eprintln!("greedyrun: {line}");
+}
+
+/// Forwards greedyrun's stdin to the stdin rank's host, a chunk for each one taken there
+/// ([`STDIN_WINDOW`]); `None` if no rank takes stdin.
+fn forward_stdin(
+    cfg: &JobConfig,
+    fanout: Arc<Edges>,
+    window: Arc<Semaphore>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let node = cfg.stdin_rank.and_then(|r| cfg.plan.node_of_rank(r))?;
+    Some(tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match window.acquire().await {
+                Ok(p) => p.forget(),
+                Err(_) => break,
+            }
+            match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => {
+                    let b = bytes::Bytes::copy_from_slice(&buf[..k]);
+                    fanout.route(Some(node as u32), Cmd::Stdin(b)).await;
+                }
+            }
+        }
+        fanout.route(Some(node as u32), Cmd::StdinEof).await;
+    }))
+}
+
 /// greedyrun's loop over a started job's frames, whatever its edges.
 async fn drive(
     cfg: JobConfig,
@@ -230,267 +258,420 @@ async fn drive(
     edges: Edges,
     mut up_rx: mpsc::Receiver<Up>,
 ) -> Report {
-    let plan = &cfg.plan;
-    let n = plan.hosts.len();
     let t0 = Instant::now();
-    let attached = matches!(edges, Edges::Session(_));
-    let fanout = std::sync::Arc::new(edges);
-    let overlay_tree: Tree = greedy_pmix::overlay::tree(n, &start.model);
-
-    // stdin → the stdin rank's host, a chunk for each one taken.
-    let window = std::sync::Arc::new(tokio::sync::Semaphore::new(STDIN_WINDOW));
-    let stdin_task = cfg
-        .stdin_rank
-        .and_then(|r| plan.node_of_rank(r))
-        .map(|node| {
-            let (fanout, window) = (fanout.clone(), window.clone());
-            tokio::spawn(async move {
-                let mut stdin = tokio::io::stdin();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match window.acquire().await {
-                        Ok(p) => p.forget(),
-                        Err(_) => break,
-                    }
-                    match stdin.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(k) => {
-                            let b = bytes::Bytes::copy_from_slice(&buf[..k]);
-                            fanout.route(Some(node as u32), Cmd::Stdin(b)).await;
-                        }
-                    }
-                }
-                fanout.route(Some(node as u32), Cmd::StdinEof).await;
-            })
-        });
-
-    let mut status = JobStatus::new(plan.n_ranks, cfg.keep_going);
-    let mut singletons = Singletons::default();
-    let mut hello_at: Vec<Option<Duration>> = vec![None; n];
-    let mut n_up = 0usize;
-    let mut finished_at = None;
-    let mut tagger = Tagger::default();
+    let fanout = Arc::new(edges);
+    let window = Arc::new(Semaphore::new(STDIN_WINDOW));
+    let stdin_task = forward_stdin(&cfg, fanout.clone(), window.clone());
     // Its own task: a reader that stops reading (`greedyrun … | less`) must not stall
     // Ctrl-C and the deadlines, only the flow of frames.
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(STDOUT_QUEUE);
     let mut writer = tokio::spawn(write_stdout(out_rx));
-    let mut pending_out: Option<Vec<u8>> = None;
-    let mut dropped_out = 0usize;
-    let mut interrupted = false;
-    let mut stderr = tokio::io::stderr();
-    let mut stdout_open = true;
-    let launch_deadline = t0 + plan.timeout;
-    let mut next_progress = t0 + cfg.progress.max(Duration::from_millis(1));
-    let mut end_deadline: Option<Instant> = None;
-    let mut killed_at: Option<Instant> = None;
+    let mut head = Head::new(&cfg, &start, t0, fanout, window);
     let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-
-    let host = |node: u32| plan.hosts.get(node as usize).cloned().unwrap_or_default();
-    let say = |line: String| eprintln!("greedyrun: {line}");
-
     loop {
-        let mut verdict = Verdict::Continue;
-        tokio::select! {
-            m = up_rx.recv(), if pending_out.is_none() => match m {
+        let verdict = tokio::select! {
+            m = up_rx.recv(), if head.pending_out.is_none() => match m {
                 None => break,
-                Some(Up::Hello { node }) => {
-                    if let Some(slot) = hello_at.get_mut(node as usize)
-                        && slot.is_none()
-                    {
-                        *slot = Some(t0.elapsed());
-                        n_up += 1;
-                        if n_up == n && cfg.verbose && attached {
-                            say(format!("all {n} hosts of the session run the job after {:.3} s", t0.elapsed().as_secs_f64()));
-                        } else if n_up == n && cfg.verbose {
-                            say(format!(
-                                "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s, --batch {}) predicts {:.3} s for this {} tree",
-                                t0.elapsed().as_secs_f64(),
-                                plan.model.seq(),
-                                plan.model.rem(),
-                                plan.batch,
-                                plan.launch.launch_time(&plan.launch_model),
-                                plan.topology,
-                            ));
-                        }
-                    }
-                }
-                Some(Up::Output { rank, stream, data }) => {
-                    if cfg.quiet {
-                        continue;
-                    }
-                    let bytes = if cfg.tag_output { tagger.tag(rank, stream, &data) } else { data.to_vec() };
-                    match stream {
-                        Stream::Stdout if stdout_open => match out_tx.try_send(bytes) {
-                            Ok(()) => {}
-                            // After Ctrl-C, or once the teardown deadline killed the shells,
-                            // what stdout does not take now is dropped, and counted; before,
-                            // a slow reader only slows the frames.
-                            Err(mpsc::error::TrySendError::Full(b)) if interrupted || killed_at.is_some() => dropped_out += b.len(),
-                            Err(mpsc::error::TrySendError::Full(b)) => pending_out = Some(b),
-                            Err(mpsc::error::TrySendError::Closed(_)) => {}
-                        },
-                        Stream::Stdout => {}
-                        Stream::Stderr => {
-                            let _ = async { stderr.write_all(&bytes).await?; stderr.flush().await }.await;
-                        }
-                    }
-                }
-                Some(Up::Exit { rank, end, silent }) => {
-                    let on = plan.node_of_rank(rank).map_or("?", |i| plan.hosts[i].as_str());
-                    let what = format!("rank {rank} on {on}");
-                    verdict = status.rank_ended(end, &what);
-                    if let Some(message) = singletons.ended(rank, on, end, silent) {
-                        verdict = status.launcher_failed(code::LAUNCHER, message);
-                    }
-                    if status.ended() == plan.n_ranks {
-                        finished_at = Some(t0.elapsed());
-                        if cfg.verbose {
-                            say(format!("all {} ranks ended after {:.3} s", plan.n_ranks, t0.elapsed().as_secs_f64()));
-                        }
-                    }
-                }
-                Some(Up::Spoke { node, family }) => {
-                    if let Some(message) = singletons.spoke(&host(node), family) {
-                        verdict = status.launcher_failed(code::LAUNCHER, message);
-                    }
-                }
-                Some(Up::Address { node, addr }) => {
-                    for c in overlay_tree.children(node as usize) {
-                        fanout.route(Some(c as u32), Cmd::Address { node, addr }).await;
-                    }
-                }
-                Some(Up::Lost { node, by, what }) => {
-                    let what = escape(&what);
-                    // A session's job loses only that host: its agents are not a launch tree.
-                    let sub = if attached { 1 } else { plan.launch.subtree_len(node as usize + 1) };
-                    let by = by.map(|b| format!(" (started by {})", host(b))).unwrap_or_default();
-                    let sub = if sub > 1 { format!("; its launch subtree of {sub} hosts goes with it") } else { String::new() };
-                    verdict = status.launcher_failed(
-                        code::LAUNCHER,
-                        format!("host {}{by} lost: {what}{sub}", host(node)),
-                    );
-                }
-                Some(Up::Failed { node, code, what }) => {
-                    verdict = status.launcher_failed(code, format!("{}: {}", host(node), escape(&what)));
-                }
-                Some(Up::Aborted { node, abort }) => {
-                    let message = format!("{}: wire-up aborted: {}", host(node), escape(&abort.to_string()));
-                    verdict = status.aborted(&abort, message);
-                }
-                Some(Up::Note { node, text }) => {
-                    // Once the job is ending, remote shells complain about connections that
-                    // the teardown closed ("Connection reset by peer"): noise, unless asked.
-                    if cfg.verbose || (end_deadline.is_none() && !status.tearing_down()) {
-                        say(format!("{}: {}", host(node), escape(&text)));
-                    }
-                }
-                Some(Up::Bye { .. }) => {}
-                Some(Up::StdinTaken { .. }) => window.add_permits(1),
-                // Only a task stream's or a session's agents send these (tasks::run).
-                Some(Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. }) => {}
-                Some(Up::Unclean { node, what }) => say(format!(
-                    "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
-                    host(node),
-                    escape(&what)
-                )),
+                Some(up) => head.on_up(up, &out_tx).await,
             },
-            permit = out_tx.reserve(), if pending_out.is_some() => match permit {
-                Ok(p) => p.send(pending_out.take().unwrap_or_default()),
-                Err(_) => pending_out = None,
+            permit = out_tx.reserve(), if head.pending_out.is_some() => {
+                match permit {
+                    Ok(p) => p.send(head.pending_out.take().unwrap_or_default()),
+                    Err(_) => head.pending_out = None,
+                }
+                Verdict::Continue
+            }
+            ended = &mut writer, if head.stdout_open => head.stdout_ended(ended),
+            sig = stops.recv() => head.on_signal(sig),
+            _ = tick.tick() => match head.on_tick() {
+                Some(verdict) => verdict,
+                None => break,
             },
-            ended = &mut writer, if stdout_open => {
-                stdout_open = false;
-                pending_out = None;
-                if let Ok(Err(e)) = ended && e.kind() == ErrorKind::BrokenPipe {
-                    verdict = status.launcher_failed(code::BROKEN_PIPE, String::new());
-                }
-            }
-            sig = stops.recv() => {
-                if status.tearing_down() { fanout.kill_all(); killed_at.get_or_insert(Instant::now()); }
-                interrupted = true;
-                dropped_out += pending_out.take().map_or(0, |b| b.len());
-                verdict = status.interrupted(crate::signals::number(sig));
-            }
-            _ = tick.tick() => {
-                let now = Instant::now();
-                if n_up < n && !status.tearing_down() {
-                    if now >= launch_deadline {
-                        let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
-                        verdict = status.launcher_failed(code::LAUNCH_TIMEOUT, format!(
-                            "launch timed out after {} s: no agent from {} ({} of {n} hosts; waited for the remote shell to start greedyd and for its hello)",
-                            plan.timeout.as_secs_f64(), greedy_tree::hostlist::compress(&missing), missing.len()));
-                    } else if !cfg.progress.is_zero() && now >= next_progress {
-                        next_progress = now + cfg.progress;
-                        let missing: Vec<&String> = (0..n).filter(|&i| hello_at[i].is_none()).map(|i| &plan.hosts[i]).collect();
-                        say(format!("launch: {n_up}/{n} hosts up after {:.1} s; waiting for {}",
-                            t0.elapsed().as_secs_f64(), greedy_tree::hostlist::compress(&missing)));
-                    }
-                }
-                if let Some(d) = end_deadline
-                    && now >= d
-                    && killed_at.is_none()
-                {
-                    debug!("end deadline passed: killing remote shells");
-                    fanout.kill_all();
-                    killed_at = Some(now);
-                    dropped_out += pending_out.take().map_or(0, |b| b.len());
-                }
-                if let Some(k) = killed_at
-                    && now >= k + Duration::from_secs(5)
-                {
-                    break;
-                }
-            }
-        }
-        match verdict {
-            Verdict::Continue => {}
-            Verdict::Finished => {
-                status.finishing();
-                fanout.route(None, Cmd::Shutdown).await;
-                // Once finishing, nothing an agent could still say changes the verdict
-                // (`JobStatus::launcher_failed`), and only --verbose prints its notes: a
-                // session's client need not wait for the byes, which cross its tree again.
-                if fanout.leave_finished().await {
-                    break;
-                }
-                end_deadline.get_or_insert(Instant::now() + SHUTDOWN_TIMEOUT);
-            }
-            Verdict::Teardown { message } => {
-                if !message.is_empty() {
-                    say(message);
-                }
-                fanout.route(None, Cmd::Teardown).await;
-                end_deadline.get_or_insert(Instant::now() + plan.grace + TEARDOWN_LINGER);
-            }
+        };
+        if head.carry_out(verdict).await {
+            break;
         }
     }
     if let Some(t) = stdin_task {
         t.abort();
     }
     drop(out_tx);
-    if stdout_open {
-        // A clean end waits for the reader as long as it takes (any program would), but
-        // Ctrl-C still ends it; a failed or interrupted job gives it STDOUT_DRAIN.
-        let patience = status.tearing_down().then_some(STDOUT_DRAIN);
-        let drained = tokio::select! {
-            _ = &mut writer => true,
-            _ = async { match patience { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
-            _ = stops.recv() => false,
-        };
-        if !drained {
-            writer.abort();
-            say("stdout is not being read: the rest of the ranks' output is dropped".into());
+    head.finish(writer, stops).await
+}
+
+/// greedyrun's state during a job, with one method per event of [`drive`]'s loop.
+struct Head<'a> {
+    cfg: &'a JobConfig,
+    t0: Instant,
+    /// The job runs on a session's agents.
+    attached: bool,
+    fanout: Arc<Edges>,
+    overlay_tree: Tree,
+    /// Chunks of stdin the stdin rank's host may still take.
+    window: Arc<Semaphore>,
+    status: JobStatus,
+    singletons: Singletons,
+    hello_at: Vec<Option<Duration>>,
+    n_up: usize,
+    finished_at: Option<Duration>,
+    tagger: Tagger,
+    /// A chunk the writer's queue did not take: no frame is read until it does.
+    pending_out: Option<Vec<u8>>,
+    dropped_out: usize,
+    interrupted: bool,
+    stderr: tokio::io::Stderr,
+    stdout_open: bool,
+    launch_deadline: Instant,
+    next_progress: Instant,
+    end_deadline: Option<Instant>,
+    killed_at: Option<Instant>,
+}
+
+impl<'a> Head<'a> {
+    fn new(
+        cfg: &'a JobConfig,
+        start: &Start,
+        t0: Instant,
+        fanout: Arc<Edges>,
+        window: Arc<Semaphore>,
+    ) -> Head<'a> {
+        let plan = &cfg.plan;
+        let n = plan.hosts.len();
+        Head {
+            cfg,
+            t0,
+            attached: matches!(*fanout, Edges::Session(_)),
+            fanout,
+            overlay_tree: greedy_pmix::overlay::tree(n, &start.model),
+            window,
+            status: JobStatus::new(plan.n_ranks, cfg.keep_going),
+            singletons: Singletons::default(),
+            hello_at: vec![None; n],
+            n_up: 0,
+            finished_at: None,
+            tagger: Tagger::default(),
+            pending_out: None,
+            dropped_out: 0,
+            interrupted: false,
+            stderr: tokio::io::stderr(),
+            stdout_open: true,
+            launch_deadline: t0 + plan.timeout,
+            next_progress: t0 + cfg.progress.max(Duration::from_millis(1)),
+            end_deadline: None,
+            killed_at: None,
         }
     }
-    if dropped_out > 0 {
-        say(format!(
-            "{dropped_out} bytes of the ranks' output were dropped: stdout was not being read while the job was ending"
-        ));
+
+    /// The name of host `node`.
+    fn host(&self, node: u32) -> String {
+        (self.cfg.plan.hosts.get(node as usize))
+            .cloned()
+            .unwrap_or_default()
     }
-    Report {
-        exit_code: status.exit_code(),
-        hello_at,
-        finished_at,
+
+    /// A frame from the tree; rank output for stdout goes to `out`.
+    async fn on_up(&mut self, up: Up, out: &mpsc::Sender<Vec<u8>>) -> Verdict {
+        match up {
+            Up::Hello { node } => self.on_hello(node),
+            Up::Output { rank, stream, data } => self.on_output(rank, stream, &data, out).await,
+            Up::Exit { rank, end, silent } => return self.on_exit(rank, end, silent),
+            Up::Spoke { node, family } => {
+                if let Some(message) = self.singletons.spoke(&self.host(node), family) {
+                    return self.status.launcher_failed(code::LAUNCHER, message);
+                }
+            }
+            Up::Address { node, addr } => {
+                for c in self.overlay_tree.children(node as usize) {
+                    let cmd = Cmd::Address { node, addr };
+                    self.fanout.route(Some(c as u32), cmd).await;
+                }
+            }
+            Up::Lost { node, by, what } => return self.on_lost(node, by, &what),
+            Up::Failed { node, code, what } => {
+                let message = format!("{}: {}", self.host(node), escape(&what));
+                return self.status.launcher_failed(code, message);
+            }
+            Up::Aborted { node, abort } => {
+                let message = format!(
+                    "{}: wire-up aborted: {}",
+                    self.host(node),
+                    escape(&abort.to_string())
+                );
+                return self.status.aborted(&abort, message);
+            }
+            Up::Note { node, text } => {
+                // Once the job is ending, remote shells complain about connections that
+                // the teardown closed ("Connection reset by peer"): noise, unless asked.
+                if self.cfg.verbose || (self.end_deadline.is_none() && !self.status.tearing_down())
+                {
+                    say(format!("{}: {}", self.host(node), escape(&text)));
+                }
+            }
+            Up::Bye { .. } => {}
+            Up::StdinTaken { .. } => self.window.add_permits(1),
+            // Only a task stream's or a session's agents send these (session::streams).
+            Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. } => {}
+            Up::Unclean { node, what } => say(format!(
+                "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
+                self.host(node),
+                escape(&what)
+            )),
+        }
+        Verdict::Continue
+    }
+
+    /// `node`'s agent said hello: counted once; with --verbose, the last is timed.
+    fn on_hello(&mut self, node: u32) {
+        let Some(slot) = self.hello_at.get_mut(node as usize) else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        *slot = Some(self.t0.elapsed());
+        self.n_up += 1;
+        let (plan, n, t) = (&self.cfg.plan, self.hello_at.len(), self.t0.elapsed());
+        if self.n_up == n && self.cfg.verbose && self.attached {
+            say(format!(
+                "all {n} hosts of the session run the job after {:.3} s",
+                t.as_secs_f64()
+            ));
+        } else if self.n_up == n && self.cfg.verbose {
+            say(format!(
+                "all {n} agents up after {:.3} s; the model (SEQ {} s, REM {} s, --batch {}) predicts {:.3} s for this {} tree",
+                t.as_secs_f64(),
+                plan.model.seq(),
+                plan.model.rem(),
+                plan.batch,
+                plan.launch.launch_time(&plan.launch_model),
+                plan.topology,
+            ));
+        }
+    }
+
+    /// Rank output: stdout through the writer's queue, stderr at once.
+    async fn on_output(
+        &mut self,
+        rank: u32,
+        stream: Stream,
+        data: &[u8],
+        out: &mpsc::Sender<Vec<u8>>,
+    ) {
+        if self.cfg.quiet {
+            return;
+        }
+        let bytes = match self.cfg.tag_output {
+            true => self.tagger.tag(rank, stream, data),
+            false => data.to_vec(),
+        };
+        match stream {
+            Stream::Stdout if self.stdout_open => match out.try_send(bytes) {
+                Ok(()) => {}
+                // After Ctrl-C, or once the teardown deadline killed the shells, what stdout
+                // does not take now is dropped, and counted; before, a slow reader only
+                // slows the frames.
+                Err(mpsc::error::TrySendError::Full(b))
+                    if self.interrupted || self.killed_at.is_some() =>
+                {
+                    self.dropped_out += b.len()
+                }
+                Err(mpsc::error::TrySendError::Full(b)) => self.pending_out = Some(b),
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            },
+            Stream::Stdout => {}
+            Stream::Stderr => {
+                let stderr = &mut self.stderr;
+                let _ = async {
+                    stderr.write_all(&bytes).await?;
+                    stderr.flush().await
+                }
+                .await;
+            }
+        }
+    }
+
+    /// Rank `rank` ended.
+    fn on_exit(&mut self, rank: u32, end: RankEnd, silent: bool) -> Verdict {
+        let plan = &self.cfg.plan;
+        let on = plan
+            .node_of_rank(rank)
+            .map_or("?", |i| plan.hosts[i].as_str());
+        let what = format!("rank {rank} on {on}");
+        let mut verdict = self.status.rank_ended(end, &what);
+        if let Some(message) = self.singletons.ended(rank, on, end, silent) {
+            verdict = self.status.launcher_failed(code::LAUNCHER, message);
+        }
+        if self.status.ended() == plan.n_ranks {
+            self.finished_at = Some(self.t0.elapsed());
+            if self.cfg.verbose {
+                say(format!(
+                    "all {} ranks ended after {:.3} s",
+                    plan.n_ranks,
+                    self.t0.elapsed().as_secs_f64()
+                ));
+            }
+        }
+        verdict
+    }
+
+    /// Host `node` was lost (by the agent `by` that started it), with its launch subtree.
+    fn on_lost(&mut self, node: u32, by: Option<u32>, what: &str) -> Verdict {
+        let what = escape(what);
+        // A session's job loses only that host: its agents are not a launch tree.
+        let sub = match self.attached {
+            true => 1,
+            false => self.cfg.plan.launch.subtree_len(node as usize + 1),
+        };
+        let by = (by.map(|b| format!(" (started by {})", self.host(b)))).unwrap_or_default();
+        let sub = match sub > 1 {
+            true => format!("; its launch subtree of {sub} hosts goes with it"),
+            false => String::new(),
+        };
+        let message = format!("host {}{by} lost: {what}{sub}", self.host(node));
+        self.status.launcher_failed(code::LAUNCHER, message)
+    }
+
+    /// stdout's writer ended: a closed pipe ends the job as SIGPIPE would.
+    fn stdout_ended(
+        &mut self,
+        ended: Result<std::io::Result<()>, tokio::task::JoinError>,
+    ) -> Verdict {
+        self.stdout_open = false;
+        self.pending_out = None;
+        if let Ok(Err(e)) = ended
+            && e.kind() == ErrorKind::BrokenPipe
+        {
+            return self
+                .status
+                .launcher_failed(code::BROKEN_PIPE, String::new());
+        }
+        Verdict::Continue
+    }
+
+    /// SIGINT, SIGTERM or SIGHUP: the job is interrupted; a second one while it tears down
+    /// kills the remote shells.
+    fn on_signal(&mut self, sig: nix::sys::signal::Signal) -> Verdict {
+        if self.status.tearing_down() {
+            self.fanout.kill_all();
+            self.killed_at.get_or_insert(Instant::now());
+        }
+        self.interrupted = true;
+        self.dropped_out += self.pending_out.take().map_or(0, |b| b.len());
+        self.status.interrupted(crate::signals::number(sig))
+    }
+
+    /// The tick: the launch deadline and progress line, the end deadline, and 5 s after the
+    /// shells were killed, the end (`None`).
+    fn on_tick(&mut self) -> Option<Verdict> {
+        let now = Instant::now();
+        let verdict = self.launch_tick(now);
+        if let Some(d) = self.end_deadline
+            && now >= d
+            && self.killed_at.is_none()
+        {
+            debug!("end deadline passed: killing remote shells");
+            self.fanout.kill_all();
+            self.killed_at = Some(now);
+            self.dropped_out += self.pending_out.take().map_or(0, |b| b.len());
+        }
+        if let Some(k) = self.killed_at
+            && now >= k + Duration::from_secs(5)
+        {
+            return None;
+        }
+        Some(verdict)
+    }
+
+    /// While agents are missing: the launch deadline, else the progress line.
+    fn launch_tick(&mut self, now: Instant) -> Verdict {
+        let (plan, n) = (&self.cfg.plan, self.hello_at.len());
+        if self.n_up >= n || self.status.tearing_down() {
+            return Verdict::Continue;
+        }
+        let missing: Vec<&String> = (0..n)
+            .filter(|&i| self.hello_at[i].is_none())
+            .map(|i| &plan.hosts[i])
+            .collect();
+        if now >= self.launch_deadline {
+            let message = format!(
+                "launch timed out after {} s: no agent from {} ({} of {n} hosts; waited for the remote shell to start greedyd and for its hello)",
+                plan.timeout.as_secs_f64(),
+                greedy_tree::hostlist::compress(&missing),
+                missing.len()
+            );
+            return self.status.launcher_failed(code::LAUNCH_TIMEOUT, message);
+        }
+        if !self.cfg.progress.is_zero() && now >= self.next_progress {
+            self.next_progress = now + self.cfg.progress;
+            say(format!(
+                "launch: {}/{n} hosts up after {:.1} s; waiting for {}",
+                self.n_up,
+                self.t0.elapsed().as_secs_f64(),
+                greedy_tree::hostlist::compress(&missing)
+            ));
+        }
+        Verdict::Continue
+    }
+
+    /// Carries out `verdict`; whether greedyrun may end now.
+    async fn carry_out(&mut self, verdict: Verdict) -> bool {
+        match verdict {
+            Verdict::Continue => {}
+            Verdict::Finished => {
+                self.status.finishing();
+                self.fanout.route(None, Cmd::Shutdown).await;
+                // Once finishing, nothing an agent could still say changes the verdict
+                // (`JobStatus::launcher_failed`), and only --verbose prints its notes: a
+                // session's client need not wait for the byes, which cross its tree again.
+                if self.fanout.leave_finished().await {
+                    return true;
+                }
+                (self.end_deadline).get_or_insert(Instant::now() + SHUTDOWN_TIMEOUT);
+            }
+            Verdict::Teardown { message } => {
+                if !message.is_empty() {
+                    say(message);
+                }
+                self.fanout.route(None, Cmd::Teardown).await;
+                let linger = self.cfg.plan.grace + TEARDOWN_LINGER;
+                self.end_deadline.get_or_insert(Instant::now() + linger);
+            }
+        }
+        false
+    }
+
+    /// The loop ended (and the writer's queue closed): what stdout has yet to take gets its
+    /// chance, and the report.
+    async fn finish(
+        self,
+        mut writer: tokio::task::JoinHandle<std::io::Result<()>>,
+        mut stops: crate::signals::Stops,
+    ) -> Report {
+        if self.stdout_open {
+            // A clean end waits for the reader as long as it takes (any program would), but
+            // Ctrl-C still ends it; a failed or interrupted job gives it STDOUT_DRAIN.
+            let patience = self.status.tearing_down().then_some(STDOUT_DRAIN);
+            let drained = tokio::select! {
+                _ = &mut writer => true,
+                _ = async { match patience { Some(p) => tokio::time::sleep(p).await, None => std::future::pending().await } } => false,
+                _ = stops.recv() => false,
+            };
+            if !drained {
+                writer.abort();
+                say("stdout is not being read: the rest of the ranks' output is dropped".into());
+            }
+        }
+        if self.dropped_out > 0 {
+            say(format!(
+                "{} bytes of the ranks' output were dropped: stdout was not being read while the job was ending",
+                self.dropped_out
+            ));
+        }
+        Report {
+            exit_code: self.status.exit_code(),
+            hello_at: self.hello_at,
+            finished_at: self.finished_at,
+        }
     }
 }

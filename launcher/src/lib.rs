@@ -6,7 +6,8 @@
 //! to them), [`agent`] (greedyd: its subtree, its ranks, teardown), [`head`] (greedyrun's loop),
 //! [`status`] (which event ends the job with which code), and the smaller pieces: [`ssh`],
 //! [`spawn`], [`stdio`], [`signals`], [`guard`], [`reap`], [`wireup`] (greedy-pmix embedded),
-//! [`calibrate`], [`tasks`] (task streams and sessions), [`session`] (jobs on a session).
+//! [`calibrate`], [`tasks`] (task streams, and a session's client), [`session`] (the session
+//! daemon, the streams it runs and the jobs on it).
 //!
 //! Every edge of the launch tree is a remote shell: a parent runs `ssh host greedyd` and talks
 //! to the child agent over that shell's stdin/stdout. The job description goes down once,
@@ -45,6 +46,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod guard;
 pub mod head;
+mod limits;
 pub mod plan;
 pub mod proto;
 pub mod reap;

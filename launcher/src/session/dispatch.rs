@@ -1,0 +1,366 @@
+//! Which host runs what of the task streams: tasks in flight and tasks to run again, in the
+//! slots of the session's board. Bookkeeping without I/O.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::board::JobBoard;
+use crate::proto::{RankEnd, TaskId};
+
+/// A line of a stream: its stream and line number, and its command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// Its stream and line (from 1: the task's name in results and messages).
+    pub id: TaskId,
+    /// The shell command line.
+    pub command: String,
+    /// Runs so far that ended in failure (a retry has `attempt` ≥ 1).
+    pub failures: u32,
+}
+
+/// A task's final end, reported once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    /// The task.
+    pub task: Task,
+    /// Host index it last ran on.
+    pub host: u32,
+    /// How its last run ended.
+    pub end: RankEnd,
+    /// Its last run's wall time, in microseconds.
+    pub wall_us: u64,
+    /// How many of its runs ended (a run on a host that was lost did not).
+    pub runs: u32,
+    /// It failed because its stream was cancelled (never run again).
+    pub cancelled: bool,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    host: u32,
+    task: Task,
+    runs: u32,
+}
+
+/// Which host runs what: tasks in flight and tasks to run again, in slots taken from the
+/// session's [`JobBoard`] (which jobs share).
+pub struct Dispatcher {
+    board: Arc<JobBoard>,
+    in_flight: HashMap<TaskId, InFlight>,
+    /// Tasks to run before the next line: retries and the tasks of lost hosts.
+    again: VecDeque<(Task, u32)>,
+    /// Each open stream's runs again of a failed task.
+    retries: HashMap<u32, u32>,
+    /// Streams cancelled (their client left, Ctrl-C, a closed stdout): nothing of them runs
+    /// again, and what they were running ends as cancelled.
+    cancelled: std::collections::HashSet<u32>,
+}
+
+/// What [`Dispatcher::ended`] made of a task's end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Its final end.
+    Done(Done),
+    /// It failed and runs again.
+    Retry,
+    /// Not the run in flight (a lost host's late report after the task moved on): ignored.
+    Stale,
+}
+
+impl Dispatcher {
+    /// Tasks in `board`'s slots.
+    pub fn new(board: Arc<JobBoard>) -> Dispatcher {
+        Dispatcher {
+            board,
+            in_flight: HashMap::new(),
+            again: VecDeque::new(),
+            retries: HashMap::new(),
+            cancelled: Default::default(),
+        }
+    }
+
+    /// Stream `stream` begins: a failed task of it runs at most `retries` more times.
+    pub fn open_stream(&mut self, stream: u32, retries: u32) {
+        self.retries.insert(stream, retries);
+    }
+
+    /// Stream `stream` has ended (nothing of it runs or waits).
+    pub fn close_stream(&mut self, stream: u32) {
+        self.retries.remove(&stream);
+        self.cancelled.remove(&stream);
+    }
+
+    /// Stream `stream` is cancelled: what was to run again is dropped and returned; what runs
+    /// ends without a retry, as cancelled.
+    pub fn cancel(&mut self, stream: u32) -> Vec<Task> {
+        self.cancelled.insert(stream);
+        let (dropped, kept) = std::mem::take(&mut self.again)
+            .into_iter()
+            .partition(|(t, _)| t.id.stream == stream);
+        self.again = kept;
+        dropped.into_iter().map(|(t, _)| t).collect()
+    }
+
+    /// Whether a slot is free for a task.
+    pub fn has_free_slot(&self) -> bool {
+        self.board.has_free_task_slot()
+    }
+
+    /// The next task that must run before a new line: a retry or a lost host's task.
+    pub fn take_again(&mut self) -> Option<(Task, u32)> {
+        self.again.pop_front()
+    }
+
+    /// Puts `task` (run `runs` times before) in a free slot: the host to send it to.
+    /// Call only when [`Dispatcher::has_free_slot`].
+    pub fn assign(&mut self, task: Task, runs: u32) -> u32 {
+        let host = self.board.take_task_slot().expect("a free slot");
+        self.in_flight
+            .insert(task.id, InFlight { host, task, runs });
+        host
+    }
+
+    /// Task `id` ended on `host`.
+    pub fn ended(&mut self, host: u32, id: TaskId, end: RankEnd, wall_us: u64) -> Ended {
+        match self.in_flight.get(&id) {
+            Some(f) if f.host == host => {}
+            _ => return Ended::Stale,
+        }
+        let InFlight {
+            host,
+            mut task,
+            runs,
+        } = self.in_flight.remove(&id).expect("checked");
+        self.board.task_ended(host);
+        let runs = runs + 1;
+        let retries = self.retries.get(&id.stream).copied().unwrap_or(0);
+        let cancelled = end.failed() && self.cancelled.contains(&id.stream);
+        if end.failed() && !cancelled && task.failures < retries {
+            task.failures += 1;
+            self.again.push_back((task, runs));
+            return Ended::Retry;
+        }
+        Ended::Done(Done {
+            task,
+            host,
+            end,
+            wall_us,
+            runs,
+            cancelled,
+        })
+    }
+
+    /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there runs
+    /// again elsewhere, first; returns how many tasks that is.
+    pub fn hosts_lost(&mut self, hosts: Range<u32>) -> usize {
+        let moved: Vec<TaskId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| hosts.contains(&f.host))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &moved {
+            let f = self.in_flight.remove(id).expect("listed");
+            self.board.task_ended(f.host);
+            self.again.push_front((f.task, f.runs));
+        }
+        moved.len()
+    }
+
+    /// Tasks running now.
+    pub fn running(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Tasks of `stream` running now.
+    pub fn running_of(&self, stream: u32) -> usize {
+        self.in_flight
+            .keys()
+            .filter(|id| id.stream == stream)
+            .count()
+    }
+
+    /// Nothing of `stream` in flight and nothing to run again.
+    pub fn idle(&self, stream: u32) -> bool {
+        self.running_of(stream) == 0 && !self.again.iter().any(|(t, _)| t.id.stream == stream)
+    }
+
+    /// What can never run now (the host list is exhausted): in flight and to run again.
+    pub fn drain(&mut self) -> Vec<Task> {
+        let mut left: Vec<Task> = self.again.drain(..).map(|(t, _)| t).collect();
+        left.extend(self.in_flight.drain().map(|(_, f)| f.task));
+        left.sort_by_key(|t| t.id);
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Line `line` of stream 0.
+    fn id(line: u64) -> TaskId {
+        TaskId { stream: 0, line }
+    }
+
+    fn task(line: u64) -> Task {
+        Task {
+            id: id(line),
+            command: format!("cmd {line}"),
+            failures: 0,
+        }
+    }
+
+    /// A dispatcher on hosts with these slots, none up yet, running stream 0 with these
+    /// retries, and its board.
+    fn dispatcher(slots: Vec<u32>, retries: u32) -> (Dispatcher, Arc<JobBoard>) {
+        let hosts = (0..slots.len()).map(|i| format!("h{i}")).collect();
+        let board = JobBoard::new(hosts, slots);
+        let mut d = Dispatcher::new(board.clone());
+        d.open_stream(0, retries);
+        (d, board)
+    }
+
+    /// Hosts `hosts` are lost, as the session's loop tells the board and the dispatcher.
+    fn lose(board: &JobBoard, d: &mut Dispatcher, hosts: Range<u32>) -> usize {
+        futures_util::FutureExt::now_or_never(board.hosts_lost(hosts.clone(), "gone"))
+            .expect("no job to tell");
+        d.hosts_lost(hosts)
+    }
+
+    #[test]
+    fn slots_rotate_over_hosts_and_free_on_end() {
+        let (mut d, board) = dispatcher(vec![1, 2], 0);
+        assert!(!d.has_free_slot());
+        board.host_up(1);
+        board.host_up(0);
+        board.host_up(0); // a second hello adds nothing
+        let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0)).collect();
+        assert_eq!(hosts, [1, 1, 0]);
+        assert!(!d.has_free_slot());
+        let Ended::Done(done) = d.ended(1, id(2), RankEnd::Exited(0), 7) else {
+            panic!()
+        };
+        assert_eq!(
+            (done.task.id, done.host, done.runs, done.wall_us),
+            (id(2), 1, 1, 7)
+        );
+        assert_eq!(d.assign(task(4), 0), 1);
+    }
+
+    #[test]
+    fn a_failed_task_runs_again_up_to_the_retries_then_is_done_once() {
+        let (mut d, board) = dispatcher(vec![1], 2);
+        board.host_up(0);
+        d.assign(task(1), 0);
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
+        let (t, runs) = d.take_again().unwrap();
+        assert_eq!((t.failures, runs), (1, 1));
+        d.assign(t, runs);
+        assert_eq!(d.ended(0, id(1), RankEnd::Signaled(9), 1), Ended::Retry);
+        let (t, runs) = d.take_again().unwrap();
+        d.assign(t, runs);
+        let Ended::Done(done) = d.ended(0, id(1), RankEnd::Exited(3), 1) else {
+            panic!()
+        };
+        assert_eq!((done.runs, done.end.code()), (3, 3));
+        assert!(d.idle(0));
+        // A second report of it is not a second end.
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(0), 1), Ended::Stale);
+    }
+
+    #[test]
+    fn a_lost_hosts_tasks_run_elsewhere_and_its_late_reports_are_ignored() {
+        let (mut d, board) = dispatcher(vec![2, 2, 1], 0);
+        for h in 0..3 {
+            board.host_up(h);
+        }
+        let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0)).collect();
+        assert_eq!(on, [0, 0, 1, 1, 2]);
+        // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
+        assert_eq!(lose(&board, &mut d, 1..3), 3);
+        assert!(!d.has_free_slot());
+        assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
+        let (moved, _) = d.take_again().unwrap();
+        assert!([3, 4, 5].contains(&moved.id.line));
+        assert_eq!(d.assign(moved.clone(), 0), 0);
+        // The lost host's report of it comes late: not its end.
+        assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
+        assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
+        assert!(!board.capacity(true).2);
+        // Task 2 still runs on host 0: lost with it, it is left with the other two.
+        assert_eq!(lose(&board, &mut d, 0..1), 1);
+        assert!(board.capacity(true).2);
+        let left: Vec<u64> = d.drain().iter().map(|t| t.id.line).collect();
+        assert_eq!(left.len(), 3);
+        assert!(left.contains(&2));
+        assert!(d.idle(0));
+    }
+
+    /// Two streams at once: each has its own retries; cancelling one forgets only its
+    /// retries; each is idle on its own.
+    #[test]
+    fn streams_share_the_slots_and_keep_their_own_account() {
+        let (mut d, board) = dispatcher(vec![2, 1], 1);
+        d.open_stream(1, 0);
+        for h in 0..2 {
+            board.host_up(h);
+        }
+        let b = |line| Task {
+            id: TaskId { stream: 1, line },
+            command: "b".into(),
+            failures: 0,
+        };
+        d.assign(task(1), 0);
+        d.assign(b(1), 0);
+        d.assign(b(2), 0);
+        assert!(!d.has_free_slot());
+        assert_eq!((d.running_of(0), d.running_of(1)), (1, 2));
+        // Stream 0 retries; stream 1, with none, is done with its failure.
+        assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
+        let failed = d.ended(0, TaskId { stream: 1, line: 1 }, RankEnd::Exited(3), 1);
+        assert!(failed.is_done());
+        assert!(!d.idle(0), "stream 0's retry waits");
+        // Stream 0 is cancelled: its retry goes; stream 1's task runs on.
+        let dropped = d.cancel(0);
+        assert_eq!(dropped.iter().map(|t| t.id).collect::<Vec<_>>(), [id(1)]);
+        assert!(d.idle(0));
+        assert!(!d.idle(1));
+        assert!(d.take_again().is_none());
+        assert!(
+            d.ended(1, TaskId { stream: 1, line: 2 }, RankEnd::Exited(0), 1)
+                .is_done()
+        );
+        assert!(d.idle(1));
+        d.close_stream(0);
+        d.close_stream(1);
+    }
+
+    /// A cancelled stream's task that fails (it was ended for the cancel) is not run again:
+    /// it is done, as cancelled; one that ends 0 is done as usual.
+    #[test]
+    fn a_cancelled_streams_tasks_end_cancelled_and_never_run_again() {
+        let (mut d, board) = dispatcher(vec![2], 3);
+        board.host_up(0);
+        d.assign(task(1), 0);
+        d.assign(task(2), 0);
+        assert!(d.cancel(0).is_empty());
+        match d.ended(0, id(1), RankEnd::Signaled(15), 1) {
+            Ended::Done(done) => assert!(done.cancelled),
+            other => panic!("{other:?}"),
+        }
+        match d.ended(0, id(2), RankEnd::Exited(0), 1) {
+            Ended::Done(done) => assert!(!done.cancelled),
+            other => panic!("{other:?}"),
+        }
+        assert!(d.take_again().is_none());
+        assert!(d.idle(0));
+    }
+
+    impl Ended {
+        fn is_done(&self) -> bool {
+            matches!(self, Ended::Done(_))
+        }
+    }
+}

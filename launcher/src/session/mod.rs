@@ -1,0 +1,41 @@
+//! Jobs on a session's running tree: `greedyrun` with `GREEDY_SESSION` set runs its job on
+//! the agents a session keeps, with no new remote shell.
+//!
+//! Three sides, one idea:
+//! - **The client** ([`attach`], `Attached::start`) is greedyrun as always: it plans the job
+//!   on the session's free slots and runs [`crate::head`]'s loop (terminal, signals, stdin,
+//!   verdict, deadlines), whose edges are the session's control connection instead of remote
+//!   shells (`client::JobLink`).
+//! - **The session** ([`JobBoard`], [`serve_job`]) reserves the slots, sends the job down its
+//!   tree ([`crate::proto::Cmd::JobStart`]), routes the client's commands to the job's hosts
+//!   ([`crate::proto::Cmd::ForJob`]) and the job's frames ([`crate::proto::Up::Job`]) back to the client.
+//! - **Each agent** ([`JobAgents`]) starts a greedyd of its own for its part of the job and
+//!   gives it the job's Start on its stdin, exactly as a remote shell would have: so wire-up,
+//!   stdio, signals, exit codes and teardown are a fresh launch's, and a job that fails takes
+//!   only its own greedyd with it. Closing that greedyd's stdin is losing its remote shell.
+//!
+//! The session itself is `greedyrun --start-session`: a task stream daemon whose clients
+//! submit streams and attach jobs.
+//!
+//! Files: `client` (greedyrun's side of a job), `control` (the control connection's request
+//! line and frames), `board` and `queue` (the session's slots, its jobs and their frames),
+//! `serve` (the session's side of one job), `agent` (each agent's side), `dispatch` (which
+//! host runs which task), `streams` (the task streams being run and their events: a session's,
+//! or greedyrun's own `--tasks` stream), `daemon` (the session's loop).
+
+pub(crate) mod agent;
+pub(crate) mod board;
+pub(crate) mod client;
+pub(crate) mod control;
+pub(crate) mod daemon;
+pub(crate) mod dispatch;
+pub(crate) mod queue;
+pub(crate) mod serve;
+pub(crate) mod streams;
+
+pub use agent::JobAgents;
+pub use board::JobBoard;
+pub use client::{Attached, attach, connect_own};
+pub use control::{job_request, stream_request};
+pub use queue::JobQueue;
+pub use serve::{job_frame, serve_job};
