@@ -21,7 +21,7 @@ use crate::{
 /// Emulated packet delay of the launcher and charm comparisons (login↔host RTT 10 ms).
 pub(crate) const DELAY_MS: u32 = 10;
 
-/// 20-second waits for a busy cluster before a script gives up (tests/cluster/claim.sh).
+/// 20-second waits for a busy cluster before a script gives up (cluster_claim in tests/lib.sh).
 const CLAIM_WAITS: &str = "90";
 
 /// Where and how much to measure.
@@ -100,7 +100,7 @@ impl Ctx {
         let mut cmd = Command::new(self.root.join(script));
         if std::env::var_os("GREEDY_CLAIM_WAITS").is_none() {
             // Other engineers' tests hold the one cluster for minutes at a time: wait up to
-            // 30 min for it (tests/cluster/claim.sh) rather than lose a section after 10.
+            // 30 min for it (cluster_claim in tests/lib.sh) rather than lose a section after 10.
             cmd.env("GREEDY_CLAIM_WAITS", CLAIM_WAITS);
         }
         let status = cmd

@@ -14,8 +14,9 @@
 # charmrun_batch (and srun, with SLURM=1). Needs root; ~2-3 min.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+TAG=charm-bench
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 RUNS=${RUNS:-5}
 NODES=${NODES:-16}
 DELAY=${DELAY:-10}
@@ -23,19 +24,14 @@ CSV=$(realpath -m "${CSV:-/dev/null}")
 SLURM=${SLURM:-0}
 LAUNCHERS=${LAUNCHERS:-greedy charmrun charmrun_batch$( ((SLURM)) && echo " srun" || true)}
 
-fail() { echo "charm-bench: FAIL: $*" >&2; exit 1; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+need_root
 [[ $CSV == /dev/null || -s $CSV ]] || echo "delay_ms,nodes,launcher,run,ms" >"$CSV"
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q --release -p greedy-launcher -p greedy-netdelay
-export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
-BIN=$CARGO_TARGET_DIR/release
+build --release -p greedy-launcher -p greedy-netdelay
 source "$ROOT/tests/charm/charm4py.sh"
 UP=(--nodes "$NODES" --delay "$DELAY")
 if ((SLURM)); then
-  cargo build -q --release -p greedy-slurm-mpi
+  build --release -p greedy-slurm-mpi
   PLUGDIR=$CARGO_TARGET_DIR/charm-plugindir
   mkdir -p "$PLUGDIR"
   cp "$BIN/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
@@ -43,8 +39,6 @@ if ((SLURM)); then
   UP+=(--slurm --plugindir "$PLUGDIR")
 fi
 
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 cluster_up "${UP[@]}"
 eval "$("$TC" env)"
 wait_sshd "$NODES"

@@ -12,23 +12,18 @@
 # (tests/charm/charm4py.sh). Needs root; ~1-2 min.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+TAG=charm-e2e
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 NODES=4
 
-fail() { echo "charm-e2e: FAIL: $*" >&2; exit 1; }
-pass() { echo "charm-e2e: ok: $*"; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $CARGO_TARGET_DIR == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
-cargo build -q --release -p greedy-launcher
-BIN=$CARGO_TARGET_DIR/release
+need_root
+need_shared_target
+build --release -p greedy-launcher
 
 source "$ROOT/tests/charm/charm4py.sh"
 
 # --- cluster (waits while another engineer's is up; takes only ours down) -------------------
-source "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES" "$@"
 eval "$("$TC" env)"
 WORK=$GREEDY_TC_SCRATCH/charm
@@ -36,26 +31,8 @@ mkdir -p "$WORK"
 cd "$WORK"
 cp "$ROOT/tests/charm/prog.py" "$WORK/prog.py"
 
-leftovers() {
-  local ns pid out=""
-  for ns in $(ip netns list | awk '/^gtc-n/ {print $1}'); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do
-      local cmd
-      cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
-      [[ $cmd =~ greedyd|prog\.py ]] && out+="$ns:$pid:$cmd; "
-    done
-  done
-  echo "$out"
-}
-no_orphans() {
-  local left
-  for _ in $(seq 50); do
-    left=$(leftovers)
-    [[ -z $left ]] && return 0
-    sleep 0.2
-  done
-  fail "$1: processes left behind: $left"
-}
+JOB_RE='greedyd|prog\.py'
+source "$ROOT/tests/cluster/leftovers.sh"
 
 # No protocol flag: every agent serves every family, and the ranks speak netlrts. Only the
 # charmrun options (+pN) need --pmi charm, which drops or refuses them.
@@ -75,24 +52,24 @@ PY=("$CHARM/bin/python" "$WORK/prog.py")
 run ok -- "${PY[@]}" ok
 ((RC == 0)) || fail "ok: exit $RC: $ERR $OUT"
 grep -q "charm-e2e: pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "ok: output: $OUT $ERR"
-no_orphans ok
+no_leftovers ok
 pass "8 PEs on 4 hosts: broadcast, sum and gather checked"
 
 run exit3 -- "${PY[@]}" exit3
 ((RC == 3)) || fail "exit3: expected 3, got $RC: $ERR"
-no_orphans exit3
+no_leftovers exit3
 pass "charm.exit(3) -> 3"
 
 run abort -- "${PY[@]}" abort
 ((RC != 0)) || fail "abort: exit 0"
 grep -q "deliberate abort" <<<"$ERR" || fail "abort: message missing: $ERR"
-no_orphans abort
+no_leftovers abort
 pass "charm.abort -> $RC, message shown"
 
 run fail-start -- "${PY[@]}" fail-start=5
 ((RC == 5)) || fail "fail-start: expected 5, got $RC: $ERR"
 grep -q "rank 5 on n3" <<<"$ERR" || fail "fail-start: host not named: $ERR"
-no_orphans fail-start
+no_leftovers fail-start
 pass "a process failing before connecting ends the job (5), host named"
 
 run plus-p --pmi charm -- "${PY[@]}" +p9
@@ -102,7 +79,7 @@ pass "+p9 refused up front"
 
 run plus-p8 --pmi charm -- "${PY[@]}" ok +p8
 ((RC == 0)) && grep -q "pes=8 sum=252 hosts=4 ok" <<<"$OUT" || fail "+p8: exit $RC: $ERR $OUT"
-no_orphans plus-p8
+no_leftovers plus-p8
 pass "+p8 (= -n) accepted and dropped"
 # The same program as a job on a session's agents (started once): no flag, same checks.
 eval "$("$BIN/greedyrun" --timeout 60 --hosts "n[1-$NODES]" --ppn 2 --start-session)"
@@ -114,6 +91,6 @@ run session-exit3 -- "${PY[@]}" exit3
 ((RC == 3)) || fail "session exit3: expected 3, got $RC: $ERR"
 "$BIN/greedyrun" --end-session
 unset GREEDY_SESSION
-no_orphans session
+no_leftovers session
 pass "on a session's agents: 8 PEs on 4 hosts checked, charm.exit(3) -> 3, nothing left"
 echo "charm-e2e: all passed"

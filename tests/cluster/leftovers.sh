@@ -1,6 +1,6 @@
 # Sourced by the Slurm cluster tests: what a finished step may leave behind. Set JOB_RE (a bash
-# regex of the step's command lines, slurmstepd included: a step must end entirely) and have a
-# fail function.
+# regex of the step's command lines, slurmstepd included: a step must end entirely); needs
+# tests/lib.sh.
 
 # The processes of any emulated host whose command line matches JOB_RE, as ns:pid:cmd; ...
 leftovers() {

@@ -5,16 +5,11 @@
 # package install). Exits non-zero naming the first failed check.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-
-fail() { echo "slurm-smoke: FAIL: $*" >&2; exit 1; }
-pass() { echo "slurm-smoke: ok: $*"; }
-
-[[ $EUID -eq 0 ]] || fail "must run as root"
-# shellcheck source=wait-free.sh
-. "$(dirname "${BASH_SOURCE[0]}")/wait-free.sh"
+need_root
+cluster_wait
 # Open MPI is needed only by this test (the cluster script installs Slurm and munge itself).
 if ! command -v mpicc.openmpi >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \

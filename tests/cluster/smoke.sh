@@ -6,19 +6,15 @@
 # Needs root. Exits non-zero with a message naming the first failed check. Takes about 15 s.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 NODES=8
 DELAY=20
 STATE=${GREEDY_TC_STATE:-/run/greedy-testcluster}
 export GREEDY_TC_QUIET=1
 
-fail() { echo "smoke: FAIL: $*" >&2; exit 1; }
-pass() { echo "smoke: ok: $*"; }
-
-[[ $EUID -eq 0 ]] || fail "must run as root"
-# shellcheck source=wait-free.sh
-. "$(dirname "${BASH_SOURCE[0]}")/wait-free.sh"
+need_root
+cluster_wait
 
 # System paths that up creates when missing must be gone again after down.
 had_paths=$(ls -d /run/sshd /run/inetd.pid 2>/dev/null || true)
@@ -26,7 +22,6 @@ had_paths=$(ls -d /run/sshd /run/inetd.pid 2>/dev/null || true)
 # Whatever happens, leave no cluster behind.
 trap '"$TC" down >/dev/null 2>&1 || true' EXIT
 
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 # --- --delay 0: no delayer, no rule --------------------------------------------------------
 "$TC" up --nodes 2 >/dev/null || fail "up --nodes 2 (no delay)"

@@ -43,11 +43,11 @@
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 10 min.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 if [[ ${GREEDY_BENCH_UTS:-} != 1 ]]; then
   exec env GREEDY_BENCH_UTS=1 unshare --uts bash -c 'hostname login && exec "$0" "$@"' "$0" "$@"
 fi
-TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 RUNS=${RUNS:-3}
 SIZES=${SIZES-16 64} # SIZES= (empty) runs no part A size
@@ -59,7 +59,6 @@ MPICH_ENV=()
 MSIZES=${MSIZES:-8 16 32 64}
 SHELLS=${SHELLS:-rsh ssh}
 SETTLE=${SETTLE:-30}
-fail() { echo "bench: FAIL: $*" >&2; exit 1; }
 
 . "$ROOT/tests/launcher/cluster-bench.sh"
 . "$ROOT/tests/mpi/mpich5.sh"

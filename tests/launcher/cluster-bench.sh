@@ -1,19 +1,11 @@
 # Sourced by the benchmarks that take the emulated cluster (tests/launcher/bench.sh,
-# session-bench.sh, tasks-cluster-bench.sh): needs ROOT and a fail function; builds greedyrun
-# and the delayer (release), sets TC, BIN (the release directory) and GREEDY_NETDELAY, brings
-# in cluster_up and wait_sshd (tests/cluster/claim.sh), and defines ms (the time in ms),
-# busy_jiffies and settle (SETTLE half-seconds at most, default 30).
-TC="$ROOT/slurm-conf/testcluster"
+# session-bench.sh, tasks-cluster-bench.sh, ompi-scale.sh) after tests/lib.sh: builds greedyrun
+# and the delayer (release), sets BIN (the release directory) and GREEDY_NETDELAY, quiets
+# testcluster, and defines busy_jiffies and settle (SETTLE half-seconds at most, default 30).
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q --release --locked -p greedy-launcher -p greedy-netdelay || fail "building greedyrun"
-BIN=$CARGO_TARGET_DIR/release
-export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$BIN/greedy-netdelay}
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
+build --release -p greedy-launcher -p greedy-netdelay
 
 busy_jiffies() { awk '/^cpu / {print $2+$3+$4+$7+$8}' /proc/stat; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 # Waits (up to SETTLE/2 s, default 15) until the machine is nearly idle: Open MPI's orteds and a failed run's
 # ranks keep burning CPU for seconds after their launcher exits, and the next run must not pay

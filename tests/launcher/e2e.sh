@@ -46,34 +46,26 @@
 # down. Takes about 2 minutes. Exits non-zero naming the first failed check.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+TAG=launcher-e2e
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=8
 
-fail() { echo "launcher-e2e: FAIL: $*" >&2; exit 1; }
-pass() { echo "launcher-e2e: ok: $*"; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-
-[[ $EUID -eq 0 ]] || fail "must run as root"
+need_root
 
 # --- build and tools -------------------------------------------------------------------------
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q -p greedy-launcher
-# `up --delay` builds the packet delayer (release) unless told where one is; build it here,
-# where the cwd exists, and in our target dir.
-cargo build -q --release -p greedy-netdelay
-export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$CARGO_TARGET_DIR/release/greedy-netdelay}
-BIN=$CARGO_TARGET_DIR/debug
-[[ $BIN == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+need_shared_target
+# `up --delay` builds the packet delayer (release) unless told where one is; build it here
+# (it sets GREEDY_NETDELAY), where the cwd exists, and in our target dir.
+build --release -p greedy-netdelay
+build -p greedy-launcher # BIN: the debug directory
 
 if [[ ${GREEDY_E2E_MPICH:-pypi} == pypi ]]; then
   . "$ROOT/tests/mpi/mpich5.sh"
 fi
 
 # --- cluster ---------------------------------------------------------------------------------
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 
 up() {
   cluster_up --nodes "$NODES" "$@"

@@ -11,8 +11,8 @@
 # usage: tests/launcher/job-cost.sh [--hosts H] [--jobs J] [--pmi "none pmi1 pmix auto"]
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 hosts=64 jobs=20 families="none pmi1 pmix auto"
 while (($#)); do
   case $1 in
@@ -22,7 +22,6 @@ while (($#)); do
     *) echo "usage: $0 [--hosts H] [--jobs J] [--pmi FAMILIES]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "job-cost: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/loopback.sh"
 loopback_bench job-cost
 session=$("$BIN" --rsh "$work/localsh" -H "$(loopback_hosts "$hosts" 1)" --start-session \
@@ -39,7 +38,6 @@ tck=$(getconf CLK_TCK)
 # Clock ticks: the agents' children (the jobs' trees, as each agent reaps them), and the rest.
 trees() { for a in $agents; do awk '{print $16 + $17}' "/proc/$a/stat"; done | awk '{s += $1} END {print s}'; }
 busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 echo "| --pmi | jobs' trees, CPU ms per host per job | the rest, CPU ms per job | wall ms per job |"
 echo "|---|---|---|---|"

@@ -2,8 +2,8 @@
 # of its own (tests/launcher/pmix-scale.sh, tasks-bench.sh, tests/parsl/parsl.sh).
 # loopback_rsh DIR: writes DIR/localsh, a fake remote shell that ignores the host and starts
 # the agent here. loopback_hosts N [SLOTS]: the host list 127.1.0.1,127.1.0.2,… (`:SLOTS` each).
-# loopback_bench NAME (the benchmarks, tasks-bench.sh and job-cost.sh; needs ROOT,
-# CARGO_TARGET_DIR and fail): builds greedyrun (release) as $BIN, makes a scratch dir $work with
+# loopback_bench NAME (the benchmarks, tasks-bench.sh and job-cost.sh; needs tests/lib.sh):
+# builds greedyrun (release) as $BIN, makes a scratch dir $work with
 # the fake remote shell, and sets an EXIT trap that ends $session (the script's session, if it
 # started one) and removes $work.
 loopback_rsh() {
@@ -18,8 +18,8 @@ loopback_hosts() {
 }
 loopback_bench() {
   cd "$ROOT"
-  cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
-  BIN=$CARGO_TARGET_DIR/release/greedyrun
+  build --release -p greedy-launcher
+  BIN=$BIN/greedyrun
   work=$(mktemp -d "/var/tmp/greedy-$1.XXXXXX")
   session=""
   trap loopback_cleanup EXIT

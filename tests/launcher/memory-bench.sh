@@ -12,8 +12,8 @@
 #        [--srun]   (root)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 sizes="16 100 300 600 1000" runs=3 against="" srun=0
 while (($#)); do
   case $1 in
@@ -25,15 +25,12 @@ while (($#)); do
   esac
 done
 . "$ROOT/tests/launcher/loopback.sh"
-cargo build -q --release --locked -p greedy-launcher
+build --release -p greedy-launcher
 work=$(mktemp -d /var/tmp/greedy-memory.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 loopback_rsh "$work"
 if ((srun)); then
-  fail() { echo "memory-bench: $*" >&2; exit 1; }
-  TC=$ROOT/slurm-conf/testcluster
   export GREEDY_TC_QUIET=1
-  . "$ROOT/tests/cluster/claim.sh"
   cluster_up --nodes "$(tr ' ' '\n' <<<"$sizes" | sort -n | tail -1)" --slurm
   trap '"$TC" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   eval "$("$TC" env)"

@@ -12,7 +12,8 @@
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 10 min at 600.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 hosts=600 delay=10 slurm=0 clients="ompi4 ompi5"
 while (($#)); do
   case $1 in
@@ -23,7 +24,6 @@ while (($#)); do
     *) echo "usage: $0 [--hosts N] [--delay MS] [--slurm] [--clients LIST]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "ompi-scale: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/cluster-bench.sh"
 . "$ROOT/tests/mpi/clients.sh"
 

@@ -14,8 +14,8 @@
 # usage: tests/launcher/pmix-scale.sh [--hosts N] [--ppn P] [--release R]   (needs root for R)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 hosts=600 ppn=1 release=""
 while (($#)); do
   case $1 in
@@ -25,23 +25,17 @@ while (($#)); do
     *) echo "usage: $0 [--hosts N] [--ppn P] [--release R]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "pmix-scale: FAIL: $*" >&2; exit 1; }
 ((hosts >= 1 && hosts <= 50000)) || fail "--hosts $hosts: 1..50000"
-. "$ROOT/tests/slurm/release.sh"
 . "$ROOT/tests/launcher/loopback.sh"
 . "$ROOT/tests/mpi/pmix_maps.sh"
 RELEASE_ROOT=""
 [[ -z $release ]] || release_select "$release"
 cd "$ROOT"
 if [[ -n $RELEASE_ROOT ]]; then
-  (eval "$(slurm-conf/release-root --build-env "$RELEASE")" &&
-    CARGO_TARGET_DIR=$CARGO_TARGET_DIR/slurm-$RELEASE cargo build -q --release --locked -p greedy-launcher) ||
-    fail "building greedyrun for Slurm $RELEASE"
-  BIN=$CARGO_TARGET_DIR/slurm-$RELEASE/release
+  build --slurm "$RELEASE" --release -p greedy-launcher
   in_root() { "$ROOT/slurm-conf/release-chroot" "$RELEASE_ROOT" "$ROOT" "$CARGO_TARGET_DIR" -- "$@"; }
 else
-  cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
-  BIN=$CARGO_TARGET_DIR/release
+  build --release -p greedy-launcher
   in_root() { "$@"; }
 fi
 

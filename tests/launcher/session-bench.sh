@@ -19,7 +19,8 @@
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 5 min.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # Hydra sends its own hostname to the remote daemons for call-backs, and this
 # machine's name resolves to 127.0.0.1 (tests/launcher/bench.sh does the same).
 if [[ ${GREEDY_BENCH_UTS:-} != 1 ]]; then
@@ -35,7 +36,6 @@ while (($#)); do
     *) echo "usage: $0 [--sizes \"16 64\"] [--delay MS] [--reps R]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "session-bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/cluster-bench.sh"
 . "$ROOT/tests/mpi/clients.sh"
 

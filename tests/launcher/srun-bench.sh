@@ -10,10 +10,9 @@
 # Needs root; about 1 min at 16 hosts. Leaves nothing behind.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 N=16 REPS=9 OLD=""
 while (($#)); do
   case $1 in
@@ -23,14 +22,13 @@ while (($#)); do
     *) echo "usage: $0 [--nodes N] [--reps R] [--old DIR]" >&2; exit 2 ;;
   esac
 done
-[[ $EUID -eq 0 ]] || { echo "srun-bench: must run as root" >&2; exit 1; }
-cargo build -q --release -p greedy-launcher
-"$TC" up --nodes "$N" --slurm >/dev/null
-trap 'cd "$ROOT"; "$TC" down >/dev/null 2>&1' EXIT
+need_root
+build --release -p greedy-launcher
+cluster_up --nodes "$N" --slurm
 eval "$("$TC" env)"
 work=$GREEDY_TC_SCRATCH/srun-bench
 mkdir -p "$work/new"
-cp "$CARGO_TARGET_DIR"/release/{greedyrun,greedyd} "$work/new/"
+cp "$BIN"/{greedyrun,greedyd} "$work/new/"
 variants=(srun ssh slurm)
 if [[ -n $OLD ]]; then
   mkdir -p "$work/old"

@@ -15,8 +15,8 @@
 #        and its peak memory for N no more than 1 MB above that for N/10.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 ntasks=10000 hosts=16 slots=2 reps=3 workloads=(/bin/true "sleep 0.01") memcheck=0
 while (($#)); do
   case $1 in
@@ -29,12 +29,10 @@ while (($#)); do
     *) echo "usage: $0 [--tasks N] [--hosts H] [--slots S] [--reps R] [--workload CMD]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "tasks-bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/loopback.sh"
 loopback_bench tasks-bench
 list=$(loopback_hosts "$hosts" "$slots")
 width=$((hosts * slots))
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # The largest VmHWM (kB) of process PID, polled until it exits.
 peak() {

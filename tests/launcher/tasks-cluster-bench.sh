@@ -22,7 +22,8 @@
 #        [--delay MS] [--reps R]
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 hosts=16 ntasks=10000 msrun=500 delay=10 reps=3
 while (($#)); do
   case $1 in
@@ -34,7 +35,6 @@ while (($#)); do
     *) echo "usage: $0 [--hosts H] [--tasks N] [--srun-tasks M] [--delay MS] [--reps R]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "tasks-cluster-bench: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/cluster-bench.sh"
 VENV=${GREEDY_PARSL_VENV:-/var/tmp/greedy-parsl}
 [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"

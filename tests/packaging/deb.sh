@@ -25,19 +25,15 @@
 # Env: CARGO_TARGET_DIR (default <repo>/target), GREEDY_MPICH5 (default /var/tmp/greedy-mpich5).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=4
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 FAKE_RELEASE=0x170207 # 23.02.7: a release this machine's Slurm is not
 RELEASE="" RELEASE_ROOT=""
-. "$ROOT/tests/slurm/release.sh"
 [[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=deb${RELEASE:+ $RELEASE}
 
-fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
-pass() { echo "$TAG: ok: $*"; }
 # system CMD...: runs CMD on the system the packages go to: this machine, or the release root
 # (seeing the repo and the target dir). FS is that system's / as seen from here.
 system() {
@@ -48,8 +44,8 @@ system() {
   fi
 }
 FS=$RELEASE_ROOT
-[[ $EUID -eq 0 ]] || fail "must run as root"
-[[ $CARGO_TARGET_DIR != /tmp/* ]] || fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+need_root
+need_shared_target
 # build-debs builds against the installed Slurm (testcluster would install it only at `up`).
 if [[ -z $RELEASE_ROOT ]] && ! dpkg-query -W -f='${db:Status-Abbrev}' slurmd 2>/dev/null | grep -q '^ii'; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
@@ -117,11 +113,9 @@ pass "dpkg -i of greedy-slurm built for slurmd 22.05.7-1 refused: $(grep -m1 'bu
 # --- cluster: no greedy plugin of its own; an extra, empty PluginDir for the release phase -----
 FAKEDIR=$WORK/plugins
 mkdir -p "$FAKEDIR"
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES" --slurm --plugindir "$FAKEDIR" ${RELEASE:+--release "$RELEASE"}
 OURS=1
-trap cleanup EXIT # claim.sh's trap only takes the cluster down; ours also removes the packages
+trap cleanup EXIT # cluster_up's trap only takes the cluster down; ours also removes the packages
 eval "$("$TC" env)"
 SLOG=$(dirname "$SLURM_CONF")/../log
 cd "$GREEDY_TC_SCRATCH"

@@ -6,18 +6,17 @@
 # usage: tests/parsl/parsl.sh
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 VENV=${GREEDY_PARSL_VENV:-/var/tmp/greedy-parsl}
-fail() { echo "parsl: FAIL: $*" >&2; exit 1; }
 . "$ROOT/tests/launcher/loopback.sh"
 cd "$ROOT"
-cargo build -q --release --locked -p greedy-launcher || fail "building greedyrun"
+build --release -p greedy-launcher
 [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
 "$VENV/bin/python" -c 'import parsl' 2>/dev/null ||
   "$VENV/bin/pip" install -q "parsl${PARSL_VERSION:+==$PARSL_VERSION}" || fail "pip install parsl"
 work=$(mktemp -d /var/tmp/greedy-parsl-test.XXXXXX)
-GREEDYRUN=$CARGO_TARGET_DIR/release/greedyrun
+GREEDYRUN=$BIN/greedyrun
 cleanup() {
   [[ -z ${GREEDY_SESSION:-} ]] || "$GREEDYRUN" --end-session >/dev/null 2>&1 || true
   rm -rf "$work"

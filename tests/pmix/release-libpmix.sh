@@ -9,11 +9,9 @@
 # usage: tests/pmix/release-libpmix.sh --release R   (R: 22.05, 24.11 or 26.05; needs root)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-fail() { echo "release-libpmix: FAIL: $*" >&2; exit 1; }
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 [[ ${1:-} == --release && -n ${2:-} ]] || { echo "usage: $0 --release R" >&2; exit 2; }
-. "$ROOT/tests/slurm/release.sh"
 release_select "$2"
 cd "$ROOT"
 if [[ -z $RELEASE_ROOT ]]; then

@@ -13,23 +13,18 @@
 # and no process of the job left on any host after each case. Needs root; ~1-2 min.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+TAG=security-e2e
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=4
 
-fail() { echo "security-e2e: FAIL: $*" >&2; exit 1; }
-pass() { echo "security-e2e: ok: $*"; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $CARGO_TARGET_DIR == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
-cargo build -q --release -p greedy-launcher
-BIN=$CARGO_TARGET_DIR/release
+need_root
+need_shared_target
+build --release -p greedy-launcher
 
 source "$ROOT/tests/charm/charm4py.sh"
 source "$ROOT/tests/security/stranger.sh"
-source "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES"
 stranger_setup
 eval "$("$TC" env)"

@@ -1,5 +1,5 @@
 # Sourced by the security tests: a second, unprivileged local user and its attack on one
-# emulated host (issue 15). Needs $ROOT, $TC and a fail function.
+# emulated host (issue 15). Needs tests/lib.sh.
 #   stranger_setup       creates the user (removed again by stranger_cleanup) and installs the
 #                        attack tool where every host sees it
 #   stranger_attack N H LOG  runs tests/security/stranger.py as that user on host N in the

@@ -8,22 +8,18 @@
 # GREEDY_BIN: a directory with greedyrun and greedyd (default: builds the release launcher).
 # Waits for another engineer's cluster to go down (never tears it down).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 OUT=${1:-$ROOT/docs/data/launch.csv}
-TC="$ROOT/slurm-conf/testcluster"
 export GREEDY_TC_QUIET=1
 SIZES=${SIZES:-8 16 32}
 DELAYS=${DELAYS:-10}
 RUNS=${RUNS:-2}
-fail() { echo "launch-data: FAIL: $*" >&2; exit 1; }
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 if [[ -z ${GREEDY_BIN:-} ]]; then
-  cargo build -q --release -p greedy-launcher -p greedy-netdelay
-  GREEDY_BIN=$CARGO_TARGET_DIR/release
+  build --release -p greedy-launcher -p greedy-netdelay
+  GREEDY_BIN=$BIN
 fi
 export GREEDY_NETDELAY=${GREEDY_NETDELAY:-$GREEDY_BIN/greedy-netdelay}
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 MAXN=0
 for n in $SIZES; do ((n > MAXN)) && MAXN=$n; done
 TMP=$(mktemp)

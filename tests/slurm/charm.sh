@@ -18,20 +18,16 @@
 # Env: CARGO_TARGET_DIR (default <repo>/target), GREEDY_CHARM4PY (the venv).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=4
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 RELEASE="" RELEASE_ROOT=""
-. "$ROOT/tests/slurm/release.sh"
 [[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=slurm-charm${RELEASE:+ $RELEASE}
 
-fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
-pass() { echo "$TAG: ok: $*"; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-[[ $CARGO_TARGET_DIR == /tmp/* ]] && fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"
+need_root
+need_shared_target
 
 . "$ROOT/tests/slurm/mpi-build.sh"
 source "$ROOT/tests/charm/charm4py.sh"
@@ -46,7 +42,6 @@ if [[ -n $RELEASE_ROOT ]]; then
   fi
 fi
 
-source "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" ${RELEASE:+--release "$RELEASE"} "${binds[@]}"
 eval "$("$TC" env)"
 WORK=$GREEDY_TC_SCRATCH/slurm-charm

@@ -22,10 +22,9 @@
 # Needs root; about 8 min with the defaults. Leaves nothing behind.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 reps=7 delays="0 10" nodes_list="8 16" ppn=2 mpis="mpich ompi" gconf=() csv=/dev/null
 RELEASE="" RELEASE_ROOT=""
 while (($#)); do
@@ -41,32 +40,17 @@ while (($#)); do
     *) echo "usage: $0 [--reps R] [--delays \"0 10\"] [--nodes \"8 16\"] [--ppn P]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "mpi-bench: FAIL: $*" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+need_root
 [[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,nodes,ranks,mpi,plugin,rep,init_ms,exit_ms,ok" >"$csv"
 
-. "$ROOT/tests/slurm/release.sh"
 [[ -z $RELEASE ]] || release_select "$RELEASE"
-cargo build -q --release -p greedy-netdelay || fail "cargo build"
-export GREEDY_NETDELAY=$CARGO_TARGET_DIR/release/greedy-netdelay
+build --release -p greedy-netdelay
 . "$ROOT/tests/slurm/mpi-build.sh"
 build_mpi_prog "$ROOT/tests/slurm/init_time.c" init_time
 
-# busy, and wait_idle: every timed srun starts on an idle cluster (the previous step's nodes
-# may still be completing: slurmd polls for the stepd's exit once a second, which is not this
-# step's cost).
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
-wait_free() {
-  local i
-  for i in $(seq "${GREEDY_CLAIM_WAITS:-30}"); do
-    busy || { sleep 2; busy || return 0; }
-    ((i == 1)) && echo "mpi-bench: a test cluster is up; waiting up to $((${GREEDY_CLAIM_WAITS:-30} / 3)) min" >&2
-    sleep 20
-  done
-  fail "another test cluster stayed up for $((${GREEDY_CLAIM_WAITS:-30} / 3)) minutes"
-}
+# Each delay's cluster is claimed (tests/lib.sh), and wait_idle: every timed srun starts on an
+# idle cluster (the previous step's nodes may still be completing: slurmd polls for the stepd's
+# exit once a second, which is not this step's cost).
 ours=0
 trap 'cd "$ROOT"; ((ours)) && "$TC" down >/dev/null 2>&1; true' EXIT
 
@@ -79,10 +63,9 @@ echo "|---|---|---|---|---|---|---|"
 maxn=0
 for n in $nodes_list; do ((n > maxn)) && maxn=$n; done
 for delay in $delays; do
-  wait_free
+  cluster_claim --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" "${gconf[@]}" \
+    ${RELEASE:+--release "$RELEASE"}
   ours=1
-  "$TC" up --nodes "$maxn" --delay "$delay" --slurm --plugindir "$PLUGDIR" "${gconf[@]}" \
-    ${RELEASE:+--release "$RELEASE"} >/dev/null || fail "up --delay $delay"
 
   eval "$("$TC" env)"
   work=$GREEDY_TC_SCRATCH/mpi-bench

@@ -2,25 +2,22 @@
 # launcher/ompi-scale.sh): builds mpi_greedy.so (release) into $PLUGDIR, and
 # tests/mpi/wireup.c for both MPIs: $WIREUP (PMI-1) and $OMPI (PMIx), and the PMIx locality
 # client $LOCALITY, in $BINDIR; build_mpi_prog builds another program the same way.
-# Needs $ROOT, $CARGO_TARGET_DIR and a fail function.
+# Needs tests/lib.sh.
 #
 # The machine's Slurm: the plugin from the workspace build, PyPI MPICH 5 and Debian's Open MPI
 # 4.1. With $RELEASE_ROOT (a Slurm root of slurm-conf/release-root, release $RELEASE): the
 # plugin built against that root's Slurm and libpmix (in $CARGO_TARGET_DIR/slurm-$RELEASE),
 # and the program built with that root's own MPICH and Open MPI, as a site on it would.
 if [[ -n ${RELEASE_ROOT:-} ]]; then
-  (eval "$("$ROOT/slurm-conf/release-root" --build-env "$RELEASE")" &&
-    CARGO_TARGET_DIR=$CARGO_TARGET_DIR/slurm-$RELEASE cargo build -q --release -p greedy-slurm-mpi) ||
-    fail "building mpi_greedy.so for Slurm $RELEASE"
-  PLUGIN=$CARGO_TARGET_DIR/slurm-$RELEASE/release/libmpi_greedy.so
+  build --slurm "$RELEASE" --release -p greedy-slurm-mpi
   PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir-$RELEASE
   BINDIR=$CARGO_TARGET_DIR/mpi-test-$RELEASE
 else
-  cargo build -q --release -p greedy-slurm-mpi
-  PLUGIN=$CARGO_TARGET_DIR/release/libmpi_greedy.so
+  build --release -p greedy-slurm-mpi
   PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
   BINDIR=$CARGO_TARGET_DIR/mpi-test
 fi
+PLUGIN=$BIN/libmpi_greedy.so
 mkdir -p "$PLUGDIR" "$BINDIR"
 cp "$PLUGIN" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"

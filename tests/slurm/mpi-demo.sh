@@ -5,31 +5,22 @@
 # Run as root (the cluster is network namespaces); about 30 s after the first build. Waits
 # for a cluster another test has up, and takes down only its own.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $EUID -eq 0 ]] || { echo "mpi-demo: run as root" >&2; exit 1; }
+need_root
 
-cargo build -q --release --locked -p greedy-slurm-mpi
+build --release -p greedy-slurm-mpi
 PLUGDIR=$CARGO_TARGET_DIR/mpi-plugindir
 BINDIR=$CARGO_TARGET_DIR/mpi-test
 mkdir -p "$PLUGDIR" "$BINDIR"
-cp "$CARGO_TARGET_DIR/release/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
+cp "$BIN/libmpi_greedy.so" "$PLUGDIR/mpi_greedy.so.new"
 mv "$PLUGDIR/mpi_greedy.so.new" "$PLUGDIR/mpi_greedy.so"
 . "$ROOT/tests/mpi/mpich5.sh"
 mpicc.openmpi -O1 -o "$BINDIR/wireup-ompi" "$ROOT/tests/mpi/wireup.c"
 "$MPICH5/bin/mpicc" -O1 -o "$BINDIR/wireup-mpich" "$ROOT/tests/mpi/wireup.c"
 
-for i in $(seq 30); do
-  "$TC" status >/dev/null 2>&1 || [[ -e ${GREEDY_TC_STATE:-/run/greedy-testcluster} ]] || break
-  ((i == 1)) && echo "mpi-demo: a test cluster is up; waiting up to 10 min for it to go down"
-  sleep 20
-done
-ours=0
-trap 'cd "$ROOT"; ((ours)) && "$TC" down >/dev/null 2>&1; true' EXIT
-ours=1
-"$TC" up --nodes 8 --slurm --plugindir "$PLUGDIR" --mpi-default greedy
+cluster_up --nodes 8 --slurm --plugindir "$PLUGDIR" --mpi-default greedy
 eval "$("$TC" env)"
 cd "$GREEDY_TC_SCRATCH"
 set -x

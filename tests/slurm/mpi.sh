@@ -51,26 +51,20 @@
 # MPI_REPEAT (default 50), MPI_TRUE_REPEAT (default 100; 50 on another release).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=8
 RELEASE="" RELEASE_ROOT=""
-. "$ROOT/tests/slurm/release.sh"
 [[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=mpi${RELEASE:+ $RELEASE}
 REPEAT=${MPI_REPEAT:-50}
 TRUE_REPEAT=${MPI_TRUE_REPEAT:-$([[ -n $RELEASE_ROOT ]] && echo 50 || echo 100)}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $CARGO_TARGET_DIR == /tmp/* ]] && { echo "mpi: CARGO_TARGET_DIR under /tmp is not visible to the hosts" >&2; exit 1; }
+need_shared_target
 # A release root sees the repo and /var/tmp (testcluster --release), so the programs must be there.
 [[ -z $RELEASE_ROOT || $CARGO_TARGET_DIR == "$ROOT"/* || $CARGO_TARGET_DIR == /var/tmp/* ]] ||
-  { echo "mpi: --release needs CARGO_TARGET_DIR under the repo or /var/tmp" >&2; exit 1; }
-
-fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
-pass() { echo "$TAG: ok: $*"; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+  fail "--release needs CARGO_TARGET_DIR under the repo or /var/tmp"
+need_root
 
 # --- build -------------------------------------------------------------------------------------
 . "$ROOT/tests/slurm/mpi-build.sh"
@@ -86,7 +80,6 @@ chmod 755 "$PROLOG"
 rm -f "$LATE"
 
 # --- cluster (shared: wait for a free one) -----------------------------------------------------
-. "$ROOT/tests/cluster/claim.sh"
 up() {
   cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
     --mpi-conf "$MPICONF" --prolog "$PROLOG" ${RELEASE:+--release "$RELEASE"} "$@"

@@ -12,10 +12,10 @@
 # usage: tests/slurm/pmix-scale.sh [--nodes N]   (root)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+TAG=slurm-pmix-scale
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 nodes=600
 while (($#)); do
   case $1 in
@@ -23,15 +23,11 @@ while (($#)); do
     *) echo "usage: $0 [--nodes N]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "slurm-pmix-scale: FAIL: $*" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+need_root
 
 cd "$ROOT"
 # shellcheck source=mpi-build.sh
 . "$ROOT/tests/slurm/mpi-build.sh"
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 . "$ROOT/tests/mpi/pmix_maps.sh"
 cluster_up --nodes "$nodes" --slurm --plugindir "$PLUGDIR"
 eval "$("$TC" env)"

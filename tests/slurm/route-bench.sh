@@ -15,10 +15,9 @@
 # Needs root; about 2 min with the defaults (delay 10, 8 reps, 2 rounds). Leaves nothing behind.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 delay=10 reps=8 rounds=2 csv=/dev/null nodes=16 treewidths="50 16 4" command=true
 while (($#)); do
   case $1 in
@@ -32,18 +31,15 @@ while (($#)); do
     *) echo "usage: $0 [--nodes N] [--treewidths LIST] [--command CMD] [--delay MS] [--reps R] [--rounds K] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "route-bench: FAIL: $*" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+need_root
 [[ $csv == /dev/null || -s $csv ]] || echo "delay_ms,treewidth,route,round,rep,ms" >"$csv"
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
-(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
+build -p greedy-slurm-route
 work=$(mktemp -d /var/tmp/route-bench.XXXXXX)
 chmod 755 "$work"
 # Only a cluster this script brought up is taken down: another test's must survive our failure.
 ours=0
 trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
-cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
+cp "$BIN/libroute_greedy.so" "$work/route_greedy.so"
 
 time_srun() {
   wait_idle

@@ -11,10 +11,9 @@
 # Needs root; about 1-2 min. Leaves no cluster behind.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 delay=10 reps=7 out=""
 while (($#)); do
   case $1 in
@@ -24,21 +23,16 @@ while (($#)); do
     *) echo "usage: $0 [--delay MS] [--reps R] [--out FILE]" >&2; exit 2 ;;
   esac
 done
-fail() { echo "route-calibrate: FAIL: $*" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
-# shellcheck source=../cluster/wait-free.sh
-. "$ROOT/tests/cluster/wait-free.sh"
-(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route) || fail "cargo build"
+need_root
+build -p greedy-slurm-route
 work=$(mktemp -d /var/tmp/route-calibrate.XXXXXX)
 # Only a cluster this script brought up is taken down: another test's must survive our failure.
 ours=0
 trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 
-# Every host idle again: a job started while the last one's nodes are still completing waits
-# in the queue, and that wait is not the launch.
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
-# time_srun N: wall seconds of one `srun -N N true`, started on an idle cluster.
+# time_srun N: wall seconds of one `srun -N N true`, started on an idle cluster (wait_idle: a
+# job started while the last one's nodes are still completing waits in the queue, and that
+# wait is not the launch).
 time_srun() {
   wait_idle
   local t0=$EPOCHREALTIME
@@ -50,9 +44,9 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 echo "# srun -N N true under route/default; delay $delay ms; median of $reps; $(date -u +%FT%TZ)" >"$work/launches"
 echo "# TREEWIDTH HOSTS SECONDS" >>"$work/launches"
 for tw in 50 1; do
-  # One retry: a transient failure of `up` should not cost the whole calibration.
-  "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" ||
-    "$TC" up --nodes 16 --delay "$delay" --slurm --treewidth "$tw" || fail "up --treewidth $tw"
+  # Waits for a free cluster; one retry: a transient failure of `up` should not cost the whole
+  # calibration.
+  cluster_claim --nodes 16 --delay "$delay" --slurm --treewidth "$tw"
   ours=1
   eval "$("$TC" env)"
   time_srun 16 >/dev/null # warm-up: first job pays for slurmctld's and slurmd's caches
@@ -63,4 +57,4 @@ for tw in 50 1; do
   "$TC" down >/dev/null || fail "down"; ours=0
 done
 [[ -z $out ]] || cp "$work/launches" "$out"
-"$TARGET/debug/greedy-route" calibrate --launches "$work/launches"
+"$BIN/greedy-route" calibrate --launches "$work/launches"

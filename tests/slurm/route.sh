@@ -12,41 +12,33 @@
 # cluster, no process and no temp dir.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 CHECK="$ROOT/tests/slurm/route_tree.py"
 export GREEDY_TC_QUIET=1
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 # Test model: SEQ/REM = 1/3 gives a tree several levels deep at 16 hosts, so a wrong split at
 # any level shows (the calibrated defaults give a flatter one, see docs/benchmarks.md).
 SEQ=0.01 REM=0.03
 
-fail() { echo "route: FAIL: $*" >&2; exit 1; }
-pass() { echo "route: ok: $*"; }
-
-[[ $EUID -eq 0 ]] || fail "must run as root"
-# The cluster is shared with other tests on this machine: wait for it rather than tear it down.
-# shellcheck source=../cluster/wait-free.sh
-. "$ROOT/tests/cluster/wait-free.sh"
-
-(cd "$ROOT" && cargo build -q --locked -p greedy-slurm-route -p greedy-tree) || fail "cargo build"
+need_root
+build -p greedy-slurm-route -p greedy-tree # BIN: the debug directory
 work=$(mktemp -d /var/tmp/route-test.XXXXXX)
 chmod 755 "$work"
 # Only a cluster this script brought up is taken down: another test's must survive our failure.
 ours=0
 trap '((ours)) && "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
-cp "$TARGET/debug/libroute_greedy.so" "$work/route_greedy.so"
+cp "$BIN/libroute_greedy.so" "$work/route_greedy.so"
 # 0. The fallback split is route/default's, exactly: compare with Slurm's own function for
 # every host count 1..200 and TreeWidth 1..60 (no cluster needed).
 slurmlib=/usr/lib/x86_64-linux-gnu/slurm-wlm
 gcc -O1 -o "$work/kary_check" "$ROOT/tests/slurm/kary_check.c" -L"$slurmlib" -lslurmfull \
   -Wl,-rpath,"$slurmlib" || fail "compiling kary_check.c against libslurmfull"
-diff <("$TARGET/debug/greedy-route" kary 200 60) <("$work/kary_check") >"$work/kary.diff" ||
+diff <("$BIN/greedy-route" kary 200 60) <("$work/kary_check") >"$work/kary.diff" ||
   fail "fallback split differs from Slurm's TreeWidth split: $(head -5 "$work/kary.diff")"
 pass "fallback split = Slurm's route_split_hostlist_treewidth for 1..200 hosts x TreeWidth 1..60"
 
 plan() { # plan HOSTS [MAX_FANOUT] > json: srun is position 0
-  "$TARGET/debug/greedy-tree" plan --hosts "srun,$1" --seq "$2" --rem "$3" \
+  "$BIN/greedy-tree" plan --hosts "srun,$1" --seq "$2" --rem "$3" \
     ${4:+--max-fanout "$4"} --format json
 }
 conf() { # conf SEQ REM > greedy.conf
@@ -54,15 +46,8 @@ conf() { # conf SEQ REM > greedy.conf
 }
 
 up() {
-  local rc i
-  # Exit 2 = another test brought its cluster up between our phases: wait for it, as above.
-  for ((i = 0; i < 30; i++)); do
-    rc=0
-    "$TC" up --nodes 16 --slurm --plugindir "$work" "$@" || rc=$?
-    ((rc == 2)) || break
-    sleep 20
-  done
-  ((rc == 0)) || fail "up $* (exit $rc)"
+  # The cluster is shared with other tests on this machine: wait for it rather than tear it down.
+  cluster_claim --nodes 16 --slurm --plugindir "$work" "$@"
   ours=1
   eval "$("$TC" env)"
   LOGDIR=$(dirname "$(dirname "$SLURM_CONF")")/log

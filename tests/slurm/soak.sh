@@ -17,19 +17,15 @@
 # SOAK_RSS_SLACK_KB (default 1024: slurmd's RSS may grow this much, allocator noise).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
 NODES=4
 TRUE_STEPS=${1:-1000}
 MPI_STEPS=${2:-200}
 RSS_SLACK=${SOAK_RSS_SLACK_KB:-1024}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-[[ $CARGO_TARGET_DIR == /tmp/* ]] && { echo "soak: CARGO_TARGET_DIR under /tmp is not visible to the hosts" >&2; exit 1; }
-
-fail() { echo "soak: FAIL: $*" >&2; exit 1; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+need_shared_target
+need_root
 
 # --- build (as tests/slurm/mpi.sh) -------------------------------------------------------------
 . "$ROOT/tests/slurm/mpi-build.sh"
@@ -37,7 +33,6 @@ MPICONF=$BINDIR/soak-mpi.conf
 printf '%s\n' '# mpi/greedy soak settings' 'GreedyFenceTimeout=120' >"$MPICONF"
 
 # --- cluster -----------------------------------------------------------------------------------
-. "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-conf "$MPICONF"
 eval "$("$TC" env)"
 WORK=$GREEDY_TC_SCRATCH/soak

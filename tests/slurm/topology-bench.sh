@@ -23,10 +23,9 @@
 # Needs root; about 8 min with the defaults (delay 10, 5 reps, 2 rounds). Leaves nothing behind.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 release="" delay=10 reps=5 rounds=2 csv=/dev/null
 while (($#)); do
   case $1 in
@@ -38,21 +37,20 @@ while (($#)); do
     *) echo "usage: $0 --release 24.11|26.05 [--delay MS] [--reps R] [--rounds K] [--csv FILE]" >&2; exit 2 ;;
   esac
 done
-. "$ROOT/tests/slurm/release.sh"
 release_select "$release"
-fail() { echo "topology-bench $RELEASE: FAIL: $*" >&2; exit 1; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+TAG="topology-bench $RELEASE"
+need_root
 [[ $RELEASE =~ ^(24\.11|26\.05)$ ]] || fail "topology/greedy is for 24.11 and 26.05"
 [[ $csv == /dev/null || -s $csv ]] || echo "release,delay_ms,nodes,command,treewidth,topology,round,rep,ms,last_launch_ms" >"$csv"
 delegate=default
 [[ $RELEASE == 26.05 ]] && delegate=flat
 
-build_topology_plugin
+build --slurm "$RELEASE" --release -p greedy-slurm-topology
 work=$(mktemp -d /var/tmp/topology-bench.XXXXXX)
 chmod 755 "$work"
-cp "$TOPOLOGY_SO" "$work/topology_greedy.so"
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
+cp "$BIN/libtopology_greedy.so" "$work/topology_greedy.so"
+# greedy-tree gives the model's prediction of each tree.
+build -p greedy-tree
 cluster_up --nodes 64 --delay "$delay" --slurm --release "$RELEASE" --plugindir "$work"
 trap 'cd "$ROOT"; "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
 eval "$("$TC" env)"

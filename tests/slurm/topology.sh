@@ -23,18 +23,14 @@
 # Needs root; about 2 min once built. Leaves no cluster, no process, no temp dir.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-TC="$ROOT/slurm-conf/testcluster"
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 CHECK="$ROOT/tests/slurm/route_tree.py"
 export GREEDY_TC_QUIET=1
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ ${1:-} == --release && -n ${2:-} ]] || { echo "usage: $0 --release 24.11|26.05" >&2; exit 2; }
-. "$ROOT/tests/slurm/release.sh"
 release_select "$2"
 TAG="topology $RELEASE"
-fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
-pass() { echo "$TAG: ok: $*"; }
-[[ $EUID -eq 0 ]] || fail "must run as root"
+need_root
 [[ $RELEASE =~ ^(24\.11|26\.05)$ ]] || fail "topology/greedy is for 24.11 and 26.05"
 # 24.11: SEQ/REM = 1/3, a tree several levels deep at 16 hosts, so a wrong split at any level
 # shows; Slurm's default TreeWidth. 26.05: srun's own split at TreeWidth 4 leaves lists of 3
@@ -42,16 +38,16 @@ pass() { echo "$TAG: ok: $*"; }
 SEQ=0.01 REM=0.03 TREEWIDTH=16
 [[ $RELEASE == 26.05 ]] && REM=0.015 TREEWIDTH=4
 
-build_topology_plugin
+build --slurm "$RELEASE" --release -p greedy-slurm-topology
 work=$(mktemp -d /var/tmp/topology-test.XXXXXX)
 chmod 755 "$work"
-cp "$TOPOLOGY_SO" "$work/topology_greedy.so"
+cp "$BIN/libtopology_greedy.so" "$work/topology_greedy.so"
+# greedy-tree predicts the plugin's splits.
+build -p greedy-tree
 printf 'RouteSeq=%s\nRouteRem=%s\nRouteLogSplits=yes\nTopologyDelegate=tree\n' $SEQ $REM >"$work/greedy.conf"
 printf '%s\n' 'SwitchName=s1 Nodes=n[1-8]' 'SwitchName=s2 Nodes=n[9-16]' 'SwitchName=top Switches=s[1-2]' \
   >"$work/topology.conf"
 
-# shellcheck source=../cluster/claim.sh
-. "$ROOT/tests/cluster/claim.sh"
 cluster_up --nodes 16 --slurm --release "$RELEASE" --plugindir "$work" --topology greedy \
   --greedy-conf "$work/greedy.conf" --topology-conf "$work/topology.conf" --treewidth $TREEWIDTH
 trap 'cd "$ROOT"; "$TC" down >/dev/null 2>&1; rm -rf "$work"' EXIT
