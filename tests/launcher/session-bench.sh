@@ -15,7 +15,9 @@
 # Prints one markdown row per (workload, hosts, runner): median wall of R runs, CPU seconds per
 # run (all emulated hosts share this machine's 2 cores), and the ratio to Hydra (to the DVM for
 # the Open MPI hello, which Hydra cannot start).
-# usage: tests/launcher/session-bench.sh [--sizes "16 64"] [--mpi-max N] [--delay MS] [--reps R]
+# usage: tests/launcher/session-bench.sh [--sizes "16 64"] [--mpi-max N] [--delay MS] [--reps R] [--old DIR]
+# --old DIR: also the greedyrun/greedyd of DIR (an earlier build), fresh and on a session of its
+#   own (runners gr-fresh-old, gr-session-old), to show a change costs nothing.
 # Waits for another engineer's cluster to go down (never tears it down). ≈ 5 min.
 set -euo pipefail
 
@@ -26,14 +28,15 @@ set -euo pipefail
 if [[ ${GREEDY_BENCH_UTS:-} != 1 ]]; then
   exec env GREEDY_BENCH_UTS=1 unshare --uts bash -c 'hostname login && exec "$0" "$@"' "$0" "$@"
 fi
-sizes="16 64" delay=10 reps=5 mpimax=16
+sizes="16 64" delay=10 reps=5 mpimax=16 old=""
 while (($#)); do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --mpi-max) mpimax=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    *) echo "usage: $0 [--sizes \"16 64\"] [--delay MS] [--reps R]" >&2; exit 2 ;;
+    --old) old=$(realpath "$2"); shift 2 ;;
+    *) echo "usage: $0 [--sizes \"16 64\"] [--mpi-max N] [--delay MS] [--reps R] [--old DIR]" >&2; exit 2 ;;
   esac
 done
 . "$ROOT/tests/launcher/cluster-bench.sh"
@@ -91,9 +94,10 @@ measure() {
   echo "session-bench: $work n=$n $runner run $run: ${wall} ms cpu=${cpu}s" >&2
 }
 
-session="" dvm_pid=""
+session="" old_session="" dvm_pid=""
 cleanup() {
   [[ -z $session ]] || GREEDY_SESSION=$session "$BIN/greedyrun" --end-session >/dev/null 2>&1 || true
+  [[ -z $old_session ]] || GREEDY_SESSION=$old_session "$old/greedyrun" --end-session >/dev/null 2>&1 || true
   [[ -z $dvm_pid ]] || kill "$dvm_pid" 2>/dev/null || true
 }
 # start_dvm N: PRRTE's DVM on the first N hosts (prte stays on login, as mpirun would); sets
@@ -128,6 +132,12 @@ for n in $sizes; do
   fresh=(env -u GREEDY_SESSION "$BIN/greedyrun" --progress 0 --hostfile "hosts$n")
   attached=(env GREEDY_SESSION="$session" "$BIN/greedyrun" --progress 0 -n "$n" --ppn 1)
   hydra=("$MPICH5/bin/mpiexec.hydra" -launcher ssh -f "hosts$n" -n "$n" -ppn 1)
+  if [[ -n $old ]]; then
+    old_session=$("$old/greedyrun" --hostfile "hosts$n" --start-session | sed -n 's/^export GREEDY_SESSION=//p')
+    [[ -S $old_session ]] || fail "no session of $old on $n hosts"
+    old_fresh=(env -u GREEDY_SESSION "$old/greedyrun" --progress 0 --hostfile "hosts$n")
+    old_attached=(env GREEDY_SESSION="$old_session" "$old/greedyrun" --progress 0 -n "$n" --ppn 1)
+  fi
   start_dvm "$n"
   # One slot per host in the hostfile, so -n N maps one rank per host (prterun on a DVM
   # refuses --map-by as an unregistered option).
@@ -137,16 +147,28 @@ for n in $sizes; do
     measure hostname "$n" dvm "$run" "^n[0-9]" "${dvm[@]}" hostname
     measure hostname "$n" gr-fresh "$run" "^n[0-9]" "${fresh[@]}" hostname
     measure hostname "$n" gr-session "$run" "^n[0-9]" "${attached[@]}" hostname
+    if [[ -n $old ]]; then
+      measure hostname "$n" gr-fresh-old "$run" "^n[0-9]" "${old_fresh[@]}" hostname
+      measure hostname "$n" gr-session-old "$run" "^n[0-9]" "${old_attached[@]}" hostname
+    fi
     ((n <= mpimax)) || continue
     measure hello "$n" hydra "$run" "of $n: ok" "${hydra[@]}" env WIREUP_TIMES=1 EXPECT_SIZE="$n" ./hello_mpich5
     measure hello "$n" gr-fresh "$run" "of $n: ok" "${fresh[@]}" -- env WIREUP_TIMES=1 EXPECT_SIZE="$n" ./hello_mpich5
     measure hello "$n" gr-session "$run" "of $n: ok" "${attached[@]}" -- env WIREUP_TIMES=1 EXPECT_SIZE="$n" ./hello_mpich5
+    if [[ -n $old ]]; then
+      measure hello "$n" gr-fresh-old "$run" "of $n: ok" "${old_fresh[@]}" -- env WIREUP_TIMES=1 EXPECT_SIZE="$n" ./hello_mpich5
+      measure hello "$n" gr-session-old "$run" "of $n: ok" "${old_attached[@]}" -- env WIREUP_TIMES=1 EXPECT_SIZE="$n" ./hello_mpich5
+    fi
     measure hello-ompi5 "$n" dvm "$run" "of $n: ok" "${dvm[@]}" "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
     measure hello-ompi5 "$n" gr-fresh "$run" "of $n: ok" "${fresh[@]}" -- "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
     measure hello-ompi5 "$n" gr-session "$run" "of $n: ok" "${attached[@]}" -- "${ompi5_env[@]}" EXPECT_SIZE="$n" ./hello_ompi5
   done
   GREEDY_SESSION=$session "$BIN/greedyrun" --end-session
   session=""
+  if [[ -n $old_session ]]; then
+    GREEDY_SESSION=$old_session "$old/greedyrun" --end-session
+    old_session=""
+  fi
   stop_dvm
 done
 cp "$CSV" "${BENCH_OUT:-$CARGO_TARGET_DIR}/session-bench.csv"
