@@ -73,6 +73,7 @@ fn write_pages(cmd: &Command, section: &'static str, out: &Path) -> Result<()> {
 
 /// One page: clap_mangen's sections, then ours.
 fn render(cmd: Command, section: &'static str, name: &str) -> Result<Vec<u8>> {
+    let cmd = with_aliases(cmd);
     let version = cmd
         .get_version()
         .unwrap_or(env!("CARGO_PKG_VERSION"))
@@ -97,6 +98,31 @@ fn render(cmd: Command, section: &'static str, name: &str) -> Result<Vec<u8>> {
         man.render_version_section(&mut page)?;
     }
     Ok(page)
+}
+
+/// `cmd` whose options name their visible aliases at the end of their help, as `--help` does
+/// (`[alias: --machinefile]`): clap_mangen leaves them out.
+fn with_aliases(mut cmd: Command) -> Command {
+    let aliased: Vec<_> = cmd
+        .get_arguments()
+        .filter(|a| a.get_visible_aliases().is_some())
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in aliased {
+        cmd = cmd.mut_arg(id, |arg| {
+            let names: Vec<_> = arg
+                .get_visible_aliases()
+                .unwrap_or_default()
+                .iter()
+                .map(|n| format!("--{n}"))
+                .collect();
+            let word = if names.len() == 1 { "alias" } else { "aliases" };
+            let help = arg.get_long_help().or(arg.get_help());
+            let help = help.map(ToString::to_string).unwrap_or_default();
+            arg.long_help(format!("{help}\n\n[{word}: {}]", names.join(", ")))
+        });
+    }
+    cmd
 }
 
 /// bash, zsh and fish completions, where each shell's Debian package looks for them.

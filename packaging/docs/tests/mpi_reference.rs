@@ -17,6 +17,8 @@ fn every_mpi_key_is_documented_with_its_default() {
         &defaults,
         &[("greedy.7", GREEDY_7), ("mpi_greedy.8", MPI_GREEDY_8)],
     );
+    let keys: Vec<&str> = defaults.iter().map(|(k, _)| *k).collect();
+    check_guide_names_keys(SYSADMIN, "Greedy", &keys, &[]);
 }
 
 #[test]

@@ -18,4 +18,6 @@ fn every_route_key_is_documented_with_its_default() {
         ),
     ];
     check_keys(ROUTE_CONFIG, &defaults, &[("greedy.7", GREEDY_7)]);
+    let keys: Vec<&str> = defaults.iter().map(|(k, _)| *k).collect();
+    check_guide_names_keys(SYSADMIN, "Route", &keys, &["RoutePlugin"]);
 }

@@ -11,6 +11,25 @@ pub(crate) const MPI_CONFIG: &str = include_str!("../../../../plugin/mpi/src/con
 pub(crate) const ROUTE_CONFIG: &str = include_str!("../../../../plugin/route/src/config.rs");
 pub(crate) const AGENT: &str = include_str!("../../../../launcher/src/agent.rs");
 pub(crate) const GREEDYRUN: &str = include_str!("../../../../launcher/src/bin/greedyrun.rs");
+pub(crate) const SYSADMIN: &str = include_str!("../../../../docs/sysadmin.md");
+
+/// Checks that every key `guide` names with `prefix` (`GreedyJoinTimeout`) is one of `keys`,
+/// but for `except` (Slurm's own keys of that prefix, such as `RoutePlugin`).
+pub(crate) fn check_guide_names_keys(guide: &str, prefix: &str, keys: &[&str], except: &[&str]) {
+    let named = guide
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| w.len() > prefix.len() && w.starts_with(prefix))
+        .filter(|w| w[prefix.len()..].starts_with(|c: char| c.is_ascii_uppercase()));
+    let mut count = 0;
+    for word in named {
+        count += 1;
+        assert!(
+            keys.contains(&word) || except.contains(&word),
+            "the sysadmin guide names {word}, which the plugin does not read"
+        );
+    }
+    assert!(count > 0, "the sysadmin guide names no {prefix}* key");
+}
 
 /// Every `"…"` literal following `marker` in `src` (e.g. the keys of `e.is("GreedySeq")`).
 pub(crate) fn literals_after(src: &str, marker: &str) -> Vec<String> {
