@@ -2,18 +2,22 @@
 //! its ranks, relays everything up, and leaves no process behind.
 //!
 //! Flow: Start → `Hello` up → children launched ([`Fanout`]) → guard started → wire-up joined
-//! (when PMI is on) → ranks forked, each in its own process group → main loop: routed
-//! commands from the parent, rank exits, wire-up aborts → on `Shutdown` or `Teardown` (or EOF
-//! from the parent: greedyrun or the parent agent is gone) → ranks TERMed, KILLed after the
-//! grace period → subtree waited for (bounded) → `Bye` up → exit.
+//! (when PMI is on; an abort goes up by the node service's rule, [`wireup::AgentEnd`]) →
+//! ranks forked, each in its own process group → main loop: routed commands from the parent,
+//! rank exits → on `Shutdown` or `Teardown` (or EOF from the parent: greedyrun or the parent
+//! agent is gone) → ranks TERMed, KILLed after the grace period → subtree waited for
+//! (bounded) → `Bye` up → exit.
 
 use std::{
     collections::{BTreeMap, HashMap},
+    sync::Arc,
     time::Duration,
 };
 
 use futures_util::{SinkExt, StreamExt};
-use greedy_pmix::{JobSecret, node::NodeService, rendezvous::Memory, rendezvous::Rendezvous};
+use greedy_pmix::{
+    JobSecret, job_end::EndPolicy, node::NodeService, rendezvous::Memory, rendezvous::Rendezvous,
+};
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;
 use tokio::{
@@ -291,8 +295,8 @@ impl Agent {
         }
     }
 
-    /// Starts the wire-up service of `--pmi` (none with `--pmi none`); a service that cannot
-    /// start fails the job.
+    /// Starts the wire-up service of `--pmi` (none with `--pmi none`), its abort watch with
+    /// it; a service that cannot start fails the job.
     async fn start_wireup(
         &self,
         board: &Memory,
@@ -308,12 +312,22 @@ impl Agent {
         };
         let leave = CancellationToken::new();
         match wireup::start(&self.start, rdv, hello_timeout, &leave, bound).await {
-            Ok(s) => Wireup {
-                aborted: Some(s.overlay().aborted()),
-                spoken: Some(s.spoken()),
-                service: Some(s),
-                failed: false,
-            },
+            Ok(s) => {
+                let end = Arc::new(wireup::AgentEnd {
+                    node: self.node,
+                    up: self.up.clone(),
+                });
+                // The default policy asks for no kill of stragglers, so no count of running
+                // ranks is read: greedyrun's teardown ends them all.
+                let (_, running) = watch::channel(0);
+                // Ends when the service shuts down (its overlay's abort watch closes).
+                drop(s.watch_end(end, EndPolicy::default(), running));
+                Wireup {
+                    spoken: Some(s.spoken()),
+                    service: Some(s),
+                    failed: false,
+                }
+            }
             Err(e) => {
                 self.fail(crate::status::code::LAUNCHER, format!("wire-up: {e}"))
                     .await;
@@ -684,7 +698,8 @@ impl RankEnding {
         };
         service.rank_exited(self.rank, end.code()).await;
         // A rank that aborted exits once the abort is out: it goes up first, so greedyrun's
-        // code is the abort's (the main loop sends it again; greedyrun keeps one).
+        // code is the abort's (the abort watch, `wireup::AgentEnd`, sends it again; greedyrun
+        // keeps one).
         let abort = service.overlay().aborted().borrow().clone();
         if let Some(abort) = abort {
             let node = self.node;
@@ -735,8 +750,6 @@ impl TaskEnding {
 #[derive(Default)]
 struct Wireup {
     service: Option<NodeService>,
-    /// Says when the overlay aborted the job.
-    aborted: Option<watch::Receiver<Option<greedy_pmix::AbortInfo>>>,
     /// Tells greedyrun once which family this node's ranks speak (singletons elsewhere).
     spoken: Option<watch::Receiver<Option<greedy_pmix::family::Family>>>,
     /// The service could not start (the job was failed): no rank starts.
@@ -782,13 +795,6 @@ async fn spoken(
 ) -> Result<Option<greedy_pmix::family::Family>, watch::error::RecvError> {
     let rx = rx.as_mut().expect("guarded");
     rx.wait_for(Option::is_some).await.map(|f| *f)
-}
-
-/// Waits until the overlay's abort state changes.
-async fn abort_changed(
-    rx: &mut Option<watch::Receiver<Option<greedy_pmix::AbortInfo>>>,
-) -> Result<(), watch::error::RecvError> {
-    rx.as_mut().expect("guarded").changed().await
 }
 
 impl Running {
@@ -852,10 +858,6 @@ impl Running {
                 f = down.next() => self.on_frame(f).await,
                 spoke = spoken(&mut self.wireup.spoken), if self.wireup.spoken.is_some() => {
                     self.on_spoken(spoke).await;
-                    None
-                },
-                changed = abort_changed(&mut self.wireup.aborted), if self.wireup.aborted.is_some() => {
-                    self.on_abort_changed(changed).await;
                     None
                 },
                 Some(pgid) = self.exit_rx.recv() => {
@@ -972,25 +974,6 @@ impl Running {
         if let Ok(Some(family)) = spoke {
             let node = self.agent.node;
             let _ = self.agent.up.send(Up::Spoke { node, family }).await;
-        }
-    }
-
-    /// The overlay's abort state changed: an abort goes up once.
-    async fn on_abort_changed(&mut self, changed: Result<(), watch::error::RecvError>) {
-        if changed.is_err() {
-            self.wireup.aborted = None;
-            return;
-        }
-        let info = self
-            .wireup
-            .aborted
-            .as_ref()
-            .and_then(|r| r.borrow().clone());
-        if let Some(abort) = info {
-            warn!("wire-up aborted: {abort}");
-            let node = self.agent.node;
-            let _ = self.agent.up.send(Up::Aborted { node, abort }).await;
-            self.wireup.aborted = None;
         }
     }
 

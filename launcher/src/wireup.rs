@@ -6,13 +6,18 @@
 //! publishes its listener address up the tree as [`Up::Address`]; greedyrun routes it down as
 //! [`Cmd::Address`](crate::proto::Cmd::Address) to exactly that node's overlay children, which
 //! look it up on their local board. The rest of the address book travels over the overlay.
+//!
+//! A job's end after an abort follows the node service's rule
+//! ([`NodeService::watch_end`]); [`AgentEnd`] is greedyd's part of it: the abort goes up, and
+//! greedyrun ends the job.
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
 use greedy_pmix::{
-    JobSpec,
+    AbortInfo, JobSpec,
     charm::server::{OUTPUT_CAPACITY, Output},
     family::Family,
+    job_end::{JobEnd, Kill},
     node::{NodeConfig, NodeService},
     peer::JobProcesses,
     pmix::Binding,
@@ -20,6 +25,7 @@ use greedy_pmix::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use crate::{
     Error,
@@ -130,6 +136,45 @@ pub async fn start(
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)
+}
+
+/// How a job run by greedyrun ends, for greedy-pmix's rule ([`greedy_pmix::job_end`]), with
+/// [`EndPolicy::default()`](greedy_pmix::job_end::EndPolicy): every node that hears of the
+/// abort sends it up ([`Up::Aborted`]); greedyrun keeps the earliest abort's code and tears the
+/// job down over the launch tree.
+#[derive(Debug, Clone)]
+pub struct AgentEnd {
+    /// This agent's node.
+    pub node: u32,
+    /// Towards greedyrun.
+    pub up: mpsc::Sender<Up>,
+}
+
+impl JobEnd for AgentEnd {
+    /// Sends the abort up from every node (greedyrun keeps one): the first to reach greedyrun
+    /// ends the job, whichever node it came from. A rank that aborted sends it up too before
+    /// its exit (the agent's `RankEnding`).
+    async fn aborted(&self, abort: &AbortInfo, _service: &NodeService) {
+        warn!("wire-up aborted: {abort}");
+        let (node, abort) = (self.node, abort.clone());
+        let _ = self.up.send(Up::Aborted { node, abort }).await;
+    }
+
+    /// Nothing more: [`JobEnd::aborted`] sent the abort up on this node already, and
+    /// greedyrun takes its code from the abort itself.
+    async fn report(&self, _code: i32, _abort: &AbortInfo) {}
+
+    /// Nothing on the agent: the kill is greedyrun's teardown, which it starts when the abort
+    /// reaches it (`Teardown` down the launch tree; each agent TERMs, then KILLs, its ranks'
+    /// process groups).
+    fn kill(&self, _why: Kill) {}
+
+    /// Never resolves (and the default policy never asks): greedyrun routes every node's
+    /// frames, so an abort from any node reaches it and its teardown reaches every agent,
+    /// joined or not; a node has nothing to learn of the job's end from it.
+    async fn hear_end(&self) -> Result<AbortInfo, String> {
+        std::future::pending().await
+    }
 }
 
 /// Sends netlrts clients' prints up the tree as the ranks' own output.
