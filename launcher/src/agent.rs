@@ -281,15 +281,10 @@ impl Agent {
         match std::env::current_exe().and_then(|exe| GuardHandle::start(&exe, self.grace)) {
             Ok(g) => Some(g),
             Err(e) => {
-                let text =
-                    format!("cannot start the guard (ranks may outlive a killed agent): {e}");
-                let _ = self
-                    .up
-                    .send(Up::Note {
-                        node: self.node,
-                        text,
-                    })
-                    .await;
+                self.note(format!(
+                    "cannot start the guard (ranks may outlive a killed agent): {e}"
+                ))
+                .await;
                 None
             }
         }
@@ -351,15 +346,10 @@ impl Agent {
         };
         let sets = Topology::this_machine().map_or_else(Vec::new, |t| t.cpus_by(grain));
         if sets.is_empty() {
-            let text =
-                format!("--bind-to: hwloc found no {grain:?} on this host; ranks run unbound");
-            let _ = self
-                .up
-                .send(Up::Note {
-                    node: self.node,
-                    text,
-                })
-                .await;
+            self.note(format!(
+                "--bind-to: hwloc found no {grain:?} on this host; ranks run unbound"
+            ))
+            .await;
             return BTreeMap::new();
         }
         let local = &self.start.ranks[self.node as usize];
@@ -474,16 +464,26 @@ impl Agent {
         }
     }
 
+    /// Tells greedyrun `text`, printed once with this host's name.
+    async fn note(&self, text: String) {
+        let _ = self
+            .up
+            .send(Up::Note {
+                node: self.node,
+                text,
+            })
+            .await;
+    }
+
     /// Says why task `id` did not start, and reports its end.
     async fn task_not_started(&self, id: TaskId, e: &std::io::Error) {
-        let node = self.node;
-        let text = format!("task {}: cannot run /bin/sh: {e}", id.line);
-        let _ = self.up.send(Up::Note { node, text }).await;
+        self.note(format!("task {}: cannot run /bin/sh: {e}", id.line))
+            .await;
         let end = RankEnd::NotStarted;
         let _ = self
             .up
             .send(Up::TaskEnd {
-                node,
+                node: self.node,
                 id,
                 end,
                 wall_us: 0,
@@ -597,15 +597,8 @@ impl Agent {
 
     /// Says why `rank` did not start, and reports its end (to the wire-up service too).
     async fn rank_not_started(&self, rank: u32, e: &std::io::Error, service: Option<&NodeService>) {
-        let _ = self
-            .up
-            .send(Up::Note {
-                node: self.node,
-                text: format!(
-                    "rank {rank}: cannot run {:?}: {e}",
-                    self.start.argv_of(rank)[0]
-                ),
-            })
+        let program = &self.start.argv_of(rank)[0];
+        self.note(format!("rank {rank}: cannot run {program:?}: {e}"))
             .await;
         if let Some(service) = service {
             service.rank_exited(rank, RankEnd::NotStarted.code()).await;
