@@ -31,7 +31,10 @@ use std::{
 use greedy_pmix::{JobSecret, auth};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
+    net::{
+        TcpListener, TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
     process::Command,
     sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch},
 };
@@ -103,9 +106,12 @@ fn statement(host: &str, first: &[u8; 32], second: &[u8; 32]) -> Vec<u8> {
 
 /// The agent's side, as greedyd runs it: connects to greedyrun at `addr` (trying again until
 /// [`PATIENCE_VAR`]'s seconds have passed), proves it holds the job secret (from [`KEY_VAR`])
-/// for its host (`SLURMD_NODENAME`, which slurmd sets for every task, else the host name),
-/// checks greedyrun's proof, and runs the job greedyrun sends, if it carries that secret.
-pub async fn run_from_env(addr: &str) -> Result<i32, Error> {
+/// for its host (`SLURMD_NODENAME`, which slurmd sets for every task, else the host name) and
+/// checks greedyrun's proof. Returns the proven edge and the key: greedyd runs the job
+/// greedyrun sends on it only if it carries that secret (`agent::run_on`).
+pub async fn dial_from_env(
+    addr: &str,
+) -> Result<(OwnedReadHalf, OwnedWriteHalf, JobSecret), Error> {
     let key = std::env::var(KEY_VAR)
         .ok()
         .and_then(|k| JobSecret::from_hex(&k))
@@ -125,7 +131,7 @@ pub async fn run_from_env(addr: &str) -> Result<i32, Error> {
         .and_then(|s| Duration::try_from_secs_f64(s.parse().ok()?).ok())
         .unwrap_or(DEFAULT_PATIENCE);
     let (down, up) = dial(addr, &key, &host, patience).await?.into_split();
-    crate::agent::run_on(down, up, Some(&key)).await
+    Ok((down, up, key))
 }
 
 /// Connects to greedyrun at `addr` as `host`'s agent, trying again with backoff for

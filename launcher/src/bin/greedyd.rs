@@ -68,7 +68,10 @@ fn main() {
     };
     let run = async {
         match &args.connect {
-            Some(addr) => greedy_launcher::connect::run_from_env(addr).await,
+            Some(addr) => {
+                let (down, up, key) = greedy_launcher::connect::dial_from_env(addr).await?;
+                greedy_launcher::agent::run_on(down, up, Some(&key)).await
+            }
             None => greedy_launcher::agent::run().await,
         }
     };
