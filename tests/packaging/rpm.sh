@@ -22,15 +22,11 @@
 # the vendored build to rpm-build[-R]/, kept for the next run.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 RELEASE="" RELEASE_ROOT=""
-. "$ROOT/tests/slurm/release.sh"
 [[ ${1:-} != --release ]] || release_select "${2:-}"
 TAG=rpm${RELEASE:+ $RELEASE}
-
-fail() { echo "$TAG: FAIL: $*" >&2; exit 1; }
-pass() { echo "$TAG: ok: $*"; }
 for t in rpmbuild rpmlint rpm2cpio cpio readelf; do
   command -v "$t" >/dev/null || fail "$t not found (scripts/install-deps installs rpm, rpmlint)"
 done
