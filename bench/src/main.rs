@@ -12,6 +12,7 @@
 //!
 //! Non-goals: measuring anything itself (the scripts do), or running in CI (too long).
 
+mod ctx;
 mod data;
 mod doc;
 mod load;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::section::{Ctx, Section};
+use crate::{ctx::Ctx, section::Section};
 
 /// Runs every side-by-side benchmark on the emulated cluster and regenerates
 /// docs/benchmarks.md with plots (needs root, as the cluster scripts do).

@@ -12,9 +12,9 @@ use greedy_tree::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    ctx::Ctx,
     data::{self, CalibrationRow, LaunchRow, LauncherRun},
     plot::{self, Curve, Panel},
-    section::Ctx,
     stats::Summary,
 };
 

@@ -16,7 +16,8 @@ use std::{
 
 use futures_util::{SinkExt, StreamExt};
 use greedy_pmix::{
-    JobSecret, job_end::EndPolicy, node::NodeService, rendezvous::Memory, rendezvous::Rendezvous,
+    JobSecret, node::NodeService, node::job_end::EndPolicy, rendezvous::Memory,
+    rendezvous::Rendezvous,
 };
 use greedy_tree::Tree;
 use nix::sys::signal::Signal;

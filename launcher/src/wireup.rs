@@ -17,8 +17,10 @@ use greedy_pmix::{
     AbortInfo, JobSpec,
     charm::server::{OUTPUT_CAPACITY, Output},
     family::Family,
-    job_end::{JobEnd, Kill},
-    node::{NodeConfig, NodeService},
+    node::{
+        NodeConfig, NodeService,
+        job_end::{JobEnd, Kill},
+    },
     peer::JobProcesses,
     pmix::Binding,
     rendezvous::{Memory, Rendezvous},
@@ -138,8 +140,8 @@ pub async fn start(
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)
 }
 
-/// How a job run by greedyrun ends, for greedy-pmix's rule ([`greedy_pmix::job_end`]), with
-/// [`EndPolicy::default()`](greedy_pmix::job_end::EndPolicy): every node that hears of the
+/// How a job run by greedyrun ends, for greedy-pmix's rule ([`greedy_pmix::node::job_end`]), with
+/// [`EndPolicy::default()`](greedy_pmix::node::job_end::EndPolicy): every node that hears of the
 /// abort sends it up ([`Up::Aborted`]); greedyrun keeps the earliest abort's code and tears the
 /// job down over the launch tree.
 #[derive(Debug, Clone)]

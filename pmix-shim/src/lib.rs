@@ -19,9 +19,9 @@
 //! 5. or serves **Charm++ netlrts** ([`charm::server::CharmServer`]): what `charmrun` does for
 //!    the charm4py wheel — `NETSTART` per rank, the node table over one allgather, print,
 //!    barrier, ending and abort;
-//! 6. and **ends the job** the same way on every embedder ([`job_end`],
+//! 6. and **ends the job** the same way on every embedder ([`node::job_end`],
 //!    [`node::NodeService::watch_end`]): the node an abort started on tells the launcher and
-//!    has the ranks killed, through what the embedder implements ([`job_end::JobEnd`]).
+//!    has the ranks killed, through what the embedder implements ([`node::job_end::JobEnd`]).
 //!
 //! Wire formats and protocol logic are sans-I/O engines tested without sockets:
 //! [`frame`] (overlay frames), [`auth`], [`collectives::Engine`], [`pmi1`], [`pmi2`],
@@ -57,7 +57,6 @@ pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod job;
-pub mod job_end;
 mod listener;
 pub mod node;
 pub mod overlay;

@@ -8,7 +8,7 @@
 //! shared record ([`crate::departures`]) and the family tag on every fence ([`crate::family`])
 //! end a job whose ranks speak two. How the job then ends from this node (report to the
 //! launcher, kill the ranks) is the service's rule too ([`NodeService::watch_end`]), the
-//! embedder supplying only what its launcher does ([`crate::job_end::JobEnd`]).
+//! embedder supplying only what its launcher does ([`crate::node::job_end::JobEnd`]).
 //!
 //! The variables of the families do not disturb each other's clients, with one exception:
 //! MPICH from 4.1 refuses to start when it sees both `PMI_*` and `PMIX_*` variables
@@ -18,6 +18,10 @@
 //! PMI-1 over `PMI_FD` is what every MPICH since 1.x speaks, and an MPICH built without PMI-1
 //! turns 1 into the family it has (the same file). Open MPI 4.1 and 5, MPICH 4.0 and 5 and
 //! charm4py start with the whole union (`tests/slurm/mpi.sh`, `tests/launcher/e2e.sh`).
+
+pub mod job_end;
+
+use self::job_end::{EndPolicy, JobEnd};
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -36,7 +40,6 @@ use crate::{
     charm::server::{CharmConfig, CharmServer, Output},
     departures::Departures,
     family::Family,
-    job_end::{self, EndPolicy, JobEnd},
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
     pmix::{PmixConfig, PmixServer},
@@ -292,7 +295,7 @@ impl NodeService {
     }
 
     /// Ends the job from this node when it aborts, with `end` doing what only the embedder
-    /// can ([`crate::job_end`]); `running` counts the local ranks not ended yet. Spawns the
+    /// can ([`crate::node::job_end`]); `running` counts the local ranks not ended yet. Spawns the
     /// abort watch in the current span and returns it: on the node the abort started on, the
     /// embedder's shutdown lets it finish (the other nodes' ranks may run on otherwise).
     /// Also spawns, outside any span, the wait for the launcher's word on the job's end

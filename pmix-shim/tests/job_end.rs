@@ -8,8 +8,10 @@ use std::time::Duration;
 use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec, WallTime,
     family::Family,
-    job_end::{EndPolicy, JobEnd, Kill},
-    node::{NodeConfig, NodeService},
+    node::{
+        NodeConfig, NodeService,
+        job_end::{EndPolicy, JobEnd, Kill},
+    },
     peer::JobProcesses,
     rendezvous::Memory,
 };

@@ -38,7 +38,7 @@ use crate::plan::{self, Rendezvous as Choice, StepPlan, StepRecord};
 use crate::rendezvous::{ExitReport, SrunRendezvous, await_job_end, report_exit};
 use greedy_pmix::charm::server::{OUTPUT_CAPACITY, Output};
 use greedy_pmix::family::Family;
-use greedy_pmix::job_end::{EndPolicy, JobEnd, Kill};
+use greedy_pmix::node::job_end::{EndPolicy, JobEnd, Kill};
 use greedy_pmix::node::{NodeConfig, NodeService};
 use greedy_pmix::peer::JobProcesses;
 use greedy_pmix::pmix::Binding;
@@ -635,7 +635,7 @@ const HEAR_END_AFTER: Duration = Duration::from_millis(500);
 /// before its tasks exist does not stop them.
 const KILL_AGAIN: [Duration; 2] = [Duration::from_millis(500), Duration::from_millis(1000)];
 
-/// How a Slurm step ends, for greedy-pmix's rule ([`greedy_pmix::job_end`]): srun hears the
+/// How a Slurm step ends, for greedy-pmix's rule ([`greedy_pmix::node::job_end`]): srun hears the
 /// code and why, slurmctld kills the step, and in a step serving Charm++ the ranks' stdio is
 /// told and released.
 struct StepEnd {

@@ -19,7 +19,7 @@
 //! environment. A malformed line or bad value makes srun refuse the step with one error line
 //! naming it (a silently half-applied configuration would give nodes different trees).
 
-use crate::plan::{Protocol, RendezvousChoice};
+use crate::choice::{Protocol, RendezvousChoice};
 use greedy_slurm::ConfError;
 use greedy_slurm::conf::{self, Conf};
 use greedy_tree::LaunchModel;

@@ -43,6 +43,7 @@
 
 pub mod agent;
 pub mod charm;
+pub mod choice;
 pub mod config;
 mod error;
 // The C entry points reference symbols only Slurm processes define, so test binaries, which

@@ -1,6 +1,7 @@
 //! Unit tests of the sans-I/O plan: slurmstepd's record and env in, plan out.
 
 use super::*;
+use greedy_pmix::family::Family;
 use std::collections::HashMap;
 
 fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
