@@ -33,119 +33,64 @@ pub fn nonce() -> [u8; 32] {
     n
 }
 
-fn mac(
-    secret: &JobSecret,
-    label: &[u8],
-    job_id: &str,
-    node_idx: u32,
-    link: Option<Link>,
-    server: &[u8; 32],
-    client: &[u8; 32],
-) -> HmacSha256 {
-    let mut m = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
-    m.update(label);
-    m.update(&(job_id.len() as u64).to_be_bytes());
-    m.update(job_id.as_bytes());
-    m.update(&node_idx.to_be_bytes());
-    m.update(match link {
-        None => b"-",
-        Some(Link::Child) => b"c",
-        Some(Link::Direct) => b"d",
-    });
-    m.update(server);
-    m.update(client);
-    m
+/// What one handshake's proofs are made over: the job's secret and id, the node the client
+/// claims to be (for the server's proof, the server's own node), and both sides' nonces.
+#[derive(Clone, Copy)]
+pub struct Transcript<'a> {
+    /// The job's secret, the HMAC key.
+    pub secret: &'a JobSecret,
+    /// The job both sides serve.
+    pub job_id: &'a str,
+    /// The node the proof speaks for.
+    pub node_idx: u32,
+    /// The server's nonce (its challenge).
+    pub server: &'a [u8; 32],
+    /// The client's nonce (in its hello).
+    pub client: &'a [u8; 32],
 }
 
-/// The client's proof.
-pub fn client_proof(
-    secret: &JobSecret,
-    job_id: &str,
-    node_idx: u32,
-    link: Link,
-    server: &[u8; 32],
-    client: &[u8; 32],
-) -> [u8; 32] {
-    mac(
-        secret,
-        b"greedy-overlay client",
-        job_id,
-        node_idx,
-        Some(link),
-        server,
-        client,
-    )
-    .finalize()
-    .into_bytes()
-    .into()
+impl Transcript<'_> {
+    fn mac(&self, label: &[u8], link: Option<Link>) -> HmacSha256 {
+        let mut m =
+            HmacSha256::new_from_slice(self.secret.as_bytes()).expect("HMAC takes any key length");
+        m.update(label);
+        m.update(&(self.job_id.len() as u64).to_be_bytes());
+        m.update(self.job_id.as_bytes());
+        m.update(&self.node_idx.to_be_bytes());
+        m.update(match link {
+            None => b"-",
+            Some(Link::Child) => b"c",
+            Some(Link::Direct) => b"d",
+        });
+        m.update(self.server);
+        m.update(self.client);
+        m
+    }
+
+    /// The client's proof, for a link of kind `link`.
+    pub fn client_proof(&self, link: Link) -> [u8; 32] {
+        self.mac(CLIENT, Some(link)).finalize().into_bytes().into()
+    }
+
+    /// Checks a client's proof in constant time.
+    pub fn verify_client(&self, link: Link, proof: &[u8; 32]) -> bool {
+        self.mac(CLIENT, Some(link)).verify_slice(proof).is_ok()
+    }
+
+    /// The server's proof (`node_idx` is the server's own).
+    pub fn server_proof(&self) -> [u8; 32] {
+        self.mac(SERVER, None).finalize().into_bytes().into()
+    }
+
+    /// Checks a server's proof in constant time.
+    pub fn verify_server(&self, proof: &[u8; 32]) -> bool {
+        self.mac(SERVER, None).verify_slice(proof).is_ok()
+    }
 }
 
-/// Checks a client's proof in constant time.
-pub fn verify_client(
-    secret: &JobSecret,
-    job_id: &str,
-    node_idx: u32,
-    link: Link,
-    server: &[u8; 32],
-    client: &[u8; 32],
-    proof: &[u8; 32],
-) -> bool {
-    mac(
-        secret,
-        b"greedy-overlay client",
-        job_id,
-        node_idx,
-        Some(link),
-        server,
-        client,
-    )
-    .verify_slice(proof)
-    .is_ok()
-}
-
-/// The server's proof; `node_idx` is the server's own.
-pub fn server_proof(
-    secret: &JobSecret,
-    job_id: &str,
-    node_idx: u32,
-    server: &[u8; 32],
-    client: &[u8; 32],
-) -> [u8; 32] {
-    mac(
-        secret,
-        b"greedy-overlay server",
-        job_id,
-        node_idx,
-        None,
-        server,
-        client,
-    )
-    .finalize()
-    .into_bytes()
-    .into()
-}
-
-/// Checks a server's proof in constant time.
-pub fn verify_server(
-    secret: &JobSecret,
-    job_id: &str,
-    node_idx: u32,
-    server: &[u8; 32],
-    client: &[u8; 32],
-    proof: &[u8; 32],
-) -> bool {
-    mac(
-        secret,
-        b"greedy-overlay server",
-        job_id,
-        node_idx,
-        None,
-        server,
-        client,
-    )
-    .verify_slice(proof)
-    .is_ok()
-}
+/// The labels that keep a server's proof from passing as a client's.
+const CLIENT: &[u8] = b"greedy-overlay client";
+const SERVER: &[u8] = b"greedy-overlay server";
 
 /// A statement that stands alone, without a handshake (the Slurm plugin's rendezvous lines
 /// through srun): `HMAC(secret, label ‖ job ‖ node ‖ statement)`, lengths prefixed. Whoever
@@ -249,15 +194,14 @@ pub fn accept_hello(
     if *job_id != job.job_id {
         return Err(format!("claims job {job_id:?}, we serve {:?}", job.job_id));
     }
-    if !verify_client(
-        &job.secret,
-        &job.job_id,
+    let transcript = Transcript {
+        secret: &job.secret,
+        job_id: &job.job_id,
         node_idx,
-        link,
-        server_nonce,
-        nonce,
-        mac,
-    ) {
+        server: server_nonce,
+        client: nonce,
+    };
+    if !transcript.verify_client(link, mac) {
         return Err(format!(
             "claims node {node_idx} but fails the job-secret proof"
         ));
@@ -267,7 +211,11 @@ pub fn accept_hello(
             "node {node_idx} may not open a {link:?} link to node {me}"
         ));
     }
-    let proof = server_proof(&job.secret, &job.job_id, me as u32, server_nonce, nonce);
+    let proof = Transcript {
+        node_idx: me as u32,
+        ..transcript
+    }
+    .server_proof();
     Ok(Accepted { peer, link, proof })
 }
 
@@ -283,16 +231,14 @@ pub fn check_welcome(
     let &Message::Welcome { node_idx, ref mac } = welcome else {
         return Err(format!("expected welcome, got {}", welcome.kind()));
     };
-    if node_idx as usize != peer
-        || !verify_server(
-            &job.secret,
-            &job.job_id,
-            node_idx,
-            server_nonce,
-            client_nonce,
-            mac,
-        )
-    {
+    let transcript = Transcript {
+        secret: &job.secret,
+        job_id: &job.job_id,
+        node_idx,
+        server: server_nonce,
+        client: client_nonce,
+    };
+    if node_idx as usize != peer || !transcript.verify_server(mac) {
         return Err(format!(
             "server claiming node {node_idx} fails the job-secret proof"
         ));
@@ -425,30 +371,48 @@ mod tests {
         let secret = JobSecret::from_bytes(&[7; 32]).unwrap();
         let other = JobSecret::from_bytes(&[8; 32]).unwrap();
         let (s, c) = ([1; 32], [2; 32]);
-        let p = client_proof(&secret, "j", 3, Link::Child, &s, &c);
-        assert!(verify_client(&secret, "j", 3, Link::Child, &s, &c, &p));
+        let t = Transcript {
+            secret: &secret,
+            job_id: "j",
+            node_idx: 3,
+            server: &s,
+            client: &c,
+        };
+        let p = t.client_proof(Link::Child);
+        assert!(t.verify_client(Link::Child, &p));
         let refused = [
-            verify_client(&other, "j", 3, Link::Child, &s, &c, &p),
-            verify_client(&secret, "k", 3, Link::Child, &s, &c, &p),
-            verify_client(&secret, "j", 4, Link::Child, &s, &c, &p),
-            verify_client(&secret, "j", 3, Link::Direct, &s, &c, &p),
-            verify_client(&secret, "j", 3, Link::Child, &[9; 32], &c, &p),
-            verify_client(&secret, "j", 3, Link::Child, &s, &[9; 32], &p),
+            Transcript {
+                secret: &other,
+                ..t
+            }
+            .verify_client(Link::Child, &p),
+            Transcript { job_id: "k", ..t }.verify_client(Link::Child, &p),
+            Transcript { node_idx: 4, ..t }.verify_client(Link::Child, &p),
+            t.verify_client(Link::Direct, &p),
+            Transcript {
+                server: &[9; 32],
+                ..t
+            }
+            .verify_client(Link::Child, &p),
+            Transcript {
+                client: &[9; 32],
+                ..t
+            }
+            .verify_client(Link::Child, &p),
             // A server proof is not a client proof.
-            verify_client(
-                &secret,
-                "j",
-                3,
-                Link::Child,
-                &s,
-                &c,
-                &server_proof(&secret, "j", 3, &s, &c),
-            ),
+            t.verify_client(Link::Child, &t.server_proof()),
         ];
         assert_eq!(refused, [false; 7]);
-        let sp = server_proof(&secret, "j", 0, &s, &c);
-        assert!(verify_server(&secret, "j", 0, &s, &c, &sp));
-        assert!(!verify_server(&other, "j", 0, &s, &c, &sp));
+        let server = Transcript { node_idx: 0, ..t };
+        let sp = server.server_proof();
+        assert!(server.verify_server(&sp));
+        assert!(
+            !Transcript {
+                secret: &other,
+                ..server
+            }
+            .verify_server(&sp)
+        );
         assert_ne!(nonce(), nonce());
     }
 
@@ -470,7 +434,14 @@ mod tests {
             node_idx: node,
             link,
             nonce: c,
-            mac: client_proof(&job.secret, "j", node, link, &s, &c),
+            mac: Transcript {
+                secret: &job.secret,
+                job_id: "j",
+                node_idx: node,
+                server: &s,
+                client: &c,
+            }
+            .client_proof(link),
         };
         let ok = accept_hello(&job, parent, &s, &hello(3, Link::Child)).unwrap();
         assert_eq!((ok.peer, ok.link), (3, Link::Child));

@@ -262,7 +262,14 @@ impl Handshake {
             },
         ) = (self.sign, &mut msg)
         {
-            *mac = auth::client_proof(&job.secret, job_id, *node_idx, *link, server_nonce, nonce);
+            *mac = auth::Transcript {
+                secret: &job.secret,
+                job_id,
+                node_idx: *node_idx,
+                server: server_nonce,
+                client: nonce,
+            }
+            .client_proof(*link);
         }
         let verdict = auth::accept_hello(job, |n| tree.parent(n), server_nonce, &msg);
         let allowed = match &msg {
@@ -276,14 +283,14 @@ impl Handshake {
                 let peer = *node_idx as usize;
                 *job_id == job.job_id
                     && *mac
-                        == auth::client_proof(
-                            &job.secret,
+                        == auth::Transcript {
+                            secret: &job.secret,
                             job_id,
-                            *node_idx,
-                            *link,
-                            server_nonce,
-                            nonce,
-                        )
+                            node_idx: *node_idx,
+                            server: server_nonce,
+                            client: nonce,
+                        }
+                        .client_proof(*link)
                     && peer < job.n_nodes()
                     && peer != job.node_idx
                     && (*link == Link::Direct || tree.parent(peer) == Some(job.node_idx))
@@ -311,27 +318,23 @@ impl Handshake {
     fn client_reads_welcome(&self, mut msg: Message) {
         let (job, server_nonce, client_nonce) = (&self.job, &self.server_nonce, &self.client_nonce);
         let peer = 0;
+        let proof = |node_idx| {
+            auth::Transcript {
+                secret: &job.secret,
+                job_id: &job.job_id,
+                node_idx,
+                server: server_nonce,
+                client: client_nonce,
+            }
+            .server_proof()
+        };
         if let (true, Message::Welcome { node_idx, mac }) = (self.sign, &mut msg) {
-            *mac = auth::server_proof(
-                &job.secret,
-                &job.job_id,
-                *node_idx,
-                server_nonce,
-                client_nonce,
-            );
+            *mac = proof(*node_idx);
         }
         let verdict = auth::check_welcome(job, peer, server_nonce, client_nonce, &msg);
         let allowed = match &msg {
             Message::Welcome { node_idx, mac } => {
-                *node_idx as usize == peer
-                    && *mac
-                        == auth::server_proof(
-                            &job.secret,
-                            &job.job_id,
-                            *node_idx,
-                            server_nonce,
-                            client_nonce,
-                        )
+                *node_idx as usize == peer && *mac == proof(*node_idx)
             }
             _ => false,
         };

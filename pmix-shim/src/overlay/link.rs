@@ -231,14 +231,14 @@ async fn dial(
         ))));
     };
     let nonce = auth::nonce();
-    let mac = auth::client_proof(
-        &job.secret,
-        &job.job_id,
-        me as u32,
-        link,
-        &server_nonce,
-        &nonce,
-    );
+    let mac = auth::Transcript {
+        secret: &job.secret,
+        job_id: &job.job_id,
+        node_idx: me as u32,
+        server: &server_nonce,
+        client: &nonce,
+    }
+    .client_proof(link);
     let hello = Message::Hello {
         job_id: job.job_id.clone(),
         node_idx: me as u32,
