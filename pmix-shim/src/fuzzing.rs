@@ -106,6 +106,7 @@ pub fn session(data: &[u8]) {
     let data = &data[2..];
     let mut node = FakeNode::default();
     let mut session = Session::new((mode & 1 == 0).then_some(0));
+    let mut names = crate::names::Table::default();
     let mut buf = BytesMut::new();
     for piece in data.chunks(usize::from(chunk.max(1))) {
         buf.extend_from_slice(piece);
@@ -120,6 +121,9 @@ pub fn session(data: &[u8]) {
                             }
                             Action::WaitNodeAttr(k) => {
                                 session.node_attr_ready(&k, "v");
+                            }
+                            Action::Names(request) => {
+                                session.names_done(&names.serve(request));
                             }
                             _ => {}
                         }
