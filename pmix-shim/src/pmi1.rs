@@ -370,6 +370,16 @@ impl Reply {
             Reply::FinalizeAck => "cmd=finalize_ack rc=0\n".into(),
             Reply::PublishResult(failure) => outcome("publish_result", failure.as_ref()),
             Reply::UnpublishResult(failure) => outcome("unpublish_result", failure.as_ref()),
+            // A port published over PMI-2 may hold spaces or newlines, which would split or end
+            // this line: such a port cannot be told to a PMI-1 client.
+            Reply::LookupResult(Ok(port))
+                if port.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                outcome(
+                    "lookup_result",
+                    Some(&"port not expressible in PMI-1".into()),
+                )
+            }
             Reply::LookupResult(Ok(port)) => {
                 format!("cmd=lookup_result rc=0 msg=success port={port}\n")
             }
@@ -542,6 +552,10 @@ mod tests {
             (
                 Reply::LookupResult(Ok("tag#0$p$".into())),
                 "cmd=lookup_result rc=0 msg=success port=tag#0$p$\n",
+            ),
+            (
+                Reply::LookupResult(Ok("a\ncmd=barrier_out".into())),
+                "cmd=lookup_result rc=-1 msg=port_not_expressible_in_PMI-1\n",
             ),
             (
                 Reply::LookupResult(Err("name not published".into())),
