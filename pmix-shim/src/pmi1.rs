@@ -459,6 +459,7 @@ mod tests {
             r#"LookupName { service: "svc" }"#,
         );
         check("mcmd=spawn", r#"Unsupported { cmd: "mcmd=spawn" }"#);
+        check("cmd=spawn", r#"Unsupported { cmd: "spawn" }"#);
     }
 
     #[test]

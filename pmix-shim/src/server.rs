@@ -434,7 +434,11 @@ async fn ask_names(shared: Arc<Shared>, request: names::Request, to: mpsc::Sende
         _ = shared.shutdown.cancelled() => return,
         r = shared.overlay.request(names::NAMES_NODE, body) => match r {
             Ok(bytes) => names::decode_response(&bytes),
-            Err(e) => names::Response::Failed(format!("name service: {e}")),
+            Err(e) => {
+                // The rank gets an error reply; the log says which rank could not reach node 0.
+                warn!("name service: {e}");
+                names::Response::Failed(format!("name service: {e}"))
+            }
         },
     };
     let _ = to.send(Notice::Names(answer)).await;

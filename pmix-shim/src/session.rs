@@ -293,6 +293,7 @@ impl Session {
                 port: c.require("port").map_err(bad)?.to_owned(),
             },
             "name-unpublish" => names::Request::Unpublish { name },
+            // The caller passes only the three name-* commands.
             _ => names::Request::Lookup { name },
         };
         self.pending = Some(Pending::Pmi2Names(c));
@@ -768,6 +769,7 @@ mod tests {
                 ">cmd=kvs-get;jobid=j7;key=nope;",
                 ">cmd=info-putnodeattr;key=shm;value=seg1;",
                 ">cmd=info-getnodeattr;key=shm;wait=FALSE;",
+                ">cmd=spawn;ncmds=1;",
                 ">cmd=finalize;",
             ],
             "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
@@ -780,6 +782,7 @@ mod tests {
              38    cmd=kvs-get-response;rc=0;found=FALSE;\
              35    cmd=info-putnodeattr-response;rc=0;\
              57    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=seg1;\
+             52    cmd=spawn-response;rc=-1;errmsg=unsupported command;\
              <Finalized>27    cmd=finalize-response;rc=0;<put 1 bc-1=x;y>",
         );
     }
