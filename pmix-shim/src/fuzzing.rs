@@ -15,7 +15,7 @@ use crate::{
     JobSecret, JobSpec, auth, charm,
     collectives::{AllgatherRule, Engine, Op},
     frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
-    pmi1, pmi2,
+    names, pmi1, pmi2,
     session::{Action, Node, Session},
 };
 
@@ -31,13 +31,22 @@ pub const TARGETS: &[Target] = &[
     ("charm_frame", charm_frame),
     ("overlay_handshake", overlay_handshake),
     ("dmodex_request", dmodex_request),
+    ("names_request", names_request),
 ];
 
 /// The PMI-1 line parser and the reply encoder: no panic, and what parses re-encodes.
 pub fn pmi1_parse(data: &[u8]) {
-    if let Ok(pmi1::Request::Unsupported { cmd }) = pmi1::parse(data) {
-        let line = pmi1::Reply::Unsupported(cmd).encode();
+    let one_line = |line: String| {
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+    };
+    match pmi1::parse(data) {
+        Ok(pmi1::Request::Unsupported { cmd }) => one_line(pmi1::Reply::Unsupported(cmd).encode()),
+        // Whatever a rank publishes, telling it to a PMI-1 client (or refusing) is one line.
+        Ok(pmi1::Request::PublishName { service, port }) => {
+            one_line(pmi1::Reply::LookupResult(Ok(port)).encode());
+            one_line(pmi1::Reply::PublishResult(Some(service)).encode());
+        }
+        _ => {}
     }
 }
 
@@ -106,6 +115,7 @@ pub fn session(data: &[u8]) {
     let data = &data[2..];
     let mut node = FakeNode::default();
     let mut session = Session::new((mode & 1 == 0).then_some(0));
+    let mut names = crate::names::Table::default();
     let mut buf = BytesMut::new();
     for piece in data.chunks(usize::from(chunk.max(1))) {
         buf.extend_from_slice(piece);
@@ -120,6 +130,9 @@ pub fn session(data: &[u8]) {
                             }
                             Action::WaitNodeAttr(k) => {
                                 session.node_attr_ready(&k, "v");
+                            }
+                            Action::Names(request) => {
+                                session.names_done(&names.serve(request));
                             }
                             _ => {}
                         }
@@ -363,4 +376,17 @@ pub fn dmodex_request(data: &[u8]) {
         let (proc2, key2) = decode_dmodex_request(&job, &again).expect("own request decodes");
         assert!(proc2 == proc_ && key2 == key);
     }
+}
+
+/// A name-service request body from another node as node 0 decodes it: no panic, accepted
+/// requests are within the length limits and re-encode to the same, and the table serves them.
+pub fn names_request(data: &[u8]) {
+    if let Ok(request) = names::decode_request(data) {
+        let again = names::encode_request(&request);
+        assert_eq!(names::decode_request(&again).as_ref(), Ok(&request));
+        let mut table = names::Table::default();
+        table.serve(request.clone());
+        table.serve(request);
+    }
+    let _ = names::decode_response(data);
 }

@@ -11,7 +11,7 @@
 //!    (tree for small payloads, ring over direct links for large ones) and job-wide abort;
 //! 3. serves **PMI-1 and PMI-2** to the local ranks ([`server::PmiServer`]) over an inherited
 //!    socketpair (`PMI_FD`; never a port, which any local user could reach). A KVS fence is one
-//!    allgather;
+//!    allgather; a name publish or lookup is one request to node 0's table ([`names`]);
 //! 4. or serves **PMIx** ([`pmix::PmixServer`], libpmix through greedy-sys): a PMIx fence is
 //!    one allgather, a direct modex one point-to-point [`overlay::Overlay::request`]. A job
 //!    uses one family or the other, never both for one rank.
@@ -38,7 +38,7 @@
 //! ```
 //!
 //! **Non-goals**: starting processes (the launcher or slurmstepd forks the ranks and reports
-//! their exits here), ssh, Slurm, PMI/PMIx spawn, name publishing and PMIx connect, and
+//! their exits here), ssh, Slurm, PMI/PMIx spawn, PMIx name publishing and connect, and
 //! unsafe code (libpmix is reached through greedy-sys's safe wrappers).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -58,6 +58,7 @@ pub mod frame;
 pub mod fuzzing;
 mod job;
 mod listener;
+pub mod names;
 pub mod node;
 pub mod overlay;
 pub mod peer;

@@ -205,6 +205,10 @@ const REQUEST_CAPACITY: usize = 64;
 /// [`Overlay::incoming`]): a PMIx direct modex is at most one per remote rank and key miss, and
 /// a request arriving at a full queue is answered with an error rather than stalling the engine.
 const INCOMING_CAPACITY: usize = 1024;
+/// Capacity of the queue of name-service requests (see [`Overlay::names_incoming`]): a PMI client
+/// waits for each answer, so at most one per rank of the job is in flight; a request arriving at
+/// a full queue is refused as above.
+const NAMES_CAPACITY: usize = 1024;
 
 /// A running overlay; cheap to clone, every clone drives the same agent.
 ///
@@ -229,6 +233,7 @@ struct Inner {
     aborted: watch::Receiver<Option<AbortInfo>>,
     join: watch::Receiver<JoinState>,
     incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
+    names_incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
     request_timeout: Duration,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -350,6 +355,7 @@ impl Overlay {
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
         let (aborted_tx, aborted_rx) = watch::channel(None);
         let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_CAPACITY);
+        let (names_tx, names_rx) = mpsc::channel(NAMES_CAPACITY);
         let (join_tx, join_rx) = watch::channel(JoinState::Joining);
         let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
@@ -374,6 +380,7 @@ impl Overlay {
             requests_tx.clone(),
             aborted_tx,
             incoming_tx,
+            names_tx,
         );
         tracker.spawn(engine.run(requests_rx, events_rx).instrument(span.clone()));
         tracker.spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
@@ -385,6 +392,7 @@ impl Overlay {
                 aborted: aborted_rx,
                 join: join_rx,
                 incoming: std::sync::Mutex::new(Some(incoming_rx)),
+                names_incoming: std::sync::Mutex::new(Some(names_rx)),
                 request_timeout: config.request_timeout,
                 shutdown,
                 tracker,
@@ -608,6 +616,17 @@ impl Overlay {
     pub fn incoming(&self) -> Option<mpsc::Receiver<Incoming>> {
         self.inner
             .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// The name-service requests ([`crate::names::is_request`]) other nodes send this one, kept
+    /// apart from [`Overlay::incoming`] so that the PMI server's name table and the PMIx
+    /// server's direct modex can both serve on one node; `None` after the first call.
+    pub fn names_incoming(&self) -> Option<mpsc::Receiver<Incoming>> {
+        self.inner
+            .names_incoming
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::names;
+
 /// Longest line a client may send, including the newline: MPICH's `PMIU_MAXLINE`.
 ///
 /// Past this the MPICH client itself truncates, so a longer line means a broken or hostile client.
@@ -66,7 +68,24 @@ pub enum Request {
         /// The client's reason (MPICH ≥ 4.2 sends `MPI_Abort`'s text, spaces and all).
         message: Option<String>,
     },
-    /// A well-formed line with a command we do not serve (publish_name, spawn, …).
+    /// `cmd=publish_name service=S port=P` (`MPI_Publish_name`).
+    PublishName {
+        /// The service name.
+        service: String,
+        /// The port.
+        port: String,
+    },
+    /// `cmd=unpublish_name service=S`.
+    UnpublishName {
+        /// The service name.
+        service: String,
+    },
+    /// `cmd=lookup_name service=S`.
+    LookupName {
+        /// The service name.
+        service: String,
+    },
+    /// A well-formed line with a command we do not serve (spawn, …).
     Unsupported {
         /// The command name.
         cmd: String,
@@ -193,6 +212,16 @@ impl Fields<'_> {
             },
             "barrier_in" => Request::BarrierIn,
             "finalize" => Request::Finalize,
+            "publish_name" => Request::PublishName {
+                service: self.bounded("service", names::NAME_MAX)?,
+                port: self.bounded("port", names::PORT_MAX)?,
+            },
+            "unpublish_name" => Request::UnpublishName {
+                service: self.bounded("service", names::NAME_MAX)?,
+            },
+            "lookup_name" => Request::LookupName {
+                service: self.bounded("service", names::NAME_MAX)?,
+            },
             "abort" => Request::Abort {
                 exitcode: match self.get("exitcode") {
                     Ok(_) => {
@@ -286,8 +315,32 @@ pub enum Reply {
     BarrierOut,
     /// Answer to `finalize`.
     FinalizeAck,
+    /// Answer to `publish_name`: `None` = success, else why not (spaces become `_`).
+    PublishResult(Option<String>),
+    /// Answer to `unpublish_name`: `None` = success, else why not.
+    UnpublishResult(Option<String>),
+    /// Answer to `lookup_name`: the port, or why there is none. MPICH reads `rc` first, so
+    /// `rc=-1` makes `MPI_Lookup_name` fail with `MPI_ERR_NAME` (never a wait).
+    LookupResult(Result<String, String>),
     /// Answer to a command we do not serve: `cmd=<cmd>_result rc=-1 msg=...`.
     Unsupported(String),
+}
+
+/// A reason as one PMI-1 token: the line format splits on spaces and MPICH reads up to one.
+fn token(reason: &str) -> String {
+    reason
+        .chars()
+        .take(200)
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect()
+}
+
+/// `cmd=<cmd> rc=0 msg=success`, or `rc=-1 msg=<why>`.
+fn outcome(cmd: &str, failure: Option<&String>) -> String {
+    match failure {
+        None => format!("cmd={cmd} rc=0 msg=success\n"),
+        Some(why) => format!("cmd={cmd} rc=-1 msg={}\n", token(why)),
+    }
 }
 
 impl Reply {
@@ -315,6 +368,22 @@ impl Reply {
             Reply::GetResult(None) => "cmd=get_result rc=-1 msg=key_not_found\n".into(),
             Reply::BarrierOut => "cmd=barrier_out rc=0\n".into(),
             Reply::FinalizeAck => "cmd=finalize_ack rc=0\n".into(),
+            Reply::PublishResult(failure) => outcome("publish_result", failure.as_ref()),
+            Reply::UnpublishResult(failure) => outcome("unpublish_result", failure.as_ref()),
+            // A port published over PMI-2 may hold spaces or newlines, which would split or end
+            // this line: such a port cannot be told to a PMI-1 client.
+            Reply::LookupResult(Ok(port))
+                if port.chars().any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                outcome(
+                    "lookup_result",
+                    Some(&"port not expressible in PMI-1".into()),
+                )
+            }
+            Reply::LookupResult(Ok(port)) => {
+                format!("cmd=lookup_result rc=0 msg=success port={port}\n")
+            }
+            Reply::LookupResult(Err(why)) => outcome("lookup_result", Some(why)),
             Reply::Unsupported(cmd) => {
                 let name: String = cmd
                     .chars()
@@ -378,10 +447,19 @@ mod tests {
         );
         check("cmd=initack pmiid=3", "InitAck { pmiid: 3 }");
         check(
-            "cmd=publish_name service=a port=b",
-            r#"Unsupported { cmd: "publish_name" }"#,
+            "cmd=publish_name service=svc port=tag#0$connentry#0200A8C0$",
+            r#"PublishName { service: "svc", port: "tag#0$connentry#0200A8C0$" }"#,
+        );
+        check(
+            "cmd=unpublish_name service=svc\n",
+            r#"UnpublishName { service: "svc" }"#,
+        );
+        check(
+            "cmd=lookup_name service=svc",
+            r#"LookupName { service: "svc" }"#,
         );
         check("mcmd=spawn", r#"Unsupported { cmd: "mcmd=spawn" }"#);
+        check("cmd=spawn", r#"Unsupported { cmd: "spawn" }"#);
     }
 
     #[test]
@@ -405,6 +483,16 @@ mod tests {
             "cmd=abort exitcode=99999999999",
             r#"error: exitcode="99999999999" is not a number"#,
         );
+        check(
+            "cmd=publish_name service=svc",
+            r#"error: cmd "publish_name" lacks port="#,
+        );
+        check(
+            "cmd=lookup_name",
+            r#"error: cmd "lookup_name" lacks service="#,
+        );
+        let long_name = format!("cmd=lookup_name service={}", "s".repeat(257));
+        check(&long_name, "error: service of 257 bytes is too long");
         let long_key = format!("cmd=put kvsname=j key={} value=v", "k".repeat(65));
         check(&long_key, "error: key of 65 bytes is too long");
         let long_line = format!("cmd=put kvsname=j key=k value={}", "v".repeat(1100));
@@ -449,6 +537,30 @@ mod tests {
                     value: 16,
                 },
                 "cmd=set size=16\n",
+            ),
+            (
+                Reply::PublishResult(None),
+                "cmd=publish_result rc=0 msg=success\n",
+            ),
+            (
+                Reply::PublishResult(Some("name already published".into())),
+                "cmd=publish_result rc=-1 msg=name_already_published\n",
+            ),
+            (
+                Reply::UnpublishResult(Some("name not published".into())),
+                "cmd=unpublish_result rc=-1 msg=name_not_published\n",
+            ),
+            (
+                Reply::LookupResult(Ok("tag#0$p$".into())),
+                "cmd=lookup_result rc=0 msg=success port=tag#0$p$\n",
+            ),
+            (
+                Reply::LookupResult(Ok("a\ncmd=barrier_out".into())),
+                "cmd=lookup_result rc=-1 msg=port_not_expressible_in_PMI-1\n",
+            ),
+            (
+                Reply::LookupResult(Err("name not published".into())),
+                "cmd=lookup_result rc=-1 msg=name_not_published\n",
             ),
         ];
         for (reply, expect) in cases {

@@ -36,7 +36,11 @@ impl Command {
             cmd: self.cmd.clone(),
             field: key,
         })?;
-        let max = if key == "key" { KEYLEN_MAX } else { VALLEN_MAX };
+        let max = match key {
+            "key" => KEYLEN_MAX,
+            "name" => crate::names::NAME_MAX,
+            _ => VALLEN_MAX,
+        };
         if v.len() > max {
             return Err(ParseError::FieldTooLong {
                 field: key,

@@ -13,6 +13,10 @@
 //! released. Gets are answered from that KVS without network traffic. Fences serve every
 //! runtime barrier too (MPICH's finalize barrier is one).
 //!
+//! Name publishing (`MPI_Publish_name` and friends) goes to the job's one name table on node 0
+//! ([`crate::names`]): every node's ranks, node 0's own included, ask it with one overlay
+//! request each, and node 0's server answers them from [`Overlay::names_incoming`].
+//!
 //! Failures abort the whole job through the overlay, naming the rank: a protocol violation
 //! (quoting the offending text), `PMI_Abort`, a rank that closes its PMI connection or exits
 //! before `finalize` (the launcher reports exits through [`PmiServer::rank_exited`]).
@@ -37,7 +41,8 @@ use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
     family::{self, Family},
-    overlay::Overlay,
+    names,
+    overlay::{Incoming, Overlay},
     session::{Action, Node, Session},
 };
 
@@ -67,10 +72,13 @@ impl Default for PmiConfig {
 enum Notice {
     FenceDone,
     NodeAttr(String, String),
+    /// The name service's answer to this rank's request.
+    Names(names::Response),
 }
 
 /// Capacity of each handler's notice queue: at most one fence release is outstanding per rank,
-/// plus node-attribute puts, which MPICH makes a handful of per node.
+/// plus node-attribute puts, which MPICH makes a handful of per node, plus at most one
+/// name-service answer (the client waits for it).
 const NOTICE_CAPACITY: usize = 64;
 
 #[derive(Debug, Default)]
@@ -191,7 +199,14 @@ impl PmiServer {
         let span = info_span!("pmi", job = %job.job_id, node = me);
         shared
             .tracker
-            .spawn(abort_watch(shared.clone()).instrument(span));
+            .spawn(abort_watch(shared.clone()).instrument(span.clone()));
+        if me == names::NAMES_NODE
+            && let Some(incoming) = shared.overlay.names_incoming()
+        {
+            shared
+                .tracker
+                .spawn(names_server(shared.clone(), incoming).instrument(span));
+        }
         Ok(PmiServer { inner: shared })
     }
 
@@ -396,6 +411,39 @@ impl Shared {
     }
 }
 
+/// Node 0: answers every node's name-service requests from the job's one table, in arrival order.
+async fn names_server(shared: Arc<Shared>, mut incoming: mpsc::Receiver<Incoming>) {
+    let mut table = names::Table::default();
+    loop {
+        let req = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = incoming.recv() => match r { Some(r) => r, None => return },
+        };
+        let answer = names::decode_request(&req.body).map(|request| {
+            debug!(from = req.from, ?request, "name service");
+            names::encode_response(&table.serve(request))
+        });
+        req.respond(answer).await;
+    }
+}
+
+/// Asks node 0's name table on behalf of a rank and hands the answer to the rank's handler.
+async fn ask_names(shared: Arc<Shared>, request: names::Request, to: mpsc::Sender<Notice>) {
+    let body = names::encode_request(&request);
+    let answer = tokio::select! {
+        _ = shared.shutdown.cancelled() => return,
+        r = shared.overlay.request(names::NAMES_NODE, body) => match r {
+            Ok(bytes) => names::decode_response(&bytes),
+            Err(e) => {
+                // The rank gets an error reply; the log says which rank could not reach node 0.
+                warn!("name service: {e}");
+                names::Response::Failed(format!("name service: {e}"))
+            }
+        },
+    };
+    let _ = to.send(Notice::Names(answer)).await;
+}
+
 async fn abort_watch(shared: Arc<Shared>) {
     let mut aborted = shared.overlay.aborted();
     tokio::select! {
@@ -425,8 +473,8 @@ struct RankHandler<S> {
     session: Session,
     /// Fence releases and node attributes for this rank.
     notices: mpsc::Receiver<Notice>,
-    /// Kept so that the notice channel stays open as long as the handler runs.
-    _notices_tx: mpsc::Sender<Notice>,
+    /// Keeps the notice channel open as long as the handler runs; name-service answers come on it.
+    notices_tx: mpsc::Sender<Notice>,
     /// Bytes read from the rank and not parsed yet.
     buf: BytesMut,
     /// The connection closed (or a write failed) before the rank finalized.
@@ -446,7 +494,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             rank,
             session: Session::new(Some(rank)),
             notices,
-            _notices_tx: tx,
+            notices_tx: tx,
             buf: BytesMut::with_capacity(4096),
             closed_early: false,
             spoke: false,
@@ -476,6 +524,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
         let reply = match notice {
             Notice::FenceDone => self.session.fence_done(),
             Notice::NodeAttr(k, v) => self.session.node_attr_ready(&k, &v),
+            Notice::Names(answer) => self.session.names_done(&answer),
         };
         if !reply.is_empty() && self.stream.write_all(&reply).await.is_err() {
             self.closed_early = !self.session.finalized();
@@ -552,6 +601,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             }
             Action::Fence => self.shared.enter_fence(rank),
             Action::WaitNodeAttr(_) => {}
+            Action::Names(request) => {
+                let ask = ask_names(self.shared.clone(), request, self.notices_tx.clone());
+                self.shared.tracker.spawn(ask.in_current_span());
+            }
             Action::Finalized => {
                 self.shared.lock().finalized.insert(rank);
             }

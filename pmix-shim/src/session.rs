@@ -4,12 +4,13 @@
 //! frames, as Slurm's and hydra's servers do. The engine keeps no sockets: the server
 //! ([`crate::server`]) feeds it bytes, gives it the node's key/value view through [`Node`],
 //! and carries out the [`Action`]s it returns (send bytes, enter a fence, wait for a node
-//! attribute, abort the job). Fence and wait replies are produced later by [`Session::fence_done`]
-//! and [`Session::node_attr_ready`].
+//! attribute, ask the job's name service, abort the job). Fence, wait and name replies are
+//! produced later by [`Session::fence_done`], [`Session::node_attr_ready`] and
+//! [`Session::names_done`].
 
 use bytes::{Buf, BytesMut};
 
-use crate::{pmi1, pmi2};
+use crate::{names, pmi1, pmi2};
 
 /// What a session needs from its node: the job's facts and the key/value stores.
 pub trait Node {
@@ -41,6 +42,8 @@ pub enum Action {
     Fence,
     /// The rank waits for a node attribute: reply with [`Session::node_attr_ready`] once it is put.
     WaitNodeAttr(String),
+    /// The rank asks the job's name service: reply with [`Session::names_done`] once it answered.
+    Names(names::Request),
     /// The rank finalized; a close after this is normal.
     Finalized,
     /// The rank asked to abort the job.
@@ -88,6 +91,9 @@ enum Pending {
     Pmi1Barrier,
     Pmi2Fence(pmi2::Command),
     NodeAttr(pmi2::Command),
+    /// A name-service request; PMI-1 replies by the request's kind, PMI-2 echoes the command.
+    Pmi1Names(names::Request),
+    Pmi2Names(pmi2::Command),
 }
 
 /// One rank's connection state.
@@ -257,8 +263,41 @@ impl Session {
                 code: exitcode,
                 msg: message.unwrap_or_else(|| "PMI_Abort".into()),
             }],
+            Request::PublishName { service, port } => self.pmi1_names(names::Request::Publish {
+                name: service,
+                port,
+            }),
+            Request::UnpublishName { service } => {
+                self.pmi1_names(names::Request::Unpublish { name: service })
+            }
+            Request::LookupName { service } => {
+                self.pmi1_names(names::Request::Lookup { name: service })
+            }
             Request::Unsupported { cmd } => send(Reply::Unsupported(cmd)),
         })
+    }
+
+    /// A PMI-1 name-service request: the reply waits for the service's answer.
+    fn pmi1_names(&mut self, request: names::Request) -> Vec<Action> {
+        self.pending = Some(Pending::Pmi1Names(request.clone()));
+        vec![Action::Names(request)]
+    }
+
+    /// A PMI-2 `name-*` command: the reply waits for the service's answer.
+    fn pmi2_names(&mut self, c: pmi2::Command, raw: &[u8]) -> Result<Vec<Action>, ProtocolError> {
+        let bad = |e: pmi2::ParseError| self.error("pmi2", format!("{e}: {}", excerpt(raw)));
+        let name = c.require("name").map_err(bad)?.to_owned();
+        let request = match c.cmd.as_str() {
+            "name-publish" => names::Request::Publish {
+                name,
+                port: c.require("port").map_err(bad)?.to_owned(),
+            },
+            "name-unpublish" => names::Request::Unpublish { name },
+            // The caller passes only the three name-* commands.
+            _ => names::Request::Lookup { name },
+        };
+        self.pending = Some(Pending::Pmi2Names(c));
+        Ok(vec![Action::Names(request)])
     }
 
     /// `cmd=initack`: a `PMI_PORT` client claims its rank; the reply carries size and rank.
@@ -364,6 +403,7 @@ impl Session {
                 send(Reply::new("info-putnodeattr-response", 0, Some(&c)))
             }
             "info-getnodeattr" => self.pmi2_getnodeattr(c, node, raw)?,
+            "name-publish" | "name-unpublish" | "name-lookup" => self.pmi2_names(c, raw)?,
             "finalize" => {
                 self.finalized = true;
                 vec![
@@ -463,6 +503,47 @@ impl Session {
         }
     }
 
+    /// The reply to a waiting name-service request once the service answered; empty if the
+    /// rank was not waiting for one.
+    pub fn names_done(&mut self, answer: &names::Response) -> Vec<u8> {
+        use names::{Request, Response};
+        let failure = answer.reason();
+        match self.pending.take() {
+            Some(Pending::Pmi1Names(request)) => {
+                let reply = match (request, answer) {
+                    (Request::Lookup { .. }, Response::Port(port)) => {
+                        pmi1::Reply::LookupResult(Ok(port.clone()))
+                    }
+                    (Request::Lookup { .. }, _) => pmi1::Reply::LookupResult(Err(
+                        failure.unwrap_or_else(|| "no port in the answer".into())
+                    )),
+                    (Request::Publish { .. }, _) => pmi1::Reply::PublishResult(failure),
+                    (Request::Unpublish { .. }, _) => pmi1::Reply::UnpublishResult(failure),
+                };
+                reply.encode().into_bytes()
+            }
+            Some(Pending::Pmi2Names(c)) => {
+                let name = format!("{}-response", c.cmd);
+                match (c.cmd.as_str(), answer, failure) {
+                    ("name-lookup", Response::Port(port), _) => {
+                        pmi2::Reply::new(&name, 0, Some(&c)).field("port", port)
+                    }
+                    (_, _, Some(why)) => {
+                        pmi2::Reply::new(&name, -1, Some(&c)).field("errmsg", &why)
+                    }
+                    ("name-lookup", _, None) => pmi2::Reply::new(&name, -1, Some(&c))
+                        .field("errmsg", "no port in the answer"),
+                    (_, _, None) => pmi2::Reply::new(&name, 0, Some(&c)),
+                }
+                .encode()
+            }
+            other => {
+                self.pending = other;
+                Vec::new()
+            }
+        }
+    }
+
     /// True while the rank waits in a fence.
     pub fn in_fence(&self) -> bool {
         matches!(
@@ -548,6 +629,7 @@ mod tests {
         let mut node = FakeNode::default();
         node.kvs.insert("k1".into(), "v1".into());
         let mut s = Session::new(rank);
+        let mut names = names::Table::default();
         let mut out = String::new();
         for msg in input {
             let mut buf = BytesMut::new();
@@ -567,6 +649,13 @@ mod tests {
                                     out += &format!(
                                         "<fence>{}",
                                         String::from_utf8_lossy(&s.fence_done())
+                                    )
+                                }
+                                Action::Names(request) => {
+                                    let answer = names.serve(request);
+                                    out += &format!(
+                                        "<names>{}",
+                                        String::from_utf8_lossy(&s.names_done(&answer))
                                     )
                                 }
                                 other => out += &format!("<{other:?}>"),
@@ -680,7 +769,7 @@ mod tests {
                 ">cmd=kvs-get;jobid=j7;key=nope;",
                 ">cmd=info-putnodeattr;key=shm;value=seg1;",
                 ">cmd=info-getnodeattr;key=shm;wait=FALSE;",
-                ">cmd=name-publish;name=a;port=b;",
+                ">cmd=spawn;ncmds=1;",
                 ">cmd=finalize;",
             ],
             "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
@@ -693,9 +782,96 @@ mod tests {
              38    cmd=kvs-get-response;rc=0;found=FALSE;\
              35    cmd=info-putnodeattr-response;rc=0;\
              57    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=seg1;\
-             59    cmd=name-publish-response;rc=-1;errmsg=unsupported command;\
+             52    cmd=spawn-response;rc=-1;errmsg=unsupported command;\
              <Finalized>27    cmd=finalize-response;rc=0;<put 1 bc-1=x;y>",
         );
+    }
+
+    #[test]
+    fn pmi1_names_as_mpich_4_0_does_them() {
+        check(
+            Some(0),
+            &[
+                "cmd=init pmi_version=1 pmi_subversion=1\n",
+                "cmd=lookup_name service=svc\n",
+                "cmd=publish_name service=svc port=tag#0$p$\n",
+                "cmd=publish_name service=svc port=other\n",
+                "cmd=lookup_name service=svc\n",
+                "cmd=unpublish_name service=svc\n",
+                "cmd=unpublish_name service=svc\n",
+                "cmd=lookup_name service=svc\n",
+            ],
+            "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n\
+             <names>cmd=lookup_result rc=-1 msg=name_not_published\n\
+             <names>cmd=publish_result rc=0 msg=success\n\
+             <names>cmd=publish_result rc=-1 msg=name_already_published\n\
+             <names>cmd=lookup_result rc=0 msg=success port=tag#0$p$\n\
+             <names>cmd=unpublish_result rc=0 msg=success\n\
+             <names>cmd=unpublish_result rc=-1 msg=name_not_published\n\
+             <names>cmd=lookup_result rc=-1 msg=name_not_published\n",
+        );
+        check(
+            Some(0),
+            &["cmd=publish_name service=svc\n"],
+            r#"<error pmi1 line 1: cmd "publish_name" lacks port=: "cmd=publish_name service=svc\n">"#,
+        );
+    }
+
+    #[test]
+    fn pmi2_names_as_mpich_4_0_does_them() {
+        check(
+            Some(1),
+            &[
+                "cmd=init pmi_version=2 pmi_subversion=0\n",
+                ">cmd=fullinit;pmirank=1;",
+                ">cmd=name-publish;thrid=4;name=svc;port=a;;b;infokeycount=0;",
+                ">cmd=name-publish;name=svc;port=c;infokeycount=0;",
+                ">cmd=name-lookup;name=svc;infokeycount=0;",
+                ">cmd=name-unpublish;name=svc;infokeycount=0;",
+                ">cmd=name-lookup;name=svc;infokeycount=0;",
+                ">cmd=name-unpublish;name=svc;",
+            ],
+            "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
+             113   cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=1;size=8;appnum=0;debugged=FALSE;pmiverbose=FALSE;\
+             <names>39    cmd=name-publish-response;thrid=4;rc=0;\
+             <names>62    cmd=name-publish-response;rc=-1;errmsg=name already published;\
+             <names>40    cmd=name-lookup-response;rc=0;port=a;;b;\
+             <names>33    cmd=name-unpublish-response;rc=0;\
+             <names>57    cmd=name-lookup-response;rc=-1;errmsg=name not published;\
+             <names>60    cmd=name-unpublish-response;rc=-1;errmsg=name not published;",
+        );
+        check(
+            Some(1),
+            &[
+                "cmd=init pmi_version=2 pmi_subversion=0\n",
+                ">cmd=fullinit;pmirank=1;",
+                ">cmd=name-publish;name=svc;",
+            ],
+            "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
+             113   cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=1;size=8;appnum=0;debugged=FALSE;pmiverbose=FALSE;\
+             <error pmi2 line 3: cmd \"name-publish\" lacks port=: \"26    cmd=name-publish;name=svc;\">",
+        );
+    }
+
+    /// A failed request (node 0 unreachable) is an error reply, not a hang or a protocol error.
+    #[test]
+    fn names_failure_is_a_reply() {
+        let mut node = FakeNode::default();
+        let mut s = Session::new(Some(0));
+        let mut buf = BytesMut::from(&b"cmd=lookup_name service=x\n"[..]);
+        assert_eq!(
+            s.poll(&mut buf, &mut node).unwrap(),
+            Some(vec![Action::Names(names::Request::Lookup {
+                name: "x".into()
+            })])
+        );
+        assert!(s.fence_done().is_empty());
+        let reply = s.names_done(&names::Response::Failed("node 0: timeout".into()));
+        assert_eq!(
+            String::from_utf8(reply).unwrap(),
+            "cmd=lookup_result rc=-1 msg=node_0:_timeout\n"
+        );
+        assert!(s.names_done(&names::Response::Done).is_empty());
     }
 
     #[test]

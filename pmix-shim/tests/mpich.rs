@@ -1,6 +1,6 @@
 //! Real MPICH (Debian's mpich 4.0.2) wires up across node agents through the shim, on loopback.
 //!
-//! Each test compiles `tests/mpi/wireup.c` with `mpicc.mpich` into its own temp dir, starts K agents
+//! Each test compiles `tests/mpi/wireup.c` (or `names.c`) with `mpicc.mpich` into its own temp dir, starts K agents
 //! as tasks of this process (each owning an overlay node and a PMI server), and forks each
 //! agent's ranks the way a launcher would: PMI_FD over a socketpair mapped to fd 3.
 //! Everything has a deadline; ranks are killed on drop, so no process outlives a test.
@@ -24,9 +24,10 @@ use tokio::{io::AsyncReadExt, process::Command};
 /// Generous: 16 busy-polling MPICH ranks share 2 cores with other builds.
 const JOB_DEADLINE: Duration = Duration::from_secs(120);
 
-fn compile(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
-    let exe = dir.join("wireup");
+/// Compiles `tests/mpi/<program>.c` into `dir`.
+fn compile(dir: &Path, program: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{program}.c"));
+    let exe = dir.join(program);
     // mpicc.mpich, not mpicc: with Open MPI installed too, the mpicc alternative may be Open MPI's.
     // MPICC picks another MPICH build (e.g. the PyPI mpich 5 wheel's, with
     // MPIR_CVAR_PMI_VERSION=2 in the environment to make its ranks speak PMI-2).
@@ -155,10 +156,19 @@ async fn run_agent(job: JobSpec, board: Memory, exe: PathBuf, args: Vec<String>)
     }
 }
 
-/// Runs one job over `ranks` (rank lists per node) and returns every agent's result.
+/// Runs one job of `wireup.c` over `ranks` (rank lists per node) and returns every agent's result.
 async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<JobResult>, Duration) {
+    run_program("wireup", ranks, args).await
+}
+
+/// Runs one job of `tests/mpi/<program>.c` over `ranks` and returns every agent's result.
+async fn run_program(
+    program: &str,
+    ranks: Vec<Vec<u32>>,
+    args: &[&str],
+) -> (Vec<JobResult>, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile(dir.path());
+    let exe = compile(dir.path(), program);
     let board = Memory::default();
     let secret = JobSecret::generate();
     let n = ranks.len();
@@ -260,6 +270,16 @@ async fn mpich_16_agents_x_1_rank_pmi_fd() {
     let (results, took) = run_job(block(16, 1), &[]).await;
     assert_all_ok(&results, 16);
     eprintln!("16x1 over PMI_FD took {took:?}");
+}
+
+/// MPI name publishing (issue 37): rank 0 publishes a port, the ranks of all three agents look
+/// it up in node 0's table (node 0's own rank 3 included), an unknown name fails with
+/// MPI_ERR_NAME at once, and after the unpublish so does the published one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_names_publish_lookup_unpublish_across_3_agents() {
+    let (results, took) = run_program("names", cyclic(3, 2), &[]).await;
+    assert_all_ok(&results, 6);
+    eprintln!("names over 3x2 cyclic took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -375,6 +375,43 @@ async fn requests_reach_any_node_and_come_back() {
     shutdown(overlays).await;
 }
 
+/// Name-service requests (tagged, [`greedy_pmix::names`]) reach their own queue, so the PMI
+/// server's name table and the PMIx direct modex serve side by side on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_requests_have_their_own_queue() {
+    use greedy_pmix::names;
+    let (overlays, _board) = start_all(2, config()).await;
+    let mut modex = overlays[0].incoming().expect("first taker");
+    let mut table = overlays[0].names_incoming().expect("first taker");
+    assert!(
+        overlays[0].names_incoming().is_none(),
+        "one name server per node"
+    );
+    tokio::spawn(async move {
+        while let Some(req) = modex.recv().await {
+            req.respond(Ok(Bytes::from_static(b"modex"))).await;
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(req) = table.recv().await {
+            let ok = names::decode_request(&req.body).is_ok();
+            let body = if ok { "names" } else { "bad" };
+            req.respond(Ok(Bytes::from(body))).await;
+        }
+    });
+    let lookup = names::encode_request(&names::Request::Lookup { name: "x".into() });
+    for from in [0, 1] {
+        let got = overlays[from].request(0, lookup.clone()).await.unwrap();
+        assert_eq!(got, "names".as_bytes());
+        let got = overlays[from]
+            .request(0, Bytes::from_static(b"ping"))
+            .await
+            .unwrap();
+        assert_eq!(got, "modex".as_bytes());
+    }
+    shutdown(overlays).await;
+}
+
 /// `srun /bin/true`: a node's tasks can end before the join completes, and its embedder makes
 /// it leave. It says Bye: the node it was linked to does not abort, and the others' join only
 /// waits on for the leaver's part (here until join_timeout, node 0 coming late).

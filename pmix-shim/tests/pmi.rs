@@ -185,6 +185,60 @@ async fn pmi2_put_fence_get_across_two_agents() {
     stop(agents).await;
 }
 
+/// Name publishing as MPICH's PMI-2 client frames it (`infokeycount=0` and all), across three
+/// agents: node 2's rank publishes, node 0's and node 1's look the name up in node 0's table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmi2_names_across_three_agents() {
+    let agents = agents(3, 1).await;
+    let mut c: Vec<UnixStream> = (0..3).map(|r| client(&agents[r].1, r as u32)).collect();
+    for (rank, c) in c.iter_mut().enumerate() {
+        ask(c, b"cmd=init pmi_version=2 pmi_subversion=0\n").await;
+        let r = ask(c, &frame(&format!("cmd=fullinit;pmirank={rank};"))).await;
+        assert!(r.starts_with("cmd=fullinit-response;rc=0;"), "{r}");
+    }
+    let lookup = frame("cmd=name-lookup;name=svc;infokeycount=0;");
+    assert_eq!(
+        ask(&mut c[1], &lookup).await,
+        "cmd=name-lookup-response;rc=-1;errmsg=name not published;"
+    );
+    let publish = frame("cmd=name-publish;name=svc;port=tag#0$a;;b$;infokeycount=0;");
+    assert_eq!(
+        ask(&mut c[2], &publish).await,
+        "cmd=name-publish-response;rc=0;"
+    );
+    assert_eq!(
+        ask(&mut c[0], &publish).await,
+        "cmd=name-publish-response;rc=-1;errmsg=name already published;"
+    );
+    for rank in [0, 1] {
+        assert_eq!(
+            ask(&mut c[rank], &lookup).await,
+            "cmd=name-lookup-response;rc=0;port=tag#0$a;;b$;"
+        );
+    }
+    let unpublish = frame("cmd=name-unpublish;name=svc;infokeycount=0;");
+    assert_eq!(
+        ask(&mut c[1], &unpublish).await,
+        "cmd=name-unpublish-response;rc=0;"
+    );
+    assert_eq!(
+        ask(&mut c[2], &unpublish).await,
+        "cmd=name-unpublish-response;rc=-1;errmsg=name not published;"
+    );
+    assert_eq!(
+        ask(&mut c[0], &lookup).await,
+        "cmd=name-lookup-response;rc=-1;errmsg=name not published;"
+    );
+    for c in &mut c {
+        ask(c, &frame("cmd=finalize;")).await;
+    }
+    drop(c);
+    for (o, _) in &agents {
+        assert!(o.aborted().borrow().is_none());
+    }
+    stop(agents).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_line_aborts_the_job_naming_rank_and_text() {
     let agents = agents(2, 2).await;

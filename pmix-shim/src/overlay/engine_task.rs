@@ -28,6 +28,8 @@ pub(super) struct EngineTask {
     aborted_tx: watch::Sender<Option<AbortInfo>>,
     /// Requests for this node, to its local server ([`super::Overlay::incoming`]).
     incoming_tx: mpsc::Sender<Incoming>,
+    /// Name-service requests for this node ([`super::Overlay::names_incoming`]).
+    names_tx: mpsc::Sender<Incoming>,
     /// Each node's live links with their ids; frames go on the first.
     links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>>,
     /// Collectives started here, by sequence number, awaiting their result.
@@ -50,6 +52,7 @@ impl EngineTask {
         answers_tx: mpsc::Sender<Request>,
         aborted_tx: watch::Sender<Option<AbortInfo>>,
         incoming_tx: mpsc::Sender<Incoming>,
+        names_tx: mpsc::Sender<Incoming>,
     ) -> Self {
         EngineTask {
             me: shared.job.node_idx,
@@ -58,6 +61,7 @@ impl EngineTask {
             answers_tx,
             aborted_tx,
             incoming_tx,
+            names_tx,
             links: HashMap::new(),
             waiting: HashMap::new(),
             asked: HashMap::new(),
@@ -256,17 +260,22 @@ impl EngineTask {
         );
     }
 
-    /// A request for this node: queue it for the local server, or refuse it when the queue is
-    /// full.
+    /// A request for this node: queue it for the local server it is for (the name service's
+    /// carry its tag), or refuse it when the queue is full.
     fn deliver(&self, from: usize, id: u64, body: Bytes, out: &mut Vec<Output>) {
         let me = self.me;
+        let queue = if crate::names::is_request(&body) {
+            &self.names_tx
+        } else {
+            &self.incoming_tx
+        };
         let incoming = Incoming {
             from,
             body,
             id,
             answers: Some(self.answers_tx.clone()),
         };
-        if let Err(e) = self.incoming_tx.try_send(incoming) {
+        if let Err(e) = queue.try_send(incoming) {
             let mut refused = e.into_inner();
             refused.answers = None;
             let body = Err(format!(
