@@ -14,12 +14,22 @@ use crate::AbortInfo;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"GRDY";
 /// The overlay format version; bump on any change to [`Message`].
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
 /// Largest body accepted before a peer has proved the job secret: the handshake frames are
 /// under 200 bytes, so an unauthenticated stranger can make us buffer at most this much.
 pub const HANDSHAKE_MAX_BODY: usize = 1024;
+
+/// Which node-side server a point-to-point [`Message::Request`] is for: each serves its own
+/// queue ([`crate::overlay::Overlay::incoming`]), so one node can serve both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Service {
+    /// A PMIx direct modex: a rank's data, from the node it runs on.
+    Modex,
+    /// The job's name table (PMI publish, lookup, unpublish), kept on node 0.
+    Names,
+}
 
 /// Which link a connecting agent asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +129,8 @@ pub enum Message {
     Request {
         /// Chosen by the requester, unique among its outstanding requests.
         id: u64,
+        /// The server the request is for.
+        service: Service,
         /// The request, opaque to the overlay.
         body: Bytes,
     },

@@ -20,14 +20,6 @@ pub const PORT_MAX: usize = 1024;
 /// Most names one job may have published at once, so that ranks cannot grow node 0 without bound.
 pub const NAMES_MAX: usize = 4096;
 
-/// Leading bytes of every name-service overlay request, which the overlay routes by.
-///
-/// The other requests are PMIx direct-modex ones: postcard, whose first field is the varint
-/// length of a job id of at most 256 bytes. Such a varint that starts with `0xFF` goes on with
-/// 1 or 2, never 0 (`0xFF 0x00` would be a non-canonical varint postcard never writes), so no
-/// modex request starts with this tag.
-const TAG: [u8; 4] = [0xFF, 0x00, b'N', b'S'];
-
 /// What a rank asks the name service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -112,27 +104,17 @@ impl Table {
     }
 }
 
-/// True if an overlay request's body is for the name service.
-pub fn is_request(body: &[u8]) -> bool {
-    body.starts_with(&TAG)
-}
-
 /// The body of the overlay request carrying `request`.
 pub fn encode_request(request: &Request) -> Bytes {
-    let mut out = TAG.to_vec();
     // Encoding a plain enum of strings into a Vec cannot fail.
-    out.extend(postcard::to_stdvec(request).unwrap_or_default());
-    Bytes::from(out)
+    Bytes::from(postcard::to_stdvec(request).unwrap_or_default())
 }
 
 /// The request in an overlay body from another node, its lengths checked; the error is the
 /// answer to send back.
 pub fn decode_request(body: &[u8]) -> Result<Request, String> {
-    let rest = body
-        .strip_prefix(&TAG)
-        .ok_or("not a name-service request")?;
     let request: Request =
-        postcard::from_bytes(rest).map_err(|e| format!("bad name-service request: {e}"))?;
+        postcard::from_bytes(body).map_err(|e| format!("bad name-service request: {e}"))?;
     let (name, port) = match &request {
         Request::Publish { name, port } => (name, Some(port)),
         Request::Unpublish { name } | Request::Lookup { name } => (name, None),
@@ -209,7 +191,6 @@ mod tests {
     fn requests_and_responses_round_trip() {
         for request in [publish("a b", "p;q=r"), lookup("x"), unpublish("")] {
             let body = encode_request(&request);
-            assert!(is_request(&body));
             assert_eq!(decode_request(&body), Ok(request));
         }
         for response in [
@@ -227,15 +208,13 @@ mod tests {
 
     #[test]
     fn refuses_bad_requests() {
-        assert_eq!(
-            decode_request(b"cmd"),
-            Err("not a name-service request".into())
-        );
-        assert!(
-            decode_request(&TAG)
-                .unwrap_err()
-                .starts_with("bad name-service request")
-        );
+        for garbage in [&b""[..], b"\x07cmd"] {
+            assert!(
+                decode_request(garbage)
+                    .unwrap_err()
+                    .starts_with("bad name-service request")
+            );
+        }
         let long = encode_request(&lookup(&"n".repeat(NAME_MAX + 1)));
         assert_eq!(
             decode_request(&long),
@@ -243,18 +222,5 @@ mod tests {
         );
         let long = encode_request(&publish("n", &"p".repeat(PORT_MAX + 1)));
         assert!(decode_request(&long).is_err());
-    }
-
-    /// The routing rule [`TAG`] relies on: no direct-modex request starts with it.
-    #[test]
-    fn modex_requests_never_carry_the_tag() {
-        for len in [1, 127, 128, 255, 256] {
-            let proc_ = greedy_sys::pmix::Proc {
-                nspace: "j".repeat(len),
-                rank: 0,
-            };
-            let body = crate::pmix::encode_dmodex_request(&proc_, Some("k".into())).unwrap();
-            assert!(!is_request(&body), "job id of {len} bytes");
-        }
     }
 }

@@ -23,7 +23,7 @@
 mod engine_task;
 mod link;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{collections::HashMap, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use greedy_tree::Tree;
@@ -38,7 +38,7 @@ use self::{
 use crate::{
     AbortInfo, Error, JobSpec, auth,
     collectives::{AllgatherRule, Engine, Op, Outcome},
-    frame::{Link, Message},
+    frame::{Link, Message, Service},
     listener,
     rendezvous::Rendezvous,
 };
@@ -118,6 +118,7 @@ enum Request {
     /// A point-to-point request to node `to`; the answer comes back on `reply`.
     Ask {
         to: usize,
+        service: Service,
         body: Bytes,
         reply: oneshot::Sender<Result<Bytes, String>>,
     },
@@ -170,6 +171,24 @@ impl Drop for Incoming {
     }
 }
 
+/// The engine's ends of the services' request queues.
+struct Queues {
+    /// PMIx direct modex ([`Service::Modex`]).
+    modex: mpsc::Sender<Incoming>,
+    /// The name table ([`Service::Names`]).
+    names: mpsc::Sender<Incoming>,
+}
+
+impl Queues {
+    /// The queue of `service`'s server.
+    fn of(&self, service: Service) -> &mpsc::Sender<Incoming> {
+        match service {
+            Service::Modex => &self.modex,
+            Service::Names => &self.names,
+        }
+    }
+}
+
 /// What links tell the engine.
 enum Event {
     Frame {
@@ -201,14 +220,11 @@ const EVENT_CAPACITY: usize = 256;
 const LINK_CAPACITY: usize = 4096;
 /// Capacity of the request channel from handles: collectives are issued one at a time per caller.
 const REQUEST_CAPACITY: usize = 64;
-/// Capacity of the queue of point-to-point requests waiting for this node's server (see
-/// [`Overlay::incoming`]): a PMIx direct modex is at most one per remote rank and key miss, and
-/// a request arriving at a full queue is answered with an error rather than stalling the engine.
+/// Capacity of each service's queue of point-to-point requests waiting for this node's server
+/// (see [`Overlay::incoming`]): a PMIx direct modex is at most one per remote rank and key
+/// miss, a name request one per PMI client at a time; a request arriving at a full queue is
+/// answered with an error rather than stalling the engine.
 const INCOMING_CAPACITY: usize = 1024;
-/// Capacity of the queue of name-service requests (see [`Overlay::names_incoming`]): a PMI client
-/// waits for each answer, so at most one per rank of the job is in flight; a request arriving at
-/// a full queue is refused as above.
-const NAMES_CAPACITY: usize = 1024;
 
 /// A running overlay; cheap to clone, every clone drives the same agent.
 ///
@@ -232,8 +248,8 @@ struct Inner {
     requests: mpsc::Sender<Request>,
     aborted: watch::Receiver<Option<AbortInfo>>,
     join: watch::Receiver<JoinState>,
-    incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
-    names_incoming: std::sync::Mutex<Option<mpsc::Receiver<Incoming>>>,
+    /// Each service's queue until its server takes it.
+    incoming: std::sync::Mutex<HashMap<Service, mpsc::Receiver<Incoming>>>,
     request_timeout: Duration,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -354,8 +370,8 @@ impl Overlay {
         let (events_tx, events_rx) = mpsc::channel(EVENT_CAPACITY);
         let (requests_tx, requests_rx) = mpsc::channel(REQUEST_CAPACITY);
         let (aborted_tx, aborted_rx) = watch::channel(None);
-        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_CAPACITY);
-        let (names_tx, names_rx) = mpsc::channel(NAMES_CAPACITY);
+        let (modex_tx, modex_rx) = mpsc::channel(INCOMING_CAPACITY);
+        let (names_tx, names_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (join_tx, join_rx) = watch::channel(JoinState::Joining);
         let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
@@ -379,8 +395,10 @@ impl Overlay {
             engine,
             requests_tx.clone(),
             aborted_tx,
-            incoming_tx,
-            names_tx,
+            Queues {
+                modex: modex_tx,
+                names: names_tx,
+            },
         );
         tracker.spawn(engine.run(requests_rx, events_rx).instrument(span.clone()));
         tracker.spawn(accept_loop(shared.clone(), listener).instrument(span.clone()));
@@ -391,8 +409,10 @@ impl Overlay {
                 requests: requests_tx,
                 aborted: aborted_rx,
                 join: join_rx,
-                incoming: std::sync::Mutex::new(Some(incoming_rx)),
-                names_incoming: std::sync::Mutex::new(Some(names_rx)),
+                incoming: std::sync::Mutex::new(HashMap::from([
+                    (Service::Modex, modex_rx),
+                    (Service::Names, names_rx),
+                ])),
                 request_timeout: config.request_timeout,
                 shutdown,
                 tracker,
@@ -585,13 +605,18 @@ impl Overlay {
     ///
     /// # Cancel safety
     /// Cancel-safe: a dropped caller only loses the answer, which is discarded when it comes.
-    pub async fn request(&self, to: usize, body: Bytes) -> Result<Bytes, Error> {
+    pub async fn request(&self, to: usize, service: Service, body: Bytes) -> Result<Bytes, Error> {
         self.joined().await?;
         let node = self.inner.node_idx;
         let (reply, rx) = oneshot::channel();
         self.inner
             .requests
-            .send(Request::Ask { to, body, reply })
+            .send(Request::Ask {
+                to,
+                service,
+                body,
+                reply,
+            })
             .await
             .map_err(|_| Error::Shutdown { node })?;
         match tokio::time::timeout(self.inner.request_timeout, rx).await {
@@ -610,26 +635,15 @@ impl Overlay {
         }
     }
 
-    /// The requests other nodes send this one with [`Overlay::request`]; `None` after the
-    /// first call (one server per node). Until it is taken, requests wait in a bounded queue;
-    /// beyond it they are refused.
-    pub fn incoming(&self) -> Option<mpsc::Receiver<Incoming>> {
+    /// The requests for `service` that other nodes send this one with [`Overlay::request`];
+    /// `None` after the first call (one server per service and node). Until it is taken,
+    /// requests wait in a bounded queue; beyond it they are refused.
+    pub fn incoming(&self, service: Service) -> Option<mpsc::Receiver<Incoming>> {
         self.inner
             .incoming
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-
-    /// The name-service requests ([`crate::names::is_request`]) other nodes send this one, kept
-    /// apart from [`Overlay::incoming`] so that the PMI server's name table and the PMIx
-    /// server's direct modex can both serve on one node; `None` after the first call.
-    pub fn names_incoming(&self) -> Option<mpsc::Receiver<Incoming>> {
-        self.inner
-            .names_incoming
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+            .remove(&service)
     }
 
     /// Aborts the job on every node: pending and later collectives fail with [`Error::Aborted`].

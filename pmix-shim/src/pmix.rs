@@ -54,6 +54,7 @@ use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
     family::{self, Family},
+    frame::Service,
     overlay::Overlay,
     peer::JobProcesses,
 };
@@ -525,7 +526,7 @@ impl Handler for Bridge {
                 let answer = tokio::select! {
                     // Dropping `done` answers PMIx with an error.
                     _ = shutdown.cancelled() => return,
-                    a = overlay.request(node, body) => a,
+                    a = overlay.request(node, Service::Modex, body) => a,
                 };
                 match answer {
                     Ok(blob) => done.complete(Status::SUCCESS, blob.to_vec()),
@@ -649,7 +650,7 @@ impl PmixServer {
         inner
             .tracker
             .spawn(fence_loop(inner.clone(), fence_rx).instrument(span.clone()));
-        if let Some(incoming) = overlay.incoming() {
+        if let Some(incoming) = overlay.incoming(Service::Modex) {
             inner
                 .tracker
                 .spawn(dmodex_server(inner.clone(), incoming).instrument(span.clone()));

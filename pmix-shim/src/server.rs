@@ -41,6 +41,7 @@ use crate::{
     AbortInfo, Error, JobSpec,
     departures::Departures,
     family::{self, Family},
+    frame::Service,
     names,
     overlay::{Incoming, Overlay},
     session::{Action, Node, Session},
@@ -201,7 +202,7 @@ impl PmiServer {
             .tracker
             .spawn(abort_watch(shared.clone()).instrument(span.clone()));
         if me == names::NAMES_NODE
-            && let Some(incoming) = shared.overlay.names_incoming()
+            && let Some(incoming) = shared.overlay.incoming(Service::Names)
         {
             shared
                 .tracker
@@ -432,7 +433,7 @@ async fn ask_names(shared: Arc<Shared>, request: names::Request, to: mpsc::Sende
     let body = names::encode_request(&request);
     let answer = tokio::select! {
         _ = shared.shutdown.cancelled() => return,
-        r = shared.overlay.request(names::NAMES_NODE, body) => match r {
+        r = shared.overlay.request(names::NAMES_NODE, Service::Names, body) => match r {
             Ok(bytes) => names::decode_response(&bytes),
             Err(e) => {
                 // The rank gets an error reply; the log says which rank could not reach node 0.

@@ -11,6 +11,7 @@ use greedy_pmix::{
     Error, JobSecret, JobSpec,
     collectives::AllgatherRule,
     flood::flood,
+    frame::Service,
     overlay::{Overlay, OverlayConfig},
     rendezvous::{Memory, Rendezvous},
 };
@@ -346,8 +347,8 @@ async fn requests_reach_any_node_and_come_back() {
     let (overlays, _board) = start_all(n, config()).await;
     // Every node but the last serves: it answers with its index and the request.
     for o in overlays.iter().take(n - 1) {
-        let mut incoming = o.incoming().expect("first taker");
-        assert!(o.incoming().is_none(), "one server per node");
+        let mut incoming = o.incoming(Service::Modex).expect("first taker");
+        assert!(o.incoming(Service::Modex).is_none(), "one server per node");
         let me = o.node_idx();
         tokio::spawn(async move {
             while let Some(req) = incoming.recv().await {
@@ -360,7 +361,7 @@ async fn requests_reach_any_node_and_come_back() {
     for from in [0, 3, 5] {
         for to in 0..n - 1 {
             let got = overlays[from]
-                .request(to, Bytes::from_static(b"ping"))
+                .request(to, Service::Modex, Bytes::from_static(b"ping"))
                 .await
                 .unwrap();
             assert_eq!(
@@ -369,22 +370,25 @@ async fn requests_reach_any_node_and_come_back() {
             );
         }
     }
-    let err = overlays[1].request(n + 3, Bytes::new()).await.unwrap_err();
+    let err = overlays[1]
+        .request(n + 3, Service::Modex, Bytes::new())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("no node 9 in this job"), "{err}");
     assert!(overlays.iter().all(|o| o.aborted().borrow().is_none()));
     shutdown(overlays).await;
 }
 
-/// Name-service requests (tagged, [`greedy_pmix::names`]) reach their own queue, so the PMI
-/// server's name table and the PMIx direct modex serve side by side on one node.
+/// Each service's requests reach its own queue, so the PMI server's name table and the PMIx
+/// direct modex serve side by side on one node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn name_requests_have_their_own_queue() {
+async fn each_service_has_its_own_queue() {
     use greedy_pmix::names;
     let (overlays, _board) = start_all(2, config()).await;
-    let mut modex = overlays[0].incoming().expect("first taker");
-    let mut table = overlays[0].names_incoming().expect("first taker");
+    let mut modex = overlays[0].incoming(Service::Modex).expect("first taker");
+    let mut table = overlays[0].incoming(Service::Names).expect("first taker");
     assert!(
-        overlays[0].names_incoming().is_none(),
+        overlays[0].incoming(Service::Names).is_none(),
         "one name server per node"
     );
     tokio::spawn(async move {
@@ -401,10 +405,13 @@ async fn name_requests_have_their_own_queue() {
     });
     let lookup = names::encode_request(&names::Request::Lookup { name: "x".into() });
     for from in [0, 1] {
-        let got = overlays[from].request(0, lookup.clone()).await.unwrap();
+        let got = overlays[from]
+            .request(0, Service::Names, lookup.clone())
+            .await
+            .unwrap();
         assert_eq!(got, "names".as_bytes());
         let got = overlays[from]
-            .request(0, Bytes::from_static(b"ping"))
+            .request(0, Service::Modex, Bytes::from_static(b"ping"))
             .await
             .unwrap();
         assert_eq!(got, "modex".as_bytes());

@@ -7,11 +7,11 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument, debug, warn};
 
-use super::{Event, Incoming, Request, Shared, link::connect};
+use super::{Event, Incoming, Queues, Request, Shared, link::connect};
 use crate::{
     AbortInfo, Error,
     collectives::{Engine, Outcome, Output},
-    frame::{Link, Message},
+    frame::{Link, Message, Service},
 };
 
 /// The engine task's state: the engine, the links it writes to, and who waits for what.
@@ -26,10 +26,8 @@ pub(super) struct EngineTask {
     answers_tx: mpsc::Sender<Request>,
     /// Tells the handles of the job's abort.
     aborted_tx: watch::Sender<Option<AbortInfo>>,
-    /// Requests for this node, to its local server ([`super::Overlay::incoming`]).
-    incoming_tx: mpsc::Sender<Incoming>,
-    /// Name-service requests for this node ([`super::Overlay::names_incoming`]).
-    names_tx: mpsc::Sender<Incoming>,
+    /// Requests for this node, to its local servers ([`super::Overlay::incoming`]).
+    queues: Queues,
     /// Each node's live links with their ids; frames go on the first.
     links: HashMap<usize, Vec<(u64, mpsc::Sender<Message>)>>,
     /// Collectives started here, by sequence number, awaiting their result.
@@ -51,8 +49,7 @@ impl EngineTask {
         engine: Engine,
         answers_tx: mpsc::Sender<Request>,
         aborted_tx: watch::Sender<Option<AbortInfo>>,
-        incoming_tx: mpsc::Sender<Incoming>,
-        names_tx: mpsc::Sender<Incoming>,
+        queues: Queues,
     ) -> Self {
         EngineTask {
             me: shared.job.node_idx,
@@ -60,8 +57,7 @@ impl EngineTask {
             engine,
             answers_tx,
             aborted_tx,
-            incoming_tx,
-            names_tx,
+            queues,
             links: HashMap::new(),
             waiting: HashMap::new(),
             asked: HashMap::new(),
@@ -119,19 +115,24 @@ impl EngineTask {
             }
             Request::Abort(info) => self.engine.abort(info, out),
             Request::AddressBook(b) => self.book = b,
-            Request::Ask { to, body, reply } => {
+            Request::Ask {
+                to,
+                service,
+                body,
+                reply,
+            } => {
                 let id = self.next_ask;
                 self.next_ask += 1;
                 if to >= self.shared.job.n_nodes() {
                     let _ = reply.send(Err(format!("no node {to} in this job")));
                 } else if to == me {
                     self.asked.insert(id, reply);
-                    self.deliver(me, id, body, out);
+                    self.deliver(me, id, service, body, out);
                 } else {
                     self.asked.insert(id, reply);
                     out.push(Output::Send {
                         to,
-                        msg: Message::Request { id, body },
+                        msg: Message::Request { id, service, body },
                     });
                 }
             }
@@ -156,8 +157,8 @@ impl EngineTask {
         match event {
             Event::Frame {
                 from,
-                msg: Message::Request { id, body },
-            } => self.deliver(from, id, body, out),
+                msg: Message::Request { id, service, body },
+            } => self.deliver(from, id, service, body, out),
             Event::Frame {
                 from: _,
                 msg: Message::Response { id, body },
@@ -260,15 +261,11 @@ impl EngineTask {
         );
     }
 
-    /// A request for this node: queue it for the local server it is for (the name service's
-    /// carry its tag), or refuse it when the queue is full.
-    fn deliver(&self, from: usize, id: u64, body: Bytes, out: &mut Vec<Output>) {
+    /// A request for this node: queue it for the local server of its `service`, or refuse it
+    /// when that queue is full.
+    fn deliver(&self, from: usize, id: u64, service: Service, body: Bytes, out: &mut Vec<Output>) {
         let me = self.me;
-        let queue = if crate::names::is_request(&body) {
-            &self.names_tx
-        } else {
-            &self.incoming_tx
-        };
+        let queue = self.queues.of(service);
         let incoming = Incoming {
             from,
             body,
