@@ -314,8 +314,13 @@ fn usage_errors_exit_2_before_anything_starts() {
 
 /// tests/mpi/wireup.c built in `dir` with Debian's `mpicc.FLAVOUR` (`mpich`, `openmpi`).
 fn wireup_program(dir: &Path, flavour: &str) -> String {
-    let exe = dir.join(format!("wireup-{flavour}"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
+    mpi_program(dir, "wireup", flavour)
+}
+
+/// tests/mpi/NAME.c built in `dir` with Debian's `mpicc.FLAVOUR`.
+fn mpi_program(dir: &Path, name: &str, flavour: &str) -> String {
+    let exe = dir.join(format!("{name}-{flavour}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
     let built = Command::new(format!("mpicc.{flavour}"))
         .arg("-O1")
         .arg("-o")
@@ -367,6 +372,31 @@ fn mpich_wires_up_across_agents() {
         ],
     );
     assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+}
+
+/// MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name through greedyrun: one name table
+/// for the job, on its first host, asked by every agent's PMI server (tests/mpi/names.c: a
+/// lookup of an unknown name fails at once, a published one is found on every host).
+#[test]
+fn mpich_publishes_and_looks_up_names_across_agents() {
+    let (d, local, _) = shells();
+    let exe = mpi_program(d.path(), "names", "mpich");
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            "UCX_TLS=self,sm",
+            &exe,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
 }
 
 /// Debian's Open MPI 4.1 wires up through greedy-pmix's PMIx server (`--pmi pmix`) across three

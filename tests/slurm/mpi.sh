@@ -92,7 +92,7 @@ up() {
 down() { cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true; }
 
 # Processes of our jobs left in any host (slurmstepd included: a step must end entirely).
-JOB_RE='slurmstepd|wireup|sleep 4242|bash -c'
+JOB_RE='slurmstepd|wireup|/names|sleep 4242|bash -c'
 . "$ROOT/tests/cluster/leftovers.sh"
 slurmds_alive() {
   local n
@@ -182,6 +182,13 @@ for mpi in mpich ompi; do
   grep -qi "rank 5 .*abort.*3" "$SLOG"/slurmd-n3.log || fail "abort-$mpi: no log line naming rank 5"
   pass "$mpi: MPI_Abort(3) in rank 5: srun exits 3 in ${SECS}s, slurmd log names the rank, nothing left"
 done
+
+# MPI name publishing (PMI-1 publish_name, lookup_name, unpublish_name): one table per step,
+# on its first node; a lookup of an unknown name fails at once (tests/mpi/names.c).
+build_mpi_prog "$ROOT/tests/mpi/names.c" names
+run names-mpich 90 "${PPN[@]}" --mpi=greedy "$BINDIR/names"
+ok16 names-mpich
+pass "mpich: MPI_Publish_name, MPI_Lookup_name, MPI_Unpublish_name across $NODES nodes: 16/16 ranks ok in ${SECS}s"
 
 # Steps that are not MPI programs run as under Slurm's own plugins: a task that never speaks
 # PMI and exits 0 ends nothing; one that fails ends the step with its code.
