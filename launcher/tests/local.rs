@@ -340,38 +340,27 @@ fn mpi_program(dir: &Path, name: &str, flavour: &str) -> String {
 fn mpich_wires_up_across_agents() {
     let (d, local, _) = shells();
     let exe = wireup_program(d.path(), "mpich");
-    let (out, _) = run(
-        &local,
-        &[
-            "-H",
-            "localhost,127.0.0.2:2,127.0.0.3",
-            "--timeout",
-            "60",
-            "--",
-            "env",
-            "UCX_TLS=self,sm",
-            "EXPECT_SIZE=4",
-            &exe,
-        ],
-    );
+    let out = run_mpich(&local, &["EXPECT_SIZE=4", &exe]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
     assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
-    let (out, _) = run(
-        &local,
-        &[
-            "-H",
-            "localhost,127.0.0.2:2,127.0.0.3",
-            "--timeout",
-            "60",
-            "--",
-            "env",
-            "UCX_TLS=self,sm",
-            &exe,
-            "fail-before-init=2:7",
-        ],
-    );
+    let out = run_mpich(&local, &[&exe, "fail-before-init=2:7"]);
     assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+}
+
+/// An MPICH job of 4 ranks on three agents (`env UCX_TLS=self,sm COMMAND…`).
+fn run_mpich(local: &Path, command: &[&str]) -> Output {
+    let mut args = vec![
+        "-H",
+        "localhost,127.0.0.2:2,127.0.0.3",
+        "--timeout",
+        "60",
+        "--",
+        "env",
+        "UCX_TLS=self,sm",
+    ];
+    args.extend_from_slice(command);
+    run(local, &args).0
 }
 
 /// MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name through greedyrun: one name table
@@ -381,19 +370,7 @@ fn mpich_wires_up_across_agents() {
 fn mpich_publishes_and_looks_up_names_across_agents() {
     let (d, local, _) = shells();
     let exe = mpi_program(d.path(), "names", "mpich");
-    let (out, _) = run(
-        &local,
-        &[
-            "-H",
-            "localhost,127.0.0.2:2,127.0.0.3",
-            "--timeout",
-            "60",
-            "--",
-            "env",
-            "UCX_TLS=self,sm",
-            &exe,
-        ],
-    );
+    let out = run_mpich(&local, &[&exe]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
     assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
