@@ -15,7 +15,8 @@
 //!
 //! Name publishing (`MPI_Publish_name` and friends) goes to the job's one name table on node 0
 //! ([`crate::names`]): every node's ranks, node 0's own included, ask it with one overlay
-//! request each, and node 0's server answers them from [`Overlay::names_incoming`].
+//! request each, and node 0's server answers them from its `Service::Names` queue
+//! ([`Overlay::incoming`]).
 //!
 //! Failures abort the whole job through the overlay, naming the rank: a protocol violation
 //! (quoting the offending text), `PMI_Abort`, a rank that closes its PMI connection or exits
