@@ -107,6 +107,10 @@ pub mod key {
         OPTIONAL = PMIX_OPTIONAL;
         /// `pmix.immediate` (bool): answer from local data, never ask the host.
         IMMEDIATE = PMIX_IMMEDIATE;
+        /// `pmix.timeout` (int, seconds).
+        TIMEOUT = PMIX_TIMEOUT;
+        /// `pmix.wait` (bool): a lookup waits until the keys are published.
+        WAIT = PMIX_WAIT;
     }
 }
 

@@ -22,6 +22,7 @@ use crate::raw::pmix as raw;
 
 pub mod gate;
 pub mod info;
+pub mod pubsub;
 pub mod server;
 pub mod topology;
 

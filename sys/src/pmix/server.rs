@@ -19,8 +19,13 @@
 //! later on PMIx's thread and must not block. Their arguments (the info array) are kept alive
 //! until then. Calls without callback block and must never be made from a callback.
 //!
-//! Module entries left NULL (publish, lookup, spawn, connect, job control, …) are answered
-//! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool.
+//! - [`LookupDone`] calls a `pmix_lookup_cbfunc_t` exactly once with typed results
+//!   ([`super::pubsub`]: the publish/lookup/unpublish/connect/disconnect contracts).
+//!
+//! Module entries left NULL (spawn, groups, job control, …) are answered
+//! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool. The
+//! name-service and connect entries forward to [`Handler`] methods whose defaults answer
+//! `PMIX_ERR_NOT_SUPPORTED`.
 //!
 //! Lifecycle: [`Server::init`] installs the accept gate ([`super::gate`]) before libpmix
 //! starts listening, and fails if it cannot; finalize runs on a detached thread
@@ -37,6 +42,7 @@ use std::time::Duration;
 
 use super::gate::{self, GateError, Policy};
 use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
+use super::pubsub::{self, Directives, LookupDone, Published};
 use super::{Proc, Status, check, take_c_string};
 use crate::raw::pmix as raw;
 
@@ -67,6 +73,34 @@ pub trait Handler: Send + Sync + 'static {
     /// is the key the client asked for (`PMIX_REQUIRED_KEY`): the blob is useless to it
     /// until the process has posted that key.
     fn direct_modex(&self, proc_: Proc, required_key: Option<String>, done: ModexDone);
+    /// A client published `what.data` (`PMIx_Publish`). Default: not supported.
+    fn publish(&self, proc_: Proc, what: Published, done: OpDone) {
+        let _ = (proc_, what);
+        done.complete(Status::NOT_SUPPORTED);
+    }
+    /// A client looks `keys` up (`PMIx_Lookup`); with `directives.wait`, answer once all are
+    /// published (or the timeout passed). Default: not supported.
+    fn lookup(&self, proc_: Proc, keys: Vec<String>, directives: Directives, done: LookupDone) {
+        let _ = (proc_, keys, directives);
+        done.complete(Status::NOT_SUPPORTED, Vec::new());
+    }
+    /// A client withdraws `keys` (`PMIx_Unpublish`). Default: not supported.
+    fn unpublish(&self, proc_: Proc, keys: Vec<String>, directives: Directives, done: OpDone) {
+        let _ = (proc_, keys, directives);
+        done.complete(Status::NOT_SUPPORTED);
+    }
+    /// Every local participant of `PMIx_Connect(procs)` has called; complete `done` once
+    /// every participant's node has (`timeout`: the client's `PMIX_TIMEOUT`). Default: not
+    /// supported.
+    fn connect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
+        let _ = (procs, timeout);
+        done.complete(Status::NOT_SUPPORTED);
+    }
+    /// As [`Handler::connect`], for `PMIx_Disconnect`. Default: not supported.
+    fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
+        let _ = (procs, timeout);
+        done.complete(Status::NOT_SUPPORTED);
+    }
     /// A callback (this handler's method or a host-call closure) panicked; `message` is the
     /// panic's text. Called once per panic, on PMIx's thread.
     fn callback_panicked(&self, callback: &'static str, message: String);
@@ -241,6 +275,11 @@ fn host_module() -> raw::pmix_server_module_t {
         fence_nb: Some(on_fence),
         direct_modex: Some(on_direct_modex),
         tool_connected: Some(on_tool_connected),
+        publish: Some(on_publish),
+        lookup: Some(on_lookup),
+        unpublish: Some(on_unpublish),
+        connect: Some(on_connect),
+        disconnect: Some(on_disconnect),
         ..Default::default()
     }
 }
@@ -378,6 +417,118 @@ unsafe extern "C" fn on_direct_modex(
         Some(p) => h.direct_modex(p, required_key, done),
         None => done.complete(Status::BAD_PARAM, Vec::new()),
     });
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_publish(
+    proc_: *const raw::pmix_proc_t,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc for the duration of the call.
+    let p = unsafe { procs_from_raw(proc_, 1) };
+    // SAFETY: `info` holds `ninfo` entries, valid for the call.
+    let what = unsafe { Published::from_info(info, ninfo) };
+    forward("publish", move |h| match (p.into_iter().next(), what) {
+        (Some(p), Ok(what)) => h.publish(p, what, done),
+        (Some(p), Err(why)) => {
+            tracing::warn!(?p, "publish refused: {why}");
+            done.complete(Status::NOT_SUPPORTED)
+        }
+        (None, _) => done.complete(Status::BAD_PARAM),
+    });
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_lookup(
+    proc_: *const raw::pmix_proc_t,
+    keys: *mut *mut c_char,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_lookup_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = LookupDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc, a NULL-terminated argv of keys and `ninfo` infos,
+    // all valid for the call.
+    let (p, keys, directives) = unsafe {
+        (
+            procs_from_raw(proc_, 1),
+            pubsub::keys_from_argv(keys),
+            pubsub::directives_from_info(info, ninfo),
+        )
+    };
+    forward("lookup", move |h| match p.into_iter().next() {
+        Some(p) => h.lookup(p, keys, directives, done),
+        None => done.complete(Status::BAD_PARAM, Vec::new()),
+    });
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_unpublish(
+    proc_: *const raw::pmix_proc_t,
+    keys: *mut *mut c_char,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: as for on_lookup.
+    let (p, keys, directives) = unsafe {
+        (
+            procs_from_raw(proc_, 1),
+            pubsub::keys_from_argv(keys),
+            pubsub::directives_from_info(info, ninfo),
+        )
+    };
+    forward("unpublish", move |h| match p.into_iter().next() {
+        Some(p) => h.unpublish(p, keys, directives, done),
+        None => done.complete(Status::BAD_PARAM),
+    });
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_connect(
+    procs: *const raw::pmix_proc_t,
+    nprocs: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: `procs` holds `nprocs` and `info` `ninfo` entries, valid for the call.
+    let (procs, timeout) = unsafe {
+        (
+            procs_from_raw(procs, nprocs),
+            pubsub::timeout_from_info(info, ninfo),
+        )
+    };
+    forward("connect", move |h| h.connect(procs, timeout, done));
+    Status::SUCCESS.0
+}
+
+unsafe extern "C" fn on_disconnect(
+    procs: *const raw::pmix_proc_t,
+    nprocs: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = OpDone { cbfunc, cbdata };
+    // SAFETY: as for on_connect.
+    let (procs, timeout) = unsafe {
+        (
+            procs_from_raw(procs, nprocs),
+            pubsub::timeout_from_info(info, ninfo),
+        )
+    };
+    forward("disconnect", move |h| h.disconnect(procs, timeout, done));
     Status::SUCCESS.0
 }
 
