@@ -517,8 +517,15 @@ impl Session {
                     (Request::Lookup { .. }, _) => pmi1::Reply::LookupResult(Err(
                         failure.unwrap_or_else(|| "no port in the answer".into())
                     )),
-                    (Request::Publish { .. }, _) => pmi1::Reply::PublishResult(failure),
                     (Request::Unpublish { .. }, _) => pmi1::Reply::UnpublishResult(failure),
+                    // PMI-1 sends only the three requests above; the PMIx ones never get here.
+                    (
+                        Request::Publish { .. }
+                        | Request::Put { .. }
+                        | Request::Get { .. }
+                        | Request::Withdraw { .. },
+                        _,
+                    ) => pmi1::Reply::PublishResult(failure),
                 };
                 reply.encode().into_bytes()
             }
