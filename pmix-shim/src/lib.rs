@@ -53,6 +53,7 @@ pub mod family;
 #[doc(hidden)]
 pub mod flood;
 pub mod frame;
+pub mod group;
 // The fuzz targets' bodies, shared with the corpus replay test; not an API.
 #[doc(hidden)]
 pub mod fuzzing;
@@ -60,6 +61,7 @@ mod job;
 mod listener;
 pub mod names;
 pub mod node;
+mod node0;
 pub mod overlay;
 pub mod peer;
 pub mod pmi1;

@@ -25,8 +25,11 @@ use serde::{Deserialize, Serialize};
 
 /// The node that holds the job's name table.
 pub const NAMES_NODE: usize = 0;
-/// Longest service name or key (PMIx's `PMIX_MAX_KEYLEN`; MPICH's `MPI_MAX_OBJECT_NAME` is 128).
-pub const NAME_MAX: usize = 511;
+/// Longest PMI service name (MPICH's `MPI_MAX_OBJECT_NAME` is 128; room to spare).
+pub const NAME_MAX: usize = 256;
+/// Longest PMIx key (`PMIX_MAX_KEYLEN`; Open MPI's connect/accept keys are its port name,
+/// at most 1024 bytes, plus ":accept": longer ones are refused by libpmix before us).
+pub const KEY_MAX: usize = 511;
 /// Longest PMI port (MPICH's `MPI_MAX_PORT_NAME` is 256; the PMI value limit bounds it anyway).
 pub const PORT_MAX: usize = 1024;
 /// Largest PMIx value (Open MPI's connect/accept publishes its side's member list, about 25
@@ -133,6 +136,9 @@ pub enum Request {
     },
 }
 
+/// One key a lookup found: the key, its publisher (`None`: a PMI publish) and its value.
+pub type FoundItem = (String, Option<Owner>, Value);
+
 /// The name service's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
@@ -149,8 +155,8 @@ pub enum Response {
     Full,
     /// The service could not be asked or answered nonsense (the reason).
     Failed(String),
-    /// PMIx: what a lookup found, in the order asked (`owner` `None`: a PMI publish).
-    Found(Vec<(String, Option<Owner>, Value)>),
+    /// PMIx: what a lookup found, in the order asked.
+    Found(Vec<FoundItem>),
     /// PMIx: these keys were not published (a lookup without wait, an unpublish).
     Missing(Vec<String>),
     /// PMIx: a waiting lookup's bound passed with these keys never published.
@@ -336,10 +342,7 @@ impl Table {
     }
 
     /// Every key of `keys` found now (first-read ones removed), or `Err` with those missing.
-    fn take(
-        &mut self,
-        keys: &[String],
-    ) -> Result<Vec<(String, Option<Owner>, Value)>, Vec<String>> {
+    fn take(&mut self, keys: &[String]) -> Result<Vec<FoundItem>, Vec<String>> {
         let missing: Vec<String> = keys
             .iter()
             .filter(|k| !self.entries.contains_key(*k))
@@ -482,16 +485,17 @@ pub fn decode_request(body: &[u8]) -> Result<Request, String> {
 
 /// The limits a request must keep (names, values, key counts), as a reason to answer.
 pub fn check_request(request: &Request) -> Result<(), String> {
-    let key = |k: &String| {
-        if k.len() > NAME_MAX {
+    let bounded = |k: &String, max: usize| {
+        if k.len() > max {
             Err(format!(
-                "name-service request: name or key of {} bytes (at most {NAME_MAX})",
+                "name-service request: name or key of {} bytes (at most {max})",
                 k.len()
             ))
         } else {
             Ok(())
         }
     };
+    let key = |k: &String| bounded(k, KEY_MAX);
     let count = |n: usize| {
         if n > KEYS_MAX {
             Err(format!(
@@ -503,7 +507,7 @@ pub fn check_request(request: &Request) -> Result<(), String> {
     };
     match request {
         Request::Publish { name, port } => {
-            key(name)?;
+            bounded(name, NAME_MAX)?;
             if port.len() > PORT_MAX {
                 return Err(format!(
                     "name-service request: port of {} bytes (at most {PORT_MAX})",
@@ -511,7 +515,7 @@ pub fn check_request(request: &Request) -> Result<(), String> {
                 ));
             }
         }
-        Request::Unpublish { name } | Request::Lookup { name } => key(name)?,
+        Request::Unpublish { name } | Request::Lookup { name } => bounded(name, NAME_MAX)?,
         Request::Put { data, .. } => {
             count(data.len())?;
             for (k, v) in data {
@@ -625,7 +629,7 @@ mod tests {
         let long = encode_request(&lookup(&"n".repeat(NAME_MAX + 1)));
         assert_eq!(
             decode_request(&long),
-            Err("name-service request: name or key of 512 bytes (at most 511)".into())
+            Err("name-service request: name or key of 257 bytes (at most 256)".into())
         );
         let many = Request::Get {
             keys: vec!["k".into(); KEYS_MAX + 1],

@@ -177,6 +177,8 @@ struct Queues {
     modex: mpsc::Sender<Incoming>,
     /// The name table ([`Service::Names`]).
     names: mpsc::Sender<Incoming>,
+    /// The subset-collective coordinator ([`Service::Group`]).
+    group: mpsc::Sender<Incoming>,
 }
 
 impl Queues {
@@ -185,6 +187,7 @@ impl Queues {
         match service {
             Service::Modex => &self.modex,
             Service::Names => &self.names,
+            Service::Group => &self.group,
         }
     }
 }
@@ -372,6 +375,7 @@ impl Overlay {
         let (aborted_tx, aborted_rx) = watch::channel(None);
         let (modex_tx, modex_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (names_tx, names_rx) = mpsc::channel(INCOMING_CAPACITY);
+        let (group_tx, group_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (join_tx, join_rx) = watch::channel(JoinState::Joining);
         let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
@@ -398,6 +402,7 @@ impl Overlay {
             Queues {
                 modex: modex_tx,
                 names: names_tx,
+                group: group_tx,
             },
         );
         tracker.spawn(engine.run(requests_rx, events_rx).instrument(span.clone()));
@@ -412,6 +417,7 @@ impl Overlay {
                 incoming: std::sync::Mutex::new(HashMap::from([
                     (Service::Modex, modex_rx),
                     (Service::Names, names_rx),
+                    (Service::Group, group_rx),
                 ])),
                 request_timeout: config.request_timeout,
                 shutdown,
@@ -606,6 +612,19 @@ impl Overlay {
     /// # Cancel safety
     /// Cancel-safe: a dropped caller only loses the answer, which is discarded when it comes.
     pub async fn request(&self, to: usize, service: Service, body: Bytes) -> Result<Bytes, Error> {
+        self.request_within(to, service, body, self.inner.request_timeout)
+            .await
+    }
+
+    /// As [`Overlay::request`], waiting at most `limit` for the answer (for requests the
+    /// asked node holds on purpose: a waiting lookup, a subset collective).
+    pub async fn request_within(
+        &self,
+        to: usize,
+        service: Service,
+        body: Bytes,
+        limit: Duration,
+    ) -> Result<Bytes, Error> {
         self.joined().await?;
         let node = self.inner.node_idx;
         let (reply, rx) = oneshot::channel();
@@ -619,11 +638,11 @@ impl Overlay {
             })
             .await
             .map_err(|_| Error::Shutdown { node })?;
-        match tokio::time::timeout(self.inner.request_timeout, rx).await {
+        match tokio::time::timeout(limit, rx).await {
             Err(_) => Err(Error::Timeout {
                 node,
                 what: "request_timeout",
-                after: self.inner.request_timeout,
+                after: limit,
             }),
             Ok(Err(_)) => Err(Error::Shutdown { node }),
             Ok(Ok(Ok(b))) => Ok(b),

@@ -18,8 +18,11 @@
 //!   fence, then hands PMIx the concatenation of the blobs (PMIx unpacks them in any order).
 //!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
 //!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
-//!   numbers match across nodes. A fence whose participants leave out whole nodes cannot be an
-//!   overlay collective and is answered `PMIX_ERR_NOT_SUPPORTED`.
+//!   numbers match across nodes. A fence whose participants leave out whole nodes is a
+//!   subset collective gathered by node 0 ([`crate::group`], `pmix/dynamic.rs`).
+//! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
+//!   node 0's table shared with PMI; connect and disconnect within the job as subset
+//!   collectives; another namespace is refused.
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
@@ -30,6 +33,8 @@
 //!
 //! PMIx allows one server per process: one agent per process (tests run agents as separate
 //! processes, `examples/pmix-agent.rs`).
+
+mod dynamic;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -43,6 +48,7 @@ use bytes::Bytes;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
     info::{InfoArray, Value, key},
+    pubsub::{Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
 };
 use serde::{Deserialize, Serialize};
@@ -323,6 +329,9 @@ struct State {
     exited: HashMap<u32, i32>,
     registered: HashSet<u32>,
     fences: u64,
+    /// How many subset collectives of each (operation, participants) this node ran: the
+    /// sequence number naming the next one ([`crate::group`]).
+    group_seq: HashMap<(crate::group::GroupOp, Vec<(String, u32)>), u64>,
 }
 
 /// The bindings of [`Binding::Reported`] as they come in.
@@ -489,6 +498,11 @@ impl Handler for Bridge {
     }
 
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
+        // Fences over some of the nodes are not overlay collectives (they need not be issued
+        // in the same order on every node): node 0 gathers them, concurrently.
+        if !spans_every_node(&self.job, &procs) {
+            return self.subset_fence(procs, collect, data, done);
+        }
         let req = FenceReq {
             procs,
             collect,
@@ -543,6 +557,26 @@ impl Handler for Bridge {
             .instrument(info_span!("dmodex", rank, peer = node)),
             &self.runtime,
         );
+    }
+
+    fn publish(&self, proc_: Proc, what: Published, done: OpDone) {
+        self.publish_names(proc_, what, done);
+    }
+
+    fn lookup(&self, proc_: Proc, keys: Vec<String>, directives: Directives, done: LookupDone) {
+        self.lookup_names(proc_, keys, directives, done);
+    }
+
+    fn unpublish(&self, proc_: Proc, keys: Vec<String>, _directives: Directives, done: OpDone) {
+        self.unpublish_names(proc_, keys, done);
+    }
+
+    fn connect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
+        self.connect_procs(procs, false, timeout, done);
+    }
+
+    fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
+        self.connect_procs(procs, true, timeout, done);
     }
 
     fn callback_panicked(&self, callback: &'static str, message: String) {
@@ -633,6 +667,7 @@ impl PmixServer {
             registered: watch::Sender::new(None),
             started: Mutex::new(started),
         });
+        crate::node0::spawn(&job, &overlay, &shared.tracker, &shared.shutdown);
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
         if let Some(all_started) = all_started {
@@ -1075,11 +1110,8 @@ async fn fence(shared: &Shared, req: FenceReq) -> ControlFlow<()> {
         done,
     } = req;
     if !spans_every_node(job, &procs) {
-        warn!(
-            ?procs,
-            "fence over a subset of the nodes (or another namespace): not supported"
-        );
-        done.complete(Status::NOT_SUPPORTED, Vec::new());
+        // Bridge::fence sends these to node 0; none is queued here.
+        done.complete(Status::ERROR, Vec::new());
         return ControlFlow::Continue(());
     }
     let mine = FenceBlob {

@@ -15,8 +15,8 @@
 //!
 //! Name publishing (`MPI_Publish_name` and friends) goes to the job's one name table on node 0
 //! ([`crate::names`]): every node's ranks, node 0's own included, ask it with one overlay
-//! request each, and node 0's server answers them from its `Service::Names` queue
-//! ([`Overlay::incoming`]).
+//! request each, and node 0's name service answers them from its `Service::Names` queue
+//! (`node0.rs`, shared with the PMIx server's publish and lookup).
 //!
 //! Failures abort the whole job through the overlay, naming the rank: a protocol violation
 //! (quoting the offending text), `PMI_Abort`, a rank that closes its PMI connection or exits
@@ -44,7 +44,7 @@ use crate::{
     family::{self, Family},
     frame::Service,
     names,
-    overlay::{Incoming, Overlay},
+    overlay::Overlay,
     session::{Action, Node, Session},
 };
 
@@ -202,13 +202,12 @@ impl PmiServer {
         shared
             .tracker
             .spawn(abort_watch(shared.clone()).instrument(span.clone()));
-        if me == names::NAMES_NODE
-            && let Some(incoming) = shared.overlay.incoming(Service::Names)
-        {
-            shared
-                .tracker
-                .spawn(names_server(shared.clone(), incoming).instrument(span));
-        }
+        crate::node0::spawn(
+            &shared.job,
+            &shared.overlay,
+            &shared.tracker,
+            &shared.shutdown,
+        );
         Ok(PmiServer { inner: shared })
     }
 
@@ -410,22 +409,6 @@ impl Shared {
             }
             .in_current_span(),
         );
-    }
-}
-
-/// Node 0: answers every node's name-service requests from the job's one table, in arrival order.
-async fn names_server(shared: Arc<Shared>, mut incoming: mpsc::Receiver<Incoming>) {
-    let mut table = names::Table::default();
-    loop {
-        let req = tokio::select! {
-            _ = shared.shutdown.cancelled() => return,
-            r = incoming.recv() => match r { Some(r) => r, None => return },
-        };
-        let answer = names::decode_request(&req.body).map(|request| {
-            debug!(from = req.from, ?request, "name service");
-            names::encode_response(&table.serve(request))
-        });
-        req.respond(answer).await;
     }
 }
 

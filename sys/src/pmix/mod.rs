@@ -45,6 +45,10 @@ impl Status {
     pub const OUT_OF_RESOURCE: Status = Status(raw::PMIX_ERR_OUT_OF_RESOURCE);
     /// `PMIX_ERR_BAD_PARAM`.
     pub const BAD_PARAM: Status = Status(raw::PMIX_ERR_BAD_PARAM);
+    /// `PMIX_EXISTS`: a key published already.
+    pub const EXISTS: Status = Status(raw::PMIX_EXISTS);
+    /// `PMIX_ERR_NO_PERMISSIONS`: not the caller's to change.
+    pub const NO_PERMISSIONS: Status = Status(raw::PMIX_ERR_NO_PERMISSIONS);
     /// `PMIX_OPERATION_SUCCEEDED`: done at once, no callback will follow.
     pub const OPERATION_SUCCEEDED: Status = Status(raw::PMIX_OPERATION_SUCCEEDED);
 

@@ -1,0 +1,385 @@
+//! Collectives over some of the job's nodes (a PMIx fence over a subset of the ranks, `PMIx_Connect`, `PMIx_Disconnect`): each participating node sends its contribution to node 0, which answers them all once every one is in.
+//!
+//! An overlay collective needs every node; these need only the nodes that host a
+//! participant, and different subsets may run at once (two halves of a split communicator
+//! fencing each on its own), so they are not numbered by the overlay. A group is named by
+//! what every participating node knows alike: the operation, the sorted participants as PMIx
+//! named them (always with their namespace, so a later server hosting several namespaces
+//! needs no new wire format), and a per-(operation, participants) sequence number each node
+//! counts by itself. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
+//! each with every node's data in node order, or, past the group's deadline, with an error
+//! naming the nodes (and their participating ranks) that never came.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::JobSpec;
+use crate::names::Ticket;
+
+/// The node that coordinates subset collectives.
+pub const GROUP_NODE: usize = 0;
+/// How long a subset collective waits for its last node when the client named no timeout.
+pub const GROUP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
+/// The longest a subset collective waits, whatever the client asked.
+pub const GROUP_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+/// Most groups gathering at once on node 0.
+pub const OPEN_MAX: usize = 1024;
+/// Most participants a contribution may name (a rank list longer than any job).
+pub const PROCS_MAX: usize = 1 << 20;
+
+/// The rank PMIx uses for "every rank of the namespace".
+pub const WILDCARD: u32 = greedy_sys::pmix::RANK_WILDCARD;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GroupOp {
+    /// `PMIx_Fence` over a subset (`collect`: the data travels).
+    Fence {
+        /// `PMIX_COLLECT_DATA`.
+        collect: bool,
+    },
+    /// `PMIx_Connect`.
+    Connect,
+    /// `PMIx_Disconnect`.
+    Disconnect,
+}
+
+/// One participating node's part of a subset collective (the overlay request body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contribution {
+    /// The collective.
+    pub op: GroupOp,
+    /// The participants, sorted: `(namespace, rank)`, rank [`WILDCARD`] for a whole namespace.
+    pub procs: Vec<(String, u32)>,
+    /// How many times this node ran `op` over `procs` before.
+    pub seq: u64,
+    /// The client's bound (capped at [`GROUP_TIMEOUT_MAX`]).
+    pub timeout: Duration,
+    /// This node's data (a fence's blob; empty otherwise).
+    pub data: Bytes,
+}
+
+/// The body of the overlay request carrying `c`.
+pub fn encode(c: &Contribution) -> Bytes {
+    Bytes::from(postcard::to_stdvec(c).unwrap_or_default())
+}
+
+/// A contribution from another node's bytes; the error is the answer to send back.
+pub fn decode(body: &[u8]) -> Result<Contribution, String> {
+    let c: Contribution =
+        postcard::from_bytes(body).map_err(|e| format!("bad group request: {e}"))?;
+    if c.procs.len() > PROCS_MAX {
+        return Err(format!("group request names {} processes", c.procs.len()));
+    }
+    Ok(c)
+}
+
+/// The nodes hosting `procs` of `job`, or why they are not all this job's ranks.
+pub fn nodes_of(job: &JobSpec, procs: &[(String, u32)]) -> Result<BTreeSet<usize>, String> {
+    let mut nodes = BTreeSet::new();
+    for (nspace, rank) in procs {
+        if *nspace != job.job_id {
+            return Err(format!(
+                "participant {nspace}:{rank} is not of this job's namespace {:?} (one PMIx server serves one job)",
+                job.job_id
+            ));
+        }
+        if *rank == WILDCARD {
+            return Ok((0..job.n_nodes()).collect());
+        }
+        match job.node_of_rank(*rank) {
+            Some(n) => nodes.insert(n),
+            None => return Err(format!("participant rank {rank} is not in the job")),
+        };
+    }
+    if nodes.is_empty() {
+        return Err("a collective with no participants".into());
+    }
+    Ok(nodes)
+}
+
+/// What names a group across nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupId {
+    op: GroupOp,
+    procs: Vec<(String, u32)>,
+    seq: u64,
+}
+
+/// A group gathering on node 0.
+#[derive(Debug)]
+struct Gathering {
+    expected: BTreeSet<usize>,
+    got: BTreeMap<usize, (Ticket, Bytes)>,
+    since: Instant,
+    deadline: Instant,
+}
+
+/// The answers to send: each ticket with the gathered data or the reason it failed.
+pub type Answers = Vec<(Ticket, Result<Bytes, String>)>;
+
+/// Node 0's bookkeeping of the subset collectives under way.
+#[derive(Debug)]
+pub struct Coordinator {
+    job: std::sync::Arc<JobSpec>,
+    open: HashMap<GroupId, Gathering>,
+}
+
+impl Coordinator {
+    /// A coordinator for `job`.
+    pub fn new(job: std::sync::Arc<JobSpec>) -> Coordinator {
+        Coordinator {
+            job,
+            open: HashMap::new(),
+        }
+    }
+
+    /// Node `from`'s contribution `c` (its request known as `ticket`) at `now`: the answers
+    /// it completes (every participating node's, when it is the last), or its own refusal.
+    pub fn contribute(
+        &mut self,
+        ticket: Ticket,
+        from: usize,
+        c: Contribution,
+        now: Instant,
+    ) -> Answers {
+        let expected = match nodes_of(&self.job, &c.procs) {
+            Ok(n) => n,
+            Err(why) => return vec![(ticket, Err(why))],
+        };
+        if !expected.contains(&from) {
+            return vec![(
+                ticket,
+                Err(format!("node {from} hosts none of the participants")),
+            )];
+        }
+        let id = GroupId {
+            op: c.op,
+            procs: c.procs,
+            seq: c.seq,
+        };
+        if !self.open.contains_key(&id) && self.open.len() >= OPEN_MAX {
+            return vec![(
+                ticket,
+                Err(format!(
+                    "{OPEN_MAX} collectives already gathering on node 0"
+                )),
+            )];
+        }
+        let g = self.open.entry(id.clone()).or_insert_with(|| Gathering {
+            expected,
+            got: BTreeMap::new(),
+            since: now,
+            deadline: now + c.timeout.min(GROUP_TIMEOUT_MAX),
+        });
+        if g.got.contains_key(&from) {
+            return vec![(
+                ticket,
+                Err(format!(
+                    "node {from} entered {:?} seq {} twice",
+                    id.op, id.seq
+                )),
+            )];
+        }
+        g.got.insert(from, (ticket, c.data));
+        if g.got.len() < g.expected.len() {
+            return Vec::new();
+        }
+        let Some(g) = self.open.remove(&id) else {
+            return Vec::new();
+        };
+        let all: Vec<u8> = g
+            .got
+            .values()
+            .flat_map(|(_, d)| d.iter().copied())
+            .collect();
+        let all = Bytes::from(all);
+        g.got
+            .into_values()
+            .map(|(t, _)| (t, Ok(all.clone())))
+            .collect()
+    }
+
+    /// The groups whose deadline passed at `now`: every node that came is told which did not.
+    pub fn expire(&mut self, now: Instant) -> Answers {
+        let late: Vec<GroupId> = self
+            .open
+            .iter()
+            .filter(|(_, g)| g.deadline <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for id in late {
+            let Some(g) = self.open.remove(&id) else {
+                continue;
+            };
+            let why = self.missing(&id, &g, now);
+            out.extend(g.got.into_values().map(|(t, _)| (t, Err(why.clone()))));
+        }
+        out
+    }
+
+    /// Why group `id` failed: the nodes that never entered, with their participating ranks.
+    fn missing(&self, id: &GroupId, g: &Gathering, now: Instant) -> String {
+        let whole = id.procs.iter().any(|(_, r)| *r == WILDCARD);
+        let missing: Vec<String> = g
+            .expected
+            .iter()
+            .filter(|n| !g.got.contains_key(n))
+            .map(|&n| {
+                let ranks: Vec<u32> = self.job.ranks[n]
+                    .iter()
+                    .copied()
+                    .filter(|r| whole || id.procs.iter().any(|(_, p)| p == r))
+                    .collect();
+                format!("node {n} ({}, ranks {ranks:?})", self.job.hosts[n])
+            })
+            .collect();
+        format!(
+            "{:?} over {} participants (seq {}): {} never entered within {:?}",
+            id.op,
+            id.procs.len(),
+            id.seq,
+            missing.join(", "),
+            now.saturating_duration_since(g.since)
+        )
+    }
+
+    /// When the next open group expires.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.open.values().map(|g| g.deadline).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JobSecret;
+
+    fn job() -> std::sync::Arc<JobSpec> {
+        std::sync::Arc::new(JobSpec {
+            job_id: "j".into(),
+            hosts: vec!["a".into(), "b".into(), "c".into()],
+            node_idx: 0,
+            model: Default::default(),
+            ranks: vec![vec![0, 1], vec![2, 3], vec![4, 5]],
+            secret: JobSecret::generate(),
+        })
+    }
+
+    fn part(op: GroupOp, ranks: &[u32], seq: u64, data: &'static [u8]) -> Contribution {
+        Contribution {
+            op,
+            procs: ranks.iter().map(|&r| ("j".to_string(), r)).collect(),
+            seq,
+            timeout: Duration::from_secs(5),
+            data: Bytes::from_static(data),
+        }
+    }
+
+    const FENCE: GroupOp = GroupOp::Fence { collect: true };
+
+    #[test]
+    fn a_subset_completes_when_its_nodes_are_in() {
+        let mut c = Coordinator::new(job());
+        let t0 = Instant::now();
+        // Ranks 2 and 4: nodes 1 and 2, node 0 not involved.
+        assert!(
+            c.contribute(1, 2, part(FENCE, &[2, 4], 0, b"C"), t0)
+                .is_empty()
+        );
+        // Another subset, and the same subset's next fence, do not mix in.
+        assert!(
+            c.contribute(2, 1, part(FENCE, &[2, 5], 0, b"x"), t0)
+                .is_empty()
+        );
+        assert!(
+            c.contribute(3, 1, part(FENCE, &[2, 4], 1, b"y"), t0)
+                .is_empty()
+        );
+        let mut done = c.contribute(4, 1, part(FENCE, &[2, 4], 0, b"B"), t0);
+        done.sort_by_key(|(t, _)| *t);
+        let bc = Ok(Bytes::from_static(b"BC"));
+        assert_eq!(done, vec![(1, bc.clone()), (4, bc)]);
+        // A node-local subset completes with its only node.
+        assert_eq!(
+            c.contribute(5, 1, part(GroupOp::Connect, &[2, 3], 0, b""), t0),
+            vec![(5, Ok(Bytes::new()))]
+        );
+        assert_eq!(c.open.len(), 2);
+    }
+
+    #[test]
+    fn refusals_name_the_reason() {
+        let mut c = Coordinator::new(job());
+        let t0 = Instant::now();
+        let err = |a: Answers| a[0].1.clone().unwrap_err();
+        assert!(
+            err(c.contribute(1, 0, part(FENCE, &[2, 3], 0, b""), t0)).contains("node 0 hosts none")
+        );
+        assert!(
+            err(c.contribute(1, 1, part(FENCE, &[9], 0, b""), t0))
+                .contains("rank 9 is not in the job")
+        );
+        let other = Contribution {
+            procs: vec![("k".into(), 0)],
+            ..part(GroupOp::Connect, &[], 0, b"")
+        };
+        assert!(err(c.contribute(1, 0, other, t0)).contains("k:0 is not of this job"));
+        assert!(
+            c.contribute(1, 1, part(FENCE, &[2, 4], 0, b""), t0)
+                .is_empty()
+        );
+        assert!(err(c.contribute(2, 1, part(FENCE, &[2, 4], 0, b""), t0)).contains("twice"));
+    }
+
+    #[test]
+    fn a_late_group_names_missing_nodes_and_ranks() {
+        let mut c = Coordinator::new(job());
+        let t0 = Instant::now();
+        assert!(
+            c.contribute(1, 0, part(GroupOp::Disconnect, &[0, 3, 5], 0, b""), t0)
+                .is_empty()
+        );
+        assert!(
+            c.contribute(2, 2, part(GroupOp::Disconnect, &[0, 3, 5], 0, b""), t0)
+                .is_empty()
+        );
+        assert_eq!(c.next_deadline(), Some(t0 + Duration::from_secs(5)));
+        assert!(c.expire(t0 + Duration::from_secs(4)).is_empty());
+        let late = c.expire(t0 + Duration::from_secs(5));
+        assert_eq!(late.len(), 2);
+        let why = late[0].1.clone().unwrap_err();
+        assert!(why.contains("node 1 (b, ranks [3])"), "{why}");
+        assert!(!why.contains("node 2"), "{why}");
+        assert_eq!(c.next_deadline(), None);
+        // A whole namespace names every rank of the missing node.
+        let whole = Contribution {
+            procs: vec![("j".into(), WILDCARD)],
+            ..part(FENCE, &[], 0, b"")
+        };
+        assert!(c.contribute(3, 0, whole, t0).is_empty());
+        let why = c.expire(t0 + Duration::from_secs(5))[0]
+            .1
+            .clone()
+            .unwrap_err();
+        assert!(
+            why.contains("node 1 (b, ranks [2, 3]), node 2 (c, ranks [4, 5])"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn contributions_round_trip_and_garbage_is_refused() {
+        let c = part(FENCE, &[1, 2], 3, b"data");
+        assert_eq!(decode(&encode(&c)), Ok(c));
+        assert!(
+            decode(b"\xff")
+                .unwrap_err()
+                .starts_with("bad group request")
+        );
+    }
+}
