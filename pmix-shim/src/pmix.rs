@@ -318,6 +318,23 @@ pub struct DmodexCounts {
     pub answered: u64,
 }
 
+/// PMIx name-service and subset operations this node carried out successfully for its ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DynamicCounts {
+    /// `PMIx_Publish` calls.
+    pub published: u64,
+    /// `PMIx_Lookup` calls answered with data.
+    pub looked_up: u64,
+    /// `PMIx_Unpublish` calls.
+    pub unpublished: u64,
+    /// `PMIx_Connect` calls (this node's part, once all local participants are in).
+    pub connected: u64,
+    /// `PMIx_Disconnect` calls (likewise).
+    pub disconnected: u64,
+    /// Fences over a subset of the nodes.
+    pub subset_fences: u64,
+}
+
 /// Per-node facts the callbacks update.
 #[derive(Debug, Default)]
 struct State {
@@ -329,6 +346,7 @@ struct State {
     exited: HashMap<u32, i32>,
     registered: HashSet<u32>,
     fences: u64,
+    dynamic: DynamicCounts,
     /// How many subset collectives of each (operation, participants) this node ran: the
     /// sequence number naming the next one ([`crate::group`]).
     group_seq: HashMap<(crate::group::GroupOp, Vec<(String, u32)>), u64>,
@@ -836,6 +854,11 @@ impl PmixServer {
     /// Every fence completed on this node, in order.
     pub fn fence_log(&self) -> Vec<FenceRecord> {
         lock(&self.inner.state).fence_log.clone()
+    }
+
+    /// Name-service and subset operations this node carried out.
+    pub fn dynamic_counts(&self) -> DynamicCounts {
+        lock(&self.inner.state).dynamic
     }
 
     /// Direct-modex traffic of this node so far.

@@ -37,9 +37,11 @@ const AGENT_DEADLINE: Duration = Duration::from_secs(120);
 /// The agents' `finalize_timeout`.
 const FINALIZE_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn compile(dir: &Path, mpicc: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/wireup.c");
-    let exe = dir.join("wireup");
+fn compile(dir: &Path, mpicc: &str, source: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mpi")
+        .join(source);
+    let exe = dir.join(source.trim_end_matches(".c"));
     // mpicc.openmpi, not mpicc: with MPICH installed too, the mpicc alternative may be MPICH's.
     let out = std::process::Command::new(mpicc)
         .arg("-O1")
@@ -167,6 +169,9 @@ struct AgentResult {
     shutdown_ms: u64,
     /// Connections the accept gate refused.
     refused: u64,
+    /// [`greedy_pmix::pmix::DynamicCounts`]: published, looked up, unpublished, connected,
+    /// disconnected, subset fences.
+    dynamic: [u64; 6],
     /// The stranger's connection was closed by the agent (None: no stranger).
     stranger_closed: Option<bool>,
     output: String,
@@ -189,6 +194,8 @@ impl AgentResult {
         s += &format!("dmodex {} {}\n", self.dmodex.0, self.dmodex.1);
         s += &format!("shutdown {}\n", self.shutdown_ms);
         s += &format!("refused {}\n", self.refused);
+        let d: Vec<String> = self.dynamic.iter().map(u64::to_string).collect();
+        s += &format!("dynamic {}\n", d.join(" "));
         if let Some(closed) = self.stranger_closed {
             s += &format!("stranger {closed}\n");
         }
@@ -225,6 +232,11 @@ impl AgentResult {
                 "dmodex" => r.dmodex = (words[1].parse().unwrap(), words[2].parse().unwrap()),
                 "shutdown" => r.shutdown_ms = words[1].parse().unwrap(),
                 "refused" => r.refused = words[1].parse().unwrap(),
+                "dynamic" => {
+                    for (i, n) in line.split(' ').skip(1).enumerate() {
+                        r.dynamic[i] = n.parse().unwrap();
+                    }
+                }
                 "stranger" => r.stranger_closed = Some(words[1] == "true"),
                 "output" => break,
                 _ => {}
@@ -456,6 +468,15 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         .clone()
         .map(|a: AbortInfo| (a.rank, a.code, a.reason));
     result.fences = pmix.fences();
+    let d = pmix.dynamic_counts();
+    result.dynamic = [
+        d.published,
+        d.looked_up,
+        d.unpublished,
+        d.connected,
+        d.disconnected,
+        d.subset_fences,
+    ];
     result.fence_log = pmix
         .fence_log()
         .iter()
@@ -547,9 +568,19 @@ async fn run_job_with(
     ranks: Vec<Vec<u32>>,
     args: &[&str],
 ) -> (Vec<AgentResult>, Duration) {
+    run_program_with(flavour, "wireup.c", ranks, args).await
+}
+
+/// Runs the MPI program `source` (under tests/mpi) over `ranks` with `args`.
+async fn run_program_with(
+    flavour: &Flavour,
+    source: &str,
+    ranks: Vec<Vec<u32>>,
+    args: &[&str],
+) -> (Vec<AgentResult>, Duration) {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile(dir.path(), &flavour.mpicc);
+    let exe = compile(dir.path(), &flavour.mpicc, source);
     std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
     static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let job_id = format!(
@@ -886,4 +917,64 @@ async fn openmpi_fence_volume_and_latency() {
             wait_us.last().unwrap(),
         );
     }
+}
+
+/// MPI_Publish_name, MPI_Lookup_name (retried while rank 0 has not published yet),
+/// MPI_Unpublish_name by a rank that does not own the name (refused) and by its owner, then
+/// lookups that fail: node 0's name table through the PMIx server, Open MPI 4.1 and 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_publishes_looks_up_and_unpublishes_names() {
+    for flavour in [Flavour::debian_4_1(), openmpi5()] {
+        let (results, _) = run_program_with(&flavour, "dynamic.c", cyclic(3, 2), &["names"]).await;
+        assert_ranks_ok(&results, 6);
+        let sum = |i: usize| results.iter().map(|r| r.dynamic[i]).sum::<u64>();
+        // One publish, five lookups that found it, one unpublish (the refused ones not counted).
+        assert_eq!(
+            (sum(0), sum(1), sum(2)),
+            (1, 5, 1),
+            "{:?}",
+            dynamic(&results)
+        );
+    }
+}
+
+/// Two halves of the job connect through MPI_Open_port/MPI_Comm_accept/MPI_Comm_connect
+/// (the roots swap member lists with PMIx publish + lookup waiting, then PMIx_Connect over
+/// the whole job), allreduce over the intercommunicator and disconnect (a fence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_halves_connect_accept_allreduce_and_disconnect() {
+    for flavour in [Flavour::debian_4_1(), openmpi5()] {
+        let (results, _) =
+            run_program_with(&flavour, "dynamic.c", block(2, 2), &["connect=1"]).await;
+        assert_ranks_ok(&results, 4);
+        // Both roots published (the port, then their member list) and looked up; every node
+        // connected once.
+        for (i, r) in results.iter().enumerate() {
+            assert!(
+                r.dynamic[0] >= 1 && r.dynamic[1] >= 1 && r.dynamic[3] == 1,
+                "node {i}: {:?}",
+                dynamic(&results)
+            );
+        }
+    }
+}
+
+/// Two pairs of quarters connect at once, each pair on two of the four nodes: PMIx_Connect
+/// spans some of the nodes only (subset collectives through node 0, two at a time), and node
+/// 0 takes part in one pair only. (Within one job Open MPI's MPI_Comm_disconnect makes no
+/// PMIx call: the intercommunicator is not "dynamic".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_pairs_on_separate_nodes_connect_as_subsets() {
+    for flavour in [Flavour::debian_4_1(), openmpi5()] {
+        let (results, _) =
+            run_program_with(&flavour, "dynamic.c", block(4, 2), &["connect=2"]).await;
+        assert_ranks_ok(&results, 8);
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r.dynamic[3], 1, "node {i}: {:?}", dynamic(&results));
+        }
+    }
+}
+
+fn dynamic(results: &[AgentResult]) -> Vec<[u64; 6]> {
+    results.iter().map(|r| r.dynamic).collect()
 }

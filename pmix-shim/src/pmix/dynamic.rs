@@ -28,8 +28,9 @@
 //!   union, {PMIX_TIMEOUT (uint32)})` (dpm.c l.395–401 in 5.0; l.398 `opal_pmix.connect` in
 //!   4.1). 5.0.x does not use `PMIx_Group_construct`.
 //! - `MPI_Comm_disconnect` (dpm.c `ompi_dpm_disconnect`, l.613–665 in 5.0, l.652 in 4.1):
-//!   a `PMIx_Fence` over the local and remote groups, no data — not `PMIx_Disconnect`. Over
-//!   part of a job's nodes that is a subset fence.
+//!   a `PMIx_Fence` over the local and remote groups, no data — not `PMIx_Disconnect` — and
+//!   only for a "dynamic" communicator, one with a process of another job id (dpm.c
+//!   l.1935–1960; comm_disconnect.c l.64): within one job it makes no PMIx call at all.
 //! - libpmix 4.2.2's side: publish's info holds data and directives mixed, and libpmix adds
 //!   `PMIX_USERID` (src/server/pmix_server_ops.c l.1246, lookup l.1358, unpublish l.1453);
 //!   a connect whose participants are all local completes inside libpmix without calling
@@ -172,7 +173,11 @@ impl Bridge {
             first_read: what.directives.persistence == Some(pubsub::PERSIST_FIRST_READ),
         };
         let limit = self.overlay_request_limit();
+        let state = self.state.clone();
         self.ask_names("publish", request, limit, move |r| {
+            if r == Response::Done {
+                lock(&state).dynamic.published += 1;
+            }
             done.complete(status_of(&r))
         });
     }
@@ -191,11 +196,13 @@ impl Bridge {
         let wait = wait_of(&directives);
         let limit = wait.map_or(self.overlay_request_limit(), |w| w + ANSWER_MARGIN);
         let nspace = proc_.nspace;
+        let state = self.state.clone();
         self.ask_names("lookup", Request::Get { keys, wait }, limit, move |r| {
             let status = status_of(&r);
             let Response::Found(items) = r else {
                 return done.complete(status, Vec::new());
             };
+            lock(&state).dynamic.looked_up += 1;
             let found = items
                 .into_iter()
                 .map(|(key, owner, value)| Found {
@@ -225,7 +232,11 @@ impl Bridge {
             keys,
         };
         let limit = self.overlay_request_limit();
+        let state = self.state.clone();
         self.ask_names("unpublish", request, limit, move |r| {
+            if r == Response::Done {
+                lock(&state).dynamic.unpublished += 1;
+            }
             done.complete(status_of(&r))
         });
     }
@@ -311,6 +322,7 @@ impl Bridge {
         });
         let overlay = self.overlay.clone();
         let shutdown = self.shutdown.clone();
+        let state = self.state.clone();
         self.tracker.spawn_on(
             async move {
                 let answer = tokio::select! {
@@ -318,7 +330,17 @@ impl Bridge {
                     a = overlay.request_within(group::GROUP_NODE, Service::Group, body, timeout + ANSWER_MARGIN) => a,
                 };
                 match answer {
-                    Ok(all) => finish(Ok(all.to_vec())),
+                    Ok(all) => {
+                        let mut st = lock(&state);
+                        let n = &mut st.dynamic;
+                        *match op {
+                            GroupOp::Fence { .. } => &mut n.subset_fences,
+                            GroupOp::Connect => &mut n.connected,
+                            GroupOp::Disconnect => &mut n.disconnected,
+                        } += 1;
+                        drop(st);
+                        finish(Ok(all.to_vec()))
+                    }
                     Err(e) => {
                         warn!(?op, seq, "subset collective failed: {e}");
                         let status = match &e {
