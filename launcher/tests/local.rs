@@ -411,6 +411,43 @@ fn openmpi_wires_up_across_agents_over_pmix() {
     assert_eq!(out.status.code(), Some(9), "{}", text(&out.stderr));
 }
 
+/// Open MPI 4.1's name service and connect/accept within one job under greedyrun
+/// (tests/mpi/dynamic.c): names published by rank 0 are found by every rank on every host,
+/// unpublished only by it; the job's two halves connect through a port published in the
+/// table (their roots swap member lists with a PMIx lookup that waits), allreduce over the
+/// intercommunicator and disconnect.
+#[test]
+fn openmpi_publishes_names_and_connects_halves_over_pmix() {
+    let (d, local, _) = shells();
+    let exe = mpi_program(d.path(), "dynamic", "openmpi");
+    for mode in ["names", "connect=1"] {
+        let args = [
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--pmi",
+            "pmix",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            "OMPI_MCA_pml=ob1",
+            "OMPI_MCA_btl=self,tcp",
+            "OMPI_MCA_btl_tcp_if_include=lo",
+            &exe,
+            mode,
+        ];
+        let (out, _) = run(&local, &args);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {} {stdout}",
+            text(&out.stderr)
+        );
+        assert_eq!(stdout.matches("of 4: ok").count(), 4, "{mode}: {stdout}");
+    }
+}
+
 /// The results file's lines as (task, exit, runs, host), sorted by task.
 fn results(path: &Path) -> Vec<(u64, i64, u64, String)> {
     let mut rows: Vec<(u64, i64, u64, String)> = std::fs::read_to_string(path)

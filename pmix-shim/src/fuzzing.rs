@@ -32,6 +32,7 @@ pub const TARGETS: &[Target] = &[
     ("overlay_handshake", overlay_handshake),
     ("dmodex_request", dmodex_request),
     ("names_request", names_request),
+    ("group_request", group_request),
 ];
 
 /// The PMI-1 line parser and the reply encoder: no panic, and what parses re-encodes.
@@ -379,14 +380,60 @@ pub fn dmodex_request(data: &[u8]) {
 }
 
 /// A name-service request body from another node as node 0 decodes it: no panic, accepted
-/// requests are within the length limits and re-encode to the same, and the table serves them.
+/// requests are within the length limits and re-encode to the same, and the table serves them
+/// (a waiting lookup is held, then answered by a publish or its deadline, never twice).
 pub fn names_request(data: &[u8]) {
+    use std::time::{Duration, Instant};
     if let Ok(request) = names::decode_request(data) {
         let again = names::encode_request(&request);
         assert_eq!(names::decode_request(&again).as_ref(), Ok(&request));
         let mut table = names::Table::default();
-        table.serve(request.clone());
-        table.serve(request);
+        let t0 = Instant::now();
+        let mut answered = std::collections::HashSet::new();
+        let mut once = |answers: Vec<(names::Ticket, names::Response)>| {
+            for (ticket, _) in answers {
+                assert!(answered.insert(ticket), "ticket {ticket} answered twice");
+            }
+        };
+        once(table.serve_at(1, request.clone(), t0));
+        once(table.serve_at(2, request, t0));
+        once(table.expire(t0 + names::WAIT_MAX + Duration::from_secs(1)));
+        assert_eq!(table.next_deadline(), None);
     }
     let _ = names::decode_response(data);
+}
+
+/// A subset-collective contribution from another node as node 0 decodes and gathers it: no
+/// panic, a contribution re-encodes to the same, each ticket is answered at most once, and
+/// every gathering ends by its deadline.
+pub fn group_request(data: &[u8]) {
+    use std::time::{Duration, Instant};
+    let job = std::sync::Arc::new(JobSpec {
+        job_id: "fuzz".into(),
+        hosts: vec!["n0".into(), "n1".into(), "n2".into()],
+        node_idx: 0,
+        model: greedy_tree::LaunchModel::new(0.001, 0.004).expect("model"),
+        ranks: vec![vec![0, 1], vec![2, 3], vec![4]],
+        secret: JobSecret::from_bytes(&[7; 32]).expect("secret"),
+    });
+    let Ok(c) = crate::group::decode(data) else {
+        return;
+    };
+    assert_eq!(
+        crate::group::decode(&crate::group::encode(&c)).as_ref(),
+        Ok(&c)
+    );
+    let mut coordinator = crate::group::Coordinator::new(job);
+    let t0 = Instant::now();
+    let mut answered = std::collections::HashSet::new();
+    for (ticket, from) in [(1, 0), (2, 1), (3, 2), (4, 1)] {
+        for (t, _) in coordinator.contribute(ticket, from, c.clone(), t0) {
+            assert!(answered.insert(t), "ticket {t} answered twice");
+        }
+    }
+    let late = crate::group::GROUP_TIMEOUT_MAX + Duration::from_secs(1);
+    for (t, _) in coordinator.expire(t0 + late) {
+        assert!(answered.insert(t), "ticket {t} answered twice");
+    }
+    assert_eq!(coordinator.next_deadline(), None);
 }
