@@ -423,4 +423,79 @@ mod tests {
             unsafe { raw::PMIx_Value_destruct(&mut v) };
         }
     }
+
+    /// What the fake lookup callback saw: status and (rank, key, value) per pdata.
+    type Seen = std::sync::Mutex<Vec<(i32, Vec<(u32, String, Datum)>)>>;
+
+    /// Stands in for libpmix's lookup_cbfunc: copies what it is handed, as libpmix packs it.
+    unsafe extern "C" fn seen_cb(
+        status: raw::pmix_status_t,
+        data: *mut raw::pmix_pdata_t,
+        ndata: usize,
+        cbdata: *mut c_void,
+    ) {
+        // SAFETY: the test passes a `&Seen` as cbdata, alive for the call.
+        let seen = unsafe { &*(cbdata as *const Seen) };
+        let items = if data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: `ndata` valid entries for the call (LookupDone's contract).
+            unsafe { std::slice::from_raw_parts(data, ndata) }
+                .iter()
+                .map(|p| {
+                    // SAFETY: keys NUL-terminated within their buffer, values loaded by PMIx.
+                    let key = unsafe { CStr::from_ptr(p.key.as_ptr()) };
+                    // SAFETY: as above.
+                    let value = unsafe { Datum::from_raw(&p.value) }.unwrap();
+                    (p.proc_.rank, key.to_string_lossy().into_owned(), value)
+                })
+                .collect()
+        };
+        seen.lock().unwrap().push((status, items));
+    }
+
+    #[test]
+    fn lookup_done_hands_pmix_typed_pdata_once_and_errors_when_dropped() {
+        let seen: Seen = Default::default();
+        let done = |seen: &Seen| LookupDone {
+            cbfunc: Some(seen_cb),
+            cbdata: (seen as *const Seen).cast_mut().cast(),
+        };
+        let owner = Proc {
+            nspace: "job".into(),
+            rank: 3,
+        };
+        done(&seen).complete(
+            Status::SUCCESS,
+            vec![
+                Found {
+                    owner: owner.clone(),
+                    key: "port".into(),
+                    value: Datum::Str("p#1".into()),
+                },
+                Found {
+                    owner,
+                    key: "n".into(),
+                    value: Datum::Int(7),
+                },
+            ],
+        );
+        drop(done(&seen));
+        done(&seen).complete(Status::NOT_FOUND, Vec::new());
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    Status::SUCCESS.0,
+                    vec![
+                        (3, "port".to_string(), Datum::Str("p#1".into())),
+                        (3, "n".to_string(), Datum::Int(7)),
+                    ]
+                ),
+                (Status::ERROR.0, vec![]),
+                (Status::NOT_FOUND.0, vec![]),
+            ]
+        );
+    }
 }
