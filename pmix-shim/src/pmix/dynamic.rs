@@ -9,11 +9,14 @@
 //!   `PMIX_ERR_NOT_SUPPORTED` (one server serves one job today).
 //!
 //! # What Open MPI asks (research)
-//! Sources: open-mpi/ompi tags v5.0.10 and v4.1.6, openpmix v4.2.2, prrte v3.0.9.
+//! Sources: open-mpi/ompi tags v5.0.10 (the newest tag read; the tests run the PyPI 5.0.11
+//! wheel with its bundled OpenPMIx 5 client) and v4.1.6 (these files are unchanged since
+//! Debian's 4.1.4, whose ext3x component links the system's libpmix 4.2.2), openpmix v4.2.2
+//! (the server greedy links), prrte v3.0.9.
 //! - `MPI_Publish_name` (5.0: ompi/mpi/c/publish_name.c l.112–116): `PMIx_Publish` of
 //!   `{service: port (PMIX_STRING), PMIX_RANGE (default SESSION), PMIX_PERSISTENCE (default
-//!   SESSION)}`; `PMIX_EXISTS` becomes `MPI_ERR_NAME`. 4.1 passes the same through
-//!   opal_pmix.publish (ext3x over the system libpmix: Debian's 4.1 loads libpmix 4.2.2).
+//!   SESSION)}`; `PMIX_EXISTS` becomes `MPI_ERR_FILE_EXISTS` (l.122–124). 4.1 passes the same through
+//!   opal_pmix.publish (ompi/mpi/c/publish_name.c l.74–152, ext3x → `PMIx_Publish`).
 //! - `MPI_Lookup_name` (lookup_name.c l.92–98): `PMIx_Lookup` of one key with `PMIX_RANGE`
 //!   only, **no `PMIX_WAIT`**: a name not yet published fails at once (`MPI_ERR_NAME`); the
 //!   value must be a `PMIX_STRING`.

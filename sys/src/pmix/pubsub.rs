@@ -5,7 +5,7 @@
 //!   (`PMIX_RANGE`, `PMIX_PERSISTENCE`, `PMIX_TIMEOUT`), plus `PMIX_USERID` appended by
 //!   libpmix itself (`pmix_server_publish`, src/server/pmix_server_ops.c l.1246). The host
 //!   tells them apart by key, as PRRTE's data server does (src/runtime/data_server/ds_publish.c
-//!   l.123–135 in prrte v3.0.9): [`Published::from_info`].
+//!   l.123–135 in prrte v3.0.9): `Published::from_info`.
 //! - `lookup(proc, keys, info[])` and `unpublish(proc, keys, info[])`: keys as an argv, the
 //!   info only directives (`PMIX_WAIT`, `PMIX_TIMEOUT`, `PMIX_RANGE`, `PMIX_USERID`).
 //! - `lookup`'s `pmix_lookup_cbfunc_t` packs the `pmix_pdata_t` array into the client's reply
