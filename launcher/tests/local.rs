@@ -376,6 +376,41 @@ fn mpich_publishes_and_looks_up_names_across_agents() {
     assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
 }
 
+/// MPI_Comm_spawn under greedyrun fails at once on every rank (greedy starts no processes for a
+/// running job yet): the PMI-1 server reads MPICH's whole multi-line `mcmd=spawn` request and
+/// refuses it, and the job goes on to a clean end (tests/mpi/spawn.c exits 0 on an error, 3 if
+/// the spawn succeeded). PyPI's MPICH 5 (tests/mpi/mpich5.sh installs it): Debian's 4.0.2 over
+/// UCX cannot open the port a spawn needs and fails before asking PMI.
+#[test]
+fn mpich_spawn_is_refused_at_once() {
+    let (d, local, _) = shells();
+    let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
+    let exe = d.path().join("spawn-mpich5");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
+    let built = Command::new(format!("{mpich5}/bin/mpicc"))
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
+    );
+    let t0 = Instant::now();
+    let out = run_mpich(&local, &[&exe.display().to_string()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    // MPI_ERR_OTHER from PMI_Spawn_multiple's failure, on the root and the others alike.
+    assert_eq!(
+        stdout.matches("spawn error class 15 ").count(),
+        4,
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("spawn took 0.").count(), 4, "{stdout}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
 /// Debian's Open MPI 4.1 wires up through greedy-pmix's PMIx server (`--pmi pmix`) across three
 /// agents, each its own greedyd process with its own PMIx server; `MPI_Abort` ends the job with
 /// the rank's code. TCP between all ranks (no shared memory: the agents share this machine, and
