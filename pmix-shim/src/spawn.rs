@@ -67,13 +67,17 @@ pub enum ParseError {
         /// Its text.
         text: String,
     },
-    /// A count or size past this module's limits.
+    /// A count past this module's limits.
     TooMany {
-        /// What was counted.
-        what: &'static str,
-        /// How many.
-        n: usize,
+        /// The count's field.
+        field: String,
+        /// Its value.
+        n: u32,
+        /// The limit.
+        max: usize,
     },
+    /// A PMI-1 request longer than [`MAX_LINES`] or [`MAX_BYTES`].
+    TooLong,
     /// A PMI-1 block's first line is not `mcmd=spawn`.
     NotSpawn(String),
     /// A PMI-2 request's `ncmds` differs from the number of `subcmd`s it holds.
@@ -93,7 +97,13 @@ impl fmt::Display for ParseError {
             ParseError::BadNumber { field, text } => {
                 write!(f, "spawn {field}={text:?} is not a number")
             }
-            ParseError::TooMany { what, n } => write!(f, "spawn request has too many {what} ({n})"),
+            ParseError::TooMany { field, n, max } => {
+                write!(f, "spawn {field}={n} is over the limit of {max}")
+            }
+            ParseError::TooLong => write!(
+                f,
+                "spawn request longer than {MAX_LINES} lines or {MAX_BYTES} bytes"
+            ),
             ParseError::NotSpawn(t) => write!(f, "spawn block starts with {t:?}, not mcmd=spawn"),
             ParseError::CommandCount { said, given } => {
                 write!(f, "spawn request says ncmds={said} but has {given} subcmd")
@@ -131,8 +141,9 @@ impl Fields<'_> {
         };
         if n as usize > max {
             return Err(ParseError::TooMany {
-                what: "entries",
-                n: n as usize,
+                field: key.into(),
+                n,
+                max,
             });
         }
         Ok(n)
@@ -177,10 +188,7 @@ impl Block {
         self.lines += 1;
         self.bytes += line.len();
         if self.lines > MAX_LINES || self.bytes > MAX_BYTES {
-            return Err(ParseError::TooMany {
-                what: "lines or bytes",
-                n: self.lines,
-            });
+            return Err(ParseError::TooLong);
         }
         let line = line.trim_end_matches(['\n', '\r']);
         let Some(current) = self.current.as_mut() else {
@@ -372,13 +380,13 @@ mod tests {
         );
         assert_eq!(
             err(&["totspawns=100000", "endcmd"]),
-            "spawn request has too many entries (100000)"
+            "spawn totspawns=100000 is over the limit of 256"
         );
         // A block that never ends is cut off at the limits.
         let mut b = Block::start();
         let line = format!("k={}", "v".repeat(1000));
         let cut = (0..MAX_LINES).find_map(|_| b.line(&line).err());
-        assert!(matches!(cut, Some(ParseError::TooMany { .. })), "{cut:?}");
+        assert_eq!(cut, Some(ParseError::TooLong));
     }
 
     #[test]
