@@ -298,8 +298,9 @@ impl Session {
         };
         match block.line(text) {
             Ok(None) => Ok(vec![]),
-            Ok(Some(_request)) => {
+            Ok(Some(request)) => {
                 self.spawn = None;
+                refusal_note(self.rank, &request);
                 let reply = pmi1::Reply::SpawnRefused(spawn::NOT_SERVED.into());
                 Ok(vec![Action::Send(reply.encode().into_bytes())])
             }
@@ -437,6 +438,7 @@ impl Session {
             "spawn" => {
                 let request = spawn::from_pmi2(&c)
                     .map_err(|e| self.error("pmi2", format!("{e}: {}", excerpt(raw))))?;
+                refusal_note(self.rank, &request);
                 send(pmi2_spawn_refused(&c, &request))
             }
             "finalize" => {
@@ -602,6 +604,22 @@ impl Session {
             }
         }
     }
+}
+
+/// Logs a refused spawn (`GREEDY_LOG=warn` shows it): the program's MPI error may not say why.
+fn refusal_note(rank: Option<u32>, request: &spawn::Request) {
+    let programs: Vec<&str> = request
+        .commands
+        .iter()
+        .map(|c| c.program.as_str())
+        .collect();
+    tracing::warn!(
+        ?rank,
+        ?programs,
+        procs = request.total_procs(),
+        "MPI_Comm_spawn refused: {}",
+        spawn::NOT_SERVED
+    );
 }
 
 /// `spawn-response` with `rc=-1` and why, plus one error code per process as Slurm's own
