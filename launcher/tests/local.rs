@@ -376,6 +376,104 @@ fn mpich_publishes_and_looks_up_names_across_agents() {
     assert_eq!(stdout.matches("of 4: ok").count(), 4, "{stdout}");
 }
 
+/// tests/mpi/spawn.c's "spawn took S s" lines: four, each under 5 s (a refusal, not a wait).
+fn assert_spawns_returned_at_once(stdout: &str) {
+    let took: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once("spawn took ")?
+                .1
+                .strip_suffix(" s")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(took.len(), 4, "{stdout}");
+    assert!(took.iter().all(|&s| s < 5.0), "{stdout}");
+}
+
+/// MPI_Comm_spawn under greedyrun fails at once on every rank (greedy starts no processes for a
+/// running job yet): the PMI-1 server reads MPICH's whole multi-line `mcmd=spawn` request and
+/// refuses it, and the job goes on to a clean end (tests/mpi/spawn.c exits 0 on an error, 3 if
+/// the spawn succeeded). PyPI's MPICH 5 (tests/mpi/mpich5.sh installs it): Debian's 4.0.2 over
+/// UCX cannot open the port a spawn needs and fails before asking PMI.
+#[test]
+fn mpich_spawn_is_refused_at_once() {
+    let (d, local, _) = shells();
+    let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
+    let exe = d.path().join("spawn-mpich5");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
+    let built = Command::new(format!("{mpich5}/bin/mpicc"))
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
+    );
+    let t0 = Instant::now();
+    let out = run_mpich(&local, &[&exe.display().to_string()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    // MPI_ERR_OTHER from PMI_Spawn_multiple's failure, on the root and the others alike.
+    assert_eq!(
+        stdout.matches("spawn error class 15 ").count(),
+        4,
+        "{stdout}"
+    );
+    assert_spawns_returned_at_once(&stdout);
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
+/// MPI_Comm_spawn of PyPI's Open MPI 5 (tests/mpi/clients.sh installs it) fails at once on
+/// every rank: greedy's PMIx server has no spawn upcall, so libpmix answers "not supported" and
+/// Open MPI 5 passes the root's error to the others (4.1 leaves them waiting, its own bug).
+#[test]
+fn openmpi5_spawn_fails_at_once_on_every_rank() {
+    let (d, local, _) = shells();
+    let ompi5 = std::env::var("GREEDY_OMPI5").unwrap_or("/var/tmp/greedy-ompi5".into());
+    let exe = d.path().join("spawn-ompi5");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
+    let built = Command::new(format!("{ompi5}/bin/mpicc"))
+        .env("OPAL_PREFIX", &ompi5)
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "{ompi5}/bin/mpicc (tests/mpi/clients.sh installs PyPI's Open MPI 5)"
+    );
+    let t0 = Instant::now();
+    let prefix = format!("OPAL_PREFIX={ompi5}");
+    let exe = exe.display().to_string();
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--pmi",
+            "pmix",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            &prefix,
+            "OMPI_MCA_pml=ob1",
+            "OMPI_MCA_btl=self,tcp",
+            "OMPI_MCA_btl_tcp_if_include=lo",
+            &exe,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
+    assert_eq!(stdout.matches("spawn error class").count(), 4, "{stdout}");
+    assert_spawns_returned_at_once(&stdout);
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
 /// Debian's Open MPI 4.1 wires up through greedy-pmix's PMIx server (`--pmi pmix`) across three
 /// agents, each its own greedyd process with its own PMIx server; `MPI_Abort` ends the job with
 /// the rank's code. TCP between all ranks (no shared memory: the agents share this machine, and

@@ -17,6 +17,7 @@ use crate::{
     frame::{FrameCodec, HANDSHAKE_MAX_BODY, Link, Message},
     names, pmi1, pmi2,
     session::{Action, Node, Session},
+    spawn,
 };
 
 /// A fuzz target: the name of its binary and corpus directory, and its body.
@@ -33,7 +34,34 @@ pub const TARGETS: &[Target] = &[
     ("dmodex_request", dmodex_request),
     ("names_request", names_request),
     ("group_request", group_request),
+    ("spawn_block", spawn_block),
 ];
+
+/// A PMI-1 spawn request's lines after `mcmd=spawn`, and a PMI-2 `spawn` frame body: no
+/// panic, the reader stops within its limits, and what it yields is as big as the input says.
+pub fn spawn_block(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut block = spawn::Block::start();
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        match block.line(line) {
+            Ok(None) => assert!(n < spawn::MAX_LINES, "read past the line limit"),
+            Ok(Some(request)) => {
+                assert!(
+                    !request.commands.is_empty() && request.commands.len() <= spawn::MAX_COMMANDS
+                );
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    if let Ok(command) = pmi2::parse_body(data)
+        && let Ok(request) = spawn::from_pmi2(&command)
+    {
+        assert!(request.commands.len() <= spawn::MAX_COMMANDS);
+        let codes = spawn::failure_codes(&request);
+        assert!(codes.is_none_or(|c| c.len() < 3 * spawn::ERRCODES_MAX as usize));
+    }
+}
 
 /// The PMI-1 line parser and the reply encoder: no panic, and what parses re-encodes.
 pub fn pmi1_parse(data: &[u8]) {

@@ -70,5 +70,6 @@ pub mod pmix;
 pub mod rendezvous;
 pub mod server;
 pub mod session;
+pub mod spawn;
 pub use error::{AbortInfo, Error, WallTime};
 pub use job::{JobSecret, JobSpec};

@@ -85,7 +85,10 @@ pub enum Request {
         /// The service name.
         service: String,
     },
-    /// A well-formed line with a command we do not serve (spawn, …).
+    /// `mcmd=spawn`: the first line of a multi-line spawn request, read on by
+    /// [`crate::spawn::Block`].
+    SpawnStart,
+    /// A well-formed line with a command we do not serve.
     Unsupported {
         /// The command name.
         cmd: String,
@@ -166,6 +169,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
     }
     let cmd = match fields.first() {
         Some(("cmd", cmd)) => *cmd,
+        Some(("mcmd", "spawn")) if fields.len() == 1 => return Ok(Request::SpawnStart),
         Some(("mcmd", cmd)) => {
             return Ok(Request::Unsupported {
                 cmd: format!("mcmd={cmd}"),
@@ -322,6 +326,9 @@ pub enum Reply {
     /// Answer to `lookup_name`: the port, or why there is none. MPICH reads `rc` first, so
     /// `rc=-1` makes `MPI_Lookup_name` fail with `MPI_ERR_NAME` (never a wait).
     LookupResult(Result<String, String>),
+    /// Answer to a whole spawn request that is refused: `rc=-1` and why, which MPICH's
+    /// `PMI_Spawn_multiple` turns into an error of `MPI_Comm_spawn`.
+    SpawnRefused(String),
     /// Answer to a command we do not serve: `cmd=<cmd>_result rc=-1 msg=...`.
     Unsupported(String),
 }
@@ -384,6 +391,7 @@ impl Reply {
                 format!("cmd=lookup_result rc=0 msg=success port={port}\n")
             }
             Reply::LookupResult(Err(why)) => outcome("lookup_result", Some(why)),
+            Reply::SpawnRefused(why) => outcome("spawn_result", Some(why)),
             Reply::Unsupported(cmd) => {
                 let name: String = cmd
                     .chars()
@@ -458,7 +466,12 @@ mod tests {
             "cmd=lookup_name service=svc",
             r#"LookupName { service: "svc" }"#,
         );
-        check("mcmd=spawn", r#"Unsupported { cmd: "mcmd=spawn" }"#);
+        check("mcmd=spawn\n", "SpawnStart");
+        check(
+            "mcmd=spawn nprocs=1",
+            r#"Unsupported { cmd: "mcmd=spawn" }"#,
+        );
+        check("mcmd=other", r#"Unsupported { cmd: "mcmd=other" }"#);
         check("cmd=spawn", r#"Unsupported { cmd: "spawn" }"#);
     }
 
@@ -530,6 +543,10 @@ mod tests {
             (
                 Reply::Unsupported("mcmd=spawn x".into()),
                 "cmd=mcmdspawnx_result rc=-1 msg=unsupported_command\n",
+            ),
+            (
+                Reply::SpawnRefused("spawn is not served yet".into()),
+                "cmd=spawn_result rc=-1 msg=spawn_is_not_served_yet\n",
             ),
             (
                 Reply::Set {

@@ -10,7 +10,7 @@
 
 use bytes::{Buf, BytesMut};
 
-use crate::{names, pmi1, pmi2};
+use crate::{names, pmi1, pmi2, spawn};
 
 /// What a session needs from its node: the job's facts and the key/value stores.
 pub trait Node {
@@ -106,6 +106,8 @@ pub struct Session {
     finalized: bool,
     /// PMI-2 only: `fullinit` seen.
     fullinit: bool,
+    /// PMI-1 only: the multi-line spawn request being read.
+    spawn: Option<spawn::Block>,
 }
 
 impl Session {
@@ -119,6 +121,7 @@ impl Session {
             pending: None,
             finalized: false,
             fullinit: false,
+            spawn: None,
         }
     }
 
@@ -159,6 +162,9 @@ impl Session {
                 };
                 let line = buf.split_to(end + 1);
                 self.line += 1;
+                if self.spawn.is_some() {
+                    return self.pmi1_spawn_line(&line).map(Some);
+                }
                 let request = pmi1::parse(&line)
                     .map_err(|e| self.error("pmi1", format!("{e}: {}", excerpt(&line))))?;
                 self.check_not_blocked("pmi1", &line)?;
@@ -273,8 +279,33 @@ impl Session {
             Request::LookupName { service } => {
                 self.pmi1_names(names::Request::Lookup { name: service })
             }
+            Request::SpawnStart => {
+                self.spawn = Some(spawn::Block::start());
+                vec![]
+            }
             Request::Unsupported { cmd } => send(Reply::Unsupported(cmd)),
         })
+    }
+
+    /// A line of a PMI-1 spawn request: read on, and refused once the request is whole.
+    fn pmi1_spawn_line(&mut self, line: &[u8]) -> Result<Vec<Action>, ProtocolError> {
+        let bad = |s: &Self, why: String| s.error("pmi1", format!("{why}: {}", excerpt(line)));
+        let Ok(text) = std::str::from_utf8(line) else {
+            return Err(bad(self, "spawn line is not UTF-8".into()));
+        };
+        let Some(block) = self.spawn.as_mut() else {
+            return Ok(vec![]);
+        };
+        match block.line(text) {
+            Ok(None) => Ok(vec![]),
+            Ok(Some(request)) => {
+                self.spawn = None;
+                refusal_note(self.rank, &request);
+                let reply = pmi1::Reply::SpawnRefused(spawn::NOT_SERVED.into());
+                Ok(vec![Action::Send(reply.encode().into_bytes())])
+            }
+            Err(e) => Err(bad(self, e.to_string())),
+        }
     }
 
     /// A PMI-1 name-service request: the reply waits for the service's answer.
@@ -404,6 +435,12 @@ impl Session {
             }
             "info-getnodeattr" => self.pmi2_getnodeattr(c, node, raw)?,
             "name-publish" | "name-unpublish" | "name-lookup" => self.pmi2_names(c, raw)?,
+            "spawn" => {
+                let request = spawn::from_pmi2(&c)
+                    .map_err(|e| self.error("pmi2", format!("{e}: {}", excerpt(raw))))?;
+                refusal_note(self.rank, &request);
+                send(pmi2_spawn_refused(&c, &request))
+            }
             "finalize" => {
                 self.finalized = true;
                 vec![
@@ -576,6 +613,33 @@ impl Session {
     }
 }
 
+/// Logs a refused spawn (`GREEDY_LOG=warn` shows it): the program's MPI error may not say why.
+fn refusal_note(rank: Option<u32>, request: &spawn::Request) {
+    let programs: Vec<&str> = request
+        .commands
+        .iter()
+        .map(|c| c.program.as_str())
+        .collect();
+    tracing::warn!(
+        ?rank,
+        ?programs,
+        procs = request.total_procs(),
+        "MPI_Comm_spawn refused: {}",
+        spawn::NOT_SERVED
+    );
+}
+
+/// `spawn-response` with `rc=-1` and why, plus one error code per process as Slurm's own
+/// server sends them for clients that read `errcodes` rather than `rc`. (Slurm's `libpmi2.so`
+/// reads neither: Intel MPI through it takes any answer for success and waits for children.)
+fn pmi2_spawn_refused(c: &pmi2::Command, request: &spawn::Request) -> pmi2::Reply {
+    let reply = pmi2::Reply::new("spawn-response", -1, Some(c)).field("errmsg", spawn::NOT_SERVED);
+    match spawn::failure_codes(request) {
+        Some(codes) => reply.field("errcodes", &codes),
+        None => reply,
+    }
+}
+
 /// A PMI-2 lookup's reply: `found=TRUE` with the value, or `found=FALSE`.
 fn found(value: Option<String>, name: &str, c: &pmi2::Command) -> pmi2::Reply {
     let r = pmi2::Reply::new(name, 0, Some(c));
@@ -731,6 +795,55 @@ mod tests {
         );
     }
 
+    /// MPICH 5's `MPI_Comm_spawn` over PMI-1 (one write of the whole block) and Intel MPI's
+    /// (a block per write): one refusal after `endcmd`, and the connection goes on.
+    #[test]
+    fn pmi1_spawn_is_refused_after_the_whole_request() {
+        let refused = "cmd=spawn_result rc=-1 msg=spawn_is_not_served_yet\n";
+        let block = "mcmd=spawn\nnprocs=2\nexecname=./spawn\ntotspawns=1\nspawnssofar=1\n\
+                     argcnt=0\npreput_num=1\npreput_key_0=PARENT_ROOT_PORT_NAME\n\
+                     preput_val_0=tag#0$connentry#0200$\ninfo_num=0\nendcmd\n";
+        check(
+            Some(0),
+            &[block, "cmd=get_appnum\n"],
+            &format!("{refused}cmd=appnum rc=0 appnum=0\n"),
+        );
+        let two = "mcmd=spawn\nnprocs=1\nexecname=a\ntotspawns=2\nspawnssofar=1\nargcnt=0\n\
+                   preput_num=0\ninfo_num=0\nendcmd\n";
+        let second = "mcmd=spawn\nnprocs=3\nexecname=b\ntotspawns=2\nspawnssofar=2\n\
+                      argcnt=1\narg1=x y\ninfo_num=0\nendcmd\n";
+        check(Some(0), &[two], "");
+        check(Some(0), &[two, second], refused);
+        check(
+            Some(0),
+            &["mcmd=spawn\n", "nprocs=1\n", "endcmd\n"],
+            r#"<error pmi1 line 3: spawn request lacks execname=: "endcmd\n">"#,
+        );
+        check(
+            Some(0),
+            &["mcmd=spawn\n", "cmd get\n"],
+            r#"<error pmi1 line 2: spawn line "cmd get" has no '=': "cmd get\n">"#,
+        );
+    }
+
+    #[test]
+    fn pmi2_spawn_is_refused_with_error_codes() {
+        let init = [
+            "cmd=init pmi_version=2 pmi_subversion=0\n",
+            ">cmd=fullinit;pmirank=0;",
+        ];
+        let spawn = ">cmd=spawn;ncmds=1;preputcount=1;ppkey0=PARENT_ROOT_PORT_NAME;ppval0=p;\
+                     subcmd=./spawn;maxprocs=2;argc=0;infokeycount=0;";
+        let got = run(Some(0), &[init[0], init[1], spawn]);
+        let body = "cmd=spawn-response;rc=-1;errmsg=spawn is not served yet;errcodes=-1,-1;";
+        assert!(got.ends_with(&format!("{:<6}{body}", body.len())), "{got}");
+        let got = run(Some(0), &[init[0], init[1], ">cmd=spawn;ncmds=x;"]);
+        assert!(
+            got.ends_with(r#"<error pmi2 line 3: spawn ncmds="x" is not a number: "18    cmd=spawn;ncmds=x;">"#),
+            "{got}"
+        );
+    }
+
     #[test]
     fn pmi1_bad_input() {
         check(
@@ -776,7 +889,7 @@ mod tests {
                 ">cmd=kvs-get;jobid=j7;key=nope;",
                 ">cmd=info-putnodeattr;key=shm;value=seg1;",
                 ">cmd=info-getnodeattr;key=shm;wait=FALSE;",
-                ">cmd=spawn;ncmds=1;",
+                ">cmd=job-connect;jobid=j1;",
                 ">cmd=finalize;",
             ],
             "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n\
@@ -789,7 +902,7 @@ mod tests {
              38    cmd=kvs-get-response;rc=0;found=FALSE;\
              35    cmd=info-putnodeattr-response;rc=0;\
              57    cmd=info-getnodeattr-response;rc=0;found=TRUE;value=seg1;\
-             52    cmd=spawn-response;rc=-1;errmsg=unsupported command;\
+             58    cmd=job-connect-response;rc=-1;errmsg=unsupported command;\
              <Finalized>27    cmd=finalize-response;rc=0;<put 1 bc-1=x;y>",
         );
     }
