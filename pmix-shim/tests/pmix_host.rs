@@ -6,7 +6,8 @@
 //! is node `i` of both jobs: job A has ranks `[[0, 1], [2]]`, job B `[[0], [1, 2, 3]]`. The
 //! clients (`tests/mpi/pmix_two_jobs.c`) check their own job's sizes and fence data; job B
 //! ends first and its namespace is removed from both hosts, after which job A's rank 0 asks
-//! for B's data and fences naming B (both must fail at once), and A fences again.
+//! for B's data and fences naming B (both must fail, never hang), and A fences again. A second
+//! registration of a hosted namespace is refused.
 
 use std::{
     net::SocketAddr,
@@ -78,16 +79,19 @@ async fn serve(host: &PmixHost, job: JobSpec, dir: &Path) -> Part {
     let overlay = Overlay::start(&job, config, &board)
         .await
         .expect("overlay joins");
-    let ns = NamespaceConfig {
-        register_timeout: Duration::from_secs(30),
-        exit_grace: Duration::from_millis(500),
-        binding: Binding::Known(Default::default()),
-    };
     let pmix = host
-        .serve(&job, overlay.clone(), ns)
+        .serve(&job, overlay.clone(), namespace_config())
         .await
         .expect("namespace registers");
     Part { job, overlay, pmix }
+}
+
+fn namespace_config() -> NamespaceConfig {
+    NamespaceConfig {
+        register_timeout: Duration::from_secs(30),
+        exit_grace: Duration::from_millis(500),
+        binding: Binding::Known(Default::default()),
+    }
 }
 
 /// Starts `part`'s local ranks with `extra` variables; each waiter reports (job, rank, code,
@@ -161,6 +165,18 @@ async fn run_agent(
     .expect("PMIx host starts");
     let a = serve(&host, job(&ids[0], JOB_A, me, &secrets[0]), &dir).await;
     let b = serve(&host, job(&ids[1], JOB_B, me, &secrets[1]), &dir).await;
+    // A namespace is hosted once: a second registration of A is refused, A keeps serving.
+    let twice = host
+        .serve(
+            &job(&ids[0], JOB_A, me, &secrets[0]),
+            a.overlay.clone(),
+            namespace_config(),
+        )
+        .await;
+    let dup = match twice {
+        Ok(_) => "dup-accepted\n".to_string(),
+        Err(e) => format!("dup-refused {e}\n"),
+    };
     let gone = dir.join(format!("b-gone-{me}"));
     let to_a = [
         ("OTHER_NS".to_string(), ids[1].clone()),
@@ -195,7 +211,7 @@ async fn run_agent(
         lines += &format!("abort {} {reason}\n", ids[0]);
     }
     host.shutdown().await;
-    format!("{report}{lines}output\n{output}")
+    format!("{report}{dup}{lines}output\n{output}")
 }
 
 /// The entry point of an agent process; without `GREEDY_PMIX_HOST_AGENT` it does nothing.
@@ -343,6 +359,10 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
         "{all}"
     );
     for r in &results {
+        assert!(
+            r.contains("dup-refused ") && r.contains("hosted here already"),
+            "{all}"
+        );
         // Once B was removed, the host still served A alone.
         assert!(r.contains(&format!("after-b {}\n", ids[0])), "{all}");
         // B: its one collecting fence and the one before finalize at least; A: one more.

@@ -19,9 +19,14 @@
 //! (libpmix's handshake fixed the namespace a client speaks as when it connected); by the
 //! participants' namespaces for fences, connect and disconnect. An upcall naming a namespace
 //! not hosted here is answered with `PMIX_ERR_NOT_FOUND` at once (libpmix sends a direct
-//! modex for an unregistered namespace up, research spawn-research §2: it must never stay
-//! pending); one whose participants span several namespaces with `PMIX_ERR_NOT_SUPPORTED`
-//! until cross-namespace collectives exist.
+//! modex for an unregistered namespace up, and it must never stay pending); one whose
+//! participants span several namespaces with `PMIX_ERR_NOT_SUPPORTED` until cross-namespace
+//! collectives exist. (A fence naming a namespace libpmix does not know never comes up:
+//! libpmix holds it for that namespace's registration until the client's `PMIX_TIMEOUT`.)
+//!
+//! libpmix does not isolate the namespaces of one server from each other (any client may
+//! `PMIx_Get` a hosted namespace's job data, and a direct modex does not say who asked), so one
+//! host serves one job family only (docs/security.md, "Several namespaces on one server").
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
