@@ -1,13 +1,21 @@
 //! The PMIx server for the ranks of one node (Open MPI, MPICH-on-PMIx): job info, fences and direct modex over the overlay.
 //!
-//! Flow: [`PmixServer::start`] initialises the process's one PMIx server (greedy-sys;
-//! libpmix runs its own progress thread), registers the job's namespace with the job-level
-//! keys Open MPI 4.1/5.0 and MPICH require (research/pmix-pmi.md §1, "Job-level keys"; under
-//! [`Binding::Reported`] later, once every local rank has said where it runs), and
-//! starts three tasks: the fence loop, the direct-modex server and the abort watcher. For each
-//! local rank the embedder calls [`PmixServer::env_for`] (register the client, then
-//! `setup_fork`) and starts the rank with that environment, which holds `PMIX_*` variables
-//! only, never `PMI_*` (MPICH ≥ 4.1 refuses both at once).
+//! Two levels (`pmix/host.rs`): a process has one libpmix server, a
+//! [`PmixHost`], which may host several namespaces (a job and the jobs it spawns are served by
+//! the same node services); a [`PmixServer`] is one namespace on it, holding what is the job's
+//! (its `JobSpec` and overlay, job info, local ranks, fences, direct modex, aborts, names). The
+//! host routes every upcall by namespace to the `PmixServer` that registered it.
+//!
+//! Flow: [`PmixServer::start`] initialises a host for the job (the embedders' one job per
+//! process; it is finalized with the job), or [`PmixHost::serve`] adds a namespace to a running
+//! host; either registers the job's namespace with the job-level keys Open MPI 4.1/5.0 and
+//! MPICH require (research/pmix-pmi.md §1, "Job-level keys"; under [`Binding::Reported`]
+//! later, once every local rank has said where it runs), and starts three tasks: the fence
+//! loop, the direct-modex server and the abort watcher. For each local rank the embedder calls
+//! [`PmixServer::env_for`] (register the client, then `setup_fork`) and starts the rank with
+//! that environment, which holds `PMIX_*` variables only, never `PMI_*` (MPICH ≥ 4.1 refuses
+//! both at once). [`PmixServer::shutdown`] deregisters the namespace (libpmix drops its clients
+//! and data) and leaves the other namespaces served.
 //!
 //! PMIx calls up on its own thread, which must never block: every callback hands its work to
 //! tokio (a bounded channel for fences, a spawned task for direct modex and abort) and returns;
@@ -22,7 +30,8 @@
 //!   subset collective gathered by node 0 ([`crate::group`], `pmix/dynamic.rs`).
 //! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
 //!   node 0's table shared with PMI; connect and disconnect within the job as subset
-//!   collectives; another namespace is refused.
+//!   collectives; another namespace is refused (by the host when it names one it does not
+//!   host or several).
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
@@ -32,9 +41,12 @@
 //!   [`Overlay::aborted`] and kills its ranks, as with the PMI server.
 //!
 //! PMIx allows one server per process: one agent per process (tests run agents as separate
-//! processes, `examples/pmix-agent.rs`).
+//! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with two jobs on each agent's host).
 
 mod dynamic;
+mod host;
+
+pub use host::{HostConfig, PmixHost};
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -49,7 +61,7 @@ use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
     info::{InfoArray, Value, key},
     pubsub::{Directives, LookupDone, Published},
-    server::{Handler, ModexDone, OpDone, Server, ServerConfig},
+    server::{Handler, ModexDone, OpDone, Server},
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -192,6 +204,42 @@ impl PmixConfig {
             binding: Binding::Known(BTreeMap::new()),
         }
     }
+
+    /// The settings of the process's server when `job` is the first namespace it hosts
+    /// (host name, node id and the server's own namespace from `job`).
+    pub fn host_config(&self, job: &JobSpec) -> HostConfig {
+        let me = job.node_idx;
+        HostConfig {
+            tmpdir: self.tmpdir.clone(),
+            hostname: job.hosts.get(me).cloned().unwrap_or_default(),
+            nodeid: me as u32,
+            server_nspace: format!("greedy-{}", job.job_id),
+            owner: self.owner,
+            admit: self.admit.clone(),
+            finalize_timeout: self.finalize_timeout,
+        }
+    }
+
+    /// The settings of one namespace.
+    pub fn namespace_config(&self) -> NamespaceConfig {
+        NamespaceConfig {
+            register_timeout: self.register_timeout,
+            exit_grace: self.exit_grace,
+            binding: self.binding.clone(),
+        }
+    }
+}
+
+/// Settings of one namespace hosted by a [`PmixHost`] (those of the process are in
+/// [`HostConfig`]).
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    /// As [`PmixConfig::register_timeout`].
+    pub register_timeout: Duration,
+    /// As [`PmixConfig::exit_grace`].
+    pub exit_grace: Duration,
+    /// As [`PmixConfig::binding`].
+    pub binding: Binding,
 }
 
 /// Variables that make Open MPI 4.1 accept a PMIx direct launch (an empty value is replaced by
@@ -383,7 +431,7 @@ impl Started {
 
 /// Checks that the job id fits a PMIx namespace and creates the namespace's directory under
 /// `config.tmpdir`, both given to `config.owner` if set.
-fn namespace_dir(job: &JobSpec, config: &PmixConfig) -> Result<PathBuf, Error> {
+fn namespace_dir(job: &JobSpec, config: &HostConfig) -> Result<PathBuf, Error> {
     let me = job.node_idx;
     if job.job_id.len() > greedy_sys::pmix::MAX_NSLEN {
         return Err(Error::InvalidJob {
@@ -408,27 +456,6 @@ fn namespace_dir(job: &JobSpec, config: &PmixConfig) -> Result<PathBuf, Error> {
         }
     }
     Ok(nsdir)
-}
-
-/// `PMIx_server_init` for this node, with `bridge` taking PMIx's callbacks.
-fn init_server(job: &JobSpec, config: &PmixConfig, bridge: Arc<Bridge>) -> Result<Server, Error> {
-    let me = job.node_idx;
-    Server::init(
-        bridge,
-        &ServerConfig {
-            tmpdir: config.tmpdir.clone(),
-            hostname: job.hosts[me].clone(),
-            nodeid: me as u32,
-            server_nspace: format!("greedy-{}", job.job_id),
-            server_rank: me as u32,
-            admit: config.admit.clone(),
-        },
-    )
-    .map_err(|e| Error::Pmix {
-        node: me,
-        what: "PMIx_server_init".into(),
-        status: e.to_string(),
-    })
 }
 
 /// What PMIx's callbacks reach (no `Server` inside: the server owns the handler).
@@ -619,7 +646,11 @@ pub struct PmixServer {
 #[derive(Debug)]
 struct Shared {
     job: Arc<JobSpec>,
-    config: PmixConfig,
+    config: NamespaceConfig,
+    /// The process's server this namespace is registered with.
+    host: PmixHost,
+    /// Whether [`PmixServer::shutdown`] also finalizes the host (it was started for this job).
+    owns_host: bool,
     overlay: Overlay,
     server: Mutex<Option<Arc<Server>>>,
     state: Arc<Mutex<State>>,
@@ -633,9 +664,32 @@ struct Shared {
     started: Mutex<Started>,
 }
 
+impl PmixHost {
+    /// Hosts `job`'s namespace on this process's server beside the others, with fences and
+    /// direct modex over `overlay`. [`PmixServer::shutdown`] deregisters it and leaves the
+    /// server running; [`PmixHost::shutdown`] finalizes the server.
+    pub async fn serve(
+        &self,
+        job: &JobSpec,
+        overlay: Overlay,
+        config: NamespaceConfig,
+    ) -> Result<PmixServer, Error> {
+        PmixServer::open(
+            self.clone(),
+            false,
+            job,
+            overlay,
+            config,
+            Departures::default(),
+        )
+        .await
+    }
+}
+
 impl PmixServer {
     /// Starts this process's PMIx server for `job`'s local ranks, with fences and direct
-    /// modex over `overlay`. Fails if a PMIx server already ran in this process.
+    /// modex over `overlay`: a [`PmixHost`] hosting the job's namespace only, finalized by
+    /// [`PmixServer::shutdown`]. Fails if a PMIx server already ran in this process.
     pub async fn start(
         job: &JobSpec,
         overlay: Overlay,
@@ -652,39 +706,54 @@ impl PmixServer {
         departures: Departures,
     ) -> Result<PmixServer, Error> {
         job.validate()?;
+        let host = PmixHost::start(config.host_config(job))?;
+        let ns = config.namespace_config();
+        let opened = Self::open(host.clone(), true, job, overlay, ns, departures).await;
+        if opened.is_err() {
+            host.shutdown().await;
+        }
+        opened
+    }
+
+    /// Registers `job`'s namespace with `host` and starts its tasks (the fence loop, the
+    /// direct-modex server, node 0's services).
+    async fn open(
+        host: PmixHost,
+        owns_host: bool,
+        job: &JobSpec,
+        overlay: Overlay,
+        config: NamespaceConfig,
+        departures: Departures,
+    ) -> Result<PmixServer, Error> {
+        job.validate()?;
         let me = job.node_idx;
         let job = Arc::new(job.clone());
         let span = info_span!("pmix", job = %job.job_id, node = me);
-        let nsdir = namespace_dir(&job, &config)?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let tracker = TaskTracker::new();
-        let shutdown = CancellationToken::new();
+        let nsdir = namespace_dir(&job, host.config())?;
+        let server = host.server().ok_or(Error::Shutdown { node: me })?;
         let (fence_tx, fence_rx) = mpsc::channel(FENCE_QUEUE);
-        let bridge = Arc::new(Bridge {
-            job: job.clone(),
-            overlay: overlay.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            state: state.clone(),
-            departures: departures.clone(),
-            fences: fence_tx,
-            shutdown: shutdown.clone(),
-            tracker: tracker.clone(),
-        });
-        let server = Arc::new(init_server(&job, &config, bridge)?);
         let (started, all_started) = Started::new(&job, &config.binding);
         let shared = Arc::new(Shared {
             job: job.clone(),
-            config: config.clone(),
+            config,
+            host,
+            owns_host,
             overlay: overlay.clone(),
             server: Mutex::new(Some(server.clone())),
-            state,
+            state: Arc::new(Mutex::new(State::default())),
             departures,
-            shutdown,
-            tracker,
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
             nsdir,
             registered: watch::Sender::new(None),
             started: Mutex::new(started),
         });
+        if !shared.host.route(&job.job_id, shared.bridge(fence_tx)) {
+            return Err(Error::InvalidJob {
+                job: job.job_id.clone(),
+                reason: format!("node {me}: the namespace is hosted here already"),
+            });
+        }
         crate::node0::spawn(&job, &overlay, &shared.tracker, &shared.shutdown);
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
@@ -692,7 +761,7 @@ impl PmixServer {
             inner
                 .tracker
                 .spawn(register_when_started(inner.clone(), all_started).instrument(span.clone()));
-        } else if let Binding::Known(bound) = &config.binding {
+        } else if let Binding::Known(bound) = &inner.config.binding {
             if let Err(e) = register_nspace(inner, &server, bound).await {
                 pmix.shutdown().await;
                 return Err(e);
@@ -700,15 +769,7 @@ impl PmixServer {
             inner.finish_registration(true);
         }
         drop(server);
-        inner
-            .tracker
-            .spawn(fence_loop(inner.clone(), fence_rx).instrument(span.clone()));
-        if let Some(incoming) = overlay.incoming(Service::Modex) {
-            inner
-                .tracker
-                .spawn(dmodex_server(inner.clone(), incoming).instrument(span.clone()));
-        }
-        drop(span);
+        inner.begin(fence_rx, span);
         Ok(pmix)
     }
 
@@ -770,7 +831,7 @@ impl PmixServer {
         };
         let (tx, rx) = oneshot::channel();
         server
-            .register_client(&proc_, shared.config.owner, move |s| {
+            .register_client(&proc_, shared.host.config().owner, move |s| {
                 let _ = tx.send(s);
             })
             .map_err(|s| failed("PMIx_server_register_client", s))?;
@@ -866,58 +927,34 @@ impl PmixServer {
         lock(&self.inner.state).dmodex
     }
 
-    /// Stops the tasks, then finalizes the PMIx server (which disconnects remaining clients).
-    /// Deregistering and finalizing together take at most `finalize_timeout`: a finalize
-    /// still running then is left behind on its own thread (greedy-sys never runs it on the
-    /// caller's), so a stuck libpmix cannot hold the agent's teardown.
+    /// Stops the tasks, then deregisters the namespace (PMIx drops its clients and data) and,
+    /// if the host was started for this job ([`PmixServer::start`]), finalizes the server.
+    /// Together at most the host's `finalize_timeout`: a finalize still running then is left
+    /// behind on its own thread, so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
-        self.inner.shutdown.cancel();
+        let inner = &self.inner;
+        inner.shutdown.cancel();
         // Whoever waits for the registration stops waiting.
-        self.inner.finish_registration(false);
-        self.inner.tracker.close();
-        self.inner.tracker.wait().await;
-        let server = self
-            .inner
+        inner.finish_registration(false);
+        inner.tracker.close();
+        inner.tracker.wait().await;
+        let server = inner
             .server
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        let Some(server) = server else { return };
-        let limit = self.inner.config.finalize_timeout;
-        let deadline = tokio::time::Instant::now() + limit;
+        if server.is_none() {
+            return;
+        }
+        drop(server);
+        let limit = inner.host.config().finalize_timeout;
+        let started = tokio::time::Instant::now();
         // Deregistering the namespace first makes PMIx drop the job's clients and data
         // before it finalizes, instead of racing a client that dies while connecting.
-        let (tx, rx) = oneshot::channel();
-        server.deregister_nspace(&self.inner.job.job_id, move |s| {
-            let _ = tx.send(s);
-        });
-        let _ = tokio::time::timeout_at(deadline, rx).await;
-        // PMIx_server_finalize blocks while PMIx's thread winds down, and can hang in
-        // pmix_rte_finalize after clients were killed mid-connect (measured, 1 run in ~8 of
-        // the crash test). greedy-sys runs it on a detached thread of its own; wait at most
-        // until the deadline. A blocking thread of the runtime would keep the runtime (and
-        // the process) from exiting.
-        let server = match Arc::try_unwrap(server) {
-            Ok(s) => s,
-            // A PMIx_Get of a cancelled direct-modex answer still holds it: whoever drops it
-            // last starts the finalize (in the background, as here).
-            Err(shared) => {
-                debug!("PMIx server still referenced; finalized by its last holder");
-                return drop(shared);
-            }
-        };
-        let (done_tx, done_rx) = oneshot::channel();
-        server.finalize(move |status| {
-            let _ = done_tx.send(status);
-        });
-        match tokio::time::timeout_at(deadline, done_rx).await {
-            Ok(Ok(status)) if !status.is_success() => {
-                debug!(%status, "PMIx_server_finalize returned an error")
-            }
-            Ok(_) => {}
-            Err(_) => warn!(
-                "PMIx_server_finalize still running after finalize_timeout ({limit:?}); left behind"
-            ),
+        inner.host.remove(&inner.job.job_id, limit).await;
+        if inner.owns_host {
+            let left = limit.saturating_sub(started.elapsed());
+            inner.host.shutdown_within(left).await;
         }
     }
 }
@@ -935,8 +972,14 @@ async fn register_nspace(
         what: what.to_string(),
         status: status.to_string(),
     };
-    let info = job_info(job, server, config, &shared.nsdir, bound)
-        .map_err(|s| failed("building the job info", s))?;
+    let info = job_info(
+        job,
+        server,
+        &shared.host.config().tmpdir,
+        &shared.nsdir,
+        bound,
+    )
+    .map_err(|s| failed("building the job info", s))?;
     let (tx, rx) = oneshot::channel();
     server
         .register_nspace(
@@ -993,6 +1036,30 @@ async fn register_when_started(shared: Arc<Shared>, all_started: oneshot::Receiv
 }
 
 impl Shared {
+    /// The handler of this namespace's upcalls, handing fences to `fences`.
+    fn bridge(&self, fences: mpsc::Sender<FenceReq>) -> Arc<Bridge> {
+        Arc::new(Bridge {
+            job: self.job.clone(),
+            overlay: self.overlay.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            state: self.state.clone(),
+            departures: self.departures.clone(),
+            fences,
+            shutdown: self.shutdown.clone(),
+            tracker: self.tracker.clone(),
+        })
+    }
+
+    /// Starts the fence loop and the direct-modex server.
+    fn begin(self: &Arc<Self>, fences: mpsc::Receiver<FenceReq>, span: tracing::Span) {
+        self.tracker
+            .spawn(fence_loop(self.clone(), fences).instrument(span.clone()));
+        if let Some(incoming) = self.overlay.incoming(Service::Modex) {
+            self.tracker
+                .spawn(dmodex_server(self.clone(), incoming).instrument(span));
+        }
+    }
+
     /// The registration's outcome; the first one counts.
     fn finish_registration(&self, ok: bool) {
         self.registered.send_if_modified(|done| {
@@ -1015,11 +1082,10 @@ fn lock_started(shared: &Shared) -> MutexGuard<'_, Started> {
 fn job_info(
     job: &JobSpec,
     server: &Server,
-    config: &PmixConfig,
+    tmpdir: &std::path::Path,
     nsdir: &std::path::Path,
     bound: &BTreeMap<u32, Vec<u32>>,
 ) -> Result<InfoArray, Status> {
-    let tmpdir = &config.tmpdir;
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
     let local = job.local_ranks();

@@ -5,8 +5,9 @@
 //!   every key is published (its `PMIX_TIMEOUT`, else [`names::WAIT_DEFAULT`]).
 //! - **Fences over a subset of the nodes, connect, disconnect** are subset collectives
 //!   ([`crate::group`]): every node hosting a participant sends node 0 its part; the answer
-//!   is every part in node order. Participants of another namespace are refused with
-//!   `PMIX_ERR_NOT_SUPPORTED` (one server serves one job today).
+//!   is every part in node order. Participants of several namespaces are refused with
+//!   `PMIX_ERR_NOT_SUPPORTED` by the host ([`super::PmixHost`]) until cross-namespace
+//!   collectives exist; a namespace it does not host, with `PMIX_ERR_NOT_FOUND`.
 //!
 //! # What Open MPI asks (research)
 //! Sources: open-mpi/ompi tags v5.0.10 (the newest tag read; the tests run the PyPI 5.0.11
