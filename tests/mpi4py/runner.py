@@ -2,12 +2,12 @@
 
 usage: python runner.py TESTDIR LOGPREFIX TIMEOUT [main.py OPTIONS...]
 
-Each rank appends to LOGPREFIX.RANK one line per event, flushed as it happens:
-"start ID" when a test begins, then "pass|fail|error|skip|xfail|xpass ID SECONDS" when it
-ends, and "done" when the run is over. A rank
-that stays in one test for TIMEOUT seconds (a spawn or an accept nobody serves) dumps its
-Python stack to stderr and exits 3 (faulthandler's watchdog thread works while the main
-thread is blocked inside MPI), so the log's last "start" names the test that hung.
+Each rank appends to LOGPREFIX.RANK one line per event, flushed as it happens: "start ID"
+when a test begins, then "pass|fail|error|skip|xfail|xpass ID SECONDS" when it ends, and
+"done" when the run is over. A rank that stays in one test for TIMEOUT seconds (a spawn or an
+accept nobody serves) dumps its Python stack to stderr and exits 1 (faulthandler's watchdog
+thread works while the main thread is blocked inside MPI), so the log's last "start" names
+the test that hung.
 """
 
 import faulthandler
@@ -20,13 +20,18 @@ def main():
     testdir, prefix, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
     sys.path.insert(0, testdir)
     sys.dont_write_bytecode = True
-    from mpi4py import MPI  # noqa: PLC0415 (after sys.path is set)
+    import main as mpi4py_main  # noqa: PLC0415 (mpi4py's test/main.py, after sys.path is set)
 
-    import main as mpi4py_main  # noqa: PLC0415 (mpi4py's test/main.py)
+    started, logs = [0.0], []
 
-    log = open(f"{prefix}.{MPI.COMM_WORLD.Get_rank()}", "a", encoding="utf-8")  # noqa: SIM115
+    def log():
+        # Opened at the first test: main.py initialises MPI (with its thread options) first.
+        if not logs:
+            from mpi4py import MPI  # noqa: PLC0415
 
-    started = [0.0]
+            rank = MPI.COMM_WORLD.Get_rank()
+            logs.append(open(f"{prefix}.{rank}", "a", encoding="utf-8"))  # noqa: SIM115
+        return logs[0]
 
     def name(test):
         # One word: "setUpClass (test_x.Case)", a class fixture's error, loses its space.
@@ -35,10 +40,10 @@ def main():
     def note(word, test):
         if word == "start":
             started[0] = time.monotonic()
-            log.write(f"start {name(test)}\n")
+            log().write(f"start {name(test)}\n")
         else:
-            log.write(f"{word} {name(test)} {time.monotonic() - started[0]:.3f}\n")
-        log.flush()
+            log().write(f"{word} {name(test)} {time.monotonic() - started[0]:.3f}\n")
+        log().flush()
 
     class Result(unittest.TextTestResult):
         """Logs every test's start and outcome; arms the hang watchdog while a test runs."""
@@ -90,8 +95,9 @@ def main():
         mpi4py_main.main(module=None, testRunner=Runner)
     finally:
         # The run was complete: a rank killed in between tests leaves no "done".
-        log.write("done\n")
-        log.flush()
+        if logs:
+            log().write("done\n")
+            log().flush()
 
 
 main()
