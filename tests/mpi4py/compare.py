@@ -3,7 +3,7 @@
 usage: python3 compare.py WORKDIR EXCEPTIONS CONFIG=BASELINE...
 
 WORKDIR holds runner.py's logs, CONFIG.rROUND.log.RANK. A test's result in a configuration is
-the worst over its ranks: "died" (started, never finished: it hung past the per-test timeout
+the worst over its ranks in the last round that ran it: "died" (started, never finished: it hung past the per-test timeout
 or its job died), then error, fail, xpass, skip, pass (xfail counts as pass); "missing" when
 it never started. Prints a table of counts per configuration and every test that passes under
 a configuration's BASELINE but not under the configuration. Exits 1 when such a test is not
@@ -25,24 +25,30 @@ LOG = re.compile(r"^(?P<config>.+)\.r(?P<round>\d+)\.log\.(?P<rank>\d+)$")
 
 
 def results(workdir):
-    """{config: {test: result}} from the logs of every round and rank."""
+    """{config: {test: result}}: a test's result is from the last round that ran it (an earlier
+    one may have ended under it while another rank hung elsewhere), the worst over its ranks."""
     per_rank = collections.defaultdict(dict)  # (config, round, rank) -> {test: word}
     for path in sorted(workdir.iterdir()):
         m = LOG.match(path.name)
         if not m:
             continue
-        seen = per_rank[(m["config"], m["round"], m["rank"])]
+        seen = per_rank[(m["config"], int(m["round"]), m["rank"])]
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             word, _, rest = line.partition(" ")
             if word == "done":
                 continue
             test = rest.split(" ")[0]
             seen[test] = "died" if word == "start" else ("pass" if word == "xfail" else word)
+    last = collections.defaultdict(dict)  # config -> {test: last round}
+    for (config, rnd, _rank), seen in per_rank.items():
+        for test in seen:
+            last[config][test] = max(rnd, last[config].get(test, 0))
     out = collections.defaultdict(dict)
-    for (config, _round, _rank), seen in per_rank.items():
+    for (config, rnd, _rank), seen in per_rank.items():
         for test, word in seen.items():
-            old = out[config].get(test, "pass")
-            out[config][test] = min(old, word, key=WORST.index)
+            if rnd == last[config][test]:
+                old = out[config].get(test, "pass")
+                out[config][test] = min(old, word, key=WORST.index)
     return out
 
 

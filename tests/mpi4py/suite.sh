@@ -122,6 +122,13 @@ launch() {
     "${select[@]}" --xfile "$work/$config.done" >"$work/$config.r$round.out" 2>&1
 }
 
+# unfinished LOG…: the tests some rank started and never finished, in the suite's order (by
+# how many tests the rank had started before it).
+unfinished() {
+  awk 'FNR == 1 { n = 0 } $1 == "start" { s[FILENAME, $2] = ++n } $1 != "start" { delete s[FILENAME, $2] }
+    END { for (k in s) { split(k, t, SUBSEP); print s[k], t[2] } }' "$@" | sort -n | awk '!seen[$2]++ { print $2 }'
+}
+
 # run_config CONFIG: the suite in rounds until one completes (every rank logged "done"), or
 # one runs no test. A round ends early when a test hangs (runner.py's watchdog) or when the
 # job is ended under a finished test (a rank's launcher aborted it): the next round runs the
@@ -140,14 +147,15 @@ run_config() {
     launch "$config" "$round" || rc=$?
     logs=("$work/$config.r$round".log.*)
     [[ -e ${logs[0]} ]] || break
-    # Every test a rank started, finished or not, is done: the next round leaves it out.
-    { cat "$work/$config.skip"; cat "$work/$config".r*.log.* | awk 'NF > 1 { print "*" $2 }'; } |
-      sort -u >"$work/$config.done"
+    died=$(unfinished "${logs[@]}")
+    # Done: every test a rank finished, and of those left unfinished the first in the suite's
+    # order (the ranks that went on to later tests were waiting for the one stuck in it; their
+    # tests run again).
+    { cat "$work/$config.skip"; awk '$1 != "start" && NF > 1 { print "*" $2 }' "$work/$config".r*.log.*
+      [[ -z $died ]] || echo "*${died%%$'\n'*}"; } | sort -u >"$work/$config.done"
     [[ $(cat "${logs[@]}" | grep -cx 'done') -lt $np ]] || break
     grep -q '^start' "${logs[@]}" || break
-    died=$(cat "${logs[@]}" |
-      awk '$1 == "start" { s[$2] = 1 } $1 != "start" { delete s[$2] } END { for (t in s) print t }' | sort -u)
-    echo "$TAG: $config round $round: exit $rc${died:+ in ${died//$'\n'/ }}; running the rest again"
+    echo "$TAG: $config round $round: exit $rc${died:+ in ${died%%$'\n'*}}; running the rest again"
   done
   [[ -e $work/$config.r1.log.0 ]] || fail "$config: no rank ran the suite; its output ends:
 $(tail -20 "$work/$config.r1.out")"
