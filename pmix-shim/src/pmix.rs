@@ -2,9 +2,15 @@
 //!
 //! Two levels (`pmix/host.rs`): a process has one libpmix server, a
 //! [`PmixHost`], which may host several namespaces (a job and the jobs it spawns are served by
-//! the same node services); a [`PmixServer`] is one namespace on it, holding what is the job's
-//! (its `JobSpec` and overlay, job info, local ranks, fences, direct modex, aborts, names). The
-//! host routes every upcall by namespace to the `PmixServer` that registered it.
+//! the same node services); a [`PmixServer`] is one namespace on it, holding what is the
+//! namespace's (its [`NamespaceSpec`] and overlay, job info, local ranks, fences, direct modex,
+//! aborts, names). The host routes every upcall by namespace to the `PmixServer` that
+//! registered it.
+//!
+//! A namespace may hold ranks on some of its overlay's nodes only ([`crate::namespace`]): it is
+//! registered on the others too, with no local process (libpmix answers its job-level keys
+//! there and sends proc-level gets up as direct modex); its maps list its own nodes only; all
+//! its fences, the whole-namespace one included, are subset collectives over its nodes.
 //!
 //! Flow: [`PmixServer::start`] initialises a host for the job (the embedders' one job per
 //! process; it is finalized with the job), or [`PmixHost::serve`] adds a namespace to a running
@@ -26,13 +32,15 @@
 //!   fence, then hands PMIx the concatenation of the blobs (PMIx unpacks them in any order).
 //!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
 //!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
-//!   numbers match across nodes. A fence whose participants leave out whole nodes is a
-//!   subset collective gathered by node 0 ([`crate::group`], `pmix/dynamic.rs`).
+//!   numbers match across nodes. A fence whose participants leave out whole nodes (always so
+//!   for a namespace without ranks on every node) is a subset collective gathered by node 0
+//!   ([`crate::group`], `pmix/dynamic.rs`).
 //! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
 //!   node 0's table shared with PMI; connect and disconnect within the job as subset
 //!   collectives; another namespace is refused (by the host when it names one it does not
 //!   host or several).
-//! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
+//! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
+//!   namespace's own map), which
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
 //! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its
@@ -41,7 +49,8 @@
 //!   [`Overlay::aborted`] and kills its ranks, as with the PMI server.
 //!
 //! PMIx allows one server per process: one agent per process (tests run agents as separate
-//! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with two jobs on each agent's host).
+//! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with a job and a namespace on two of
+//! the three nodes on each agent's host).
 
 mod dynamic;
 mod host;
