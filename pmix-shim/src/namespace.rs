@@ -13,6 +13,12 @@
 //! - its fences run over the nodes hosting participants (the subset path, [`crate::group`])
 //!   unless the namespace has ranks on every node ([`NamespaceSpec::spans_overlay`]);
 //! - direct modex goes to the overlay node the namespace's own map names.
+//!
+//! Today each namespace is served on an overlay of its own (over the same nodes): an
+//! overlay's direct-modex and subset-collective queues ([`crate::overlay::Overlay::incoming`])
+//! go to the first namespace served on it, and node 0's coordinator knows that namespace's
+//! placement only; another namespace's requests on it are refused with an error, never left
+//! pending. Sharing the parent's overlay needs those dispatched by namespace.
 
 use crate::{Error, JobSpec};
 
