@@ -88,7 +88,10 @@ pub fn nodes_of(job: &JobSpec, procs: &[(String, u32)]) -> Result<BTreeSet<usize
             ));
         }
         if *rank == WILDCARD {
-            return Ok((0..job.n_nodes()).collect());
+            // A namespace may hold ranks on some of the overlay's nodes only.
+            return Ok(crate::namespace::nodes_with_ranks(job)
+                .into_iter()
+                .collect());
         }
         match job.node_of_rank(*rank) {
             Some(n) => nodes.insert(n),
@@ -281,6 +284,26 @@ mod tests {
     }
 
     const FENCE: GroupOp = GroupOp::Fence { collect: true };
+
+    #[test]
+    fn a_whole_namespace_on_some_nodes_gathers_those_nodes_only() {
+        let mut sparse = (*job()).clone();
+        sparse.ranks = vec![vec![], vec![0], vec![1, 2]];
+        let whole = [("j".to_string(), WILDCARD)];
+        assert_eq!(nodes_of(&sparse, &whole).unwrap(), BTreeSet::from([1, 2]));
+        assert_eq!(nodes_of(&job(), &whole).unwrap(), BTreeSet::from([0, 1, 2]));
+        let mut c = Coordinator::new(std::sync::Arc::new(sparse));
+        let t0 = Instant::now();
+        let wild = |data| Contribution {
+            procs: whole.to_vec(),
+            ..part(FENCE, &[], 0, data)
+        };
+        assert!(c.contribute(2, 1, wild(b"B"), t0).is_empty());
+        let done = c.contribute(1, 2, wild(b"C"), t0);
+        let got: Vec<_> = done.into_iter().map(|(t, r)| (t, r.unwrap())).collect();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|(_, all)| &all[..] == b"BC"));
+    }
 
     #[test]
     fn a_subset_completes_when_its_nodes_are_in() {

@@ -94,8 +94,15 @@ impl JobSpec {
     /// `0..n_ranks` exactly once, every node holding at least one rank.
     ///
     /// A node without ranks would never enter a PMI fence, so it is refused here rather
-    /// than hanging the job later.
+    /// than hanging the job later. (A namespace served on an overlay may leave nodes idle:
+    /// [`crate::namespace::NamespaceSpec`].)
     pub fn validate(&self) -> Result<(), Error> {
+        self.check(false)
+    }
+
+    /// [`JobSpec::validate`], accepting nodes without ranks when `idle_nodes` (at least one
+    /// rank overall still).
+    pub(crate) fn check(&self, idle_nodes: bool) -> Result<(), Error> {
         let bad = |reason: String| Error::InvalidJob {
             job: self.job_id.clone(),
             reason,
@@ -135,7 +142,7 @@ impl JobSpec {
         let n_ranks = self.n_ranks();
         let mut seen = vec![false; n_ranks as usize];
         for (node_idx, ranks) in self.ranks.iter().enumerate() {
-            if ranks.is_empty() {
+            if ranks.is_empty() && !idle_nodes {
                 return Err(bad(format!(
                     "node {node_idx} ({}) has no ranks",
                     self.hosts[node_idx]
@@ -151,6 +158,9 @@ impl JobSpec {
                     return Err(bad(format!("rank {rank} placed twice")));
                 }
             }
+        }
+        if n_ranks == 0 {
+            return Err(bad("no ranks".into()));
         }
         Ok(())
     }

@@ -2,9 +2,15 @@
 //!
 //! Two levels (`pmix/host.rs`): a process has one libpmix server, a
 //! [`PmixHost`], which may host several namespaces (a job and the jobs it spawns are served by
-//! the same node services); a [`PmixServer`] is one namespace on it, holding what is the job's
-//! (its `JobSpec` and overlay, job info, local ranks, fences, direct modex, aborts, names). The
-//! host routes every upcall by namespace to the `PmixServer` that registered it.
+//! the same node services); a [`PmixServer`] is one namespace on it, holding what is the
+//! namespace's (its [`NamespaceSpec`] and overlay, job info, local ranks, fences, direct modex,
+//! aborts, names). The host routes every upcall by namespace to the `PmixServer` that
+//! registered it.
+//!
+//! A namespace may hold ranks on some of its overlay's nodes only ([`crate::namespace`]): it is
+//! registered on the others too, with no local process (libpmix answers its job-level keys
+//! there and sends proc-level gets up as direct modex); its maps list its own nodes only; all
+//! its fences, the whole-namespace one included, are subset collectives over its nodes.
 //!
 //! Flow: [`PmixServer::start`] initialises a host for the job (the embedders' one job per
 //! process; it is finalized with the job), or [`PmixHost::serve`] adds a namespace to a running
@@ -26,13 +32,15 @@
 //!   fence, then hands PMIx the concatenation of the blobs (PMIx unpacks them in any order).
 //!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
 //!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
-//!   numbers match across nodes. A fence whose participants leave out whole nodes is a
-//!   subset collective gathered by node 0 ([`crate::group`], `pmix/dynamic.rs`).
+//!   numbers match across nodes. A fence whose participants leave out whole nodes (always so
+//!   for a namespace without ranks on every node) is a subset collective gathered by node 0
+//!   ([`crate::group`], `pmix/dynamic.rs`).
 //! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
 //!   node 0's table shared with PMI; connect and disconnect within the job as subset
 //!   collectives; another namespace is refused (by the host when it names one it does not
 //!   host or several).
-//! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank, which
+//! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
+//!   namespace's own map), which
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
 //! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its
@@ -41,7 +49,8 @@
 //!   [`Overlay::aborted`] and kills its ranks, as with the PMI server.
 //!
 //! PMIx allows one server per process: one agent per process (tests run agents as separate
-//! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with two jobs on each agent's host).
+//! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with a job and a namespace on two of
+//! the three nodes on each agent's host).
 
 mod dynamic;
 mod host;
@@ -69,7 +78,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
-    AbortInfo, Error, JobSpec,
+    AbortInfo, Error, JobSpec, NamespaceSpec,
     departures::Departures,
     family::{self, Family},
     frame::Service,
@@ -415,7 +424,9 @@ impl Started {
     /// rank, and the receiver told when the last one is in.
     fn new(job: &JobSpec, binding: &Binding) -> (Started, Option<oneshot::Receiver<()>>) {
         match binding {
+            // A node without ranks of the namespace has nothing to wait for.
             Binding::Known(_) => (Started::default(), None),
+            Binding::Reported if job.local_ranks().is_empty() => (Started::default(), None),
             Binding::Reported => {
                 let (tx, rx) = oneshot::channel();
                 let started = Started {
@@ -665,19 +676,20 @@ struct Shared {
 }
 
 impl PmixHost {
-    /// Hosts `job`'s namespace on this process's server beside the others, with fences and
-    /// direct modex over `overlay`. [`PmixServer::shutdown`] deregisters it and leaves the
-    /// server running; [`PmixHost::shutdown`] finalizes the server.
+    /// Hosts namespace `ns` on this process's server beside the others, with fences and
+    /// direct modex over `overlay` (the overlay whose nodes `ns` is numbered by; `ns` may have
+    /// no rank on this node). [`PmixServer::shutdown`] deregisters it and leaves the server
+    /// running; [`PmixHost::shutdown`] finalizes the server.
     pub async fn serve(
         &self,
-        job: &JobSpec,
+        ns: &NamespaceSpec,
         overlay: Overlay,
         config: NamespaceConfig,
     ) -> Result<PmixServer, Error> {
         PmixServer::open(
             self.clone(),
             false,
-            job,
+            ns,
             overlay,
             config,
             Departures::default(),
@@ -705,29 +717,29 @@ impl PmixServer {
         config: PmixConfig,
         departures: Departures,
     ) -> Result<PmixServer, Error> {
-        job.validate()?;
+        let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
         let ns = config.namespace_config();
-        let opened = Self::open(host.clone(), true, job, overlay, ns, departures).await;
+        let opened = Self::open(host.clone(), true, &spec, overlay, ns, departures).await;
         if opened.is_err() {
             host.shutdown().await;
         }
         opened
     }
 
-    /// Registers `job`'s namespace with `host` and starts its tasks (the fence loop, the
+    /// Registers namespace `ns` with `host` and starts its tasks (the fence loop, the
     /// direct-modex server, node 0's services).
     async fn open(
         host: PmixHost,
         owns_host: bool,
-        job: &JobSpec,
+        ns: &NamespaceSpec,
         overlay: Overlay,
         config: NamespaceConfig,
         departures: Departures,
     ) -> Result<PmixServer, Error> {
-        job.validate()?;
+        // From here on `job` is the namespace's placement in the overlay's numbering.
+        let job = Arc::new(ns.placement().clone());
         let me = job.node_idx;
-        let job = Arc::new(job.clone());
         let span = info_span!("pmix", job = %job.job_id, node = me);
         let nsdir = namespace_dir(&job, host.config())?;
         let server = host.server().ok_or(Error::Shutdown { node: me })?;
@@ -761,7 +773,12 @@ impl PmixServer {
             inner
                 .tracker
                 .spawn(register_when_started(inner.clone(), all_started).instrument(span.clone()));
-        } else if let Binding::Known(bound) = &inner.config.binding {
+        } else {
+            let none = BTreeMap::new();
+            let bound = match &inner.config.binding {
+                Binding::Known(bound) => bound,
+                Binding::Reported => &none,
+            };
             if let Err(e) = register_nspace(inner, &server, bound).await {
                 pmix.shutdown().await;
                 return Err(e);
@@ -1089,8 +1106,17 @@ fn job_info(
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
     let local = job.local_ranks();
-    let node_map = server.generate_regex(&job.hosts.join(","))?;
-    let ppn: Vec<String> = job
+    // The maps list the namespace's own nodes only, as PRRTE registers a job on a daemon
+    // hosting none of its procs. libpmix numbers the nodes of `PMIX_NODE_MAP` by position
+    // and takes `PMIX_LOCAL_SIZE` from the node whose id is `PMIX_NODEID`: the id must be
+    // this node's position there (none on a node without ranks of the namespace).
+    let own = crate::namespace::own_nodes(job);
+    let nodeid = crate::namespace::nodes_with_ranks(job)
+        .iter()
+        .position(|&n| n == me)
+        .map(|i| i as u32);
+    let node_map = server.generate_regex(&own.hosts.join(","))?;
+    let ppn: Vec<String> = own
         .ranks
         .iter()
         .map(|r| r.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
@@ -1103,34 +1129,29 @@ fn job_info(
         (key::NSDIR, Value::Str(nsdir.to_string_lossy().into())),
         (key::TDIR_RMCLEAN, Value::Bool(true)),
         (key::JOBID, Value::Str(job.job_id.clone())),
-        (key::NODEID, Value::U32(me as u32)),
         (key::HOSTNAME, Value::Str(host.clone())),
         (key::UNIV_SIZE, Value::U32(n_ranks)),
         (key::JOB_SIZE, Value::U32(n_ranks)),
         (key::JOB_NUM_APPS, Value::U32(1)),
         (key::APP_SIZE, Value::U32(n_ranks)),
         (key::MAX_PROCS, Value::U32(n_ranks)),
-        (key::NUM_NODES, Value::U32(job.n_nodes() as u32)),
+        (key::NUM_NODES, Value::U32(own.n_nodes() as u32)),
         (key::LOCAL_SIZE, Value::U32(local.len() as u32)),
         (key::NODE_SIZE, Value::U32(local.len() as u32)),
         (key::NODE_MAP, Value::Regex(node_map)),
         (key::PROC_MAP, Value::Regex(proc_map)),
-        (key::ANL_MAP, Value::Str(job.process_mapping())),
-        (
-            key::LOCAL_PEERS,
-            Value::Str(
-                local
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-        ),
-        (
-            key::LOCALLDR,
-            Value::Rank(local.iter().copied().min().unwrap_or(0)),
-        ),
+        (key::ANL_MAP, Value::Str(own.process_mapping())),
     ];
+    // A node without ranks of the namespace has no node id in it, no local peers and no
+    // local leader.
+    if let Some(id) = nodeid {
+        entries.push((key::NODEID, Value::U32(id)));
+    }
+    if let Some(&leader) = local.iter().min() {
+        let peers: Vec<String> = local.iter().map(u32::to_string).collect();
+        entries.push((key::LOCAL_PEERS, Value::Str(peers.join(","))));
+        entries.push((key::LOCALLDR, Value::Rank(leader)));
+    }
     for (local_rank, &rank) in local.iter().enumerate() {
         let mut data = vec![
             (key::RANK, Value::Rank(rank)),
@@ -1141,7 +1162,7 @@ fn job_info(
             (key::LOCAL_RANK, Value::U16(local_rank as u16)),
             (key::NODE_RANK, Value::U16(local_rank as u16)),
             (key::HOSTNAME, Value::Str(host.clone())),
-            (key::NODEID, Value::U32(me as u32)),
+            (key::NODEID, Value::U32(nodeid.unwrap_or(0))),
         ];
         // Open MPI tells which local peers share a package, a cache or a core from these;
         // without them every peer is just "on this node".
@@ -1159,10 +1180,11 @@ fn job_info(
     InfoArray::new(&entries)
 }
 
-/// Whether a fence's participants involve every node of the job (and only this job), as an
-/// overlay collective must: the whole namespace (wildcard rank), or ranks on every node.
+/// Whether a fence's participants involve every node of the overlay (and only this
+/// namespace), as an overlay collective must: the whole namespace (wildcard rank) or ranks on
+/// every node, of a namespace with ranks on every node of the overlay.
 fn spans_every_node(job: &JobSpec, procs: &[Proc]) -> bool {
-    if procs.iter().any(|p| p.nspace != job.job_id) {
+    if procs.iter().any(|p| p.nspace != job.job_id) || !crate::namespace::spans_overlay(job) {
         return false;
     }
     if procs.iter().any(|p| p.rank == RANK_WILDCARD) {
@@ -1500,5 +1522,27 @@ mod tests {
         check(&[("j", RANK_WILDCARD), ("other", RANK_WILDCARD)], false);
         check(&[("other", 0)], false);
         check(&[], false);
+    }
+
+    #[test]
+    fn a_namespace_on_some_nodes_never_fences_over_the_overlay() {
+        let mut job = JobSpec {
+            job_id: "j.1".into(),
+            hosts: vec!["n0".into(), "n1".into(), "n2".into()],
+            node_idx: 0,
+            model: Default::default(),
+            ranks: vec![vec![], vec![0], vec![1, 2]],
+            secret: JobSecret::generate(),
+        };
+        let all = |nspace: &str| {
+            vec![Proc {
+                nspace: nspace.into(),
+                rank: RANK_WILDCARD,
+            }]
+        };
+        // Its whole-namespace fence involves nodes 1 and 2 only: the subset path.
+        assert!(!spans_every_node(&job, &all("j.1")));
+        job.ranks = vec![vec![0], vec![1], vec![2]];
+        assert!(spans_every_node(&job, &all("j.1")));
     }
 }

@@ -1,13 +1,17 @@
-//! Two jobs (two namespaces, each with its own `JobSpec` and overlay) served at once by one `PmixHost` per agent process, with real libpmix clients of both.
+//! Two namespaces served at once by one `PmixHost` per agent process, with real libpmix clients of both: job A with ranks on every node, and namespace B with ranks on some of the nodes only (as a spawned child will be).
 //!
 //! PMIx allows one server per process, so each agent is a separate process: this test binary
 //! re-executes itself with `GREEDY_PMIX_HOST_AGENT` set, which makes `host_agent_process` run
-//! one agent instead of returning at once (as `tests/openmpi.rs` does). Each of the two agents
-//! is node `i` of both jobs: job A has ranks `[[0, 1], [2]]`, job B `[[0], [1, 2, 3]]`. The
-//! clients (`tests/mpi/pmix_two_jobs.c`) check their own job's sizes and fence data; job B
-//! ends first and its namespace is removed from both hosts, after which job A's rank 0 asks
-//! for B's data and fences naming B (both must fail, never hang), and A fences again. A second
-//! registration of a hosted namespace is refused.
+//! one agent instead of returning at once (as `tests/openmpi.rs` does). Each of the three
+//! agents is node `i` of both: job A has ranks `[[0, 1], [2], [3]]`; namespace B (a
+//! `NamespaceSpec` on an overlay of the same three nodes) `[[], [0], [1, 2]]`, registered on
+//! node 0 too with no local rank there. The clients (`tests/mpi/pmix_two_jobs.c`) check their
+//! own namespace's sizes and node count; A fences with the data, B without it so that its
+//! ranks read each other's values by direct modex across nodes (B's whole-namespace fences go
+//! the subset path over nodes 1 and 2). A's rank 0, on node 0, reads B's job-level keys from
+//! node 0's registration. B ends first and its namespace is removed from every host, after
+//! which A's rank 0 asks for B's data and fences naming B (both must fail, never hang), and A
+//! fences again. A second registration of a hosted namespace is refused.
 
 use std::{
     net::SocketAddr,
@@ -17,7 +21,7 @@ use std::{
 };
 
 use greedy_pmix::{
-    JobSecret, JobSpec,
+    JobSecret, JobSpec, NamespaceSpec,
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
     pmix::{Binding, HostConfig, NamespaceConfig, PmixHost, PmixServer, admit_job},
@@ -25,8 +29,9 @@ use greedy_pmix::{
 };
 use tokio::{io::AsyncReadExt, process::Command, task::JoinSet};
 
-const JOB_A: [&[u32]; 2] = [&[0, 1], &[2]];
-const JOB_B: [&[u32]; 2] = [&[0], &[1, 2, 3]];
+const NODES: usize = 3;
+const JOB_A: [&[u32]; NODES] = [&[0, 1], &[2], &[3]];
+const JOB_B: [&[u32]; NODES] = [&[], &[0], &[1, 2]];
 const DEADLINE: Duration = Duration::from_secs(90);
 
 /// Agents publish their overlay address as a file `node<i>` in a directory per job.
@@ -50,10 +55,10 @@ impl Rendezvous for DirRendezvous {
     }
 }
 
-fn job(id: &str, layout: [&[u32]; 2], me: usize, secret: &str) -> JobSpec {
+fn job(id: &str, layout: [&[u32]; NODES], me: usize, secret: &str) -> JobSpec {
     JobSpec {
         job_id: id.into(),
-        hosts: vec!["node0".into(), "node1".into()],
+        hosts: (0..NODES).map(|n| format!("node{n}")).collect(),
         node_idx: me,
         model: Default::default(),
         ranks: layout.iter().map(|r| r.to_vec()).collect(),
@@ -61,29 +66,30 @@ fn job(id: &str, layout: [&[u32]; 2], me: usize, secret: &str) -> JobSpec {
     }
 }
 
-/// One job's part on this agent: its overlay and namespace.
+/// One namespace's part on this agent: its overlay and namespace.
 struct Part {
-    job: JobSpec,
+    ns: NamespaceSpec,
     overlay: Overlay,
     pmix: PmixServer,
 }
 
-async fn serve(host: &PmixHost, job: JobSpec, dir: &Path) -> Part {
-    let board = DirRendezvous(dir.join(format!("rendezvous-{}", job.job_id)));
+/// Serves `ns` on an overlay of `overlay_job`'s nodes.
+async fn serve(host: &PmixHost, overlay_job: &JobSpec, ns: NamespaceSpec, dir: &Path) -> Part {
+    let board = DirRendezvous(dir.join(format!("rendezvous-{}", ns.nspace())));
     std::fs::create_dir_all(&board.0).unwrap();
     let config = OverlayConfig {
         collective_timeout: Duration::from_secs(60),
         request_timeout: Duration::from_secs(60),
         ..Default::default()
     };
-    let overlay = Overlay::start(&job, config, &board)
+    let overlay = Overlay::start(overlay_job, config, &board)
         .await
         .expect("overlay joins");
     let pmix = host
-        .serve(&job, overlay.clone(), namespace_config())
+        .serve(&ns, overlay.clone(), namespace_config())
         .await
         .expect("namespace registers");
-    Part { job, overlay, pmix }
+    Part { ns, overlay, pmix }
 }
 
 fn namespace_config() -> NamespaceConfig {
@@ -102,7 +108,8 @@ async fn start_ranks(
     extra: &[(String, String)],
     waits: &mut JoinSet<(String, u32, i32, String)>,
 ) {
-    let local = part.job.local_ranks();
+    let local = part.ns.local_ranks();
+    let nodes = part.ns.nodes().len();
     for &rank in local {
         let env = part.pmix.env_for(rank).await.expect("rank registers");
         let mut cmd = Command::new(exe);
@@ -113,13 +120,14 @@ async fn start_ranks(
         }
         cmd.envs(env)
             .envs(extra.iter().cloned())
-            .env("EXPECT_SIZE", part.job.n_ranks().to_string())
+            .env("EXPECT_SIZE", part.ns.n_ranks().to_string())
             .env("EXPECT_LOCAL_SIZE", local.len().to_string())
+            .env("EXPECT_NODES", nodes.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn rank");
-        let (pmix, id) = (part.pmix.clone(), part.job.job_id.clone());
+        let (pmix, id) = (part.pmix.clone(), part.ns.nspace().to_string());
         waits.spawn(async move {
             let mut text = String::new();
             let _ = child.stdout.take().unwrap().read_to_string(&mut text).await;
@@ -131,20 +139,22 @@ async fn start_ranks(
     }
 }
 
-/// Leaves `part`'s job once every node is done with it; the host keeps serving.
-async fn finish(part: Part) -> (u64, Option<String>) {
+/// Leaves `part`'s job once every node is done with it; the host keeps serving. Returns its
+/// fences, direct-modex requests sent, and abort reason.
+async fn finish(part: Part) -> (u64, u64, Option<String>) {
     if part.overlay.aborted().borrow().is_none() {
         let _ = part.overlay.barrier().await;
     }
     let abort = part.overlay.aborted().borrow().clone().map(|a| a.reason);
-    let fences = part.pmix.fences();
+    let (fences, asked) = (part.pmix.fences(), part.pmix.dmodex_counts().asked);
     part.pmix.shutdown().await;
     part.overlay.shutdown().await;
-    (fences, abort)
+    (fences, asked, abort)
 }
 
 /// What the agent reports, one line each: `code <job> <rank> <code>`, `fences <job> <n>`,
-/// `abort <job> <reason>`, `after-b <namespaces>`, then `output` and the ranks' text.
+/// `dmodex <job> <asked>`, `abort <job> <reason>`, `after-b <namespaces>`, then `output` and
+/// the ranks' text.
 async fn run_agent(
     me: usize,
     dir: PathBuf,
@@ -163,15 +173,17 @@ async fn run_agent(
         finalize_timeout: Duration::from_secs(2),
     })
     .expect("PMIx host starts");
-    let a = serve(&host, job(&ids[0], JOB_A, me, &secrets[0]), &dir).await;
-    let b = serve(&host, job(&ids[1], JOB_B, me, &secrets[1]), &dir).await;
+    let job_a = job(&ids[0], JOB_A, me, &secrets[0]);
+    let ns_a = NamespaceSpec::of_job(&job_a).unwrap();
+    let a = serve(&host, &job_a, ns_a.clone(), &dir).await;
+    // B's overlay: the same three nodes (a job's overlay); B's own ranks on nodes 1 and 2.
+    let overlay_b = job(&ids[1], JOB_A, me, &secrets[1]);
+    let b_ranks = JOB_B.iter().map(|r| r.to_vec()).collect();
+    let ns_b = NamespaceSpec::on_overlay(&overlay_b, &ids[1], b_ranks).unwrap();
+    let b = serve(&host, &overlay_b, ns_b, &dir).await;
     // A namespace is hosted once: a second registration of A is refused, A keeps serving.
     let twice = host
-        .serve(
-            &job(&ids[0], JOB_A, me, &secrets[0]),
-            a.overlay.clone(),
-            namespace_config(),
-        )
+        .serve(&ns_a, a.overlay.clone(), namespace_config())
         .await;
     let dup = match twice {
         Ok(_) => "dup-accepted\n".to_string(),
@@ -180,11 +192,14 @@ async fn run_agent(
     let gone = dir.join(format!("b-gone-{me}"));
     let to_a = [
         ("OTHER_NS".to_string(), ids[1].clone()),
+        ("OTHER_SIZE".to_string(), b.ns.n_ranks().to_string()),
+        ("OTHER_NODES".to_string(), b.ns.nodes().len().to_string()),
         ("OTHER_GONE".to_string(), gone.display().to_string()),
     ];
+    let to_b = [("FENCE_COLLECT".to_string(), "0".to_string())];
     let (mut a_waits, mut b_waits) = (JoinSet::new(), JoinSet::new());
     start_ranks(&a, &exe, &to_a, &mut a_waits).await;
-    start_ranks(&b, &exe, &[], &mut b_waits).await;
+    start_ranks(&b, &exe, &to_b, &mut b_waits).await;
     let mut report = String::new();
     let mut output = String::new();
     let mut record = |(id, rank, code, text): (String, u32, i32, String)| {
@@ -194,18 +209,23 @@ async fn run_agent(
     while let Some(done) = b_waits.join_next().await {
         record(done.unwrap());
     }
-    let (fences, abort) = finish(b).await;
+    let (fences, asked, abort) = finish(b).await;
     let mut after: Vec<String> = host.namespaces();
     after.sort();
     std::fs::write(&gone, "").unwrap();
     while let Some(done) = a_waits.join_next().await {
         record(done.unwrap());
     }
-    let mut lines = format!("fences {} {fences}\nafter-b {}\n", ids[1], after.join(","));
+    let mut lines = format!(
+        "fences {} {fences}\ndmodex {} {asked}\nafter-b {}\n",
+        ids[1],
+        ids[1],
+        after.join(",")
+    );
     if let Some(reason) = abort {
         lines += &format!("abort {} {reason}\n", ids[1]);
     }
-    let (fences, abort) = finish(a).await;
+    let (fences, _, abort) = finish(a).await;
     lines += &format!("fences {} {fences}\n", ids[0]);
     if let Some(reason) = abort {
         lines += &format!("abort {} {reason}\n", ids[0]);
@@ -220,6 +240,12 @@ async fn host_agent_process() {
     let Ok(spec) = std::env::var("GREEDY_PMIX_HOST_AGENT") else {
         return;
     };
+    if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::DEBUG)
+            .init();
+    }
     let f: Vec<&str> = spec.split('\n').collect();
     let me: usize = f[0].parse().unwrap();
     let dir = PathBuf::from(f[1]);
@@ -283,7 +309,7 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
         JobSecret::generate().to_hex(),
     ];
     let mut agents = Vec::new();
-    for me in 0..2 {
+    for me in 0..NODES {
         let spec = [
             me.to_string(),
             dir.path().display().to_string(),
@@ -321,7 +347,7 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
     })
     .await
     .expect("both agents finished");
-    let results: Vec<String> = (0..2)
+    let results: Vec<String> = (0..NODES)
         .map(|i| std::fs::read_to_string(dir.path().join(format!("result{i}"))).unwrap())
         .collect();
     let all = results.concat();
@@ -344,9 +370,14 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
             }
         }
     }
-    // Three ranks' job A and four ranks' job B print "of 3" and "of 4" respectively.
-    assert_eq!(all.matches(" of 3: ok").count(), 3, "{all}");
+    // Four ranks' job A and three ranks' namespace B print "of 4" and "of 3" respectively.
     assert_eq!(all.matches(" of 4: ok").count(), 4, "{all}");
+    assert_eq!(all.matches(" of 3: ok").count(), 3, "{all}");
+    // Node 0, with no rank of B, answered B's job-level keys from its registration.
+    assert!(
+        all.contains("rank 0: other namespace: 3 ranks on 2 nodes\n"),
+        "{all}"
+    );
     // A namespace no longer hosted: direct modex is refused by the host at once; a fence is
     // held by libpmix itself (it waits for the namespace to be registered) until the client's
     // PMIX_TIMEOUT, never reaching the host.
@@ -371,7 +402,22 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
             let line = r.lines().find(|l| l.starts_with(&prefix)).unwrap();
             line[prefix.len()..].parse().unwrap()
         };
-        assert!(fences(&ids[1]) >= 2, "{all}");
         assert!(fences(&ids[0]) >= 2, "{all}");
+    }
+    // B's fences were subset fences (node 0 saw none); its ranks read each other's values
+    // through direct modex between nodes 1 and 2.
+    let count = |r: &str, what: &str| -> u64 {
+        let prefix = format!("{what} {} ", ids[1]);
+        let line = r.lines().find(|l| l.starts_with(&prefix)).unwrap();
+        line[prefix.len()..].parse().unwrap()
+    };
+    for (node, r) in results.iter().enumerate() {
+        assert_eq!(
+            count(r, "fences"),
+            0,
+            "node {node} ran no overlay fence of B:\n{all}"
+        );
+        let asked = count(r, "dmodex");
+        assert_eq!(asked > 0, node > 0, "node {node} asked {asked}:\n{all}");
     }
 }

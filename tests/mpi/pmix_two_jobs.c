@@ -1,10 +1,13 @@
 /* pmix_two_jobs.c: a libpmix client of one of two jobs served by the same PMIx servers.
  *
- * 1. Its own job's size (PMIX_JOB_SIZE) and local size (PMIX_LOCAL_SIZE) are EXPECT_SIZE and
- *    EXPECT_LOCAL_SIZE.
- * 2. Each rank puts "greedy-ns" = its namespace, fences with data over its whole job, and
- *    reads every peer's value: each must name this rank's own namespace.
- * 3. With OTHER_NS set (rank 0 only), once the file OTHER_GONE exists (the other job has been
+ * 1. Its own job's size (PMIX_JOB_SIZE), local size (PMIX_LOCAL_SIZE) and node count
+ *    (PMIX_NUM_NODES) are EXPECT_SIZE, EXPECT_LOCAL_SIZE and EXPECT_NODES.
+ * 2. Each rank puts "greedy-ns" = its namespace, fences over its whole job (with the data, or
+ *    without it when FENCE_COLLECT=0, so that the gets below are direct modex), and reads every
+ *    peer's value: each must name this rank's own namespace.
+ * 3. With OTHER_NS set (rank 0 only): the other namespace's PMIX_JOB_SIZE and PMIX_NUM_NODES
+ *    (job-level keys from this node's registration) are OTHER_SIZE and OTHER_NODES. Then, once
+ *    the file OTHER_GONE exists (the other job has been
  *    removed from this node's server): PMIx_Get of the other namespace's rank 0 and a fence
  *    naming the other namespace must both fail, each within its 5 s PMIX_TIMEOUT (never
  *    hang); each prints its status and how long it took.
@@ -53,15 +56,19 @@ static void own_job(void)
         fail("job size is not EXPECT_SIZE", PMIX_ERROR);
     if (get_u32(&job, PMIX_LOCAL_SIZE) != (unsigned)atoi(getenv("EXPECT_LOCAL_SIZE")))
         fail("local size is not EXPECT_LOCAL_SIZE", PMIX_ERROR);
+    if (get_u32(&job, PMIX_NUM_NODES) != (unsigned)atoi(getenv("EXPECT_NODES")))
+        fail("node count is not EXPECT_NODES", PMIX_ERROR);
 }
 
 static void fence_all(void)
 {
     pmix_proc_t all;
     pmix_info_t collect;
+    const char *flag = getenv("FENCE_COLLECT");
+    size_t ninfo = (flag != NULL && strcmp(flag, "0") == 0) ? 0 : 1;
     PMIX_LOAD_PROCID(&all, me.nspace, PMIX_RANK_WILDCARD);
     PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, NULL, PMIX_BOOL);
-    check("fence", PMIx_Fence(&all, 1, &collect, 1));
+    check("fence", PMIx_Fence(&all, 1, ninfo ? &collect : NULL, ninfo));
     PMIX_INFO_DESTRUCT(&collect);
 }
 
@@ -89,6 +96,16 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void other_job_level(const char *other)
+{
+    pmix_proc_t them;
+    PMIX_LOAD_PROCID(&them, other, PMIX_RANK_WILDCARD);
+    unsigned n = get_u32(&them, PMIX_JOB_SIZE), nodes = get_u32(&them, PMIX_NUM_NODES);
+    if (n != (unsigned)atoi(getenv("OTHER_SIZE")) || nodes != (unsigned)atoi(getenv("OTHER_NODES")))
+        fail("the other namespace's job-level keys are wrong", PMIX_ERROR);
+    printf("rank 0: other namespace: %u ranks on %u nodes\n", n, nodes);
 }
 
 static void other_job(const char *other, const char *gone)
@@ -129,8 +146,10 @@ int main(void)
     own_job();
     exchange();
     const char *other = getenv("OTHER_NS");
-    if (other != NULL && me.rank == 0)
+    if (other != NULL && me.rank == 0) {
+        other_job_level(other);
         other_job(other, getenv("OTHER_GONE"));
+    }
     fence_all();
     printf("rank %u of %u: ok\n", me.rank, size);
     fflush(stdout);

@@ -12,8 +12,9 @@
 //!   namespaces' directories are inside it), the uid/gid the ranks run as, the accept gate's
 //!   policy (which admits the processes of every namespace hosted: they are all the
 //!   embedder's descendants), how long finalize may take, and the routing table.
-//! - **A namespace** (per job, [`super::NamespaceConfig`]): its `JobSpec`, overlay, local
-//!   ranks, bindings, fences, direct modex, aborts, counters.
+//! - **A namespace** (per job, [`super::NamespaceConfig`]): its [`crate::NamespaceSpec`]
+//!   (ranks placed on some or all of its overlay's nodes), overlay, local ranks, bindings,
+//!   fences, direct modex, aborts, counters.
 //!
 //! Routing: by `proc.nspace` for client events, aborts, direct modex and the name service
 //! (libpmix's handshake fixed the namespace a client speaks as when it connected); by the
