@@ -650,6 +650,23 @@ impl StepEnd {
         self.plan.hosts.get(idx).map_or("?", String::as_str)
     }
 
+    /// Where an abort started, for a person: the node, and in a het step the component of
+    /// the rank (or node) at fault: `n3` or `component 1 on n3`.
+    fn origin(&self, abort: &AbortInfo) -> String {
+        let host = self.host(abort.origin_node);
+        let Some(het) = &self.plan.het else {
+            return host.to_string();
+        };
+        let comp = match abort.rank {
+            Some(r) => het.of(r),
+            None => het.of_node(&self.plan.ranks, abort.origin_node),
+        };
+        match comp {
+            Some(c) => format!("component {c} on {host}"),
+            None => host.to_string(),
+        }
+    }
+
     /// The rule's timing for a Slurm step.
     fn policy() -> EndPolicy {
         EndPolicy {
@@ -668,7 +685,7 @@ impl JobEnd for StepEnd {
     /// [`CHARM_KILL_GRACE`].
     async fn aborted(&self, info: &AbortInfo, service: &NodeService) {
         let (job, step, me) = (self.plan.job_id, self.plan.step_id, self.plan.node_idx);
-        let origin = self.host(info.origin_node);
+        let origin = self.origin(info);
         error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
         let Some(stdio) = &self.stdio else { return };
         // A netlrts rank's (or a rank's that never spoke) own output is where its user looks.
@@ -686,7 +703,7 @@ impl JobEnd for StepEnd {
     }
 
     async fn report(&self, code: i32, abort: &AbortInfo) {
-        let reason = format!("{}: {}", self.host(abort.origin_node), abort.reason);
+        let reason = format!("{}: {}", self.origin(abort), abort.reason);
         report_to_srun(&self.plan, code, abort.at, reason).await;
     }
 
@@ -767,7 +784,7 @@ pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, 
     else {
         return;
     };
-    let job = format!("{}.{}", stepd.job_id, stepd.step_id);
+    let job = plan::record_step_name(stepd);
     let exit = ExitReport {
         node: stepd.nodeid as usize,
         code: 1,
@@ -883,6 +900,7 @@ mod tests {
     fn plan(node_idx: usize, port: u16, join_timeout: Duration) -> StepPlan {
         StepPlan {
             job_id: 5,
+            het: None,
             step_id: 0,
             kvsname: "5.0".into(),
             hosts: (1..=4).map(|i| format!("n{i}")).collect(),
