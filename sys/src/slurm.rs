@@ -449,7 +449,8 @@ pub struct StepLayout {
 /// srun's view of one component of a het step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HetClient {
-    /// The het job id (the first component's job id; the same in every component).
+    /// The het job id (the first component's job id; the same in every component), or the
+    /// job id of a het step inside one allocation.
     pub het_job_id: u32,
     /// This component's first global rank.
     pub task_offset: u32,
@@ -483,12 +484,17 @@ pub unsafe fn client_step_layout(info: *const raw::mpi_step_info_t) -> Option<St
         // SAFETY: tids[node] holds tasks[node] entries (contract).
         ranks.push(unsafe { std::slice::from_raw_parts(tids, n as usize) }.to_vec());
     }
-    let het =
-        (info.het_job_id != 0 && info.het_job_id != NO_VAL && info.het_job_task_offset != NO_VAL)
-            .then_some(HetClient {
-                het_job_id: info.het_job_id,
-                task_offset: info.het_job_task_offset,
-            });
+    // srun sets the task offset for every het step, the het job id only for a het job: the
+    // components of a het step inside one allocation share the job id (srun_job.c
+    // `create_srun_job`, `local_het_step`).
+    let het_job_id = match info.het_job_id {
+        0 | NO_VAL => info.step_id.job_id,
+        id => id,
+    };
+    let het = (info.het_job_task_offset != NO_VAL).then_some(HetClient {
+        het_job_id,
+        task_offset: info.het_job_task_offset,
+    });
     Some(StepLayout {
         job_id: info.step_id.job_id,
         het,
