@@ -138,7 +138,7 @@ for client in "${HET_CLIENTS[@]:0:2}"; do
     fail "het-abort-$client: srun does not name component 1, rank 3 and its node: $ERR"
   (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "het-abort-$client: took ${SECS}s: $ERR"
   no_leftovers "het-abort-$client"
-  pass "$client: MPI_Abort(3) in rank 3 (component 1): srun exits 3 in ${SECS}s naming component 1, rank 3 and its node; nothing left"
+  pass "$client: MPI_Abort(3) in rank 3 (component 1): srun exits 3 in ${SECS}s, nothing left: $(grep -o 'job ended with exit code 3: .*' <<<"$ERR" | head -1)"
 done
 
 # One node in both components: refused at once. slurmctld excludes a component's -w nodes from

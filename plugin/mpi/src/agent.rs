@@ -650,6 +650,19 @@ impl StepEnd {
         self.plan.hosts.get(idx).map_or("?", String::as_str)
     }
 
+    /// In a het step, the first node of each component but the origin's kills its own
+    /// component's step: a stepd kills only the job its credential names (the het job id comes
+    /// from the user's srun), and the origin's kill reaches only its own component in a het
+    /// job (one allocation per component).
+    fn kill_own_component(&self, info: &AbortInfo) {
+        let p = &self.plan;
+        if let Some(het) = &p.het
+            && het.kills_own(&p.ranks, p.node_idx, info.origin_node)
+        {
+            (self.kill_step)(p.job_id, p.step_id);
+        }
+    }
+
     /// Where an abort started, for a person: the node, and in a het step the component of
     /// the rank (or node) at fault: `n3` or `component 1 on n3`.
     fn origin(&self, abort: &AbortInfo) -> String {
@@ -687,6 +700,7 @@ impl JobEnd for StepEnd {
         let (job, step, me) = (self.plan.job_id, self.plan.step_id, self.plan.node_idx);
         let origin = self.origin(info);
         error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
+        self.kill_own_component(info);
         let Some(stdio) = &self.stdio else { return };
         // A netlrts rank's (or a rank's that never spoke) own output is where its user looks.
         let local = info.rank.filter(|_| info.origin_node == me);

@@ -31,10 +31,10 @@
 //! ```
 //!
 //! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments and the
-//! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name: the
-//! authority a root stepd acts on, never the user's launch env), no srun-side
-//! forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
-//! heterogeneous steps, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
+//! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name, the het
+//! step's nodes and ranks: the authority a root stepd acts on, never the user's launch env), no
+//! srun-side forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
+//! node shared by two components of a het step, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
 //! and passes them to every node), no non-root PMIx jobs yet (libpmix's directory is not
 //! handed to the job's uid).
 

@@ -224,8 +224,9 @@ pub enum Rendezvous {
 /// What this node's `prefork` must set up, from its job env.
 #[derive(Debug, Clone)]
 pub struct StepPlan {
-    /// Job id; in a het step the het job id, which slurmctld's step kill takes for every
-    /// component (job_mgr.c `kill_job_step`).
+    /// Job id (in a het job, this component's): the one a root stepd kills, from slurmstepd's
+    /// record and checked against the job credential by slurmd. Never the het job id, which
+    /// only the launch request (the user's srun) gives.
     pub job_id: u32,
     /// In a het step, which component each rank (and this node) belongs to.
     pub het: Option<het::Components>,
@@ -437,7 +438,7 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             ));
         }
         Ok(Layout {
-            job_id: h.het_job_id,
+            job_id: stepd.job_id,
             het: Some(het::Components {
                 own: h.component,
                 of_rank: h.rank_components.clone().filter(|c| c.len() == n_ranks),

@@ -76,6 +76,19 @@ impl Components {
     pub fn of_node(&self, ranks: &[Vec<u32>], node: usize) -> Option<u32> {
         self.of(*ranks.get(node)?.first()?)
     }
+
+    /// Whether node `me` kills its own component's step when an abort started on node
+    /// `origin`: the first node of each other component does (the origin kills its own), so
+    /// every component's step ends at once with one request to slurmctld per component.
+    /// Unknown components: every node but the origin does.
+    pub fn kills_own(&self, ranks: &[Vec<u32>], me: usize, origin: usize) -> bool {
+        match (self.of_node(ranks, origin), self.of_node(ranks, me)) {
+            (Some(o), Some(m)) => {
+                o != m && (0..ranks.len()).find(|&n| self.of_node(ranks, n) == Some(m)) == Some(me)
+            }
+            _ => me != origin,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -118,5 +131,13 @@ mod tests {
         assert_eq!(c.of(9), None);
         assert_eq!(c.of_node(&ranks, 1), Some(0));
         assert_eq!(c.of_node(&ranks, 2), Some(1));
+        // Node 0 is component 1's first, node 1 component 0's only one.
+        assert!(c.kills_own(&ranks, 0, 1) && !c.kills_own(&ranks, 2, 1));
+        assert!(!c.kills_own(&ranks, 0, 2) && c.kills_own(&ranks, 1, 2));
+        let unknown = Components {
+            own: 1,
+            of_rank: None,
+        };
+        assert!(unknown.kills_own(&ranks, 0, 1) && !unknown.kills_own(&ranks, 1, 1));
     }
 }
