@@ -8,6 +8,25 @@
 //! srun sorts the het node list by name when no node is in two components and reorders the
 //! per-node rank lists to match (srun.c `_reorder_het_job_recs`), so a node's position is found
 //! by name, not from `het_job_node_offset` (the offset in the unsorted concatenation).
+//!
+//! How a het step reaches an MPI plugin, the same in 22.05, 24.11 and 26.05 (22.05.8, 24.11.5,
+//! 26.05.3 sources):
+//! - srun: `slurm_step_launch` runs once per component, each in its own thread, so
+//!   `client_prelaunch` and `client_fini` run once per component; the step info carries
+//!   `het_job_id` (NO_VAL for a het step inside one allocation) and `het_job_task_offset`, and
+//!   its layout is the whole het step's (`het_job_nnodes`, `het_job_node_list`,
+//!   `het_job_task_cnts`, `het_job_tids` with global ranks). srun exits with the highest code
+//!   the components' `client_fini` return (srun.c `_launch_app`).
+//! - slurmstepd: one per component per node (each component is its own step: its own job id
+//!   and the same step id in a het job, the same job id and its own `step_het_comp` inside one
+//!   allocation); `stepd_step_rec_t` holds `het_job_*` (26.05 adds `het_job_step_task_cnts`),
+//!   the per-node arrays only when srun launched two components or more. The task hook gets
+//!   the het job's view (`task.c` `_setup_mpi`: het job id, `het_job_nnodes`,
+//!   `het_job_node_offset + nodeid`, `het_job_ntasks`, `het_job_task_offset + gtid`).
+//! - A node in two components: slurmctld keeps a component's `-w` nodes from the others
+//!   (proc_req.c `_exclude_het_job_nodes`) and srun keeps a local het step's components apart
+//!   (`_handle_het_step_exclude`), but a het job's components may still share a node; then
+//!   two stepds of one step run there, and this plugin refuses the step.
 
 use super::encode_ranks;
 
