@@ -17,6 +17,8 @@
 #   abort      MPI_Abort(3) in rank 3 (component 1): srun exits 3 fast naming component 1,
 #              rank 3 and its node; nothing left on any host
 #   shared     one node in both components: refused at once naming the node and the components
+#              (reported as not run when Slurm's backfill keeps such a job queued, as it does
+#              on this cluster)
 # Env: CARGO_TARGET_DIR (default <repo>/target), HET_REPEAT (default 1: loops of the het case),
 # HET_CLIENTS_ONLY (clients to run, space-separated; default all).
 set -euo pipefail
