@@ -7,16 +7,19 @@ use std::fmt;
 
 use crate::names;
 
-/// Longest line a client may send, including the newline: MPICH's `PMIU_MAXLINE`.
-///
-/// Past this the MPICH client itself truncates, so a longer line means a broken or hostile client.
-pub const MAX_LINE: usize = 1024;
 /// Largest key/value/kvsname sizes we advertise in `cmd=maxes` (Slurm and hydra use the same).
 pub const KVSNAME_MAX: usize = 256;
 /// Longest key.
 pub const KEYLEN_MAX: usize = 64;
 /// Longest value.
 pub const VALLEN_MAX: usize = 1024;
+/// Longest line a client may send, including the newline: a `put` of the longest kvsname, key
+/// and value `cmd=maxes` allows, with room for its words. Old MPICH clients stop at
+/// `PMIU_MAXLINE` (1024) themselves, but MPICH 4.1 and later build lines of any length and
+/// cut their PMI allgather into values of `vallen_max` bytes, so a put line reaches
+/// 1024 + its words (PyPI MPICH 5.0.2, 5 ranks on a Slurm 26.05 root: `line of 1076 bytes`).
+/// Past this a line means a broken or hostile client.
+pub const MAX_LINE: usize = KVSNAME_MAX + KEYLEN_MAX + VALLEN_MAX + 64;
 
 /// One parsed client line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -508,8 +511,16 @@ mod tests {
         check(&long_name, "error: service of 257 bytes is too long");
         let long_key = format!("cmd=put kvsname=j key={} value=v", "k".repeat(65));
         check(&long_key, "error: key of 65 bytes is too long");
-        let long_line = format!("cmd=put kvsname=j key=k value={}", "v".repeat(1100));
-        check(&long_line, "error: line of 1130+ bytes exceeds 1024");
+        let long_line = format!("cmd=put kvsname=j key=k value={}", "v".repeat(1400));
+        check(&long_line, "error: line of 1430+ bytes exceeds 1408");
+        // The longest put cmd=maxes allows is a line, whatever PMIU_MAXLINE old clients had.
+        let longest = format!(
+            "cmd=put kvsname={} key={} value={}",
+            "j".repeat(KVSNAME_MAX),
+            "k".repeat(KEYLEN_MAX),
+            "v".repeat(VALLEN_MAX)
+        );
+        assert!(matches!(parse(longest.as_bytes()), Ok(Request::Put { .. })));
         assert_eq!(parse(&[0xff, 0xfe]), Err(ParseError::NotText));
     }
 

@@ -864,7 +864,7 @@ mod tests {
         let long = "x".repeat(2000);
         let got = run(Some(0), &[&long]);
         assert!(
-            got.starts_with("<error pmi1 line 1: no newline within 1024 bytes: \"xxx"),
+            got.starts_with("<error pmi1 line 1: no newline within 1408 bytes: \"xxx"),
             "{got}"
         );
         check(

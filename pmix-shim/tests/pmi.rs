@@ -272,13 +272,13 @@ async fn over_long_value_aborts_naming_the_rank() {
     let mut c = client(&agents[0].1, 1);
     let long = format!(
         "cmd=put kvsname=pmi-test key=k value={}\n",
-        "v".repeat(1000)
+        "v".repeat(1400)
     );
     c.write_all(long.as_bytes()).await.unwrap();
     let info = wait_abort(&agents[0].0).await;
     assert!(
         info.reason
-            .starts_with("node 0 rank 1: pmi1 line 1: line of 1038+ bytes exceeds 1024"),
+            .starts_with("node 0 rank 1: pmi1 line 1: line of 1438+ bytes exceeds 1408"),
         "{}",
         info.reason
     );

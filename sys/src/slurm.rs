@@ -427,20 +427,33 @@ pub fn kill_job_step(job_id: u32, step_id: u32, signal: u16) -> bool {
 }
 
 /// Slurm's `NO_VAL`: "no value" in a `uint32_t` field (slurm.h).
-#[cfg(slurm_26_05)]
 const NO_VAL: u32 = 0xffff_fffe;
 
 /// What `mpi_p_client_prelaunch` needs from srun's step: its id and where its ranks run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepLayout {
-    /// Job id.
+    /// Job id (of this component, in a het step).
     pub job_id: u32,
+    /// In a het step (`srun A : B`), the het job id and this component's first rank; srun
+    /// then gives every component the layout of the whole het step (step_launch.c
+    /// `_rebuild_mpi_layout`), and `ranks` are global.
+    pub het: Option<HetClient>,
     /// Step id.
     pub step_id: u32,
     /// The step's nodes, a hostlist expression, in node-index order once expanded.
     pub node_list: String,
     /// `ranks[node]`: the global ranks on each node, as Slurm placed them.
     pub ranks: Vec<Vec<u32>>,
+}
+
+/// srun's view of one component of a het step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HetClient {
+    /// The het job id (the first component's job id; the same in every component), or the
+    /// job id of a het step inside one allocation.
+    pub het_job_id: u32,
+    /// This component's first global rank.
+    pub task_offset: u32,
 }
 
 /// Copies the step layout out of the client info srun passes to `mpi_p_client_prelaunch`;
@@ -471,8 +484,20 @@ pub unsafe fn client_step_layout(info: *const raw::mpi_step_info_t) -> Option<St
         // SAFETY: tids[node] holds tasks[node] entries (contract).
         ranks.push(unsafe { std::slice::from_raw_parts(tids, n as usize) }.to_vec());
     }
+    // srun sets the task offset for every het step, the het job id only for a het job: the
+    // components of a het step inside one allocation share the job id (srun_job.c
+    // `create_srun_job`, `local_het_step`).
+    let het_job_id = match info.het_job_id {
+        0 | NO_VAL => info.step_id.job_id,
+        id => id,
+    };
+    let het = (info.het_job_task_offset != NO_VAL).then_some(HetClient {
+        het_job_id,
+        task_offset: info.het_job_task_offset,
+    });
     Some(StepLayout {
         job_id: info.step_id.job_id,
+        het,
         step_id: info.step_id.step_id,
         node_list,
         ranks,
@@ -532,6 +557,28 @@ pub struct StepRecord {
     pub gid: u32,
     /// This node's NodeName.
     pub node_name: String,
+    /// The whole het step this component belongs to, when it is one of several components
+    /// launched by one srun (`srun A : B`).
+    pub het: Option<HetRecord>,
+}
+
+/// slurmstepd's record of the het step a component belongs to: what srun sent every
+/// component's launch (`het_job_*` in `stepd_step_rec_t`), the same on every node of every
+/// component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HetRecord {
+    /// The het job id (the first component's job id).
+    pub het_job_id: u32,
+    /// This component's index.
+    pub component: u32,
+    /// This component's first global rank.
+    pub task_offset: u32,
+    /// Nodes of all components, a hostlist expression in the order of `ranks`.
+    pub node_list: String,
+    /// `ranks[node]`: global ranks on each node of the het step.
+    pub ranks: Vec<Vec<u32>>,
+    /// The component of each global rank, when Slurm sent it.
+    pub rank_components: Option<Vec<u32>>,
 }
 
 /// Copies the step record `mpi_p_slurmstepd_prefork` receives, after checking that this
@@ -574,11 +621,63 @@ pub unsafe fn step_record(
         uid: s.uid,
         gid: s.gid,
         node_name,
+        // SAFETY: `s` is the live record (above); its het arrays are as slurmstepd_job.c
+        // built them from the launch request.
+        het: unsafe { het_record(s) },
     };
     if record.nodeid >= record.nnodes || record.node_tasks > record.ntasks {
         return Err(format!("slurmstepd's step record cannot be: {record:?}"));
     }
     Ok(record)
+}
+
+/// The het step of a record whose component is one of several (`het_job_offset` set and
+/// per-node arrays present: srun sends them only with two components or more).
+///
+/// # Safety
+/// `s` must be a live record whose `het_job_task_cnts` and `het_job_tids`, when non-NULL, hold
+/// `het_job_nnodes` entries, `het_job_tids[i]` `het_job_task_cnts[i]` entries, and
+/// `het_job_tid_offsets`, when non-NULL, `het_job_ntasks` (slurmstepd_job.c copies them so).
+unsafe fn het_record(s: &raw::stepd_step_rec_t) -> Option<HetRecord> {
+    if s.het_job_offset == NO_VAL
+        || s.het_job_nnodes == NO_VAL
+        || s.het_job_ntasks == NO_VAL
+        || s.het_job_task_offset == NO_VAL
+        || s.het_job_task_cnts.is_null()
+        || s.het_job_tids.is_null()
+    {
+        return None;
+    }
+    // SAFETY: NULL or a NUL-terminated string the record owns.
+    let node_list = unsafe { read_c_str(s.het_job_node_list) }?;
+    let mut ranks = Vec::with_capacity(s.het_job_nnodes as usize);
+    for node in 0..s.het_job_nnodes as usize {
+        // SAFETY: node < het_job_nnodes, the length of both arrays (contract).
+        let (n, tids) = unsafe { (*s.het_job_task_cnts.add(node), *s.het_job_tids.add(node)) };
+        if tids.is_null() {
+            return None;
+        }
+        // SAFETY: het_job_tids[node] holds het_job_task_cnts[node] entries (contract).
+        ranks.push(unsafe { std::slice::from_raw_parts(tids, n as usize) }.to_vec());
+    }
+    let rank_components = (!s.het_job_tid_offsets.is_null()).then(|| {
+        // SAFETY: non-NULL, het_job_ntasks entries (contract).
+        unsafe { std::slice::from_raw_parts(s.het_job_tid_offsets, s.het_job_ntasks as usize) }
+            .to_vec()
+    });
+    let id = if s.het_job_id != 0 && s.het_job_id != NO_VAL {
+        s.het_job_id
+    } else {
+        s.step_id.job_id
+    };
+    Some(HetRecord {
+        het_job_id: id,
+        component: s.het_job_offset,
+        task_offset: s.het_job_task_offset,
+        node_list,
+        ranks,
+        rank_components,
+    })
 }
 
 /// Lets a descriptor survive `exec` (clears `FD_CLOEXEC`): the task hook runs in the forked

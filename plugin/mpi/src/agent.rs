@@ -650,6 +650,36 @@ impl StepEnd {
         self.plan.hosts.get(idx).map_or("?", String::as_str)
     }
 
+    /// In a het step, the first node of each component but the origin's kills its own
+    /// component's step: a stepd kills only the job its credential names (the het job id comes
+    /// from the user's srun), and the origin's kill reaches only its own component in a het
+    /// job (one allocation per component).
+    fn kill_own_component(&self, info: &AbortInfo) {
+        let p = &self.plan;
+        if let Some(het) = &p.het
+            && het.kills_own(&p.ranks, p.node_idx, info.origin_node)
+        {
+            (self.kill_step)(p.job_id, p.step_id);
+        }
+    }
+
+    /// Where an abort started, for a person: the node, and in a het step the component of
+    /// the rank (or node) at fault: `n3` or `component 1 on n3`.
+    fn origin(&self, abort: &AbortInfo) -> String {
+        let host = self.host(abort.origin_node);
+        let Some(het) = &self.plan.het else {
+            return host.to_string();
+        };
+        let comp = match abort.rank {
+            Some(r) => het.of(r),
+            None => het.of_node(&self.plan.ranks, abort.origin_node),
+        };
+        match comp {
+            Some(c) => format!("component {c} on {host}"),
+            None => host.to_string(),
+        }
+    }
+
     /// The rule's timing for a Slurm step.
     fn policy() -> EndPolicy {
         EndPolicy {
@@ -668,8 +698,9 @@ impl JobEnd for StepEnd {
     /// [`CHARM_KILL_GRACE`].
     async fn aborted(&self, info: &AbortInfo, service: &NodeService) {
         let (job, step, me) = (self.plan.job_id, self.plan.step_id, self.plan.node_idx);
-        let origin = self.host(info.origin_node);
+        let origin = self.origin(info);
         error!("mpi/greedy: step {job}.{step} aborted on {origin}: {info}");
+        self.kill_own_component(info);
         let Some(stdio) = &self.stdio else { return };
         // A netlrts rank's (or a rank's that never spoke) own output is where its user looks.
         let local = info.rank.filter(|_| info.origin_node == me);
@@ -686,7 +717,7 @@ impl JobEnd for StepEnd {
     }
 
     async fn report(&self, code: i32, abort: &AbortInfo) {
-        let reason = format!("{}: {}", self.host(abort.origin_node), abort.reason);
+        let reason = format!("{}: {}", self.origin(abort), abort.reason);
         report_to_srun(&self.plan, code, abort.at, reason).await;
     }
 
@@ -767,7 +798,7 @@ pub fn report_refusal(stepd: &StepRecord, get: impl Fn(&str) -> Option<String>, 
     else {
         return;
     };
-    let job = format!("{}.{}", stepd.job_id, stepd.step_id);
+    let job = plan::record_step_name(stepd);
     let exit = ExitReport {
         node: stepd.nodeid as usize,
         code: 1,
@@ -883,6 +914,7 @@ mod tests {
     fn plan(node_idx: usize, port: u16, join_timeout: Duration) -> StepPlan {
         StepPlan {
             job_id: 5,
+            het: None,
             step_id: 0,
             kvsname: "5.0".into(),
             hosts: (1..=4).map(|i| format!("n{i}")).collect(),

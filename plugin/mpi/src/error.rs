@@ -82,6 +82,23 @@ pub enum Error {
         /// Its value.
         after: Duration,
     },
+    /// A node is in two components of a het step: each component runs its own slurmstepd
+    /// there, and one step's overlay has one node service per node.
+    #[error(
+        "{node}: {host} is in {components} of het step {step}: mpi/greedy serves a het step \
+         whose components have disjoint nodes (one node service per node); place the \
+         components on different nodes (srun -w/-x per component)"
+    )]
+    SharedNode {
+        /// The node refusing (NodeName, or `srun`).
+        node: String,
+        /// The het step, `J.S`.
+        step: String,
+        /// The node in two components.
+        host: String,
+        /// Which components (or which ranks, when Slurm did not say), for a person.
+        components: String,
+    },
     /// The hook was called in a state it cannot serve (e.g. prefork twice in one stepd).
     #[error("{node}: {reason}")]
     State {

@@ -108,6 +108,7 @@ fn fuzz_record(values: &[&str]) -> StepRecord {
         uid: 1000,
         gid: 1000,
         node_name,
+        het: None,
     }
 }
 
@@ -204,6 +205,7 @@ pub fn mpi_conf(data: &[u8]) {
         step_id: 0,
         node_list: "n[1-2]".into(),
         ranks: vec![vec![0, 1], vec![2, 3]],
+        het: None,
     };
     let protocol = cfg.protocol;
     let env = plan::prelaunch_env(
@@ -228,6 +230,7 @@ pub fn mpi_conf(data: &[u8]) {
         uid: 1000,
         gid: 1000,
         node_name: "n2".into(),
+        het: None,
     };
     let step = StepPlan::new(&stepd, get).expect("what srun accepts, a stepd accepts");
     let close =

@@ -14,13 +14,13 @@
 //! use mpi_greedy::{config::MpiConfig, plan::{self, Protocol, StepLayout, StepPlan, StepRecord}};
 //! // srun: 2 nodes x 2 ranks, no reserved ports: srun's listener (port 4000) is the rendezvous.
 //! let layout = StepLayout { job_id: 7, step_id: 0, node_list: "n[1-2]".into(),
-//!     ranks: vec![vec![0, 1], vec![2, 3]] };
+//!     ranks: vec![vec![0, 1], vec![2, 3]], het: None };
 //! let env = plan::prelaunch_env(&layout, &greedy_pmix::JobSecret::generate(), &MpiConfig::default(),
 //!     Protocol::Pmi, 4000, true);
 //! // n2's stepd: slurmstepd's own record of the step, and the same variables plus what
 //! // slurmd set.
 //! let stepd = StepRecord { job_id: 7, step_id: 0, nnodes: 2, ntasks: 4, nodeid: 1,
-//!     node_tasks: 2, uid: 1000, gid: 1000, node_name: "n2".into() };
+//!     node_tasks: 2, uid: 1000, gid: 1000, node_name: "n2".into(), het: None };
 //! let get = |k: &str| match k {
 //!     "SLURM_SRUN_COMM_HOST" => Some("10.0.0.1".to_string()),
 //!     _ => env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()),
@@ -31,10 +31,10 @@
 //! ```
 //!
 //! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments and the
-//! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name: the
-//! authority a root stepd acts on, never the user's launch env), no srun-side
-//! forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
-//! heterogeneous steps, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
+//! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name, the het
+//! step's nodes and ranks: the authority a root stepd acts on, never the user's launch env), no
+//! srun-side forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
+//! node shared by two components of a het step, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
 //! and passes them to every node), no non-root PMIx jobs yet (libpmix's directory is not
 //! handed to the job's uid).
 

@@ -13,10 +13,12 @@
 use crate::Error;
 pub use crate::choice::{Protocol, RendezvousChoice, USER_PROTOCOL};
 use crate::config::MpiConfig;
-pub use greedy_sys::slurm::{StepLayout, StepRecord};
+pub use greedy_sys::slurm::{HetClient, HetRecord, StepLayout, StepRecord};
 use greedy_tree::LaunchModel;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+pub mod het;
 
 /// `J.S`: the job and step ids; also the PMI kvsname.
 pub const VAR_JOB: &str = "GREEDY_MPI_JOB";
@@ -83,14 +85,11 @@ pub fn prelaunch_env(
     through_srun: bool,
 ) -> LaunchEnv {
     let StepLayout {
-        job_id,
-        step_id,
-        node_list,
-        ranks,
+        node_list, ranks, ..
     } = layout;
     let rendezvous = if through_srun { "srun" } else { "ports" };
     vec![
-        (VAR_JOB, format!("{job_id}.{step_id}")),
+        (VAR_JOB, client_step_name(layout)),
         (VAR_HOSTS, node_list.clone()),
         (VAR_RANKS, encode_ranks(ranks)),
         (VAR_SECRET, secret.to_hex()),
@@ -108,6 +107,19 @@ pub fn prelaunch_env(
             ),
         ),
     ]
+}
+
+/// The step's name as srun sees it (`J.S`, with the het job id in a het step): the PMI
+/// kvsname, the overlay's job id, what srun's listener signs for.
+pub fn client_step_name(layout: &StepLayout) -> String {
+    let job = layout.het.map_or(layout.job_id, |h| h.het_job_id);
+    het::step_name(job, layout.step_id)
+}
+
+/// The step's name as slurmstepd's record gives it ([`client_step_name`]'s twin).
+pub fn record_step_name(stepd: &StepRecord) -> String {
+    let job = stepd.het.as_ref().map_or(stepd.job_id, |h| h.het_job_id);
+    het::step_name(job, stepd.step_id)
 }
 
 /// Whether nodes find their overlay parents through srun: always unless the configuration says
@@ -212,8 +224,12 @@ pub enum Rendezvous {
 /// What this node's `prefork` must set up, from its job env.
 #[derive(Debug, Clone)]
 pub struct StepPlan {
-    /// Job id.
+    /// Job id (in a het job, this component's): the one a root stepd kills, from slurmstepd's
+    /// record and checked against the job credential by slurmd. Never the het job id, which
+    /// only the launch request (the user's srun) gives.
     pub job_id: u32,
+    /// In a het step, which component each rank (and this node) belongs to.
+    pub het: Option<het::Components>,
     /// Step id.
     pub step_id: u32,
     /// `job.step`: PMI kvsname and the overlay's job id.
@@ -267,6 +283,8 @@ struct StepEnv<G> {
 
 /// The parts of the plan checked against slurmstepd's record.
 struct Layout {
+    job_id: u32,
+    het: Option<het::Components>,
     kvsname: String,
     hosts: Vec<String>,
     node_idx: usize,
@@ -312,6 +330,14 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
 
     /// The ids, hosts and ranks, each checked against slurmstepd's record of the step.
     fn layout(&self, stepd: &StepRecord) -> Result<Layout, Error> {
+        match &stepd.het {
+            Some(h) => self.het_layout(stepd, h),
+            None => self.step_layout(stepd),
+        }
+    }
+
+    /// [`Self::layout`] of a step that is not a het step.
+    fn step_layout(&self, stepd: &StepRecord) -> Result<Layout, Error> {
         let job = self.need(VAR_JOB)?;
         let kvsname = format!("{}.{}", stepd.job_id, stepd.step_id);
         if job != kvsname {
@@ -351,9 +377,75 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             ));
         }
         Ok(Layout {
+            job_id: stepd.job_id,
+            het: None,
             kvsname,
             hosts,
             node_idx,
+            ranks,
+        })
+    }
+
+    /// [`Self::layout`] of a component of a het step: the hosts and ranks of every component
+    /// (the record's `het_job_*`), this node found by name among them.
+    fn het_layout(&self, stepd: &StepRecord, h: &HetRecord) -> Result<Layout, Error> {
+        let kvsname = record_step_name(stepd);
+        let job = self.need(VAR_JOB)?;
+        if job != kvsname {
+            return Err(self.contradicts(VAR_JOB, &job, format!("het step {kvsname}")));
+        }
+        let n_nodes = h.ranks.len();
+        let n_ranks: usize = h.ranks.iter().map(Vec::len).sum();
+        let hosts_expr = self.need(VAR_HOSTS)?;
+        let hosts = greedy_tree::hostlist::expand_at_most(&hosts_expr, n_nodes)
+            .map_err(|e| self.bad(VAR_HOSTS, &hosts_expr, e.to_string()))?;
+        let record_hosts = greedy_tree::hostlist::expand_at_most(&h.node_list, n_nodes)
+            .ok()
+            .filter(|r| r.len() == n_nodes);
+        if record_hosts.as_ref() != Some(&hosts) {
+            return Err(self.contradicts(
+                VAR_HOSTS,
+                &hosts_expr,
+                format!("het step nodes {} ({n_nodes})", h.node_list),
+            ));
+        }
+        if let Some((host, components)) =
+            het::shared_node(&hosts, &h.ranks, h.rank_components.as_deref())
+        {
+            return Err(Error::SharedNode {
+                node: self.node.clone(),
+                step: kvsname,
+                host,
+                components,
+            });
+        }
+        let ranks_text = self.need(VAR_RANKS)?;
+        let ranks =
+            decode_ranks(&ranks_text, n_ranks).map_err(|r| self.bad(VAR_RANKS, &ranks_text, r))?;
+        let node_idx = hosts.iter().position(|x| *x == stepd.node_name);
+        let local = node_idx.and_then(|i| h.ranks.get(i)).map(Vec::len);
+        if ranks != h.ranks || local != Some(stepd.node_tasks as usize) {
+            return Err(self.contradicts(
+                VAR_RANKS,
+                &ranks_text,
+                format!(
+                    "het step ranks {}, {} on {} (component {})",
+                    encode_ranks(&h.ranks),
+                    stepd.node_tasks,
+                    self.node,
+                    h.component
+                ),
+            ));
+        }
+        Ok(Layout {
+            job_id: stepd.job_id,
+            het: Some(het::Components {
+                own: h.component,
+                of_rank: h.rank_components.clone().filter(|c| c.len() == n_ranks),
+            }),
+            kvsname,
+            hosts,
+            node_idx: node_idx.unwrap_or_default(),
             ranks,
         })
     }
@@ -477,7 +569,8 @@ impl StepPlan {
         let own = env.own_fields()?;
         let [join_timeout, fence_timeout, shutdown_timeout] = own.timeouts;
         Ok(StepPlan {
-            job_id: stepd.job_id,
+            job_id: layout.job_id,
+            het: layout.het,
             step_id: stepd.step_id,
             kvsname: layout.kvsname,
             hosts: layout.hosts,

@@ -8,21 +8,80 @@ use crate::plan::{self, Protocol};
 use crate::rendezvous::{ExitReport, Reports, SrunBoard};
 use greedy_sys::slurm::StepLayout;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// What srun keeps between `client_prelaunch` and `client_fini`.
+/// What srun keeps between `client_prelaunch` and `client_fini`: its share of the step's
+/// listener. A het step's components share one ([`HET_STEPS`]); it stops when the last
+/// component's `client_fini` drops its share.
 #[derive(Debug)]
 pub struct Client {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    listener: Arc<Listener>,
     reports: Reports,
+}
+
+/// srun's listener thread and its stop switch; dropping it stops the thread.
+#[derive(Debug)]
+struct Listener {
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The het steps this srun is launching: srun calls `client_prelaunch` once per component
+/// (each component is its own Slurm step, launched by its own thread: srun.c `_launch_app`),
+/// with the layout of the whole het step each time. The first component plans the step (the
+/// secret, the listener, the launch env); the others take the same plan, so every component's
+/// nodes join one overlay. An entry lives as long as a component holds its listener.
+static HET_STEPS: Mutex<Vec<HetShare>> = Mutex::new(Vec::new());
+
+/// One het step's plan, shared by its components.
+struct HetShare {
+    /// The het step, `J.S`.
+    name: String,
+    listener: Weak<Listener>,
+    reports: Reports,
+    env: plan::LaunchEnv,
 }
 
 impl Client {
     /// Plans the step: the variables to put into the launch env, and srun's listener (the
     /// rendezvous of steps without reserved ports, and where the job's exit code comes back).
+    /// A later component of a het step gets the plan its first component made.
     pub fn prelaunch(
+        layout: &StepLayout,
+        cfg: &MpiConfig,
+        user_protocol: Option<&str>,
+        resv_ports_in_env: bool,
+    ) -> Result<(Client, plan::LaunchEnv), Error> {
+        if layout.het.is_none() {
+            return Client::plan(layout, cfg, user_protocol, resv_ports_in_env);
+        }
+        check_het_nodes(layout)?;
+        let name = plan::client_step_name(layout);
+        let mut steps = HET_STEPS.lock().unwrap_or_else(|p| p.into_inner());
+        steps.retain(|s| s.listener.strong_count() > 0);
+        if let Some(share) = steps.iter().find(|s| s.name == name)
+            && let Some(listener) = share.listener.upgrade()
+        {
+            let client = Client {
+                listener,
+                reports: share.reports.clone(),
+            };
+            return Ok((client, share.env.clone()));
+        }
+        let (client, env) = Client::plan(layout, cfg, user_protocol, resv_ports_in_env)?;
+        steps.push(HetShare {
+            name,
+            listener: Arc::downgrade(&client.listener),
+            reports: client.reports.clone(),
+            env: env.clone(),
+        });
+        Ok((client, env))
+    }
+
+    /// [`Client::prelaunch`] for a step (or a het step's first component): a fresh plan.
+    fn plan(
         layout: &StepLayout,
         cfg: &MpiConfig,
         user_protocol: Option<&str>,
@@ -37,12 +96,14 @@ impl Client {
                 reason,
             })?;
         let secret = greedy_pmix::JobSecret::generate();
-        let job = format!("{}.{}", layout.job_id, layout.step_id);
+        let job = plan::client_step_name(layout);
         let (port, stop, thread, reports) =
             listen(&job, &secret, layout.ranks.len(), cfg.join_timeout)?;
         let client = Client {
-            stop: Some(stop),
-            thread: Some(thread),
+            listener: Arc::new(Listener {
+                stop: Mutex::new(Some(stop)),
+                thread: Mutex::new(Some(thread)),
+            }),
             reports,
         };
         let through_srun = plan::rendezvous_through_srun(cfg, resv_ports_in_env);
@@ -50,30 +111,60 @@ impl Client {
         Ok((client, env))
     }
 
-    /// Stops the listener (the step has ended) and returns how the job ended, if a node said.
-    pub fn fini(mut self) -> Option<ExitReport> {
-        self.stop_listener();
-        self.reports.earliest()
+    /// Gives up this share of the listener (stopping it when it was the last: the step, or
+    /// every component of the het step, has ended) and returns how the job ended, if a node
+    /// said. srun exits with the highest code its components' `client_fini` return.
+    pub fn fini(self) -> Option<ExitReport> {
+        let Client { listener, reports } = self;
+        drop(listener);
+        reports.earliest()
     }
+}
 
-    fn stop_listener(&mut self) {
-        if let Some(stop) = self.stop.take() {
+/// Refuses a het step with a node in two components (srun's node list then names it twice):
+/// each component runs its own slurmstepd there, and an overlay has one node service per node.
+fn check_het_nodes(layout: &StepLayout) -> Result<(), Error> {
+    let hosts = greedy_tree::hostlist::expand_at_most(&layout.node_list, layout.ranks.len())
+        .map_err(|e| Error::Malformed {
+            node: "srun".into(),
+            var: "het step node list",
+            value: layout.node_list.clone(),
+            reason: e.to_string(),
+        })?;
+    match plan::het::shared_node(&hosts, &layout.ranks, None) {
+        Some((host, components)) => Err(Error::SharedNode {
+            node: "srun".into(),
+            step: plan::client_step_name(layout),
+            host,
+            components,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let stop = self
+            .stop
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(stop) = stop {
             let _ = stop.send(());
         }
-        if let Some(t) = self.thread.take() {
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.stop_listener();
-    }
-}
-
 /// srun's listener thread: its port, its stop switch, the thread, and its exit reports.
-type Listener = (
+type Started = (
     u16,
     oneshot::Sender<()>,
     std::thread::JoinHandle<()>,
@@ -89,7 +180,7 @@ fn listen(
     secret: &greedy_pmix::JobSecret,
     n_nodes: usize,
     idle: Duration,
-) -> Result<Listener, Error> {
+) -> Result<Started, Error> {
     let io = Error::io("srun");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

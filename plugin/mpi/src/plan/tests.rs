@@ -12,6 +12,7 @@ fn stepd_env(extra: &[(&str, &str)]) -> HashMap<String, String> {
         step_id: 2,
         node_list: "n[1-3]".into(),
         ranks,
+        het: None,
     };
     let mut env: HashMap<String, String> = prelaunch_env(
         &layout,
@@ -43,6 +44,7 @@ fn record(nodeid: u32) -> StepRecord {
         uid: 1000,
         gid: 100,
         node_name: format!("n{}", nodeid + 1),
+        het: None,
     }
 }
 
@@ -306,5 +308,114 @@ fn charm_steps_refuse_charmrun_process_options() {
         check("-n8 python3 prog.py ++local")
             .unwrap_err()
             .contains("++local")
+    );
+}
+
+/// srun's launch env of het step 40.0 (het job 40): component 0 is `-w n3 -n2`, component 1
+/// `-w n[1-2] -n3` (ranks 2-4), and srun sorted the node list, so n3 (component 0) is last.
+fn het_env() -> HashMap<String, String> {
+    let layout = StepLayout {
+        job_id: 41,
+        step_id: 0,
+        node_list: "n[1-3]".into(),
+        ranks: het_ranks(),
+        het: Some(HetClient {
+            het_job_id: 40,
+            task_offset: 2,
+        }),
+    };
+    let cfg = MpiConfig::default();
+    let secret = greedy_pmix::JobSecret::from_bytes(&[0xab; 32]).unwrap();
+    let mut env: HashMap<String, String> =
+        prelaunch_env(&layout, &secret, &cfg, Protocol::Pmi, 4567, true)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+    env.insert("SLURM_SRUN_COMM_HOST".into(), "10.0.0.1".into());
+    env
+}
+
+fn het_ranks() -> Vec<Vec<u32>> {
+    vec![vec![2, 3], vec![4], vec![0, 1]]
+}
+
+/// slurmstepd's record on `node` of het step 40.0: component 0 (job 40) on n3, component 1
+/// (job 41) on n1 and n2.
+fn het_record(node: &str) -> StepRecord {
+    let (job_id, component, nodeid, nnodes, ntasks, node_tasks) = match node {
+        "n3" => (40, 0, 0, 1, 2, 2),
+        "n1" => (41, 1, 0, 2, 3, 2),
+        _ => (41, 1, 1, 2, 3, 1),
+    };
+    StepRecord {
+        job_id,
+        step_id: 0,
+        nnodes,
+        ntasks,
+        nodeid,
+        node_tasks,
+        uid: 1000,
+        gid: 100,
+        node_name: node.into(),
+        het: Some(HetRecord {
+            het_job_id: 40,
+            component,
+            task_offset: [0, 2][component as usize],
+            node_list: "n[1-3]".into(),
+            ranks: het_ranks(),
+            rank_components: Some(vec![0, 0, 1, 1, 1]),
+        }),
+    }
+}
+
+#[test]
+fn a_het_component_joins_the_whole_het_step_at_its_node_name() {
+    let env = het_env();
+    assert_eq!(env[VAR_JOB], "40.0");
+    for (node, idx, local) in [
+        ("n3", 2, vec![0, 1]),
+        ("n1", 0, vec![2, 3]),
+        ("n2", 1, vec![4]),
+    ] {
+        let p = plan_on(&het_record(node), &env).unwrap();
+        // The overlay is named by the het job; the kill takes the component's own job id.
+        let own_job = if node == "n3" { 40 } else { 41 };
+        assert_eq!((p.job_id, p.kvsname.as_str()), (own_job, "40.0"), "{node}");
+        assert_eq!((p.node_idx, p.node()), (idx, node));
+        assert_eq!(p.ranks[idx], local);
+        assert_eq!(p.hosts.len(), 3);
+        let het = p.het.as_ref().unwrap();
+        assert_eq!(het.of(4), Some(1));
+        assert_eq!(het.of_node(&p.ranks, 2), Some(0));
+    }
+}
+
+#[test]
+fn a_het_env_must_agree_with_the_het_record() {
+    let mut env = het_env();
+    env.insert(VAR_JOB.into(), "41.0".into());
+    let e = plan_on(&het_record("n1"), &env).unwrap_err();
+    assert!(e.contains("het step 40.0"), "{e}");
+    let mut env = het_env();
+    env.insert(VAR_RANKS.into(), "2-3;4;0".into());
+    let e = plan_on(&het_record("n1"), &env).unwrap_err();
+    assert!(e.contains("component 1"), "{e}");
+    let mut env = het_env();
+    env.insert(VAR_HOSTS.into(), "n[1-2],n4".into());
+    let e = plan_on(&het_record("n2"), &env).unwrap_err();
+    assert!(e.contains("het step nodes n[1-3]"), "{e}");
+}
+
+#[test]
+fn a_node_in_two_het_components_is_refused_naming_both() {
+    let mut rec = het_record("n1");
+    let het = rec.het.as_mut().unwrap();
+    het.node_list = "n1,n2,n1".into();
+    let mut env = het_env();
+    env.insert(VAR_HOSTS.into(), "n1,n2,n1".into());
+    let e = plan_on(&rec, &env).unwrap_err();
+    assert!(
+        e.starts_with("n1: n1 is in components 1 and 0 of het step 40.0"),
+        "{e}"
     );
 }

@@ -41,19 +41,30 @@ pub struct stepd_step_rec_t {
     node_addrs: *mut c_void,
     #[cfg(not(slurm_22_05))]
     node_list: *mut c_char,
-    het_job_id: u32,
-    het_job_nnodes: u32,
-    het_job_node_list: *mut c_char,
-    het_job_node_offset: u32,
-    het_job_ntasks: u32,
-    het_job_offset: u32,
+    /// Het job id (the first component's job id), NO_VAL when not a het step.
+    pub het_job_id: u32,
+    /// Nodes of every component of the het step, NO_VAL when not a het step.
+    pub het_job_nnodes: u32,
+    /// Nodes of every component, node-index order of `het_job_tids` (srun sorts it when no
+    /// node is in two components).
+    pub het_job_node_list: *mut c_char,
+    /// This component's first node in srun's concatenation of the components' lists.
+    pub het_job_node_offset: u32,
+    /// Tasks of every component, NO_VAL when not a het step.
+    pub het_job_ntasks: u32,
+    /// This component's index (Slurm's "het job offset"), NO_VAL when not a het step.
+    pub het_job_offset: u32,
     het_job_step_cnt: u32,
     #[cfg(slurm_26_05)]
     het_job_step_task_cnts: *mut u32,
-    het_job_task_offset: u32,
-    het_job_task_cnts: *mut u16,
-    het_job_tids: *mut *mut u32,
-    het_job_tid_offsets: *mut u32,
+    /// This component's first global rank.
+    pub het_job_task_offset: u32,
+    /// Tasks per node of the het step (`het_job_nnodes` entries), NULL with one component.
+    pub het_job_task_cnts: *mut u16,
+    /// Global ranks per node of the het step: `het_job_tids[node][i]`, NULL with one component.
+    pub het_job_tids: *mut *mut u32,
+    /// Component of each global rank (`het_job_ntasks` entries), or NULL.
+    pub het_job_tid_offsets: *mut u32,
     task_cnts: *mut u16,
     cpus_per_task: u32,
     debug: u32,
