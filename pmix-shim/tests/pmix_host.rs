@@ -254,6 +254,7 @@ async fn run_shared_agent(
     let job_a = job(&ids[0], JOB_A, me, &secrets[0]);
     let a = serve(&host, &job_a, NamespaceSpec::of_job(&job_a).unwrap(), &dir).await;
     let ready = dir.join(format!("b-added-{me}"));
+    let seen = dir.join("b-seen");
     let to_a = [
         ("OTHER_NS".to_string(), ids[1].clone()),
         ("OTHER_SIZE".to_string(), "3".to_string()),
@@ -264,6 +265,7 @@ async fn run_shared_agent(
         ),
         ("OTHER_READY".to_string(), ready.display().to_string()),
         ("FENCE_ROUNDS".to_string(), A_ROUNDS.to_string()),
+        ("OTHER_SEEN".to_string(), seen.display().to_string()),
     ];
     let (mut a_waits, mut b_waits) = (JoinSet::new(), JoinSet::new());
     start_ranks(&a, &exe, &to_a, &mut a_waits).await;
@@ -284,6 +286,10 @@ async fn run_shared_agent(
     start_ranks(&b, &exe, &to_b, &mut b_waits).await;
     let mut output = String::new();
     record_all(&mut b_waits, &mut report, &mut output).await;
+    // A's rank 0 reads B's job-level keys before B goes.
+    while !seen.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     all_reached(&dir, "b-done", me).await;
     let (fences, asked) = (b.pmix.fences(), b.pmix.dmodex_counts().asked);
     b.pmix.shutdown().await;

@@ -10,7 +10,8 @@
  *    added at run time) before step 3; then FENCE_ROUNDS more fences with the data, if set
  *    (while the other namespace's ranks start and fence).
  * 3. With OTHER_NS set (rank 0 only): the other namespace's PMIX_JOB_SIZE and PMIX_NUM_NODES
- *    (job-level keys from this node's registration) are OTHER_SIZE and OTHER_NODES. Then, once
+ *    (job-level keys from this node's registration) are OTHER_SIZE and OTHER_NODES (then it
+ *    creates the file OTHER_SEEN, if set, so the agents remove the other job only now). Then, once
  *    the file OTHER_GONE exists (the other job has been
  *    removed from this node's server): PMIx_Get of the other namespace's rank 0 and a fence
  *    naming the other namespace must both fail, each within its 5 s PMIX_TIMEOUT (never
@@ -115,6 +116,9 @@ static void other_job_level(const char *other)
     if (n != (unsigned)atoi(getenv("OTHER_SIZE")) || nodes != (unsigned)atoi(getenv("OTHER_NODES")))
         fail("the other namespace's job-level keys are wrong", PMIX_ERROR);
     printf("rank 0: other namespace: %u ranks on %u nodes\n", n, nodes);
+    const char *seen = getenv("OTHER_SEEN");
+    if (seen != NULL)
+        fclose(fopen(seen, "w"));
 }
 
 static void other_job(const char *other, const char *gone)
