@@ -6,7 +6,10 @@
 //! what every participating node knows alike: the operation, the sorted participants as PMIx
 //! named them (always with their namespace, so a later server hosting several namespaces
 //! needs no new wire format), and a per-(operation, participants) sequence number each node
-//! counts by itself. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
+//! counts by itself. Several namespaces may be served over one overlay (a job and the jobs it
+//! spawned): the coordinator learns which nodes must contribute from the placement of the
+//! participants' namespace in the overlay's [`Served`] registry, and refuses one not (or no
+//! longer) served there at once. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
 //! each with every node's data in node order, or, past the group's deadline, with an error
 //! naming the nodes (and their participating ranks) that never came.
 
@@ -84,7 +87,7 @@ pub fn nodes_of(job: &JobSpec, procs: &[(String, u32)]) -> Result<BTreeSet<usize
     for (nspace, rank) in procs {
         if *nspace != job.job_id {
             return Err(format!(
-                "participant {nspace}:{rank} is not of this job's namespace {:?} (one PMIx server serves one job)",
+                "participant {nspace}:{rank} is not of this job's namespace {:?} (one collective, one namespace)",
                 job.job_id
             ));
         }

@@ -40,7 +40,9 @@
 //!   collectives; another namespace is refused (by the host when it names one it does not
 //!   host or several).
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
-//!   namespace's own map), which
+//!   namespace's own map), whose overlay hands it to its server of that namespace
+//!   ([`crate::served`]: several namespaces may share one overlay, a spawned child its
+//!   parent's, [`PmixServer::add_namespace`]); that server
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
 //! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its

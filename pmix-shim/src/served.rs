@@ -4,7 +4,7 @@
 //! namespaces served over the same overlay (a job and the jobs it spawns, `MPI_Comm_spawn`)
 //! share them. Every overlay holds one [`Served`] registry ([`Overlay::served`]), filled by
 //! each namespace's server when it opens ([`crate::pmix::PmixHost::serve`]) and emptied of it
-//! when it shuts down. The first namespace served on the overlay starts [`route_modex`] on the
+//! when it shuts down. The first namespace served on the overlay starts the router on the
 //! overlay's own tasks, which hands each direct-modex request to the queue of the namespace
 //! its body names; node 0's [`crate::group::Coordinator`] looks each contribution's namespace
 //! up here to know which nodes must contribute. A request for a namespace not (or no longer)
