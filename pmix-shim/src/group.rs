@@ -6,7 +6,10 @@
 //! what every participating node knows alike: the operation, the sorted participants as PMIx
 //! named them (always with their namespace, so a later server hosting several namespaces
 //! needs no new wire format), and a per-(operation, participants) sequence number each node
-//! counts by itself. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
+//! counts by itself. Several namespaces may be served over one overlay (a job and the jobs it
+//! spawned): the coordinator learns which nodes must contribute from the placement of the
+//! participants' namespace in the overlay's [`Served`] registry, and refuses one not (or no
+//! longer) served there at once. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
 //! each with every node's data in node order, or, past the group's deadline, with an error
 //! naming the nodes (and their participating ranks) that never came.
 
@@ -18,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::JobSpec;
 use crate::names::Ticket;
+use crate::served::Served;
 
 /// The node that coordinates subset collectives.
 pub const GROUP_NODE: usize = 0;
@@ -83,7 +87,7 @@ pub fn nodes_of(job: &JobSpec, procs: &[(String, u32)]) -> Result<BTreeSet<usize
     for (nspace, rank) in procs {
         if *nspace != job.job_id {
             return Err(format!(
-                "participant {nspace}:{rank} is not of this job's namespace {:?} (one PMIx server serves one job)",
+                "participant {nspace}:{rank} is not of this job's namespace {:?} (one collective, one namespace)",
                 job.job_id
             ));
         }
@@ -115,6 +119,8 @@ struct GroupId {
 /// A group gathering on node 0.
 #[derive(Debug)]
 struct Gathering {
+    /// The participants' namespace's placement when the group opened.
+    job: std::sync::Arc<JobSpec>,
     expected: BTreeSet<usize>,
     got: BTreeMap<usize, (Ticket, Bytes)>,
     since: Instant,
@@ -127,17 +133,35 @@ pub type Answers = Vec<(Ticket, Result<Bytes, String>)>;
 /// Node 0's bookkeeping of the subset collectives under way.
 #[derive(Debug)]
 pub struct Coordinator {
-    job: std::sync::Arc<JobSpec>,
+    /// The namespaces served on the overlay, whose placements say who must contribute.
+    served: Served,
     open: HashMap<GroupId, Gathering>,
 }
 
 impl Coordinator {
-    /// A coordinator for `job`.
+    /// A coordinator for `job`'s namespace alone.
     pub fn new(job: std::sync::Arc<JobSpec>) -> Coordinator {
+        Coordinator::over(Served::of_one(job))
+    }
+
+    /// A coordinator for every namespace `served` holds, now or once added.
+    pub fn over(served: Served) -> Coordinator {
         Coordinator {
-            job,
+            served,
             open: HashMap::new(),
         }
+    }
+
+    /// The placement of the namespace `procs` name (the first one's; [`nodes_of`] checks
+    /// the rest), or why it is unknown here.
+    fn placement_of(&self, procs: &[(String, u32)]) -> Result<std::sync::Arc<JobSpec>, String> {
+        let nspace = procs
+            .first()
+            .map(|(n, _)| n.as_str())
+            .ok_or("a collective with no participants")?;
+        self.served.placement(nspace).ok_or_else(|| {
+            format!("namespace {nspace:?} is not served on this overlay (never added, or removed)")
+        })
     }
 
     /// Node `from`'s contribution `c` (its request known as `ticket`) at `now`: the answers
@@ -149,7 +173,11 @@ impl Coordinator {
         c: Contribution,
         now: Instant,
     ) -> Answers {
-        let expected = match nodes_of(&self.job, &c.procs) {
+        let job = match self.placement_of(&c.procs) {
+            Ok(job) => job,
+            Err(why) => return vec![(ticket, Err(why))],
+        };
+        let expected = match nodes_of(&job, &c.procs) {
             Ok(n) => n,
             Err(why) => return vec![(ticket, Err(why))],
         };
@@ -173,6 +201,7 @@ impl Coordinator {
             )];
         }
         let g = self.open.entry(id.clone()).or_insert_with(|| Gathering {
+            job,
             expected,
             got: BTreeMap::new(),
             since: now,
@@ -233,12 +262,12 @@ impl Coordinator {
             .iter()
             .filter(|n| !g.got.contains_key(n))
             .map(|&n| {
-                let ranks: Vec<u32> = self.job.ranks[n]
+                let ranks: Vec<u32> = g.job.ranks[n]
                     .iter()
                     .copied()
                     .filter(|r| whole || id.procs.iter().any(|(_, p)| p == r))
                     .collect();
-                format!("node {n} ({}, ranks {ranks:?})", self.job.hosts[n])
+                format!("node {n} ({}, ranks {ranks:?})", g.job.hosts[n])
             })
             .collect();
         format!(
@@ -351,7 +380,12 @@ mod tests {
             procs: vec![("k".into(), 0)],
             ..part(GroupOp::Connect, &[], 0, b"")
         };
-        assert!(err(c.contribute(1, 0, other, t0)).contains("k:0 is not of this job"));
+        assert!(err(c.contribute(1, 0, other, t0)).contains("\"k\" is not served"));
+        let mixed = Contribution {
+            procs: vec![("j".into(), 0), ("k".into(), 0)],
+            ..part(GroupOp::Connect, &[], 0, b"")
+        };
+        assert!(err(c.contribute(1, 0, mixed, t0)).contains("k:0 is not of this job"));
         assert!(
             c.contribute(1, 1, part(FENCE, &[2, 4], 0, b""), t0)
                 .is_empty()
@@ -393,6 +427,34 @@ mod tests {
             why.contains("node 1 (b, ranks [2, 3]), node 2 (c, ranks [4, 5])"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn namespaces_added_later_gather_their_own_nodes_and_removed_ones_are_refused() {
+        let served = Served::of_one(job());
+        let mut c = Coordinator::over(served.clone());
+        let t0 = Instant::now();
+        let child = |ranks: &[u32], data| Contribution {
+            procs: ranks.iter().map(|&r| ("k".to_string(), r)).collect(),
+            ..part(FENCE, &[], 0, data)
+        };
+        let err = |a: Answers| a[0].1.clone().unwrap_err();
+        assert!(err(c.contribute(1, 1, child(&[0, 1], b""), t0)).contains("\"k\" is not served"));
+        let mut k = (*job()).clone();
+        k.job_id = "k".into();
+        k.ranks = vec![vec![], vec![0], vec![1]];
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        assert!(served.add(std::sync::Arc::new(k), tx));
+        // k's ranks 0 and 1 are on nodes 1 and 2 (j's ranks 0 and 1 are on node 0).
+        assert!(c.contribute(2, 2, child(&[0, 1], b"C"), t0).is_empty());
+        let done = c.contribute(3, 1, child(&[0, 1], b"B"), t0);
+        assert_eq!(done.len(), 2);
+        assert!(done.iter().all(|(_, r)| r.as_deref() == Ok(&b"BC"[..])));
+        // j keeps its own placement meanwhile.
+        let mine = c.contribute(4, 0, part(GroupOp::Connect, &[0, 1], 0, b""), t0);
+        assert_eq!(mine, vec![(4, Ok(Bytes::new()))]);
+        served.remove("k");
+        assert!(err(c.contribute(5, 1, child(&[0, 1], b""), t0)).contains("removed"));
     }
 
     #[test]

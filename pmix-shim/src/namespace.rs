@@ -14,11 +14,11 @@
 //!   unless the namespace has ranks on every node ([`NamespaceSpec::spans_overlay`]);
 //! - direct modex goes to the overlay node the namespace's own map names.
 //!
-//! Today each namespace is served on an overlay of its own (over the same nodes): an
-//! overlay's direct-modex and subset-collective queues ([`crate::overlay::Overlay::incoming`])
-//! go to the first namespace served on it, and node 0's coordinator knows that namespace's
-//! placement only; another namespace's requests on it are refused with an error, never left
-//! pending. Sharing the parent's overlay needs those dispatched by namespace.
+//! Several namespaces may be served over one overlay (a spawned child over its parent's,
+//! [`crate::pmix::PmixServer::add_namespace`]): each node dispatches the overlay's
+//! direct-modex requests by the namespace they name, and node 0's coordinator looks up each
+//! subset collective's namespace, both in the overlay's [`crate::served::Served`] registry; a
+//! namespace not (or no longer) served there is refused at once, never left pending.
 
 use crate::{Error, JobSpec};
 

@@ -37,7 +37,7 @@ pub(crate) fn spawn(
         tracker.spawn(serve(incoming, shutdown.clone(), table).instrument(span.clone()));
     }
     if let Some(incoming) = overlay.incoming(Service::Group) {
-        let coordinator = group::Coordinator::new(job.clone());
+        let coordinator = group::Coordinator::over(overlay.served().clone());
         tracker.spawn(serve(incoming, shutdown.clone(), coordinator).instrument(span));
     }
 }

@@ -256,6 +256,8 @@ struct Inner {
     request_timeout: Duration,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// The namespaces served over this overlay on this node ([`crate::served`]).
+    served: crate::served::Served,
 }
 
 /// What every link task needs.
@@ -422,6 +424,7 @@ impl Overlay {
                 request_timeout: config.request_timeout,
                 shutdown,
                 tracker,
+                served: Default::default(),
             }),
         };
         info!(parent: &span, %local_addr, "overlay listening");
@@ -545,6 +548,26 @@ impl Overlay {
     /// The listener's address.
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local_addr
+    }
+
+    /// The namespaces served over this overlay on this node.
+    pub fn served(&self) -> &crate::served::Served {
+        &self.inner.served
+    }
+
+    /// Runs `task` among the overlay's own tasks (it must end when the overlay shuts down,
+    /// e.g. when its queue closes): a service shared by every namespace on the overlay.
+    pub(crate) fn spawn_task<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let shutdown = self.inner.shutdown.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = task => {}
+            }
+        });
     }
 
     /// Runs a collective once this node has joined.

@@ -40,7 +40,9 @@
 //!   collectives; another namespace is refused (by the host when it names one it does not
 //!   host or several).
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
-//!   namespace's own map), which
+//!   namespace's own map), whose overlay hands it to its server of that namespace
+//!   ([`crate::served`]: several namespaces may share one overlay, a spawned child its
+//!   parent's, [`PmixServer::add_namespace`]); that server
 //!   answers with `PMIx_server_dmodex_request`'s blob once the rank has posted the key the
 //!   client asked for (at most `KEY_WAIT`, 10 s).
 //! - **Abort**: `PMIx_Abort` aborts the whole job through the overlay, naming the rank, its
@@ -323,6 +325,17 @@ pub fn encode_dmodex_request(proc_: &Proc, key: Option<String>) -> Result<Bytes,
     .map(Bytes::from)
     .map_err(|e| e.to_string())
 }
+
+/// The namespace a direct-modex request body names (for [`crate::served`]'s routing).
+fn dmodex_nspace(body: &[u8]) -> Result<String, String> {
+    postcard::from_bytes::<DmodexReq>(body)
+        .map(|r| r.nspace)
+        .map_err(|e| format!("bad dmodex request: {e}"))
+}
+
+/// Most direct-modex requests waiting for one namespace's server on this node (beyond, they
+/// are refused at once, naming the namespace).
+const DMODEX_QUEUE: usize = 1024;
 
 /// What a remote node's direct-modex request asks for (its bytes are untrusted until here): a
 /// rank of this node and the key its client needs. The error is the reply to the asker.
@@ -678,8 +691,11 @@ struct Shared {
 impl PmixHost {
     /// Hosts namespace `ns` on this process's server beside the others, with fences and
     /// direct modex over `overlay` (the overlay whose nodes `ns` is numbered by; `ns` may have
-    /// no rank on this node). [`PmixServer::shutdown`] deregisters it and leaves the server
-    /// running; [`PmixHost::shutdown`] finalizes the server.
+    /// no rank on this node). Several namespaces may share one overlay: its direct-modex and
+    /// subset-collective requests are dispatched by namespace ([`crate::served`]).
+    /// [`PmixServer::shutdown`] deregisters it and leaves the server and the overlay running;
+    /// [`PmixHost::shutdown`] finalizes the server. See [`PmixServer::add_namespace`] for the
+    /// order across nodes.
     pub async fn serve(
         &self,
         ns: &NamespaceSpec,
@@ -766,6 +782,15 @@ impl PmixServer {
                 reason: format!("node {me}: the namespace is hosted here already"),
             });
         }
+        let (modex_tx, modex_rx) = mpsc::channel(DMODEX_QUEUE);
+        if !overlay.served().add(job.clone(), modex_tx) {
+            shared.host.unroute(&job.job_id);
+            return Err(Error::InvalidJob {
+                job: job.job_id.clone(),
+                reason: format!("node {me}: the namespace is served on this overlay already"),
+            });
+        }
+        crate::served::start_modex_router(&overlay, dmodex_nspace);
         crate::node0::spawn(&job, &overlay, &shared.tracker, &shared.shutdown);
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
@@ -786,7 +811,7 @@ impl PmixServer {
             inner.finish_registration(true);
         }
         drop(server);
-        inner.begin(fence_rx, span);
+        inner.begin(fence_rx, modex_rx, span);
         Ok(pmix)
     }
 
@@ -939,6 +964,30 @@ impl PmixServer {
         lock(&self.inner.state).dynamic
     }
 
+    /// Adds namespace `nspace` (a spawned child) over this namespace's overlay and host, with
+    /// `ranks[n]` its ranks on overlay node `n` (empty where it has none): the
+    /// [`NamespaceSpec::on_overlay`] of this namespace's overlay. This namespace is untouched;
+    /// the child is removed with its own [`PmixServer::shutdown`] (the overlay and the host
+    /// keep running).
+    ///
+    /// Call it on every node of the overlay, and let no rank of the child start (nor any
+    /// parent rank name it) before every node has returned: libpmix answers the child's
+    /// job-level keys from each node's registration, a node asked for a child's direct modex
+    /// or (node 0) a child's subset fence before it added the child refuses the request, and
+    /// a client's fence naming an unregistered namespace is held by libpmix until its timeout.
+    /// Remove it on every node once every rank of it has ended; a request arriving later is
+    /// refused at once, naming the namespace.
+    pub async fn add_namespace(
+        &self,
+        nspace: &str,
+        ranks: Vec<Vec<u32>>,
+        config: NamespaceConfig,
+    ) -> Result<PmixServer, Error> {
+        let inner = &self.inner;
+        let ns = NamespaceSpec::on_overlay(&inner.job, nspace, ranks)?;
+        inner.host.serve(&ns, inner.overlay.clone(), config).await
+    }
+
     /// Direct-modex traffic of this node so far.
     pub fn dmodex_counts(&self) -> DmodexCounts {
         lock(&self.inner.state).dmodex
@@ -950,6 +999,9 @@ impl PmixServer {
     /// behind on its own thread, so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
+        // Later direct modex and subset collectives naming the namespace are refused at once;
+        // those queued are answered with an error as its queue goes.
+        inner.overlay.served().remove(&inner.job.job_id);
         inner.shutdown.cancel();
         // Whoever waits for the registration stops waiting.
         inner.finish_registration(false);
@@ -1068,13 +1120,16 @@ impl Shared {
     }
 
     /// Starts the fence loop and the direct-modex server.
-    fn begin(self: &Arc<Self>, fences: mpsc::Receiver<FenceReq>, span: tracing::Span) {
+    fn begin(
+        self: &Arc<Self>,
+        fences: mpsc::Receiver<FenceReq>,
+        modex: mpsc::Receiver<crate::overlay::Incoming>,
+        span: tracing::Span,
+    ) {
         self.tracker
             .spawn(fence_loop(self.clone(), fences).instrument(span.clone()));
-        if let Some(incoming) = self.overlay.incoming(Service::Modex) {
-            self.tracker
-                .spawn(dmodex_server(self.clone(), incoming).instrument(span));
-        }
+        self.tracker
+            .spawn(dmodex_server(self.clone(), modex).instrument(span));
     }
 
     /// The registration's outcome; the first one counts.

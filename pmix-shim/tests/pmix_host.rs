@@ -12,6 +12,13 @@
 //! node 0's registration. B ends first and its namespace is removed from every host, after
 //! which A's rank 0 asks for B's data and fences naming B (both must fail, never hang), and A
 //! fences again. A second registration of a hosted namespace is refused.
+//!
+//! The second test runs both over ONE overlay, as a spawned child will be: B is added at run
+//! time (`PmixServer::add_namespace` on A's server, while A's ranks run) on every node, the
+//! agents wait for each other before B's ranks start, and B's ranks fence with the data and
+//! then read a second key by direct modex (`FENCE_COLLECT=both`), while A fences too. Once B
+//! has been removed everywhere, each agent sends the overlay a late direct-modex request and
+//! (nodes 1 and 2) a late subset fence naming B: both must be refused at once, naming B.
 
 use std::{
     net::SocketAddr,
@@ -22,9 +29,14 @@ use std::{
 
 use greedy_pmix::{
     JobSecret, JobSpec, NamespaceSpec,
+    frame::Service,
+    group::{self, Contribution, GroupOp},
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
-    pmix::{Binding, HostConfig, NamespaceConfig, PmixHost, PmixServer, admit_job},
+    pmix::{
+        Binding, HostConfig, NamespaceConfig, PmixHost, PmixServer, admit_job,
+        encode_dmodex_request,
+    },
     rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command, task::JoinSet};
@@ -32,6 +44,8 @@ use tokio::{io::AsyncReadExt, process::Command, task::JoinSet};
 const NODES: usize = 3;
 const JOB_A: [&[u32]; NODES] = [&[0, 1], &[2], &[3]];
 const JOB_B: [&[u32]; NODES] = [&[], &[0], &[1, 2]];
+/// Fences A's ranks run while B is added and starts (shared overlay).
+const A_ROUNDS: u64 = 20;
 const DEADLINE: Duration = Duration::from_secs(90);
 
 /// Agents publish their overlay address as a file `node<i>` in a directory per job.
@@ -152,6 +166,154 @@ async fn finish(part: Part) -> (u64, u64, Option<String>) {
     (fences, asked, abort)
 }
 
+/// The agent's PMIx host.
+fn start_host(me: usize, dir: &Path) -> PmixHost {
+    PmixHost::start(HostConfig {
+        tmpdir: dir.join(format!("node{me}")).join("pmix"),
+        hostname: format!("node{me}"),
+        nodeid: me as u32,
+        server_nspace: format!("greedy-host-{me}"),
+        owner: None,
+        admit: admit_job(JobProcesses::of_this_process().unwrap()),
+        finalize_timeout: Duration::from_secs(2),
+    })
+    .expect("PMIx host starts")
+}
+
+/// Says this agent reached `step`, then waits until every agent has (agents share `dir`).
+async fn all_reached(dir: &Path, step: &str, me: usize) {
+    std::fs::write(dir.join(format!("{step}-{me}")), "").unwrap();
+    for n in 0..NODES {
+        while !dir.join(format!("{step}-{n}")).exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Collects the waiters' reports into `report` (code lines) and `output` (the ranks' text).
+async fn record_all(
+    waits: &mut JoinSet<(String, u32, i32, String)>,
+    report: &mut String,
+    output: &mut String,
+) {
+    while let Some(done) = waits.join_next().await {
+        let (id, rank, code, text) = done.unwrap();
+        *report += &format!("code {id} {rank} {code}\n");
+        *output += &text;
+    }
+}
+
+/// Requests naming namespace `b` (removed everywhere) that this node sends over `overlay`:
+/// a direct modex of `b`'s rank on another node and, from nodes hosting `b`'s ranks, a subset
+/// fence; one `late-<what> <ms> <error>` line each (`answered` if one was not refused).
+async fn late_requests(overlay: &Overlay, b: &str, me: usize) -> String {
+    let (target, rank) = if me == 2 { (1, 0) } else { (2, 1) };
+    let proc_ = greedy_sys::pmix::Proc {
+        nspace: b.into(),
+        rank,
+    };
+    let body = encode_dmodex_request(&proc_, None).unwrap();
+    let mut lines = timed("modex", overlay.request(target, Service::Modex, body)).await;
+    if me > 0 {
+        let c = Contribution {
+            op: GroupOp::Fence { collect: true },
+            procs: vec![(b.to_string(), group::WILDCARD)],
+            seq: 0,
+            timeout: Duration::from_secs(30),
+            data: Default::default(),
+        };
+        let asked = overlay.request(group::GROUP_NODE, Service::Group, group::encode(&c));
+        lines += &timed("group", asked).await;
+    }
+    lines
+}
+
+/// `late-<what> <ms> <error>` for `asked`'s answer.
+async fn timed(
+    what: &str,
+    asked: impl std::future::Future<Output = Result<bytes::Bytes, greedy_pmix::Error>>,
+) -> String {
+    let t = std::time::Instant::now();
+    let answer = asked.await;
+    let ms = t.elapsed().as_millis();
+    match answer {
+        Ok(_) => format!("late-{what} {ms} answered\n"),
+        Err(e) => format!("late-{what} {ms} {e}\n"),
+    }
+}
+
+/// The shared-overlay agent: A on its overlay, B added over the same overlay while A runs.
+async fn run_shared_agent(
+    me: usize,
+    dir: PathBuf,
+    exe: PathBuf,
+    ids: [String; 2],
+    secrets: [String; 2],
+) -> String {
+    let host = start_host(me, &dir);
+    let job_a = job(&ids[0], JOB_A, me, &secrets[0]);
+    let a = serve(&host, &job_a, NamespaceSpec::of_job(&job_a).unwrap(), &dir).await;
+    let ready = dir.join(format!("b-added-{me}"));
+    let seen = dir.join("b-seen");
+    let to_a = [
+        ("OTHER_NS".to_string(), ids[1].clone()),
+        ("OTHER_SIZE".to_string(), "3".to_string()),
+        ("OTHER_NODES".to_string(), "2".to_string()),
+        (
+            "OTHER_GONE".to_string(),
+            dir.join(format!("b-gone-{me}")).display().to_string(),
+        ),
+        ("OTHER_READY".to_string(), ready.display().to_string()),
+        ("FENCE_ROUNDS".to_string(), A_ROUNDS.to_string()),
+        ("OTHER_SEEN".to_string(), seen.display().to_string()),
+    ];
+    let (mut a_waits, mut b_waits) = (JoinSet::new(), JoinSet::new());
+    start_ranks(&a, &exe, &to_a, &mut a_waits).await;
+    // B at run time, over A's overlay, on every node before any of B's ranks starts.
+    let b_ranks: Vec<Vec<u32>> = JOB_B.iter().map(|r| r.to_vec()).collect();
+    let b = Part {
+        ns: NamespaceSpec::on_overlay(&job_a, &ids[1], b_ranks.clone()).unwrap(),
+        overlay: a.overlay.clone(),
+        pmix: a
+            .pmix
+            .add_namespace(&ids[1], b_ranks, namespace_config())
+            .await
+            .expect("B is added over A's overlay"),
+    };
+    let mut report = format!("served {}\n", a.overlay.served().namespaces().join(","));
+    all_reached(&dir, "b-added", me).await;
+    let to_b = [("FENCE_COLLECT".to_string(), "both".to_string())];
+    start_ranks(&b, &exe, &to_b, &mut b_waits).await;
+    let mut output = String::new();
+    record_all(&mut b_waits, &mut report, &mut output).await;
+    // A's rank 0 reads B's job-level keys before B goes.
+    while !seen.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    all_reached(&dir, "b-done", me).await;
+    let (fences, asked) = (b.pmix.fences(), b.pmix.dmodex_counts().asked);
+    b.pmix.shutdown().await;
+    let mut after = host.namespaces();
+    after.sort();
+    report += &format!(
+        "fences {} {fences}\ndmodex {} {asked}\nafter-b {}\nserved-after-b {}\n",
+        ids[1],
+        ids[1],
+        after.join(","),
+        a.overlay.served().namespaces().join(",")
+    );
+    all_reached(&dir, "b-gone", me).await;
+    report += &late_requests(&a.overlay, &ids[1], me).await;
+    record_all(&mut a_waits, &mut report, &mut output).await;
+    let (fences, _, abort) = finish(a).await;
+    report += &format!("fences {} {fences}\n", ids[0]);
+    if let Some(reason) = abort {
+        report += &format!("abort {} {reason}\n", ids[0]);
+    }
+    host.shutdown().await;
+    format!("{report}output\n{output}")
+}
+
 /// What the agent reports, one line each: `code <job> <rank> <code>`, `fences <job> <n>`,
 /// `dmodex <job> <asked>`, `abort <job> <reason>`, `after-b <namespaces>`, then `output` and
 /// the ranks' text.
@@ -162,17 +324,7 @@ async fn run_agent(
     ids: [String; 2],
     secrets: [String; 2],
 ) -> String {
-    let node_dir = dir.join(format!("node{me}"));
-    let host = PmixHost::start(HostConfig {
-        tmpdir: node_dir.join("pmix"),
-        hostname: format!("node{me}"),
-        nodeid: me as u32,
-        server_nspace: format!("greedy-host-{me}"),
-        owner: None,
-        admit: admit_job(JobProcesses::of_this_process().unwrap()),
-        finalize_timeout: Duration::from_secs(2),
-    })
-    .expect("PMIx host starts");
+    let host = start_host(me, &dir);
     let job_a = job(&ids[0], JOB_A, me, &secrets[0]);
     let ns_a = NamespaceSpec::of_job(&job_a).unwrap();
     let a = serve(&host, &job_a, ns_a.clone(), &dir).await;
@@ -249,13 +401,17 @@ async fn host_agent_process() {
     let f: Vec<&str> = spec.split('\n').collect();
     let me: usize = f[0].parse().unwrap();
     let dir = PathBuf::from(f[1]);
-    let run = run_agent(
-        me,
-        dir.clone(),
+    let (exe, ids, secrets) = (
         f[2].into(),
         [f[3].into(), f[4].into()],
         [f[5].into(), f[6].into()],
     );
+    let run = async {
+        match f[7] {
+            "shared" => run_shared_agent(me, dir.clone(), exe, ids, secrets).await,
+            _ => run_agent(me, dir.clone(), exe, ids, secrets).await,
+        }
+    };
     let text = tokio::time::timeout(DEADLINE, run)
         .await
         .unwrap_or_else(|_| format!("output\nagent {me} hit its deadline\n"));
@@ -298,12 +454,13 @@ impl Drop for Group {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
+/// Runs the three agents in `mode` (`separate` or `shared` overlays); each one's report, and
+/// the namespaces A and B.
+async fn run_agents(mode: &str) -> (Vec<String>, [String; 2]) {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path());
     let pid = std::process::id();
-    let ids = [format!("hostA.{pid}"), format!("hostB.{pid}")];
+    let ids = [format!("hostA{mode}.{pid}"), format!("hostB{mode}.{pid}")];
     let secrets = [
         JobSecret::generate().to_hex(),
         JobSecret::generate().to_hex(),
@@ -318,6 +475,7 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
             ids[1].clone(),
             secrets[0].clone(),
             secrets[1].clone(),
+            mode.to_string(),
         ]
         .join("\n");
         let child = Command::new(std::env::current_exe().unwrap())
@@ -350,6 +508,12 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
     let results: Vec<String> = (0..NODES)
         .map(|i| std::fs::read_to_string(dir.path().join(format!("result{i}"))).unwrap())
         .collect();
+    (results, ids)
+}
+
+/// What both modes must show: every rank of both passed its checks, B's fences were subset
+/// fences and its data crossed nodes by direct modex, A kept serving after B was removed.
+fn check_both_served(results: &[String], ids: &[String; 2]) {
     let all = results.concat();
     if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
         eprintln!("{all}");
@@ -389,11 +553,7 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
         all.contains("fence naming the other namespace: TIMEOUT"),
         "{all}"
     );
-    for r in &results {
-        assert!(
-            r.contains("dup-refused ") && r.contains("hosted here already"),
-            "{all}"
-        );
+    for r in results {
         // Once B was removed, the host still served A alone.
         assert!(r.contains(&format!("after-b {}\n", ids[0])), "{all}");
         // B: its one collecting fence and the one before finalize at least; A: one more.
@@ -419,5 +579,49 @@ async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
         );
         let asked = count(r, "dmodex");
         assert_eq!(asked > 0, node > 0, "node {node} asked {asked}:\n{all}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_share_each_agents_pmix_host_and_one_leaves_first() {
+    let (results, ids) = run_agents("separate").await;
+    check_both_served(&results, &ids);
+    for r in &results {
+        assert!(
+            r.contains("dup-refused ") && r.contains("hosted here already"),
+            "{r}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_added_over_a_running_jobs_overlay_is_served_then_removed() {
+    let (results, ids) = run_agents("shared").await;
+    check_both_served(&results, &ids);
+    let all = results.concat();
+    let both = format!("served {},{}\n", ids[0], ids[1]);
+    for (node, r) in results.iter().enumerate() {
+        assert!(
+            r.contains(&both),
+            "node {node} served both over one overlay:\n{all}"
+        );
+        assert!(r.contains(&format!("served-after-b {}\n", ids[0])), "{all}");
+        let a_fences = format!("fences {} {}\n", ids[0], 2 + A_ROUNDS);
+        assert!(
+            r.contains(&a_fences),
+            "node {node}: every fence of A:\n{all}"
+        );
+        // Late requests naming B: refused at once, naming B, never held.
+        let late: Vec<&str> = r.lines().filter(|l| l.starts_with("late-")).collect();
+        assert_eq!(late.len(), if node == 0 { 1 } else { 2 }, "{all}");
+        for line in late {
+            let ms: u64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+            assert!(ms < 2000, "node {node}: {line}");
+            assert!(
+                line.contains("not served on this overlay"),
+                "node {node}: {line}"
+            );
+            assert!(line.contains(&ids[1]), "node {node}: {line}");
+        }
     }
 }

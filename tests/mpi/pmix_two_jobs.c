@@ -4,9 +4,14 @@
  *    (PMIX_NUM_NODES) are EXPECT_SIZE, EXPECT_LOCAL_SIZE and EXPECT_NODES.
  * 2. Each rank puts "greedy-ns" = its namespace, fences over its whole job (with the data, or
  *    without it when FENCE_COLLECT=0, so that the gets below are direct modex), and reads every
- *    peer's value: each must name this rank's own namespace.
+ *    peer's value: each must name this rank's own namespace. With FENCE_COLLECT=both, it does
+ *    so with the data, then again under the key "greedy-ns2" without it (direct modex).
+ *    With OTHER_READY set (rank 0 only), it then waits for that file (the other namespace is
+ *    added at run time) before step 3; then FENCE_ROUNDS more fences with the data, if set
+ *    (while the other namespace's ranks start and fence).
  * 3. With OTHER_NS set (rank 0 only): the other namespace's PMIX_JOB_SIZE and PMIX_NUM_NODES
- *    (job-level keys from this node's registration) are OTHER_SIZE and OTHER_NODES. Then, once
+ *    (job-level keys from this node's registration) are OTHER_SIZE and OTHER_NODES (then it
+ *    creates the file OTHER_SEEN, if set, so the agents remove the other job only now). Then, once
  *    the file OTHER_GONE exists (the other job has been
  *    removed from this node's server): PMIx_Get of the other namespace's rank 0 and a fence
  *    naming the other namespace must both fail, each within its 5 s PMIX_TIMEOUT (never
@@ -60,31 +65,36 @@ static void own_job(void)
         fail("node count is not EXPECT_NODES", PMIX_ERROR);
 }
 
-static void fence_all(void)
+static int env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v != NULL && strcmp(v, value) == 0;
+}
+
+static void fence_all(int with_data)
 {
     pmix_proc_t all;
     pmix_info_t collect;
-    const char *flag = getenv("FENCE_COLLECT");
-    size_t ninfo = (flag != NULL && strcmp(flag, "0") == 0) ? 0 : 1;
+    size_t ninfo = with_data ? 1 : 0;
     PMIX_LOAD_PROCID(&all, me.nspace, PMIX_RANK_WILDCARD);
     PMIX_INFO_LOAD(&collect, PMIX_COLLECT_DATA, NULL, PMIX_BOOL);
     check("fence", PMIx_Fence(&all, 1, ninfo ? &collect : NULL, ninfo));
     PMIX_INFO_DESTRUCT(&collect);
 }
 
-static void exchange(void)
+static void exchange(const char *key, int with_data)
 {
     pmix_value_t val;
     PMIX_VALUE_LOAD(&val, me.nspace, PMIX_STRING);
-    check("put", PMIx_Put(PMIX_GLOBAL, "greedy-ns", &val));
+    check("put", PMIx_Put(PMIX_GLOBAL, key, &val));
     PMIX_VALUE_DESTRUCT(&val);
     check("commit", PMIx_Commit());
-    fence_all();
+    fence_all(with_data);
     for (unsigned r = 0; r < size; r++) {
         pmix_proc_t peer;
         pmix_value_t *got = NULL;
         PMIX_LOAD_PROCID(&peer, me.nspace, r);
-        check("get a peer's value", PMIx_Get(&peer, "greedy-ns", NULL, 0, &got));
+        check("get a peer's value", PMIx_Get(&peer, key, NULL, 0, &got));
         if (got->type != PMIX_STRING || strcmp(got->data.string, me.nspace) != 0)
             fail("a peer's value names another namespace", PMIX_ERROR);
         PMIX_VALUE_RELEASE(got);
@@ -106,6 +116,9 @@ static void other_job_level(const char *other)
     if (n != (unsigned)atoi(getenv("OTHER_SIZE")) || nodes != (unsigned)atoi(getenv("OTHER_NODES")))
         fail("the other namespace's job-level keys are wrong", PMIX_ERROR);
     printf("rank 0: other namespace: %u ranks on %u nodes\n", n, nodes);
+    const char *seen = getenv("OTHER_SEEN");
+    if (seen != NULL)
+        fclose(fopen(seen, "w"));
 }
 
 static void other_job(const char *other, const char *gone)
@@ -144,13 +157,24 @@ int main(void)
     alarm(60);
     check("init", PMIx_Init(&me, NULL, 0));
     own_job();
-    exchange();
+    int with_data = !env_is("FENCE_COLLECT", "0");
+    exchange("greedy-ns", with_data);
+    if (env_is("FENCE_COLLECT", "both"))
+        exchange("greedy-ns2", 0);
     const char *other = getenv("OTHER_NS");
+    const char *ready = getenv("OTHER_READY");
+    for (int i = 0; other != NULL && me.rank == 0 && ready != NULL && i < 600 &&
+                    access(ready, F_OK) != 0;
+         i++)
+        usleep(100 * 1000);
+    const char *rounds = getenv("FENCE_ROUNDS");
+    for (int i = 0; rounds != NULL && i < atoi(rounds); i++)
+        fence_all(1);
     if (other != NULL && me.rank == 0) {
         other_job_level(other);
         other_job(other, getenv("OTHER_GONE"));
     }
-    fence_all();
+    fence_all(with_data);
     printf("rank %u of %u: ok\n", me.rank, size);
     fflush(stdout);
     check("finalize", PMIx_Finalize(NULL, 0));

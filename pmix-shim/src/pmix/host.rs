@@ -314,6 +314,11 @@ impl PmixHost {
         self.inner.routes.add(nspace, handler)
     }
 
+    /// Stops routing `nspace`'s upcalls (a namespace that failed to open); no libpmix call.
+    pub(crate) fn unroute(&self, nspace: &str) {
+        self.inner.routes.remove(nspace);
+    }
+
     /// Deregisters `nspace` (and so its clients) with libpmix, then refuses its upcalls; at
     /// most `limit`. The server keeps serving the other namespaces.
     pub(crate) async fn remove(&self, nspace: &str, limit: Duration) {
