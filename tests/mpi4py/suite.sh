@@ -31,6 +31,9 @@
 # exceptions.txt with a reason starting "hangs:" or "ends-job:" are not run (each would cost a
 # timeout or a round); --hangs runs them too, to check that they still do.
 #
+# The configurations run one after the other, so their per-test times (the kept logs) saw
+# different loads on the shared cores: compare timings with tests/mpi4py/session-vs-fresh.sh.
+#
 # usage: tests/mpi4py/suite.sh [--all] [--hangs] [--np N] [--timeout S] [--keep] [CONFIG…]
 #   N ranks per job (default 2); CONFIG… a subset of the greedy configurations (their
 #   baselines run too). --keep leaves the logs (per configuration, round and rank) in the work
