@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+pub use greedy_sys::pmix::pubsub::Datum;
 use serde::{Deserialize, Serialize};
 
 /// The node that holds the job's name table.
@@ -57,37 +58,12 @@ pub struct Owner {
     pub rank: u32,
 }
 
-/// A published value (greedy-sys's `Datum`, on the wire).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Value {
-    /// A string (every PMI port, Open MPI's ports and member lists).
-    Str(String),
-    /// A byte object.
-    Bytes(Vec<u8>),
-    /// A bool.
-    Bool(bool),
-    /// A C int.
-    Int(i32),
-    /// An int32.
-    I32(i32),
-    /// An int64.
-    I64(i64),
-    /// A uint32.
-    U32(u32),
-    /// A uint64.
-    U64(u64),
-    /// A size_t.
-    Size(u64),
-}
-
-impl Value {
-    /// Bytes it holds (for the table's bound).
-    fn weight(&self) -> usize {
-        match self {
-            Value::Str(s) => s.len(),
-            Value::Bytes(b) => b.len(),
-            _ => 8,
-        }
+/// Bytes a value holds (for the table's bound).
+fn weight(value: &Datum) -> usize {
+    match value {
+        Datum::Str(s) => s.len(),
+        Datum::Bytes(b) => b.len(),
+        _ => 8,
     }
 }
 
@@ -116,7 +92,7 @@ pub enum Request {
         /// The publishing rank.
         owner: Owner,
         /// The keys and values.
-        data: Vec<(String, Value)>,
+        data: Vec<(String, Datum)>,
         /// `PMIX_PERSIST_FIRST_READ`: delete each key once a lookup returned it.
         first_read: bool,
     },
@@ -137,7 +113,7 @@ pub enum Request {
 }
 
 /// One key a lookup found: the key, its publisher (`None`: a PMI publish) and its value.
-pub type FoundItem = (String, Option<Owner>, Value);
+pub type FoundItem = (String, Option<Owner>, Datum);
 
 /// The name service's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,7 +183,7 @@ pub type Ticket = u64;
 /// One published key.
 #[derive(Debug)]
 struct Entry {
-    value: Value,
+    value: Datum,
     owner: Option<Owner>,
     first_read: bool,
 }
@@ -254,7 +230,7 @@ impl Table {
     ) -> Vec<(Ticket, Response)> {
         match request {
             Request::Publish { name, port } => {
-                let r = self.put(None, vec![(name, Value::Str(port))], false);
+                let r = self.put(None, vec![(name, Datum::Str(port))], false);
                 let r = match r {
                     Response::Exists(_) => Response::AlreadyPublished,
                     r => r,
@@ -274,7 +250,7 @@ impl Table {
             Request::Lookup { name } => {
                 let r = match self.entries.get(&name) {
                     Some(Entry {
-                        value: Value::Str(port),
+                        value: Datum::Str(port),
                         first_read: false,
                         ..
                     }) => Response::Port(port.clone()),
@@ -308,14 +284,14 @@ impl Table {
     fn put(
         &mut self,
         owner: Option<Owner>,
-        data: Vec<(String, Value)>,
+        data: Vec<(String, Datum)>,
         first_read: bool,
     ) -> Response {
         if let Some((k, _)) = data.iter().find(|(k, _)| self.entries.contains_key(k)) {
             return Response::Exists(k.clone());
         }
-        let weight: usize = data.iter().map(|(k, v)| k.len() + v.weight()).sum();
-        if self.entries.len() + data.len() > NAMES_MAX || self.bytes + weight > TABLE_BYTES_MAX {
+        let added: usize = data.iter().map(|(k, v)| k.len() + weight(v)).sum();
+        if self.entries.len() + data.len() > NAMES_MAX || self.bytes + added > TABLE_BYTES_MAX {
             return Response::Full;
         }
         for (k, value) in data {
@@ -328,16 +304,16 @@ impl Table {
                     first_read,
                 },
             ) {
-                self.bytes -= k.len() + old.value.weight();
+                self.bytes -= k.len() + weight(&old.value);
             }
         }
-        self.bytes += weight;
+        self.bytes += added;
         Response::Done
     }
 
     fn remove(&mut self, key: &str) -> Option<Entry> {
         let e = self.entries.remove(key)?;
-        self.bytes = self.bytes.saturating_sub(key.len() + e.value.weight());
+        self.bytes = self.bytes.saturating_sub(key.len() + weight(&e.value));
         Some(e)
     }
 
@@ -520,10 +496,10 @@ pub fn check_request(request: &Request) -> Result<(), String> {
             count(data.len())?;
             for (k, v) in data {
                 key(k)?;
-                if v.weight() > VALUE_MAX {
+                if weight(v) > VALUE_MAX {
                     return Err(format!(
                         "name-service request: value of {k:?} holds {} bytes (at most {VALUE_MAX})",
-                        v.weight()
+                        weight(v)
                     ));
                 }
             }
@@ -642,7 +618,7 @@ mod tests {
         );
         let big = Request::Put {
             owner: owner(0),
-            data: vec![("k".into(), Value::Bytes(vec![0; VALUE_MAX + 1]))],
+            data: vec![("k".into(), Datum::Bytes(vec![0; VALUE_MAX + 1]))],
             first_read: false,
         };
         assert!(
@@ -666,7 +642,7 @@ mod tests {
             owner: owner(rank),
             data: data
                 .iter()
-                .map(|(k, v)| (k.to_string(), Value::Str(v.to_string())))
+                .map(|(k, v)| (k.to_string(), Datum::Str(v.to_string())))
                 .collect(),
             first_read,
         }
@@ -683,7 +659,7 @@ mod tests {
         Response::Found(
             items
                 .iter()
-                .map(|(k, r, v)| (k.to_string(), Some(owner(*r)), Value::Str(v.to_string())))
+                .map(|(k, r, v)| (k.to_string(), Some(owner(*r)), Datum::Str(v.to_string())))
                 .collect(),
         )
     }
@@ -714,7 +690,7 @@ mod tests {
         assert_eq!(t.serve(publish("p", "port")), Response::Done);
         assert_eq!(
             t.serve(get(&["p"], None)),
-            Response::Found(vec![("p".into(), None, Value::Str("port".into()))])
+            Response::Found(vec![("p".into(), None, Datum::Str("port".into()))])
         );
         // Only the owner unpublishes; a refused unpublish removes nothing.
         let withdraw = |rank, keys: &[&str]| Request::Withdraw {
@@ -805,7 +781,7 @@ mod tests {
     fn table_bytes_and_waiters_are_bounded() {
         let mut t = Table::default();
         let t0 = Instant::now();
-        let big = Value::Bytes(vec![0; VALUE_MAX]);
+        let big = Datum::Bytes(vec![0; VALUE_MAX]);
         let mut i = 0;
         let full = loop {
             let r = t.serve(Request::Put {

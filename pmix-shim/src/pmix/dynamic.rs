@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
-    pubsub::{self, Datum, Directives, Found, LookupDone, Published},
+    pubsub::{self, Directives, Found, LookupDone, Published},
     server::{ModexDone, OpDone},
 };
 use tracing::{Instrument, info_span, warn};
@@ -60,44 +60,12 @@ use crate::{
     Error,
     frame::Service,
     group::{self, GroupOp},
-    names::{self, Owner, Request, Response, Value},
+    names::{self, Owner, Request, Response},
 };
 
 /// Extra time an asker gives node 0 beyond the bound node 0 itself keeps, so that node 0's
 /// answer naming what is missing arrives before the asker gives up.
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
-
-impl From<Datum> for Value {
-    fn from(d: Datum) -> Value {
-        match d {
-            Datum::Str(s) => Value::Str(s),
-            Datum::Bytes(b) => Value::Bytes(b),
-            Datum::Bool(b) => Value::Bool(b),
-            Datum::Int(n) => Value::Int(n),
-            Datum::I32(n) => Value::I32(n),
-            Datum::I64(n) => Value::I64(n),
-            Datum::U32(n) => Value::U32(n),
-            Datum::U64(n) => Value::U64(n),
-            Datum::Size(n) => Value::Size(n),
-        }
-    }
-}
-
-impl From<Value> for Datum {
-    fn from(v: Value) -> Datum {
-        match v {
-            Value::Str(s) => Datum::Str(s),
-            Value::Bytes(b) => Datum::Bytes(b),
-            Value::Bool(b) => Datum::Bool(b),
-            Value::Int(n) => Datum::Int(n),
-            Value::I32(n) => Datum::I32(n),
-            Value::I64(n) => Datum::I64(n),
-            Value::U32(n) => Datum::U32(n),
-            Value::U64(n) => Datum::U64(n),
-            Value::Size(n) => Datum::Size(n),
-        }
-    }
-}
 
 /// The PMIx status of a name-service answer.
 fn status_of(r: &Response) -> Status {
@@ -173,7 +141,7 @@ impl Bridge {
         }
         let request = Request::Put {
             owner: Self::owner(&proc_),
-            data: what.data.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            data: what.data,
             first_read: what.directives.persistence == Some(pubsub::PERSIST_FIRST_READ),
         };
         let limit = self.overlay_request_limit();
@@ -222,7 +190,7 @@ impl Bridge {
                         },
                     ),
                     key,
-                    value: value.into(),
+                    value,
                 })
                 .collect();
             done.complete(status, found);
@@ -369,20 +337,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_convert_both_ways_and_answers_map_to_statuses() {
-        for d in [
-            Datum::Str("p".into()),
-            Datum::Bytes(vec![1]),
-            Datum::Bool(false),
-            Datum::Int(-1),
-            Datum::I32(2),
-            Datum::I64(3),
-            Datum::U32(4),
-            Datum::U64(5),
-            Datum::Size(6),
-        ] {
-            assert_eq!(Datum::from(Value::from(d.clone())), d);
-        }
+    fn answers_map_to_statuses() {
         assert_eq!(status_of(&Response::Exists("k".into())), Status::EXISTS);
         assert_eq!(status_of(&Response::Missing(vec![])), Status::NOT_FOUND);
         let never = Response::NeverPublished {

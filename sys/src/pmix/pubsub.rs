@@ -23,7 +23,7 @@ use crate::raw::pmix as raw;
 
 /// A published value: the types Open MPI publishes (strings: port names, member lists) and
 /// the plain scalars and byte objects other PMIx clients may.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Datum {
     /// `PMIX_STRING`.
     Str(String),
