@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::JobSpec;
 use crate::names::Ticket;
-use crate::served::Served;
+use crate::overlay::served::Served;
 
 /// The node that coordinates subset collectives.
 pub const GROUP_NODE: usize = 0;

@@ -69,7 +69,6 @@ pub mod pmi1;
 pub mod pmi2;
 pub mod pmix;
 pub mod rendezvous;
-pub mod served;
 pub mod server;
 pub mod session;
 pub mod spawn;

@@ -17,7 +17,7 @@
 //! Several namespaces may be served over one overlay (a spawned child over its parent's,
 //! [`crate::pmix::PmixServer::add_namespace`]): each node dispatches the overlay's
 //! direct-modex requests by the namespace they name, and node 0's coordinator looks up each
-//! subset collective's namespace, both in the overlay's [`crate::served::Served`] registry; a
+//! subset collective's namespace, both in the overlay's [`crate::overlay::served::Served`] registry; a
 //! namespace not (or no longer) served there is refused at once, never left pending.
 
 use crate::{Error, JobSpec};

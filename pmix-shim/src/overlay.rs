@@ -22,6 +22,7 @@
 
 mod engine_task;
 mod link;
+pub mod served;
 
 use std::{collections::HashMap, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -257,7 +258,7 @@ struct Inner {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     /// The namespaces served over this overlay on this node ([`crate::served`]).
-    served: crate::served::Served,
+    served: served::Served,
 }
 
 /// What every link task needs.
@@ -551,7 +552,7 @@ impl Overlay {
     }
 
     /// The namespaces served over this overlay on this node.
-    pub fn served(&self) -> &crate::served::Served {
+    pub fn served(&self) -> &served::Served {
         &self.inner.served
     }
 

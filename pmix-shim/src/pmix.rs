@@ -790,7 +790,7 @@ impl PmixServer {
                 reason: format!("node {me}: the namespace is served on this overlay already"),
             });
         }
-        crate::served::start_modex_router(&overlay, dmodex_nspace);
+        crate::overlay::served::start_modex_router(&overlay, dmodex_nspace);
         crate::node0::spawn(&job, &overlay, &shared.tracker, &shared.shutdown);
         let pmix = PmixServer { inner: shared };
         let inner = &pmix.inner;
@@ -1208,31 +1208,52 @@ fn job_info(
         entries.push((key::LOCALLDR, Value::Rank(leader)));
     }
     for (local_rank, &rank) in local.iter().enumerate() {
-        let mut data = vec![
-            (key::RANK, Value::Rank(rank)),
-            (key::APPNUM, Value::U32(0)),
-            (key::APPLDR, Value::Rank(0)),
-            (key::GLOBAL_RANK, Value::Rank(rank)),
-            (key::APP_RANK, Value::Rank(rank)),
-            (key::LOCAL_RANK, Value::U16(local_rank as u16)),
-            (key::NODE_RANK, Value::U16(local_rank as u16)),
-            (key::HOSTNAME, Value::Str(host.clone())),
-            (key::NODEID, Value::U32(nodeid.unwrap_or(0))),
-        ];
-        // Open MPI tells which local peers share a package, a cache or a core from these;
-        // without them every peer is just "on this node".
-        if let Some(cpus) = bound.get(&rank) {
-            match server.locality_of(cpus) {
-                Ok(place) => data.extend([
-                    (key::LOCALITY_STRING, Value::Str(place.locality)),
-                    (key::CPUSET, Value::Str(place.cpuset)),
-                ]),
-                Err(s) => warn!(rank, "no PMIx locality for CPUs {cpus:?}: {s}"),
-            }
-        }
+        let data = proc_data(
+            server,
+            rank,
+            local_rank,
+            &host,
+            nodeid,
+            bound.get(&rank).map(Vec::as_slice),
+        );
         entries.push((key::PROC_DATA, Value::Infos(data)));
     }
     InfoArray::new(&entries)
+}
+
+/// The per-process keys of local rank `rank` (`local_rank` among this node's), bound to `cpus`
+/// when known.
+fn proc_data(
+    server: &Server,
+    rank: u32,
+    local_rank: usize,
+    host: &str,
+    nodeid: Option<u32>,
+    cpus: Option<&[u32]>,
+) -> Vec<(&'static std::ffi::CStr, Value)> {
+    let mut data = vec![
+        (key::RANK, Value::Rank(rank)),
+        (key::APPNUM, Value::U32(0)),
+        (key::APPLDR, Value::Rank(0)),
+        (key::GLOBAL_RANK, Value::Rank(rank)),
+        (key::APP_RANK, Value::Rank(rank)),
+        (key::LOCAL_RANK, Value::U16(local_rank as u16)),
+        (key::NODE_RANK, Value::U16(local_rank as u16)),
+        (key::HOSTNAME, Value::Str(host.to_string())),
+        (key::NODEID, Value::U32(nodeid.unwrap_or(0))),
+    ];
+    // Open MPI tells which local peers share a package, a cache or a core from these;
+    // without them every peer is just "on this node".
+    if let Some(cpus) = cpus {
+        match server.locality_of(cpus) {
+            Ok(place) => data.extend([
+                (key::LOCALITY_STRING, Value::Str(place.locality)),
+                (key::CPUSET, Value::Str(place.cpuset)),
+            ]),
+            Err(s) => warn!(rank, "no PMIx locality for CPUs {cpus:?}: {s}"),
+        }
+    }
+    data
 }
 
 /// Whether a fence's participants involve every node of the overlay (and only this

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::{Incoming, Overlay};
 use crate::JobSpec;
-use crate::overlay::{Incoming, Overlay};
 
 /// One namespace served on the overlay.
 #[derive(Debug, Clone)]
