@@ -45,6 +45,7 @@
 
 pub mod auth;
 pub mod charm;
+pub mod child;
 pub mod collectives;
 mod departures;
 mod error;

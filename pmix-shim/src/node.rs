@@ -38,6 +38,7 @@ use tracing::{Instrument, debug};
 use crate::{
     Error, JobSpec,
     charm::server::{CharmConfig, CharmServer, Output},
+    child::{ChildJob, PendingSpawn, Spawns},
     departures::Departures,
     family::Family,
     overlay::{Overlay, OverlayConfig},
@@ -145,6 +146,8 @@ struct Inner {
     overlay: Overlay,
     departures: Departures,
     servers: Servers,
+    /// Local ranks' spawn requests, on their way to the embedder.
+    spawns: Spawns,
 }
 
 /// The servers of the families served (while starting: those started so far, stopped again
@@ -203,16 +206,11 @@ impl NodeService {
         }
         let overlay = Overlay::begin(job, config.overlay.clone(), rendezvous, leave).await?;
         let departures = Departures::default();
+        let spawns = Spawns::default();
         let mut servers = Servers::default();
-        let started = Self::start_servers(
-            job,
-            &config,
-            &overlay,
-            &departures,
-            charm_output,
-            &mut servers,
-        )
-        .await;
+        let shared = (&departures, &spawns);
+        let started =
+            Self::start_servers(job, &config, &overlay, shared, charm_output, &mut servers).await;
         if let Err(e) = started {
             servers.shutdown().await;
             overlay.shutdown().await;
@@ -223,6 +221,7 @@ impl NodeService {
                 overlay,
                 departures,
                 servers,
+                spawns,
             }),
         })
     }
@@ -231,7 +230,7 @@ impl NodeService {
         job: &JobSpec,
         config: &NodeConfig,
         overlay: &Overlay,
-        departures: &Departures,
+        (departures, spawns): (&Departures, &Spawns),
         charm_output: mpsc::Sender<Output>,
         servers: &mut Servers,
     ) -> Result<(), Error> {
@@ -244,6 +243,7 @@ impl NodeService {
                         overlay.clone(),
                         config.pmi.clone(),
                         departures.clone(),
+                        spawns.clone(),
                     );
                     servers.pmi = Some(pmi.await?);
                 }
@@ -262,9 +262,14 @@ impl NodeService {
                         tmpdir: dir.clone(),
                         ..config.pmix.clone()
                     };
-                    let pmix =
-                        PmixServer::start_on(job, overlay.clone(), pmix_config, departures.clone())
-                            .await;
+                    let pmix = PmixServer::start_on(
+                        job,
+                        overlay.clone(),
+                        pmix_config,
+                        departures.clone(),
+                        spawns.clone(),
+                    )
+                    .await;
                     match pmix {
                         Ok(pmix) => servers.pmix = Some((pmix, dir)),
                         Err(e) => {
@@ -394,6 +399,61 @@ impl NodeService {
                     charm.rank_exited(rank, code).await;
                 }
             }
+        }
+    }
+
+    /// The local ranks' spawn requests (`MPI_Comm_spawn`), for the embedder to place, start
+    /// and answer ([`crate::child`]); `Some` once. Until it is taken every request is refused
+    /// at once ([`crate::child::NOT_SERVED`]).
+    pub fn take_spawns(&self) -> Option<mpsc::Receiver<PendingSpawn>> {
+        self.inner.spawns.take()
+    }
+
+    /// Serves spawned job `child` on this node beside the job (every family, on every node of
+    /// the overlay, also those with none of its ranks). Call it on every node, and start no
+    /// rank of the child before every node has returned ([`crate::child`]).
+    pub async fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
+        if let Some(pmi) = &self.inner.servers.pmi {
+            pmi.add_child(child)?;
+        }
+        if let Some((pmix, _)) = &self.inner.servers.pmix {
+            pmix.add_child(child).await?;
+        }
+        Ok(())
+    }
+
+    /// What local `rank` of child namespace `nspace` needs: as [`NodeService::env_for`].
+    pub async fn child_env(
+        &self,
+        nspace: &str,
+        rank: u32,
+        pmi_fd: Option<i32>,
+    ) -> Result<RankWireup, Error> {
+        let mut wireup = RankWireup::default();
+        if let Some(pmi) = &self.inner.servers.pmi {
+            let (theirs, env) = pmi.child_socketpair_for(nspace, rank, pmi_fd)?;
+            wireup.env.extend(env);
+            wireup.pmi_fd = Some(theirs.into());
+        }
+        if let Some((pmix, _)) = &self.inner.servers.pmix {
+            wireup.env.extend(pmix.child_env(nspace, rank).await?);
+            if self.inner.servers.pmi.is_some() {
+                let (name, value) = MPICH_PMI_VERSION;
+                wireup.defaults.push((name.into(), value.into()));
+            }
+        }
+        Ok(wireup)
+    }
+
+    /// The launcher reports that local `rank` of child namespace `nspace` exited with `code`:
+    /// as [`NodeService::rank_exited`] (an exit before finalize aborts the family).
+    pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
+        debug!(nspace, rank, code, "child rank exited");
+        if let Some(pmi) = &self.inner.servers.pmi {
+            pmi.child_exited(nspace, rank, code).await;
+        }
+        if let Some((pmix, _)) = &self.inner.servers.pmix {
+            pmix.child_exited(nspace, rank, code).await;
         }
     }
 

@@ -81,6 +81,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
     AbortInfo, Error, JobSpec, NamespaceSpec,
+    child::{ChildJob, Spawns},
     departures::Departures,
     family::{self, Family},
     frame::Service,
@@ -679,6 +680,9 @@ struct Shared {
     server: Mutex<Option<Arc<Server>>>,
     state: Arc<Mutex<State>>,
     departures: Departures,
+    /// The way to the embedder's spawner (`PMIx_Spawn`).
+    #[allow(dead_code)]
+    spawns: Spawns,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     nsdir: PathBuf,
@@ -702,15 +706,8 @@ impl PmixHost {
         overlay: Overlay,
         config: NamespaceConfig,
     ) -> Result<PmixServer, Error> {
-        PmixServer::open(
-            self.clone(),
-            false,
-            ns,
-            overlay,
-            config,
-            Departures::default(),
-        )
-        .await
+        let shared = (Departures::default(), Spawns::default());
+        PmixServer::open(self.clone(), false, ns, overlay, config, shared).await
     }
 }
 
@@ -723,20 +720,24 @@ impl PmixServer {
         overlay: Overlay,
         config: PmixConfig,
     ) -> Result<PmixServer, Error> {
-        Self::start_on(job, overlay, config, Departures::default()).await
+        let shared = (Departures::default(), Spawns::default());
+        Self::start_on(job, overlay, config, shared.0, shared.1).await
     }
 
-    /// As [`PmixServer::start`], sharing the node's record of who spoke what.
+    /// As [`PmixServer::start`], sharing the node's record of who spoke what and its way to
+    /// the embedder's spawner.
     pub(crate) async fn start_on(
         job: &JobSpec,
         overlay: Overlay,
         config: PmixConfig,
         departures: Departures,
+        spawns: Spawns,
     ) -> Result<PmixServer, Error> {
         let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
         let ns = config.namespace_config();
-        let opened = Self::open(host.clone(), true, &spec, overlay, ns, departures).await;
+        let shared = (departures, spawns);
+        let opened = Self::open(host.clone(), true, &spec, overlay, ns, shared).await;
         if opened.is_err() {
             host.shutdown().await;
         }
@@ -751,7 +752,7 @@ impl PmixServer {
         ns: &NamespaceSpec,
         overlay: Overlay,
         config: NamespaceConfig,
-        departures: Departures,
+        (departures, spawns): (Departures, Spawns),
     ) -> Result<PmixServer, Error> {
         // From here on `job` is the namespace's placement in the overlay's numbering.
         let job = Arc::new(ns.placement().clone());
@@ -770,6 +771,7 @@ impl PmixServer {
             server: Mutex::new(Some(server.clone())),
             state: Arc::new(Mutex::new(State::default())),
             departures,
+            spawns,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             nsdir,
@@ -986,6 +988,29 @@ impl PmixServer {
         let inner = &self.inner;
         let ns = NamespaceSpec::on_overlay(&inner.job, nspace, ranks)?;
         inner.host.serve(&ns, inner.overlay.clone(), config).await
+    }
+
+    /// Serves spawned job `child` on this node beside this namespace (registered with no
+    /// local process where it has no rank here; its ranks' `PMIX_PARENT_ID` the requester).
+    pub async fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
+        Err(Error::InvalidJob {
+            job: child.nspace.clone(),
+            reason: "PMIx does not serve spawned jobs yet".into(),
+        })
+    }
+
+    /// As [`PmixServer::env_for`], for local `rank` of child namespace `nspace`.
+    pub async fn child_env(&self, nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
+        let _ = rank;
+        Err(Error::InvalidJob {
+            job: nspace.into(),
+            reason: "PMIx does not serve spawned jobs yet".into(),
+        })
+    }
+
+    /// As [`PmixServer::rank_exited`], for local `rank` of child namespace `nspace`.
+    pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
+        let _ = (nspace, rank, code);
     }
 
     /// Direct-modex traffic of this node so far.

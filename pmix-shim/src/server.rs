@@ -40,6 +40,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
     AbortInfo, Error, JobSpec,
+    child::{ChildJob, Spawns},
     departures::Departures,
     family::{self, Family},
     frame::Service,
@@ -165,6 +166,9 @@ struct Shared {
     state: Mutex<NodeState>,
     /// Who of this node spoke which family (shared with the node's other servers).
     departures: Departures,
+    /// The way to the embedder's spawner (PMI-1 `mcmd=spawn`, PMI-2 `spawn`).
+    #[allow(dead_code)]
+    spawns: Spawns,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -176,15 +180,24 @@ impl PmiServer {
         overlay: Overlay,
         config: PmiConfig,
     ) -> Result<PmiServer, Error> {
-        Self::start_on(job, overlay, config, Departures::default()).await
+        Self::start_on(
+            job,
+            overlay,
+            config,
+            Departures::default(),
+            Spawns::default(),
+        )
+        .await
     }
 
-    /// As [`PmiServer::start`], sharing the node's record of who spoke what.
+    /// As [`PmiServer::start`], sharing the node's record of who spoke what and its way to
+    /// the embedder's spawner.
     pub(crate) async fn start_on(
         job: &JobSpec,
         overlay: Overlay,
         config: PmiConfig,
         departures: Departures,
+        spawns: Spawns,
     ) -> Result<PmiServer, Error> {
         job.validate()?;
         let me = job.node_idx;
@@ -195,6 +208,7 @@ impl PmiServer {
             config,
             state: Mutex::new(NodeState::default()),
             departures,
+            spawns,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -281,6 +295,35 @@ impl PmiServer {
         if let Some(reason) = reason {
             self.inner.abort(Some(rank), code, reason).await;
         }
+    }
+
+    /// Serves spawned job `child` beside the job: its own KVS (seeded with its preput
+    /// keys), fences over the nodes hosting its ranks.
+    pub fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
+        Err(Error::InvalidJob {
+            job: child.nspace.clone(),
+            reason: "PMI does not serve spawned jobs yet".into(),
+        })
+    }
+
+    /// As [`PmiServer::socketpair_for`], for local `rank` of child namespace `nspace`
+    /// (its environment also says it was spawned: `PMI_SPAWNED=1`).
+    pub fn child_socketpair_for(
+        &self,
+        nspace: &str,
+        rank: u32,
+        child_fd: Option<i32>,
+    ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
+        let _ = (rank, child_fd);
+        Err(Error::InvalidJob {
+            job: nspace.into(),
+            reason: "PMI does not serve spawned jobs yet".into(),
+        })
+    }
+
+    /// As [`PmiServer::rank_exited`], for local `rank` of child namespace `nspace`.
+    pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
+        let _ = (nspace, rank, code);
     }
 
     /// Number of fences completed on this node.

@@ -24,6 +24,7 @@ pub mod gate;
 pub mod info;
 pub mod pubsub;
 pub mod server;
+pub mod spawn;
 pub mod topology;
 
 /// A PMIx status code (`pmix_status_t`).

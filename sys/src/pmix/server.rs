@@ -42,7 +42,8 @@ use std::time::Duration;
 
 use super::gate::{self, GateError, Policy};
 use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
-use super::pubsub::{self, Directives, LookupDone, Published};
+use super::pubsub::{self, Datum, Directives, LookupDone, Published};
+use super::spawn::{App, SpawnDone};
 use super::{Proc, Status, check, take_c_string};
 use crate::raw::pmix as raw;
 
@@ -100,6 +101,19 @@ pub trait Handler: Send + Sync + 'static {
     fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
         let _ = (procs, timeout);
         done.complete(Status::NOT_SUPPORTED);
+    }
+    /// A client asked to start `apps` as a new namespace (`PMIx_Spawn`), with `job_info` the
+    /// job-level directives; complete `done` once every process started, or with the
+    /// failure. Default: not supported.
+    fn spawn(
+        &self,
+        requester: Proc,
+        job_info: Vec<(String, Datum)>,
+        apps: Vec<App>,
+        done: SpawnDone,
+    ) {
+        let _ = (requester, job_info, apps);
+        done.failed(Status::NOT_SUPPORTED);
     }
     /// A callback (this handler's method or a host-call closure) panicked; `message` is the
     /// panic's text. Called once per panic, on PMIx's thread.
