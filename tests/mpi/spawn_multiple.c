@@ -3,7 +3,8 @@
  * Usage: spawn_multiple MODE [HOST_A HOST_B]
  *   across A B  the parent job (every rank takes part; root 0) spawns two programs with one call:
  *               2 copies of this program with argument "child" on host A and 1 copy on host B
- *               (info "host"). Each child sends the parent root its line "R APPNUM HOST"; the
+ *               (info "host"). Each child sends the parent root its line "R APPNUM WHERE" (WHERE:
+ *               "node<GREEDY_NODE>" under greedyrun, else the host name); the
  *               root prints "parent: child R app K on H", checks the error codes, the remote
  *               group's size (3) and every child's app number, and all ranks exit 0 if so, 1
  *               if not. A child prints "child R of N app K: parent size P" first.
@@ -32,7 +33,12 @@ static int child(MPI_Comm parent, int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_remote_size(parent, &psize);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag);
-    gethostname(host, sizeof host - 1);
+    /* Where the child runs: greedy's node number when it is greedy's, else the host name. */
+    const char *node = getenv("GREEDY_NODE");
+    if (node)
+        snprintf(host, sizeof host, "node%s", node);
+    else
+        gethostname(host, sizeof host - 1);
     int app = flag ? *appnum : -1;
     printf("child %d of %d app %d: parent size %d\n", rank, size, app, psize);
     fflush(stdout);
