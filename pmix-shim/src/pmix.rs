@@ -54,6 +54,7 @@
 //! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with a job and a namespace on two of
 //! the three nodes on each agent's host).
 
+mod children;
 mod dynamic;
 mod host;
 
@@ -71,8 +72,9 @@ use bytes::Bytes;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
     info::{InfoArray, Value, key},
-    pubsub::{Directives, LookupDone, Published},
+    pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server},
+    spawn::{App, SpawnDone},
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -490,9 +492,22 @@ struct Bridge {
     runtime: tokio::runtime::Handle,
     state: Arc<Mutex<State>>,
     departures: Departures,
+    spawns: Spawns,
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// What a namespace shares with the rest of its family on this node.
+#[derive(Default)]
+struct Ties {
+    departures: Departures,
+    spawns: Spawns,
+    child: Option<Arc<ChildJob>>,
+}
+
+fn lock_children(shared: &Shared) -> MutexGuard<'_, HashMap<String, PmixServer>> {
+    shared.children.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -649,6 +664,16 @@ impl Handler for Bridge {
         self.connect_procs(procs, true, timeout, done);
     }
 
+    fn spawn(
+        &self,
+        requester: Proc,
+        job_info: Vec<(String, Datum)>,
+        apps: Vec<App>,
+        done: SpawnDone,
+    ) {
+        self.spawn_apps(requester, job_info, apps, done);
+    }
+
     fn callback_panicked(&self, callback: &'static str, message: String) {
         self.abort_job(
             None,
@@ -680,9 +705,14 @@ struct Shared {
     server: Mutex<Option<Arc<Server>>>,
     state: Arc<Mutex<State>>,
     departures: Departures,
-    /// The way to the embedder's spawner (`PMIx_Spawn`).
-    #[allow(dead_code)]
+    /// The way to the embedder's spawner (`PMIx_Spawn`), shared by every namespace of the
+    /// family.
     spawns: Spawns,
+    /// The spawned job this namespace is, if it is one (its apps and parent).
+    child: Option<Arc<ChildJob>>,
+    /// The namespaces spawned in the family, served here beside this one (on the job's own
+    /// server: [`PmixServer::add_child`]).
+    children: Mutex<HashMap<String, PmixServer>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     nsdir: PathBuf,
@@ -706,8 +736,7 @@ impl PmixHost {
         overlay: Overlay,
         config: NamespaceConfig,
     ) -> Result<PmixServer, Error> {
-        let shared = (Departures::default(), Spawns::default());
-        PmixServer::open(self.clone(), false, ns, overlay, config, shared).await
+        PmixServer::open(self.clone(), false, ns, overlay, config, Ties::default()).await
     }
 }
 
@@ -720,8 +749,14 @@ impl PmixServer {
         overlay: Overlay,
         config: PmixConfig,
     ) -> Result<PmixServer, Error> {
-        let shared = (Departures::default(), Spawns::default());
-        Self::start_on(job, overlay, config, shared.0, shared.1).await
+        Self::start_on(
+            job,
+            overlay,
+            config,
+            Departures::default(),
+            Spawns::default(),
+        )
+        .await
     }
 
     /// As [`PmixServer::start`], sharing the node's record of who spoke what and its way to
@@ -736,8 +771,12 @@ impl PmixServer {
         let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
         let ns = config.namespace_config();
-        let shared = (departures, spawns);
-        let opened = Self::open(host.clone(), true, &spec, overlay, ns, shared).await;
+        let ties = Ties {
+            departures,
+            spawns,
+            child: None,
+        };
+        let opened = Self::open(host.clone(), true, &spec, overlay, ns, ties).await;
         if opened.is_err() {
             host.shutdown().await;
         }
@@ -752,7 +791,7 @@ impl PmixServer {
         ns: &NamespaceSpec,
         overlay: Overlay,
         config: NamespaceConfig,
-        (departures, spawns): (Departures, Spawns),
+        ties: Ties,
     ) -> Result<PmixServer, Error> {
         // From here on `job` is the namespace's placement in the overlay's numbering.
         let job = Arc::new(ns.placement().clone());
@@ -770,8 +809,10 @@ impl PmixServer {
             overlay: overlay.clone(),
             server: Mutex::new(Some(server.clone())),
             state: Arc::new(Mutex::new(State::default())),
-            departures,
-            spawns,
+            departures: ties.departures,
+            spawns: ties.spawns,
+            child: ties.child,
+            children: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             nsdir,
@@ -937,7 +978,15 @@ impl PmixServer {
                 _ = self.inner.shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.inner.config.exit_grace) => {}
             }
-            let reason = format!("node {}: {reason}", self.inner.job.node_idx);
+            let reason = match &self.inner.child {
+                Some(c) => format!(
+                    "node {} ({}): spawned namespace {}: {reason}",
+                    self.inner.job.node_idx,
+                    self.inner.job.hosts[self.inner.job.node_idx],
+                    c.nspace
+                ),
+                None => format!("node {}: {reason}", self.inner.job.node_idx),
+            };
             warn!(rank, code, "aborting job: {reason}");
             self.inner
                 .overlay
@@ -990,29 +1039,6 @@ impl PmixServer {
         inner.host.serve(&ns, inner.overlay.clone(), config).await
     }
 
-    /// Serves spawned job `child` on this node beside this namespace (registered with no
-    /// local process where it has no rank here; its ranks' `PMIX_PARENT_ID` the requester).
-    pub async fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
-        Err(Error::InvalidJob {
-            job: child.nspace.clone(),
-            reason: "PMIx does not serve spawned jobs yet".into(),
-        })
-    }
-
-    /// As [`PmixServer::env_for`], for local `rank` of child namespace `nspace`.
-    pub async fn child_env(&self, nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
-        let _ = rank;
-        Err(Error::InvalidJob {
-            job: nspace.into(),
-            reason: "PMIx does not serve spawned jobs yet".into(),
-        })
-    }
-
-    /// As [`PmixServer::rank_exited`], for local `rank` of child namespace `nspace`.
-    pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
-        let _ = (nspace, rank, code);
-    }
-
     /// Direct-modex traffic of this node so far.
     pub fn dmodex_counts(&self) -> DmodexCounts {
         lock(&self.inner.state).dmodex
@@ -1024,6 +1050,11 @@ impl PmixServer {
     /// behind on its own thread, so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
+        // The family's spawned namespaces end with it (their ranks are gone by now).
+        let children: Vec<PmixServer> = lock_children(inner).drain().map(|(_, c)| c).collect();
+        for child in children {
+            Box::pin(child.shutdown()).await;
+        }
         // Later direct modex and subset collectives naming the namespace are refused at once;
         // those queued are answered with an error as its queue goes.
         inner.overlay.served().remove(&inner.job.job_id);
@@ -1069,9 +1100,9 @@ async fn register_nspace(
     let info = job_info(
         job,
         server,
-        &shared.host.config().tmpdir,
-        &shared.nsdir,
+        (&shared.host.config().tmpdir, &shared.nsdir),
         bound,
+        shared.child.as_deref(),
     )
     .map_err(|s| failed("building the job info", s))?;
     let (tx, rx) = oneshot::channel();
@@ -1138,6 +1169,7 @@ impl Shared {
             runtime: tokio::runtime::Handle::current(),
             state: self.state.clone(),
             departures: self.departures.clone(),
+            spawns: self.spawns.clone(),
             fences,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),
@@ -1179,9 +1211,9 @@ fn lock_started(shared: &Shared) -> MutexGuard<'_, Started> {
 fn job_info(
     job: &JobSpec,
     server: &Server,
-    tmpdir: &std::path::Path,
-    nsdir: &std::path::Path,
+    (tmpdir, nsdir): (&std::path::Path, &std::path::Path),
     bound: &BTreeMap<u32, Vec<u32>>,
+    child: Option<&ChildJob>,
 ) -> Result<InfoArray, Status> {
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
@@ -1204,7 +1236,7 @@ fn job_info(
     let proc_map = server.generate_ppn(&ppn.join(";"))?;
     let host = job.hosts[me].clone();
     let mut entries: Vec<(&'static std::ffi::CStr, Value)> = vec![
-        (key::SPAWNED, Value::Bool(false)),
+        (key::SPAWNED, Value::Bool(child.is_some())),
         (key::TMPDIR, Value::Str(tmpdir.to_string_lossy().into())),
         (key::NSDIR, Value::Str(nsdir.to_string_lossy().into())),
         (key::TDIR_RMCLEAN, Value::Bool(true)),
@@ -1212,7 +1244,10 @@ fn job_info(
         (key::HOSTNAME, Value::Str(host.clone())),
         (key::UNIV_SIZE, Value::U32(n_ranks)),
         (key::JOB_SIZE, Value::U32(n_ranks)),
-        (key::JOB_NUM_APPS, Value::U32(1)),
+        (
+            key::JOB_NUM_APPS,
+            Value::U32(child.map_or(1, |c| c.apps.len().max(1) as u32)),
+        ),
         (key::APP_SIZE, Value::U32(n_ranks)),
         (key::MAX_PROCS, Value::U32(n_ranks)),
         (key::NUM_NODES, Value::U32(own.n_nodes() as u32)),
@@ -1233,7 +1268,7 @@ fn job_info(
         entries.push((key::LOCALLDR, Value::Rank(leader)));
     }
     for (local_rank, &rank) in local.iter().enumerate() {
-        let data = proc_data(
+        let mut data = proc_data(
             server,
             rank,
             local_rank,
@@ -1241,6 +1276,9 @@ fn job_info(
             nodeid,
             bound.get(&rank).map(Vec::as_slice),
         );
+        if let Some(child) = child {
+            children::child_keys(&mut data, child, rank);
+        }
         entries.push((key::PROC_DATA, Value::Infos(data)));
     }
     InfoArray::new(&entries)
