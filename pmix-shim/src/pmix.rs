@@ -33,12 +33,16 @@
 //!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
 //!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
 //!   numbers match across nodes. A fence whose participants leave out whole nodes (always so
-//!   for a namespace without ranks on every node) is a subset collective gathered by node 0
+//!   for a namespace without ranks on every node), or span several namespaces, or belong to
+//!   a namespace added over another's overlay (a spawned child: its fences and its parent's
+//!   are not ordered alike on every node) is a subset collective gathered by node 0
 //!   ([`crate::group`], `pmix/dynamic.rs`).
+//! - **Spawn** (`pmix/children.rs`): `PMIx_Spawn` goes to the embedder
+//!   ([`crate::child`]); each child namespace is served over the family's host and overlay.
 //! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
-//!   node 0's table shared with PMI; connect and disconnect within the job as subset
-//!   collectives; another namespace is refused (by the host when it names one it does not
-//!   host or several).
+//!   node 0's table shared with PMI; connect and disconnect (within the job or across a
+//!   parent and its children) as subset collectives; a namespace the host does not host is
+//!   refused.
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
 //!   namespace's own map), whose overlay hands it to its server of that namespace
 //!   ([`crate::served`]: several namespaces may share one overlay, a spawned child its
@@ -493,6 +497,8 @@ struct Bridge {
     state: Arc<Mutex<State>>,
     departures: Departures,
     spawns: Spawns,
+    /// As [`Shared::own_overlay`].
+    own_overlay: bool,
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -504,6 +510,8 @@ struct Ties {
     departures: Departures,
     spawns: Spawns,
     child: Option<Arc<ChildJob>>,
+    /// Served over another namespace's overlay ([`PmixServer::add_namespace`]).
+    shares_overlay: bool,
 }
 
 fn lock_children(shared: &Shared) -> MutexGuard<'_, HashMap<String, PmixServer>> {
@@ -585,7 +593,7 @@ impl Handler for Bridge {
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
         // Fences over some of the nodes are not overlay collectives (they need not be issued
         // in the same order on every node): node 0 gathers them, concurrently.
-        if !spans_every_node(&self.job, &procs) {
+        if !self.own_overlay || !spans_every_node(&self.job, &procs) {
             return self.subset_fence(procs, collect, data, done);
         }
         let req = FenceReq {
@@ -710,6 +718,10 @@ struct Shared {
     spawns: Spawns,
     /// The spawned job this namespace is, if it is one (its apps and parent).
     child: Option<Arc<ChildJob>>,
+    /// Whether its fences over every node may be overlay collectives: only the namespace
+    /// the overlay was started for; others on it (added, spawned) fence as subsets, since
+    /// two namespaces' fences are not ordered alike on every node.
+    own_overlay: bool,
     /// The namespaces spawned in the family, served here beside this one (on the job's own
     /// server: [`PmixServer::add_child`]).
     children: Mutex<HashMap<String, PmixServer>>,
@@ -774,7 +786,7 @@ impl PmixServer {
         let ties = Ties {
             departures,
             spawns,
-            child: None,
+            ..Ties::default()
         };
         let opened = Self::open(host.clone(), true, &spec, overlay, ns, ties).await;
         if opened.is_err() {
@@ -812,6 +824,7 @@ impl PmixServer {
             departures: ties.departures,
             spawns: ties.spawns,
             child: ties.child,
+            own_overlay: !ties.shares_overlay,
             children: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -1036,7 +1049,12 @@ impl PmixServer {
     ) -> Result<PmixServer, Error> {
         let inner = &self.inner;
         let ns = NamespaceSpec::on_overlay(&inner.job, nspace, ranks)?;
-        inner.host.serve(&ns, inner.overlay.clone(), config).await
+        let ties = Ties {
+            shares_overlay: true,
+            ..Ties::default()
+        };
+        let (host, overlay) = (inner.host.clone(), inner.overlay.clone());
+        PmixServer::open(host, false, &ns, overlay, config, ties).await
     }
 
     /// Direct-modex traffic of this node so far.
@@ -1170,6 +1188,7 @@ impl Shared {
             state: self.state.clone(),
             departures: self.departures.clone(),
             spawns: self.spawns.clone(),
+            own_overlay: self.own_overlay,
             fences,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),
@@ -1359,7 +1378,7 @@ async fn fence(shared: &Shared, req: FenceReq) -> ControlFlow<()> {
         data,
         done,
     } = req;
-    if !spans_every_node(job, &procs) {
+    if !shared.own_overlay || !spans_every_node(job, &procs) {
         // Bridge::fence sends these to node 0; none is queued here.
         done.complete(Status::ERROR, Vec::new());
         return ControlFlow::Continue(());

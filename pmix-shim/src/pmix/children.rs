@@ -184,6 +184,7 @@ impl PmixServer {
             departures: Departures::default(),
             spawns: inner.spawns.clone(),
             child: Some(Arc::new(child.clone())),
+            shares_overlay: true,
         };
         let host = inner.host.clone();
         let served =

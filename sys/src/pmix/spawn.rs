@@ -85,8 +85,8 @@ impl Drop for SpawnDone {
 /// # Safety
 /// `s` must be NULL or NUL-terminated and valid for the call.
 unsafe fn opt_string(s: *const std::ffi::c_char) -> Option<String> {
-    // SAFETY: forwarded contract.
     (!s.is_null()).then(|| {
+        // SAFETY: non-NULL, so NUL-terminated and valid by the contract.
         unsafe { std::ffi::CStr::from_ptr(s) }
             .to_string_lossy()
             .into_owned()
@@ -166,6 +166,7 @@ impl App {
         // SAFETY: non-NULL with `napps` entries by the contract; each valid.
         unsafe { std::slice::from_raw_parts(apps, napps) }
             .iter()
+            // SAFETY: each entry is a valid app by the contract.
             .map(|a| unsafe { App::from_raw(a) })
             .collect()
     }
@@ -252,6 +253,7 @@ mod tests {
     unsafe extern "C" fn seen_cb(status: raw::pmix_status_t, ns: *mut c_char, cbdata: *mut c_void) {
         // SAFETY: the test passes a `&Seen`, alive for the call; `ns` is NUL-terminated.
         let seen = unsafe { &*(cbdata as *const Seen) };
+        // SAFETY: SpawnDone passes a NUL-terminated buffer.
         let ns = unsafe { CStr::from_ptr(ns) }.to_string_lossy().into_owned();
         seen.lock().unwrap().push((status, ns));
     }

