@@ -71,17 +71,41 @@ struct Spec {
     dir: PathBuf,
     exe: PathBuf,
     venv: PathBuf,
-    /// Extra environment of the children only (`K=V,K=V`), e.g. to make one fail.
-    child_env: Vec<(String, String)>,
+    /// What the embedder does with spawns.
+    mode: Mode,
+}
+
+/// How the test embedder answers spawns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Places, adds and forks the children.
+    Serve,
+    /// Does too, but child rank 1 is `sh -c 'exit 7'`: it dies before connecting.
+    ChildDies,
+    /// Never takes the spawn queue: every spawn is refused.
+    Refuse,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Serve => "serve",
+            Mode::ChildDies => "child-dies",
+            Mode::Refuse => "refuse",
+        }
+    }
+
+    fn parse(s: &str) -> Mode {
+        match s {
+            "child-dies" => Mode::ChildDies,
+            "refuse" => Mode::Refuse,
+            _ => Mode::Serve,
+        }
+    }
 }
 
 impl Spec {
     fn encode(&self) -> String {
-        let env: Vec<String> = self
-            .child_env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
         [
             self.job_id.clone(),
             self.node_idx.to_string(),
@@ -89,7 +113,7 @@ impl Spec {
             self.dir.display().to_string(),
             self.exe.display().to_string(),
             self.venv.display().to_string(),
-            env.join(","),
+            self.mode.name().to_string(),
         ]
         .join("\n")
     }
@@ -103,11 +127,7 @@ impl Spec {
             dir: f[3].into(),
             exe: f[4].into(),
             venv: f[5].into(),
-            child_env: f[6]
-                .split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            mode: Mode::parse(f[6]),
         }
     }
 
@@ -320,12 +340,17 @@ async fn watch_children(
                     .expect("child env");
                 let (_, app) = child.app_of(rank).unwrap();
                 let mut all = spec.rank_env();
-                all.extend(spec.child_env.iter().cloned());
                 all.extend(app.env.iter().cloned());
                 all.extend(env);
+                let argv = match spec.mode {
+                    Mode::ChildDies if rank == 1 => {
+                        ["sh", "-c", "exit 7"].map(String::from).to_vec()
+                    }
+                    _ => app.argv.clone(),
+                };
                 let l = Launch {
                     label: format!("C{rank}"),
-                    argv: app.argv.clone(),
+                    argv,
                     cwd: app.cwd.clone(),
                     env: all,
                 };
@@ -373,9 +398,11 @@ async fn run_agent(spec: Spec) -> String {
     let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)
         .await
         .expect("PMIx server");
-    let spawns = pmix.take_spawns().expect("spawns not taken yet");
-    assert!(pmix.take_spawns().is_none());
-    let requests = tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me));
+    let requests = (spec.mode != Mode::Refuse).then(|| {
+        let spawns = pmix.take_spawns().expect("spawns not taken yet");
+        assert!(pmix.take_spawns().is_none());
+        tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me))
+    });
     let (exits, mut ended) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
     let watcher = tokio::spawn(watch_children(
@@ -420,7 +447,9 @@ async fn run_agent(spec: Spec) -> String {
         out += &format!("ABORT rank {:?} code {}: {}\n", a.rank, a.code, a.reason);
     }
     out += &format!("CHILDREN {}\n", pmix.children().join(","));
-    requests.abort();
+    if let Some(r) = requests {
+        r.abort();
+    }
     pmix.shutdown().await;
     overlay.shutdown().await;
     out
@@ -475,7 +504,7 @@ fn compile(dir: &Path, venv: &Path) -> PathBuf {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the parent job over [`NODES`] agents; each agent's result text.
-async fn run_job(child_env: &[(&str, &str)]) -> Vec<String> {
+async fn run_job(mode: Mode) -> Vec<String> {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let venv = openmpi5_venv();
@@ -492,10 +521,7 @@ async fn run_job(child_env: &[(&str, &str)]) -> Vec<String> {
             dir: dir.path().to_path_buf(),
             exe: exe.clone(),
             venv: venv.clone(),
-            child_env: child_env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            mode,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -531,6 +557,15 @@ async fn run_job(child_env: &[(&str, &str)]) -> Vec<String> {
     results
 }
 
+/// Every agent's result in one text (printed with `GREEDY_TEST_DEBUG` set).
+fn joined(results: &[String]) -> String {
+    let all = results.join("\n");
+    if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
+        eprintln!("{all}");
+    }
+    all
+}
+
 /// `(label, code, output)` of every rank in an agent's result.
 fn ranks_of(result: &str) -> Vec<(String, i32, String)> {
     result
@@ -550,11 +585,8 @@ fn ranks_of(result: &str) -> Vec<(String, i32, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
-    let results = run_job(&[]).await;
-    let all = results.join("\n");
-    if std::env::var_os("GREEDY_TEST_DEBUG").is_some() {
-        eprintln!("{all}");
-    }
+    let results = run_job(Mode::Serve).await;
+    let all = joined(&results);
     assert!(!all.contains("ABORT"), "the job was aborted:\n{all}");
     for (node, result) in results.iter().enumerate() {
         let ranks = ranks_of(result);
@@ -589,5 +621,61 @@ async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
         }
         // Every agent served the child namespace beside the job's.
         assert!(result.contains("CHILDREN spawn."), "{all}");
+    }
+}
+
+/// A child that dies before connecting ends the whole family at once, naming its namespace,
+/// rank and host and its exit code (the parent would otherwise wait in its port lookup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_dying_before_it_connects_aborts_the_family_naming_it() {
+    let started = Instant::now();
+    let results = run_job(Mode::ChildDies).await;
+    let all = joined(&results);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}:\n{all}",
+        started.elapsed()
+    );
+    for result in &results {
+        let abort = result
+            .lines()
+            .find(|l| l.starts_with("ABORT"))
+            .unwrap_or_else(|| panic!("no abort:\n{all}"));
+        assert!(abort.contains("code 7"), "{abort}");
+        assert!(
+            abort.contains("node 1 (node1): spawned namespace spawn."),
+            "{abort}"
+        );
+        assert!(
+            abort.contains("rank 1 on node1 exited with code 7"),
+            "{abort}"
+        );
+        // Parents were killed by the abort, never reported a spawn of their own.
+        for (label, code, _) in ranks_of(result) {
+            if label.starts_with('P') {
+                assert_ne!(code, 0, "{all}");
+                assert_ne!(code, 3, "{all}");
+            }
+        }
+    }
+}
+
+/// An embedder that serves no spawns: every parent rank gets an MPI error at once, the job
+/// ends normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_nobody_serves_fails_at_once_on_every_rank() {
+    let results = run_job(Mode::Refuse).await;
+    let all = joined(&results);
+    assert!(!all.contains("ABORT"), "{all}");
+    for (node, result) in results.iter().enumerate() {
+        let ranks = ranks_of(result);
+        assert_eq!(ranks.len(), 1, "no child may start:\n{all}");
+        let (label, code, text) = &ranks[0];
+        assert_eq!(label, &format!("P{node}"));
+        assert_eq!(*code, 0, "{all}");
+        assert!(
+            text.contains(&format!("rank {node} of 2: spawn error class")),
+            "{all}"
+        );
     }
 }
