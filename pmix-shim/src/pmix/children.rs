@@ -5,7 +5,8 @@
 //!   [`SpawnRequest`] (program = `cmd`, arguments = `argv` without argv\[0\], `maxprocs`, the
 //!   app's `env`, cwd from `cwd` or `PMIX_WDIR`, hosts from `PMIX_HOST` or Open MPI's `host`
 //!   info, comma-separated) and asks the embedder on the tokio runtime; PMIx hears the child
-//!   namespace once every child runs, or `PMIX_ERROR` with a warning naming why. Open MPI 5
+//!   namespace once every child runs, or `PMIX_ERROR` with a warning naming why
+//!   (`PMIX_ERR_TIMEOUT` past the job info's `PMIX_TIMEOUT`, if any). Open MPI 5
 //!   sends the parent's working directory as `PMIX_WDIR` when the user gave none
 //!   (ompi/dpm/dpm.c@v5.0.10 l.1560–1578).
 //! - **Child** ([`PmixServer::add_child`], on every node of the overlay, before any child
@@ -43,6 +44,23 @@ fn info_str<'a>(info: &'a [(String, Datum)], key: &str) -> Option<&'a str> {
         Datum::Str(s) if k == key => Some(s.as_str()),
         _ => None,
     })
+}
+
+/// The spawn's `PMIX_TIMEOUT` (seconds; 0 or absent: none): the requester gives up then,
+/// whatever the embedder does later (its answer goes nowhere).
+fn timeout_of(job_info: &[(String, Datum)]) -> Option<Duration> {
+    let want = key::TIMEOUT.to_str().ok()?;
+    let secs = job_info
+        .iter()
+        .find(|(k, _)| k == want)
+        .and_then(|(_, v)| match v {
+            Datum::Int(n) | Datum::I32(n) => u64::try_from(*n).ok(),
+            Datum::U32(n) => Some(u64::from(*n)),
+            Datum::I64(n) => u64::try_from(*n).ok(),
+            Datum::U64(n) | Datum::Size(n) => Some(*n),
+            _ => None,
+        })?;
+    (secs > 0).then(|| Duration::from_secs(secs))
 }
 
 /// One app as the embedder's request wants it.
@@ -100,10 +118,11 @@ impl Bridge {
     pub(super) fn spawn_apps(
         &self,
         requester: Proc,
-        _job_info: Vec<(String, Datum)>,
+        job_info: Vec<(String, Datum)>,
         apps: Vec<App>,
         done: SpawnDone,
     ) {
+        let limit = timeout_of(&job_info);
         let rank = requester.rank;
         let request = match spawn_request(&requester, apps) {
             Ok(r) => r,
@@ -116,16 +135,29 @@ impl Bridge {
         let shutdown = self.shutdown.clone();
         self.tracker.spawn_on(
             async move {
+                let asked = async {
+                    match limit {
+                        Some(l) => tokio::time::timeout(l, spawns.ask(request)).await.ok(),
+                        None => Some(spawns.ask(request).await),
+                    }
+                };
                 let answer = tokio::select! {
                     // Dropping `done` answers PMIx with an error.
                     _ = shutdown.cancelled() => return,
-                    a = spawns.ask(request) => a,
+                    a = asked => a,
                 };
                 match answer {
-                    Ok(nspace) => done.started(&nspace),
-                    Err(why) => {
+                    Some(Ok(nspace)) => done.started(&nspace),
+                    Some(Err(why)) => {
                         warn!(rank, "spawn failed: {why}");
                         done.failed(Status::ERROR);
+                    }
+                    None => {
+                        warn!(
+                            rank,
+                            "spawn not answered within the client's PMIX_TIMEOUT ({limit:?})"
+                        );
+                        done.failed(Status::TIMEOUT);
                     }
                 }
             }
@@ -289,6 +321,17 @@ mod tests {
                 .unwrap_err()
                 .contains("0 processes")
         );
+    }
+
+    #[test]
+    fn the_clients_timeout_bounds_the_wait() {
+        let t = |v| timeout_of(&[("pmix.timeout".into(), v)]);
+        assert_eq!(t(Datum::Int(600)), Some(Duration::from_secs(600)));
+        assert_eq!(t(Datum::U32(5)), Some(Duration::from_secs(5)));
+        assert_eq!(t(Datum::Int(0)), None);
+        assert_eq!(t(Datum::Int(-1)), None);
+        assert_eq!(t(Datum::Str("5".into())), None);
+        assert_eq!(timeout_of(&[]), None);
     }
 
     #[test]
