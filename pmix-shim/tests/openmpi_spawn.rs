@@ -10,9 +10,14 @@
 //! own environment (Open MPI's `OMPI_PARENT_PORT`), and marks `forked/`; the requester answers
 //! `started` once every agent has forked. Child exits go to [`PmixServer::child_exited`].
 //!
-//! The program is `tests/mpi/spawn.c` with `SPAWN_CHECK=1`: 2 parent ranks (one per agent)
-//! spawn 2 children (one per agent); the parents exit 3 after a successful spawn, the
-//! children 0.
+//! The programs (tests/mpi): `spawn.c` with `SPAWN_CHECK=1` (2 parent ranks, one per agent,
+//! spawn 2 children, one per agent, and talk to them; Open MPI 5 and Debian's 4.1), the same
+//! with a child that dies before connecting (the family is aborted naming it) and with an
+//! embedder that serves no spawn (every parent fails at once); `spawn_tree.c` (every rank
+//! spawns at once over `MPI_COMM_SELF`, the children spawn again); `spawn_multiple.c`
+//! (`MPI_Comm_spawn_multiple`, `MPI_APPNUM`); `pmix_spawn.c` (a plain libpmix client
+//! spawning as MPICH does over PMIx: `PMIX_PARENT_ID`, a fence over the child namespace and
+//! the parent proc, the parent's data).
 
 use std::{
     collections::HashSet,
