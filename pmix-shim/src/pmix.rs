@@ -499,6 +499,8 @@ struct Bridge {
     spawns: Spawns,
     /// As [`Shared::own_overlay`].
     own_overlay: bool,
+    /// Whether the namespace is a spawned child ([`Shared::child`]).
+    spawned: bool,
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -579,8 +581,13 @@ impl Handler for Bridge {
             Some(t) if !t.is_empty() => format!(" (asked for {} processes)", t.len()),
             _ => String::new(),
         };
+        // A spawned namespace's rank is named with its namespace (its ranks count from 0 too).
+        let spawned = match self.spawned {
+            true => format!(" of spawned namespace {}", proc_.nspace),
+            false => String::new(),
+        };
         let reason = format!(
-            "node {} rank {} called PMIx_Abort (code {status}){scope}: {msg:?}",
+            "node {} rank {}{spawned} called PMIx_Abort (code {status}){scope}: {msg:?}",
             self.job.node_idx, proc_.rank
         );
         lock(&self.state).aborting.insert(proc_.rank);
@@ -1189,6 +1196,7 @@ impl Shared {
             departures: self.departures.clone(),
             spawns: self.spawns.clone(),
             own_overlay: self.own_overlay,
+            spawned: self.child.is_some(),
             fences,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),

@@ -95,6 +95,8 @@ enum Mode {
     ChildDies,
     /// Never takes the spawn queue: every spawn is refused.
     Refuse,
+    /// Serves, and the children get `CHILD_ABORT=1` (`pmix_spawn.c`: child 1 aborts).
+    ChildAborts,
 }
 
 impl Mode {
@@ -103,6 +105,7 @@ impl Mode {
             Mode::Serve => "serve",
             Mode::ChildDies => "child-dies",
             Mode::Refuse => "refuse",
+            Mode::ChildAborts => "child-aborts",
         }
     }
 
@@ -110,6 +113,7 @@ impl Mode {
         match s {
             "child-dies" => Mode::ChildDies,
             "refuse" => Mode::Refuse,
+            "child-aborts" => Mode::ChildAborts,
             _ => Mode::Serve,
         }
     }
@@ -381,6 +385,9 @@ async fn start_child(
         let (_, app) = child.app_of(rank).unwrap();
         let mut all = spec.rank_env();
         all.extend(app.env.iter().cloned());
+        if spec.mode == Mode::ChildAborts {
+            all.push(("CHILD_ABORT".into(), "1".into()));
+        }
         all.extend(env);
         let argv = match spec.mode {
             Mode::ChildDies if rank == 1 => ["sh", "-c", "exit 7"].map(String::from).to_vec(),
@@ -855,4 +862,28 @@ async fn a_pmix_child_finds_its_parent_and_the_value_it_put() {
         let line = format!("child {r}: parent {job}:0 says port-of-{job}");
         assert!(all.contains(&line), "{line}:\n{all}");
     }
+}
+
+/// A child's `PMIx_Abort` ends the whole family with its code, naming the child's namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_abort_ends_the_family_naming_its_namespace() {
+    let results = run_job_of(Mode::ChildAborts, false, "pmix_spawn.c").await;
+    let all = joined(&results);
+    for result in &results {
+        let abort = result
+            .lines()
+            .find(|l| l.starts_with("ABORT"))
+            .unwrap_or_else(|| panic!("no abort:\n{all}"));
+        assert!(abort.contains("code 5"), "{abort}");
+        assert!(
+            abort.contains("rank 1 of spawned namespace spawn."),
+            "{abort}"
+        );
+        assert!(abort.contains("called PMIx_Abort (code 5)"), "{abort}");
+        assert!(abort.contains("child 1 gives up"), "{abort}");
+    }
+    assert!(
+        !all.contains("parent 0: spawned"),
+        "the parent's fence cannot complete:\n{all}"
+    );
 }

@@ -5,7 +5,8 @@
  * (MPICH's pmix_fence_nspace_proc: the child's wildcard, then the parent proc). Each child
  * reads PMIX_PARENT_ID (must be the parent's rank 0), its PMIX_APPNUM (0), PMIX_SPAWNED
  * (true) and its job size (2), runs the same fence, then gets "greedy-port" from the parent.
- * Other parent ranks only initialize and finalize.
+ * Other parent ranks only initialize and finalize. With CHILD_ABORT=1, child rank 1 calls
+ * PMIx_Abort(5, "child 1 gives up") instead of fencing (the whole family must end).
  *
  * Prints "parent 0: spawned <ns>, fenced" or "child R: parent <ns>:<rank> says <value>";
  * on any failure "FAILED ..." and exit 1.
@@ -53,6 +54,10 @@ static void child(const pmix_proc_t *parent)
         printf("child %u: FAILED size %u appnum %u spawned %d parent rank %u\n", me.rank, size,
                appnum, spawned, parent->rank);
         exit(1);
+    }
+    if (me.rank == 1 && getenv("CHILD_ABORT") && strcmp(getenv("CHILD_ABORT"), "1") == 0) {
+        PMIx_Abort(5, "child 1 gives up", NULL, 0);
+        exit(5);
     }
     fence_with(me.nspace, parent);
     check("the parent's port", PMIx_Get(parent, "greedy-port", NULL, 0, &v));
