@@ -7,9 +7,9 @@
 //! named them (always with their namespace, so a later server hosting several namespaces
 //! needs no new wire format), and a per-(operation, participants) sequence number each node
 //! counts by itself. Several namespaces may be served over one overlay (a job and the jobs it
-//! spawned): the coordinator learns which nodes must contribute from the placement of the
-//! participants' namespace in the overlay's [`Served`] registry, and refuses one not (or no
-//! longer) served there at once. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
+//! spawned): the coordinator learns which nodes must contribute from the placements of the
+//! participants' namespaces in the overlay's [`Served`] registry (a parent and its child
+//! connect over both), and refuses a namespace not (or no longer) served there at once. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
 //! each with every node's data in node order, or, past the group's deadline, with an error
 //! naming the nodes (and their participating ranks) that never came.
 
@@ -108,6 +108,33 @@ pub fn nodes_of(job: &JobSpec, procs: &[(String, u32)]) -> Result<BTreeSet<usize
     Ok(nodes)
 }
 
+/// The nodes hosting `procs`, of every namespace they name, by each namespace's placement
+/// in `served`, and those placements (sorted by namespace); or why they are not all served
+/// participants. A parent and the child it spawned connect and fence over both
+/// (`MPI_Comm_spawn`, `MPI_Comm_disconnect`).
+pub fn nodes_in(
+    served: &Served,
+    procs: &[(String, u32)],
+) -> Result<(BTreeSet<usize>, Vec<std::sync::Arc<JobSpec>>), String> {
+    let mut by_ns: BTreeMap<&str, Vec<(String, u32)>> = BTreeMap::new();
+    for p in procs {
+        by_ns.entry(p.0.as_str()).or_default().push(p.clone());
+    }
+    if by_ns.is_empty() {
+        return Err("a collective with no participants".into());
+    }
+    let mut nodes = BTreeSet::new();
+    let mut jobs = Vec::new();
+    for (nspace, ours) in by_ns {
+        let job = served.placement(nspace).ok_or_else(|| {
+            format!("namespace {nspace:?} is not served on this overlay (never added, or removed)")
+        })?;
+        nodes.extend(nodes_of(&job, &ours)?);
+        jobs.push(job);
+    }
+    Ok((nodes, jobs))
+}
+
 /// What names a group across nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct GroupId {
@@ -119,8 +146,8 @@ struct GroupId {
 /// A group gathering on node 0.
 #[derive(Debug)]
 struct Gathering {
-    /// The participants' namespace's placement when the group opened.
-    job: std::sync::Arc<JobSpec>,
+    /// The participants' namespaces' placements when the group opened.
+    jobs: Vec<std::sync::Arc<JobSpec>>,
     expected: BTreeSet<usize>,
     got: BTreeMap<usize, (Ticket, Bytes)>,
     since: Instant,
@@ -152,18 +179,6 @@ impl Coordinator {
         }
     }
 
-    /// The placement of the namespace `procs` name (the first one's; [`nodes_of`] checks
-    /// the rest), or why it is unknown here.
-    fn placement_of(&self, procs: &[(String, u32)]) -> Result<std::sync::Arc<JobSpec>, String> {
-        let nspace = procs
-            .first()
-            .map(|(n, _)| n.as_str())
-            .ok_or("a collective with no participants")?;
-        self.served.placement(nspace).ok_or_else(|| {
-            format!("namespace {nspace:?} is not served on this overlay (never added, or removed)")
-        })
-    }
-
     /// Node `from`'s contribution `c` (its request known as `ticket`) at `now`: the answers
     /// it completes (every participating node's, when it is the last), or its own refusal.
     pub fn contribute(
@@ -173,11 +188,7 @@ impl Coordinator {
         c: Contribution,
         now: Instant,
     ) -> Answers {
-        let job = match self.placement_of(&c.procs) {
-            Ok(job) => job,
-            Err(why) => return vec![(ticket, Err(why))],
-        };
-        let expected = match nodes_of(&job, &c.procs) {
+        let (expected, jobs) = match nodes_in(&self.served, &c.procs) {
             Ok(n) => n,
             Err(why) => return vec![(ticket, Err(why))],
         };
@@ -201,7 +212,7 @@ impl Coordinator {
             )];
         }
         let g = self.open.entry(id.clone()).or_insert_with(|| Gathering {
-            job,
+            jobs,
             expected,
             got: BTreeMap::new(),
             since: now,
@@ -256,18 +267,31 @@ impl Coordinator {
 
     /// Why group `id` failed: the nodes that never entered, with their participating ranks.
     fn missing(&self, id: &GroupId, g: &Gathering, now: Instant) -> String {
-        let whole = id.procs.iter().any(|(_, r)| *r == WILDCARD);
         let missing: Vec<String> = g
             .expected
             .iter()
             .filter(|n| !g.got.contains_key(n))
             .map(|&n| {
-                let ranks: Vec<u32> = g.job.ranks[n]
+                let ranks: Vec<String> = g
+                    .jobs
                     .iter()
-                    .copied()
-                    .filter(|r| whole || id.procs.iter().any(|(_, p)| p == r))
+                    .map(|job| {
+                        let ours = |r: &u32| {
+                            id.procs
+                                .iter()
+                                .any(|(ns, p)| *ns == job.job_id && (*p == WILDCARD || p == r))
+                        };
+                        let ranks: Vec<u32> = job.ranks[n].iter().copied().filter(ours).collect();
+                        (ranks, &job.job_id)
+                    })
+                    .filter(|(ranks, _)| !ranks.is_empty())
+                    .map(|(ranks, ns)| match g.jobs.len() {
+                        1 => format!("ranks {ranks:?}"),
+                        _ => format!("{ns} ranks {ranks:?}"),
+                    })
                     .collect();
-                format!("node {n} ({}, ranks {ranks:?})", g.job.hosts[n])
+                let host = g.jobs.first().map_or("?", |j| j.hosts[n].as_str());
+                format!("node {n} ({host}, {})", ranks.join(", "))
             })
             .collect();
         format!(
@@ -385,12 +409,46 @@ mod tests {
             procs: vec![("j".into(), 0), ("k".into(), 0)],
             ..part(GroupOp::Connect, &[], 0, b"")
         };
-        assert!(err(c.contribute(1, 0, mixed, t0)).contains("k:0 is not of this job"));
+        assert!(err(c.contribute(1, 0, mixed, t0)).contains("\"k\" is not served"));
         assert!(
             c.contribute(1, 1, part(FENCE, &[2, 4], 0, b""), t0)
                 .is_empty()
         );
         assert!(err(c.contribute(2, 1, part(FENCE, &[2, 4], 0, b""), t0)).contains("twice"));
+    }
+
+    /// A parent and the child it spawned over the same overlay connect, then fence over
+    /// both (Open MPI's `MPI_Comm_spawn` and `MPI_Comm_disconnect`).
+    #[test]
+    fn a_group_over_two_namespaces_gathers_the_nodes_of_both() {
+        let served = Served::of_one(job());
+        let mut child = (*job()).clone();
+        child.job_id = "j.1".into();
+        child.ranks = vec![vec![], vec![], vec![0, 1]];
+        let (modex, _queue) = tokio::sync::mpsc::channel(1);
+        assert!(served.add(std::sync::Arc::new(child), modex));
+        let mut c = Coordinator::over(served);
+        let t0 = Instant::now();
+        let both = |data| Contribution {
+            procs: vec![("j".into(), 0), ("j.1".into(), WILDCARD)],
+            ..part(GroupOp::Connect, &[], 0, data)
+        };
+        assert!(c.contribute(1, 0, both(b"P"), t0).is_empty());
+        assert!(
+            c.contribute(9, 1, both(b""), t0)[0]
+                .1
+                .clone()
+                .unwrap_err()
+                .contains("node 1 hosts none")
+        );
+        let late = c.expire(t0 + Duration::from_secs(6));
+        let why = late[0].1.clone().unwrap_err();
+        assert!(why.contains("node 2 (c, j.1 ranks [0, 1])"), "{why}");
+        assert!(c.contribute(1, 0, both(b"P"), t0).is_empty());
+        let mut done = c.contribute(2, 2, both(b"C"), t0);
+        done.sort_by_key(|(t, _)| *t);
+        let pc = Ok(Bytes::from_static(b"PC"));
+        assert_eq!(done, vec![(1, pc.clone()), (2, pc)]);
     }
 
     #[test]

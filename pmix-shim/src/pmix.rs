@@ -33,12 +33,16 @@
 //!   With `collect` false the blobs are empty and the allgather is a barrier. Fences are issued
 //!   to the overlay one at a time, in the order PMIx reports them, so the overlay's sequence
 //!   numbers match across nodes. A fence whose participants leave out whole nodes (always so
-//!   for a namespace without ranks on every node) is a subset collective gathered by node 0
+//!   for a namespace without ranks on every node), or span several namespaces, or belong to
+//!   a namespace added over another's overlay (a spawned child: its fences and its parent's
+//!   are not ordered alike on every node) is a subset collective gathered by node 0
 //!   ([`crate::group`], `pmix/dynamic.rs`).
+//! - **Spawn** (`pmix/children.rs`): `PMIx_Spawn` goes to the embedder
+//!   ([`crate::child`]); each child namespace is served over the family's host and overlay.
 //! - **Names, connect, disconnect** (`pmix/dynamic.rs`): publish, lookup and unpublish on
-//!   node 0's table shared with PMI; connect and disconnect within the job as subset
-//!   collectives; another namespace is refused (by the host when it names one it does not
-//!   host or several).
+//!   node 0's table shared with PMI; connect and disconnect (within the job or across a
+//!   parent and its children) as subset collectives; a namespace the host does not host is
+//!   refused.
 //! - **Direct modex**: a point-to-point [`Overlay::request`] to the node owning the rank (by the
 //!   namespace's own map), whose overlay hands it to its server of that namespace
 //!   ([`crate::served`]: several namespaces may share one overlay, a spawned child its
@@ -54,6 +58,7 @@
 //! processes: `tests/openmpi.rs`, and `tests/pmix_host.rs` with a job and a namespace on two of
 //! the three nodes on each agent's host).
 
+mod children;
 mod dynamic;
 mod host;
 
@@ -71,8 +76,9 @@ use bytes::Bytes;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
     info::{InfoArray, Value, key},
-    pubsub::{Directives, LookupDone, Published},
+    pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server},
+    spawn::{App, SpawnDone},
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -490,9 +496,28 @@ struct Bridge {
     runtime: tokio::runtime::Handle,
     state: Arc<Mutex<State>>,
     departures: Departures,
+    spawns: Spawns,
+    /// As [`Shared::own_overlay`].
+    own_overlay: bool,
+    /// Whether the namespace is a spawned child ([`Shared::child`]).
+    spawned: bool,
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// What a namespace shares with the rest of its family on this node.
+#[derive(Default)]
+struct Ties {
+    departures: Departures,
+    spawns: Spawns,
+    child: Option<Arc<ChildJob>>,
+    /// Served over another namespace's overlay ([`PmixServer::add_namespace`]).
+    shares_overlay: bool,
+}
+
+fn lock_children(shared: &Shared) -> MutexGuard<'_, HashMap<String, PmixServer>> {
+    shared.children.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -556,8 +581,13 @@ impl Handler for Bridge {
             Some(t) if !t.is_empty() => format!(" (asked for {} processes)", t.len()),
             _ => String::new(),
         };
+        // A spawned namespace's rank is named with its namespace (its ranks count from 0 too).
+        let spawned = match self.spawned {
+            true => format!(" of spawned namespace {}", proc_.nspace),
+            false => String::new(),
+        };
         let reason = format!(
-            "node {} rank {} called PMIx_Abort (code {status}){scope}: {msg:?}",
+            "node {} rank {}{spawned} called PMIx_Abort (code {status}){scope}: {msg:?}",
             self.job.node_idx, proc_.rank
         );
         lock(&self.state).aborting.insert(proc_.rank);
@@ -570,7 +600,7 @@ impl Handler for Bridge {
     fn fence(&self, procs: Vec<Proc>, collect: bool, data: Vec<u8>, done: ModexDone) {
         // Fences over some of the nodes are not overlay collectives (they need not be issued
         // in the same order on every node): node 0 gathers them, concurrently.
-        if !spans_every_node(&self.job, &procs) {
+        if !self.own_overlay || !spans_every_node(&self.job, &procs) {
             return self.subset_fence(procs, collect, data, done);
         }
         let req = FenceReq {
@@ -649,6 +679,16 @@ impl Handler for Bridge {
         self.connect_procs(procs, true, timeout, done);
     }
 
+    fn spawn(
+        &self,
+        requester: Proc,
+        job_info: Vec<(String, Datum)>,
+        apps: Vec<App>,
+        done: SpawnDone,
+    ) {
+        self.spawn_apps(requester, job_info, apps, done);
+    }
+
     fn callback_panicked(&self, callback: &'static str, message: String) {
         self.abort_job(
             None,
@@ -680,9 +720,18 @@ struct Shared {
     server: Mutex<Option<Arc<Server>>>,
     state: Arc<Mutex<State>>,
     departures: Departures,
-    /// The way to the embedder's spawner (`PMIx_Spawn`).
-    #[allow(dead_code)]
+    /// The way to the embedder's spawner (`PMIx_Spawn`), shared by every namespace of the
+    /// family.
     spawns: Spawns,
+    /// The spawned job this namespace is, if it is one (its apps and parent).
+    child: Option<Arc<ChildJob>>,
+    /// Whether its fences over every node may be overlay collectives: only the namespace
+    /// the overlay was started for; others on it (added, spawned) fence as subsets, since
+    /// two namespaces' fences are not ordered alike on every node.
+    own_overlay: bool,
+    /// The namespaces spawned in the family, served here beside this one (on the job's own
+    /// server: [`PmixServer::add_child`]).
+    children: Mutex<HashMap<String, PmixServer>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     nsdir: PathBuf,
@@ -706,8 +755,7 @@ impl PmixHost {
         overlay: Overlay,
         config: NamespaceConfig,
     ) -> Result<PmixServer, Error> {
-        let shared = (Departures::default(), Spawns::default());
-        PmixServer::open(self.clone(), false, ns, overlay, config, shared).await
+        PmixServer::open(self.clone(), false, ns, overlay, config, Ties::default()).await
     }
 }
 
@@ -720,8 +768,14 @@ impl PmixServer {
         overlay: Overlay,
         config: PmixConfig,
     ) -> Result<PmixServer, Error> {
-        let shared = (Departures::default(), Spawns::default());
-        Self::start_on(job, overlay, config, shared.0, shared.1).await
+        Self::start_on(
+            job,
+            overlay,
+            config,
+            Departures::default(),
+            Spawns::default(),
+        )
+        .await
     }
 
     /// As [`PmixServer::start`], sharing the node's record of who spoke what and its way to
@@ -736,8 +790,12 @@ impl PmixServer {
         let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
         let ns = config.namespace_config();
-        let shared = (departures, spawns);
-        let opened = Self::open(host.clone(), true, &spec, overlay, ns, shared).await;
+        let ties = Ties {
+            departures,
+            spawns,
+            ..Ties::default()
+        };
+        let opened = Self::open(host.clone(), true, &spec, overlay, ns, ties).await;
         if opened.is_err() {
             host.shutdown().await;
         }
@@ -752,7 +810,7 @@ impl PmixServer {
         ns: &NamespaceSpec,
         overlay: Overlay,
         config: NamespaceConfig,
-        (departures, spawns): (Departures, Spawns),
+        ties: Ties,
     ) -> Result<PmixServer, Error> {
         // From here on `job` is the namespace's placement in the overlay's numbering.
         let job = Arc::new(ns.placement().clone());
@@ -770,8 +828,11 @@ impl PmixServer {
             overlay: overlay.clone(),
             server: Mutex::new(Some(server.clone())),
             state: Arc::new(Mutex::new(State::default())),
-            departures,
-            spawns,
+            departures: ties.departures,
+            spawns: ties.spawns,
+            child: ties.child,
+            own_overlay: !ties.shares_overlay,
+            children: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             nsdir,
@@ -937,7 +998,15 @@ impl PmixServer {
                 _ = self.inner.shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.inner.config.exit_grace) => {}
             }
-            let reason = format!("node {}: {reason}", self.inner.job.node_idx);
+            let reason = match &self.inner.child {
+                Some(c) => format!(
+                    "node {} ({}): spawned namespace {}: {reason}",
+                    self.inner.job.node_idx,
+                    self.inner.job.hosts[self.inner.job.node_idx],
+                    c.nspace
+                ),
+                None => format!("node {}: {reason}", self.inner.job.node_idx),
+            };
             warn!(rank, code, "aborting job: {reason}");
             self.inner
                 .overlay
@@ -987,30 +1056,12 @@ impl PmixServer {
     ) -> Result<PmixServer, Error> {
         let inner = &self.inner;
         let ns = NamespaceSpec::on_overlay(&inner.job, nspace, ranks)?;
-        inner.host.serve(&ns, inner.overlay.clone(), config).await
-    }
-
-    /// Serves spawned job `child` on this node beside this namespace (registered with no
-    /// local process where it has no rank here; its ranks' `PMIX_PARENT_ID` the requester).
-    pub async fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
-        Err(Error::InvalidJob {
-            job: child.nspace.clone(),
-            reason: "PMIx does not serve spawned jobs yet".into(),
-        })
-    }
-
-    /// As [`PmixServer::env_for`], for local `rank` of child namespace `nspace`.
-    pub async fn child_env(&self, nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
-        let _ = rank;
-        Err(Error::InvalidJob {
-            job: nspace.into(),
-            reason: "PMIx does not serve spawned jobs yet".into(),
-        })
-    }
-
-    /// As [`PmixServer::rank_exited`], for local `rank` of child namespace `nspace`.
-    pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
-        let _ = (nspace, rank, code);
+        let ties = Ties {
+            shares_overlay: true,
+            ..Ties::default()
+        };
+        let (host, overlay) = (inner.host.clone(), inner.overlay.clone());
+        PmixServer::open(host, false, &ns, overlay, config, ties).await
     }
 
     /// Direct-modex traffic of this node so far.
@@ -1024,6 +1075,11 @@ impl PmixServer {
     /// behind on its own thread, so a stuck libpmix cannot hold the agent's teardown.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
+        // The family's spawned namespaces end with it (their ranks are gone by now).
+        let children: Vec<PmixServer> = lock_children(inner).drain().map(|(_, c)| c).collect();
+        for child in children {
+            Box::pin(child.shutdown()).await;
+        }
         // Later direct modex and subset collectives naming the namespace are refused at once;
         // those queued are answered with an error as its queue goes.
         inner.overlay.served().remove(&inner.job.job_id);
@@ -1069,9 +1125,9 @@ async fn register_nspace(
     let info = job_info(
         job,
         server,
-        &shared.host.config().tmpdir,
-        &shared.nsdir,
+        (&shared.host.config().tmpdir, &shared.nsdir),
         bound,
+        shared.child.as_deref(),
     )
     .map_err(|s| failed("building the job info", s))?;
     let (tx, rx) = oneshot::channel();
@@ -1138,6 +1194,9 @@ impl Shared {
             runtime: tokio::runtime::Handle::current(),
             state: self.state.clone(),
             departures: self.departures.clone(),
+            spawns: self.spawns.clone(),
+            own_overlay: self.own_overlay,
+            spawned: self.child.is_some(),
             fences,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),
@@ -1179,9 +1238,9 @@ fn lock_started(shared: &Shared) -> MutexGuard<'_, Started> {
 fn job_info(
     job: &JobSpec,
     server: &Server,
-    tmpdir: &std::path::Path,
-    nsdir: &std::path::Path,
+    (tmpdir, nsdir): (&std::path::Path, &std::path::Path),
     bound: &BTreeMap<u32, Vec<u32>>,
+    child: Option<&ChildJob>,
 ) -> Result<InfoArray, Status> {
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
@@ -1204,7 +1263,7 @@ fn job_info(
     let proc_map = server.generate_ppn(&ppn.join(";"))?;
     let host = job.hosts[me].clone();
     let mut entries: Vec<(&'static std::ffi::CStr, Value)> = vec![
-        (key::SPAWNED, Value::Bool(false)),
+        (key::SPAWNED, Value::Bool(child.is_some())),
         (key::TMPDIR, Value::Str(tmpdir.to_string_lossy().into())),
         (key::NSDIR, Value::Str(nsdir.to_string_lossy().into())),
         (key::TDIR_RMCLEAN, Value::Bool(true)),
@@ -1212,7 +1271,10 @@ fn job_info(
         (key::HOSTNAME, Value::Str(host.clone())),
         (key::UNIV_SIZE, Value::U32(n_ranks)),
         (key::JOB_SIZE, Value::U32(n_ranks)),
-        (key::JOB_NUM_APPS, Value::U32(1)),
+        (
+            key::JOB_NUM_APPS,
+            Value::U32(child.map_or(1, |c| c.apps.len().max(1) as u32)),
+        ),
         (key::APP_SIZE, Value::U32(n_ranks)),
         (key::MAX_PROCS, Value::U32(n_ranks)),
         (key::NUM_NODES, Value::U32(own.n_nodes() as u32)),
@@ -1233,7 +1295,7 @@ fn job_info(
         entries.push((key::LOCALLDR, Value::Rank(leader)));
     }
     for (local_rank, &rank) in local.iter().enumerate() {
-        let data = proc_data(
+        let mut data = proc_data(
             server,
             rank,
             local_rank,
@@ -1241,6 +1303,9 @@ fn job_info(
             nodeid,
             bound.get(&rank).map(Vec::as_slice),
         );
+        if let Some(child) = child {
+            children::child_keys(&mut data, child, rank);
+        }
         entries.push((key::PROC_DATA, Value::Infos(data)));
     }
     InfoArray::new(&entries)
@@ -1321,7 +1386,7 @@ async fn fence(shared: &Shared, req: FenceReq) -> ControlFlow<()> {
         data,
         done,
     } = req;
-    if !spans_every_node(job, &procs) {
+    if !shared.own_overlay || !spans_every_node(job, &procs) {
         // Bridge::fence sends these to node 0; none is queued here.
         done.complete(Status::ERROR, Vec::new());
         return ControlFlow::Continue(());

@@ -8,12 +8,18 @@
  *                                               freed)
  * A child prints "child R of N: parent ok" and exits 0.
  *
+ * With SPAWN_CHECK=1 in the environment of parent and children, both also check the
+ * intercommunicator across the two namespaces: the parent prints "rank R of N: remote size S"
+ * and its rank 0 sends 100+i to child i; each child prints "child R of N: parent size S" and
+ * "child R of N: got V from parent 0" (V must be 100+R).
+ *
  * Exits 0 if the spawn failed with an error (greedy does not serve spawn yet and must say so at
  * once), 3 if it succeeded, so a test can tell which it saw from the exit code alone. The
  * spawn's own wall time is printed as "spawn took S s" so a test can see it did not wait.
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(int argc, char **argv)
@@ -24,10 +30,19 @@ int main(int argc, char **argv)
     int rank = -1, size = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *check_env = getenv("SPAWN_CHECK");
+    int check = check_env && strcmp(check_env, "1") == 0;
     MPI_Comm parent = MPI_COMM_NULL;
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL) {
         printf("child %d of %d: parent ok\n", rank, size);
+        if (check) {
+            int psize = -1, v = -1;
+            MPI_Comm_remote_size(parent, &psize);
+            printf("child %d of %d: parent size %d\n", rank, size, psize);
+            MPI_Recv(&v, 1, MPI_INT, 0, 7, parent, MPI_STATUS_IGNORE);
+            printf("child %d of %d: got %d from parent 0\n", rank, size, v);
+        }
         fflush(stdout);
         MPI_Comm_disconnect(&parent);
         MPI_Finalize();
@@ -52,6 +67,15 @@ int main(int argc, char **argv)
         printf("rank %d of %d: spawn error class %d (%s)\n", rank, size, cls, text);
     } else {
         printf("rank %d of %d: spawned 2\n", rank, size);
+        if (check) {
+            int rsize = -1;
+            MPI_Comm_remote_size(children, &rsize);
+            printf("rank %d of %d: remote size %d\n", rank, size, rsize);
+            for (int i = 0; rank == 0 && i < rsize; i++) {
+                int v = 100 + i;
+                MPI_Send(&v, 1, MPI_INT, i, 7, children);
+            }
+        }
         MPI_Comm_disconnect(&children);
         status = 3;
     }

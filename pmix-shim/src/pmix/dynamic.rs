@@ -5,9 +5,10 @@
 //!   every key is published (its `PMIX_TIMEOUT`, else [`names::WAIT_DEFAULT`]).
 //! - **Fences over a subset of the nodes, connect, disconnect** are subset collectives
 //!   ([`crate::group`]): every node hosting a participant sends node 0 its part; the answer
-//!   is every part in node order. Participants of several namespaces are refused with
-//!   `PMIX_ERR_NOT_SUPPORTED` by the host ([`super::PmixHost`]) until cross-namespace
-//!   collectives exist; a namespace it does not host, with `PMIX_ERR_NOT_FOUND`.
+//!   is every part in node order. Participants may span several namespaces of the family
+//!   (a parent and its spawned child connect, and Open MPI's disconnect fences over both):
+//!   the nodes that contribute are those of every namespace named; a namespace the host does
+//!   not host is refused with `PMIX_ERR_NOT_FOUND`.
 //!
 //! # What Open MPI asks (research)
 //! Sources: open-mpi/ompi tags v5.0.10 (the newest tag read; the tests run the PyPI 5.0.11
@@ -272,7 +273,7 @@ impl Bridge {
         let mut procs: Vec<(String, u32)> = procs.into_iter().map(|p| (p.nspace, p.rank)).collect();
         procs.sort();
         procs.dedup();
-        if let Err(why) = group::nodes_of(&self.job, &procs) {
+        if let Err(why) = group::nodes_in(self.overlay.served(), &procs) {
             warn!(?op, "refused: {why}");
             return finish(Err(Status::NOT_SUPPORTED));
         }

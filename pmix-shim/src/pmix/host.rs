@@ -18,11 +18,12 @@
 //!
 //! Routing: by `proc.nspace` for client events, aborts, direct modex and the name service
 //! (libpmix's handshake fixed the namespace a client speaks as when it connected); by the
-//! participants' namespaces for fences, connect and disconnect. An upcall naming a namespace
-//! not hosted here is answered with `PMIX_ERR_NOT_FOUND` at once (libpmix sends a direct
-//! modex for an unregistered namespace up, and it must never stay pending); one whose
-//! participants span several namespaces with `PMIX_ERR_NOT_SUPPORTED` until cross-namespace
-//! collectives exist. (A fence naming a namespace libpmix does not know never comes up:
+//! participants' namespaces for fences, connect and disconnect (over several namespaces, a
+//! parent and its spawned child: to the first by name, the same on every node, whose subset
+//! collective spans them all, [`crate::group`]); by the requester's for spawn. An upcall
+//! naming a namespace not hosted here is answered with `PMIX_ERR_NOT_FOUND` at once (libpmix
+//! sends a direct modex for an unregistered namespace up, and it must never stay pending).
+//! (A fence naming a namespace libpmix does not know never comes up:
 //! libpmix holds it for that namespace's registration until the client's `PMIX_TIMEOUT`.)
 //!
 //! libpmix does not isolate the namespaces of one server from each other (any client may
@@ -36,8 +37,9 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, Status,
-    pubsub::{Directives, LookupDone, Published},
+    pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
+    spawn::{App, SpawnDone},
 };
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
@@ -135,26 +137,25 @@ impl Routes {
         map.remove(nspace);
     }
 
-    /// The one hosted namespace every participant belongs to, or the status refusing them.
+    /// The handler of the first (by name) of the participants' namespaces, all hosted here,
+    /// or the status refusing them. Every node of a family hosts all of its namespaces, so
+    /// every node hands a collective over several to the same namespace's handler, whose
+    /// per-group sequence numbers then agree.
     fn of_participants(&self, procs: &[Proc]) -> Target {
         let spaces: BTreeSet<&str> = procs.iter().map(|p| p.nspace.as_str()).collect();
-        let mut it = spaces.iter();
-        match (it.next(), it.next()) {
-            (None, _) => Target::Refused(Status::BAD_PARAM),
-            (Some(_), Some(_)) => {
-                warn!(?spaces, "collective over several namespaces refused");
-                Target::Refused(Status::NOT_SUPPORTED)
-            }
-            (Some(one), None) => match self.of(one) {
-                Some(h) => Target::One(h),
-                None => {
-                    warn!(
-                        nspace = one,
-                        "collective over a namespace not hosted here refused"
-                    );
-                    Target::Refused(Status::NOT_FOUND)
-                }
-            },
+        let Some(first) = spaces.first() else {
+            return Target::Refused(Status::BAD_PARAM);
+        };
+        if let Some(missing) = spaces.iter().find(|n| self.of(n).is_none()) {
+            warn!(
+                nspace = missing,
+                "collective over a namespace not hosted here refused"
+            );
+            return Target::Refused(Status::NOT_FOUND);
+        }
+        match self.of(first) {
+            Some(h) => Target::One(h),
+            None => Target::Refused(Status::NOT_FOUND),
         }
     }
 
@@ -242,6 +243,19 @@ impl Handler for Routes {
         match self.of_participants(&procs) {
             Target::One(h) => h.disconnect(procs, timeout, done),
             Target::Refused(s) => done.complete(s),
+        }
+    }
+
+    fn spawn(
+        &self,
+        requester: Proc,
+        job_info: Vec<(String, Datum)>,
+        apps: Vec<App>,
+        done: SpawnDone,
+    ) {
+        match self.of_proc(&requester, "spawn") {
+            Some(h) => h.spawn(requester, job_info, apps, done),
+            None => done.failed(Status::NOT_FOUND),
         }
     }
 
@@ -450,12 +464,22 @@ mod tests {
             Target::One(_) => panic!("{procs:?} routed"),
         };
         assert_eq!(refused(&[p("c", 0)]), Status::NOT_FOUND);
-        assert_eq!(refused(&[p("a", 0), p("b", 0)]), Status::NOT_SUPPORTED);
+        assert_eq!(refused(&[p("a", 0), p("c", 0)]), Status::NOT_FOUND);
         assert_eq!(refused(&[]), Status::BAD_PARAM);
         assert!(r.of_proc(&p("c", 0), "t").is_none());
         r.remove("a");
         assert_eq!(refused(&[p("a", 0)]), Status::NOT_FOUND);
         assert_eq!(r.hosted(), ["b"]);
+    }
+
+    #[test]
+    fn participants_of_several_hosted_namespaces_reach_the_first_by_name() {
+        let (r, seen) = routes();
+        let Target::One(h) = r.of_participants(&[p("b", 0), p("a", 2)]) else {
+            panic!("a and b are hosted")
+        };
+        h.callback_panicked("x", String::new());
+        assert_eq!(*seen.lock().unwrap(), ["a"]);
     }
 
     #[test]

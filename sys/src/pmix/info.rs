@@ -111,6 +111,12 @@ pub mod key {
         TIMEOUT = PMIX_TIMEOUT;
         /// `pmix.wait` (bool): a lookup waits until the keys are published.
         WAIT = PMIX_WAIT;
+        /// `pmix.parent` (proc): the process that spawned this one's namespace.
+        PARENT_ID = PMIX_PARENT_ID;
+        /// `pmix.host` (string, comma-separated): hosts a spawned app may run on.
+        HOST = PMIX_HOST;
+        /// `pmix.wdir` (string): a spawned app's working directory.
+        WDIR = PMIX_WDIR;
     }
 }
 
@@ -133,6 +139,8 @@ pub enum Value {
     Topology(super::topology::Topology),
     /// `PMIX_REGEX`: a node or process map as libpmix generated it.
     Regex(Regex),
+    /// `PMIX_PROC`: a process name (a namespace of at most `PMIX_MAX_NSLEN` bytes).
+    Proc(super::Proc),
 }
 
 /// A node or process map as `PMIx_generate_regex`/`PMIx_generate_ppn` made it, only ever built
@@ -335,6 +343,11 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
                 (&topology as *const raw::pmix_topology_t).cast(),
                 raw::PMIX_TOPO,
             )
+        }
+        Value::Proc(p) => {
+            let p = p.to_raw().ok_or(Status::BAD_PARAM)?;
+            // PMIx copies the struct.
+            load_ptr(slot, (&p as *const raw::pmix_proc_t).cast(), raw::PMIX_PROC)
         }
         Value::Infos(entries) => {
             let entries: Vec<(&CStr, Value)> =

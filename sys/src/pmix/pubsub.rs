@@ -258,7 +258,10 @@ pub(crate) unsafe fn timeout_from_info(
 
 /// # Safety
 /// `info` must be NULL or point to `ninfo` valid `pmix_info_t` that outlive `'a`.
-unsafe fn infos<'a>(info: *const raw::pmix_info_t, ninfo: usize) -> &'a [raw::pmix_info_t] {
+pub(crate) unsafe fn infos<'a>(
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+) -> &'a [raw::pmix_info_t] {
     if info.is_null() || ninfo == 0 {
         return &[];
     }

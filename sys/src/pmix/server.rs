@@ -22,9 +22,9 @@
 //! - [`LookupDone`] calls a `pmix_lookup_cbfunc_t` exactly once with typed results
 //!   ([`super::pubsub`]: the publish/lookup/unpublish/connect/disconnect contracts).
 //!
-//! Module entries left NULL (spawn, groups, job control, …) are answered
+//! Module entries left NULL (groups, job control, …) are answered
 //! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool. The
-//! name-service and connect entries forward to [`Handler`] methods whose defaults answer
+//! name-service, connect and spawn entries forward to [`Handler`] methods whose defaults answer
 //! `PMIX_ERR_NOT_SUPPORTED`.
 //!
 //! Lifecycle: [`Server::init`] installs the accept gate ([`super::gate`]) before libpmix
@@ -294,6 +294,7 @@ fn host_module() -> raw::pmix_server_module_t {
         unpublish: Some(on_unpublish),
         connect: Some(on_connect),
         disconnect: Some(on_disconnect),
+        spawn: Some(on_spawn),
         ..Default::default()
     }
 }
@@ -543,6 +544,32 @@ unsafe extern "C" fn on_disconnect(
         )
     };
     forward("disconnect", move |h| h.disconnect(procs, timeout, done));
+    Status::SUCCESS.0
+}
+
+/// `spawn`: the apps and job info copied into typed values ([`super::spawn`]).
+unsafe extern "C" fn on_spawn(
+    proc_: *const raw::pmix_proc_t,
+    job_info: *const raw::pmix_info_t,
+    ninfo: usize,
+    apps: *const raw::pmix_app_t,
+    napps: usize,
+    cbfunc: raw::pmix_spawn_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = SpawnDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes a valid proc, `ninfo` infos and `napps` apps, valid for the call.
+    let (p, job_info, apps) = unsafe {
+        (
+            procs_from_raw(proc_, 1),
+            super::spawn::data_of(job_info, ninfo),
+            App::all_from_raw(apps, napps),
+        )
+    };
+    forward("spawn", move |h| match p.into_iter().next() {
+        Some(p) => h.spawn(p, job_info, apps, done),
+        None => done.failed(Status::BAD_PARAM),
+    });
     Status::SUCCESS.0
 }
 
@@ -1140,5 +1167,6 @@ mod tests {
         let module = super::host_module();
         assert!(module.job_control.is_none());
         assert!(module.client_connected.is_some() && module.fence_nb.is_some());
+        assert!(module.spawn.is_some());
     }
 }
