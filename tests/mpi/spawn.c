@@ -6,10 +6,15 @@
  *   "rank R of N: spawn error class C (TEXT)"   the spawn failed with MPI error class C
  *   "rank R of N: spawned 2"                    it succeeded (the children are then merged and
  *                                               freed)
- * A child prints "child R of N: parent ok" and exits 0.
+ * After a spawn, parents and children check each other over the intercommunicator: parent
+ * rank 0 broadcasts 1000 + the parents' size, which each child checks against its remote size
+ * ("child R of N: parent ok", exit 0; else "child R of N: parent sent X", exit 1), and the
+ * children reduce their rank + 1 to parent rank 0, which checks the sum ("rank 0 of N:
+ * children ok"; else "children sent X" and exit 1).
  *
- * Exits 0 if the spawn failed with an error (greedy does not serve spawn yet and must say so at
- * once), 3 if it succeeded, so a test can tell which it saw from the exit code alone. The
+ * Exits 0 if the spawn failed with an error (a launcher that does not serve spawn must say so
+ * at once), 3 if it succeeded and the check passed, so a test can tell which it saw from the
+ * exit code alone. The
  * spawn's own wall time is printed as "spawn took S s" so a test can see it did not wait.
  */
 #include <mpi.h>
@@ -27,11 +32,19 @@ int main(int argc, char **argv)
     MPI_Comm parent = MPI_COMM_NULL;
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL) {
-        printf("child %d of %d: parent ok\n", rank, size);
+        int parents = -1, token = -1, mine = rank + 1;
+        MPI_Comm_remote_size(parent, &parents);
+        MPI_Bcast(&token, 1, MPI_INT, 0, parent);
+        MPI_Reduce(&mine, NULL, 1, MPI_INT, MPI_SUM, 0, parent);
+        int ok = token == 1000 + parents;
+        if (ok)
+            printf("child %d of %d: parent ok\n", rank, size);
+        else
+            printf("child %d of %d: parent sent %d\n", rank, size, token);
         fflush(stdout);
         MPI_Comm_disconnect(&parent);
         MPI_Finalize();
-        return 0;
+        return ok ? 0 : 1;
     }
     MPI_Comm children = MPI_COMM_NULL;
     int codes[2] = {-1, -1};
@@ -52,8 +65,18 @@ int main(int argc, char **argv)
         printf("rank %d of %d: spawn error class %d (%s)\n", rank, size, cls, text);
     } else {
         printf("rank %d of %d: spawned 2\n", rank, size);
-        MPI_Comm_disconnect(&children);
+        int token = 1000 + size, sum = -1, none = 0;
+        MPI_Bcast(&token, 1, MPI_INT, rank == 0 ? MPI_ROOT : MPI_PROC_NULL, children);
+        MPI_Reduce(&none, &sum, 1, MPI_INT, MPI_SUM, rank == 0 ? MPI_ROOT : MPI_PROC_NULL,
+                   children);
         status = 3;
+        if (rank == 0 && sum == 1 + 2) {
+            printf("rank %d of %d: children ok\n", rank, size);
+        } else if (rank == 0) {
+            printf("rank %d of %d: children sent %d\n", rank, size, sum);
+            status = 1;
+        }
+        MPI_Comm_disconnect(&children);
     }
     printf("rank %d of %d: spawn took %.1f s\n", rank, size, took);
     fflush(stdout);
