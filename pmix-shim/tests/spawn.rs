@@ -3,9 +3,9 @@
 //!
 //! The scripted test speaks PMI-1 itself (a spawned job's own KVS seeded with the preput keys,
 //! its fences independent of the job's, names shared by the family, a child's exit before
-//! finalize ending the family); the MPICH tests run `tests/mpi/spawn.c` with the MPICH that
-//! `MPICC` names (default `mpicc.mpich`; the PyPI mpich 5 wheel's `mpicc` for MPICH 5), whose
-//! children connect back to their parents through the preput port with MPICH's own netmod.
+//! finalize ending the family); the MPI tests run `tests/mpi/spawn.c` with MPICH 5 and Intel
+//! MPI 2021 (the PyPI wheels of tests/mpi/clients.sh, skipped where absent), whose children
+//! connect back to their parents through the preput port with the library's own netmod.
 //! Everything has a deadline; processes are killed on drop.
 
 use std::{
@@ -331,12 +331,26 @@ struct Toolchain {
 }
 
 impl Toolchain {
-    /// MPICH's wrapper `MPICC` (default `mpicc.mpich`; the PyPI mpich 5 wheel's `mpicc`).
-    fn mpich() -> Toolchain {
-        Toolchain {
-            cc: std::env::var("MPICC").unwrap_or_else(|_| "mpicc.mpich".into()),
-            libs: vec![],
-        }
+    /// MPICH's wrapper `MPICC`, else the PyPI mpich 5 wheel's (`GREEDY_MPICH5`, default
+    /// `/var/tmp/greedy-mpich5`, tests/mpi/mpich5.sh), if any. Not Debian's MPICH 4.0.2: its
+    /// ch4:ucx cannot open a port, so its spawn fails before asking, under hydra too.
+    fn mpich() -> Option<Toolchain> {
+        let cc = std::env::var("MPICC").ok().or_else(|| {
+            let prefix = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
+            let cc = format!("{prefix}/bin/mpicc");
+            Path::new(&cc).exists().then_some(cc)
+        })?;
+        Some(Toolchain { cc, libs: vec![] })
+    }
+
+    /// Intel MPI under `GREEDY_IMPI` (default `/var/tmp/greedy-impi`, the PyPI wheels' venv of
+    /// tests/mpi/clients.sh), if there.
+    fn intel_installed() -> Option<Toolchain> {
+        let prefix = std::env::var("GREEDY_IMPI").unwrap_or("/var/tmp/greedy-impi".into());
+        Path::new(&prefix)
+            .join("include/mpi.h")
+            .exists()
+            .then(|| Toolchain::intel(&prefix))
     }
 
     /// Intel MPI under `prefix` (the PyPI impi-devel wheel: its mpicc wrapper looks for its
@@ -642,21 +656,20 @@ fn check_spawn(run: Run, parents: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpich_spawns_over_pmi1_and_children_connect_back() {
-    check_spawn(
-        run_spawn(Toolchain::mpich(), vec![vec![0], vec![1]], &[]).await,
-        2,
-    );
+    let Some(mpich) = Toolchain::mpich() else {
+        eprintln!("skipped: no MPICH that can spawn (MPICC, GREEDY_MPICH5)");
+        return;
+    };
+    check_spawn(run_spawn(mpich, vec![vec![0], vec![1]], &[]).await, 2);
 }
 
-/// Intel MPI 2021 (its default PMI-1) when `GREEDY_IMPI` names its prefix (the PyPI wheels'
-/// venv, tests/mpi/clients.sh); skipped otherwise.
+/// Intel MPI 2021 over its default PMI-1; skipped where it is not installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn intel_mpi_spawns_over_pmi1_and_children_connect_back() {
-    let Ok(prefix) = std::env::var("GREEDY_IMPI") else {
-        eprintln!("skipped: GREEDY_IMPI names no Intel MPI");
+    let Some(intel) = Toolchain::intel_installed() else {
+        eprintln!("skipped: no Intel MPI (GREEDY_IMPI)");
         return;
     };
     let env = [("FI_PROVIDER", "tcp"), ("I_MPI_FABRICS", "shm:ofi")];
-    let run = run_spawn(Toolchain::intel(&prefix), vec![vec![0, 1], vec![2]], &env).await;
-    check_spawn(run, 3);
+    check_spawn(run_spawn(intel, vec![vec![0, 1], vec![2]], &env).await, 3);
 }

@@ -103,12 +103,29 @@ pub(super) fn namespace(job: &JobSpec, child: &ChildJob) -> Result<Ns, Error> {
         ..NodeState::default()
     };
     Ok(Ns {
-        mapping: spec.process_mapping(),
+        mapping: mapping(&spec),
         spec: Arc::new(spec),
         spawner: Some(child.parent.clone()),
         app_starts,
         state: std::sync::Mutex::new(state),
     })
+}
+
+/// `spec`'s `PMI_process_mapping` over the nodes hosting its ranks only, numbered from 0 in
+/// overlay order: MPICH counts a node for every number up to the highest, and a node of its
+/// job without any of its ranks would make no sense to it.
+fn mapping(spec: &JobSpec) -> String {
+    let hosting = JobSpec {
+        ranks: spec
+            .ranks
+            .iter()
+            .filter(|r| !r.is_empty())
+            .cloned()
+            .collect(),
+        node_idx: 0,
+        ..spec.clone()
+    };
+    hosting.process_mapping()
 }
 
 /// Fence `generation` of spawned job `ns` with this node's `blob`: every hosting node's
@@ -193,6 +210,55 @@ mod tests {
             (2, &["-x".to_string()][..])
         );
         assert_eq!(r.preput, [("PARENT_ROOT_PORT_NAME".into(), "p".into())]);
+    }
+
+    fn child(ranks: Vec<Vec<u32>>, firsts: &[u32]) -> ChildJob {
+        let app = |&first_rank: &u32| crate::child::ChildApp {
+            first_rank,
+            argv: vec!["a".into()],
+            env: vec![],
+            cwd: None,
+        };
+        ChildJob {
+            nspace: "j.1".into(),
+            parent: "j".into(),
+            requester: 0,
+            ranks,
+            apps: firsts.iter().map(app).collect(),
+            preput: vec![("PARENT_ROOT_PORT_NAME".into(), "p".into())],
+        }
+    }
+
+    fn job() -> JobSpec {
+        JobSpec {
+            job_id: "j".into(),
+            hosts: vec!["h0".into(), "h1".into(), "h2".into()],
+            node_idx: 1,
+            model: Default::default(),
+            ranks: vec![vec![0], vec![1], vec![2]],
+            secret: crate::JobSecret::generate(),
+        }
+    }
+
+    #[test]
+    fn a_child_namespace_starts_with_its_preput_keys_and_maps_its_own_nodes() {
+        let ns = namespace(&job(), &child(vec![vec![], vec![0, 1], vec![2]], &[0, 2])).unwrap();
+        assert_eq!(ns.spec.local_ranks(), [0, 1]);
+        assert_eq!(ns.spawner.as_deref(), Some("j"));
+        assert_eq!(ns.app_starts, [0, 2]);
+        assert_eq!(
+            ns.lock()
+                .kvs
+                .get("PARENT_ROOT_PORT_NAME")
+                .map(String::as_str),
+            Some("p")
+        );
+        // Node 0 hosts none of its ranks: its mapping counts two nodes, not three.
+        assert_eq!(ns.mapping, "(vector,(0,1,2),(1,1,1))");
+        let bad = |c: ChildJob| namespace(&job(), &c).unwrap_err().to_string();
+        assert!(bad(child(vec![vec![0], vec![0], vec![]], &[0])).contains("placed twice"));
+        assert!(bad(child(vec![vec![0], vec![1], vec![]], &[1])).contains("do not start at 0"));
+        assert!(bad(child(vec![vec![], vec![], vec![]], &[0])).contains("no ranks"));
     }
 
     #[test]
