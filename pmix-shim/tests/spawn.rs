@@ -189,6 +189,12 @@ async fn a_spawned_job_has_its_own_kvs_and_fences_and_shares_the_family_names() 
     assert_eq!(asked.apps[0].cwd.as_deref(), Some("/tmp"));
     let mut child = child_job("spawn-scripted.1", job, 2, 3, vec!["./kid".into()]);
     child.preput = asked.preput.clone();
+    // Two programs (`MPI_Comm_spawn_multiple`): rank 2 runs the second, appnum 1.
+    let second = ChildApp {
+        first_rank: 2,
+        ..child.apps[0].clone()
+    };
+    child.apps.push(second);
     for node in &nodes {
         node.add_child(&child).await.expect("child added");
         node.add_child(&child)
@@ -218,6 +224,10 @@ async fn a_spawned_job_has_its_own_kvs_and_fences_and_shares_the_family_names() 
     for (r, kid) in kids.iter_mut().enumerate() {
         ask(kid, "cmd=init pmi_version=1 pmi_subversion=1\n").await;
         assert_eq!(
+            ask(kid, "cmd=get_appnum\n").await,
+            "cmd=appnum rc=0 appnum=0"
+        );
+        assert_eq!(
             ask(kid, "cmd=get_my_kvsname\n").await,
             format!("cmd=my_kvsname rc=0 kvsname={ns}")
         );
@@ -238,7 +248,7 @@ async fn a_spawned_job_has_its_own_kvs_and_fences_and_shares_the_family_names() 
     );
     let init = ask2(c, "cmd=fullinit;pmirank=2;").await;
     assert!(
-        init.contains(";rank=2;size=3;appnum=0;")
+        init.contains(";rank=2;size=3;appnum=1;")
             && init.ends_with(&format!(";spawner-jobid={job};")),
         "{init}"
     );
