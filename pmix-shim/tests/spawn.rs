@@ -583,7 +583,12 @@ struct Run {
 }
 
 /// Runs `spawn.c` as a job of `ranks` and returns every process's exit and the job's abort.
-async fn run_spawn(tools: Toolchain, ranks: Vec<Vec<u32>>, env: &[(&str, &str)]) -> Run {
+async fn run_spawn(
+    tools: Toolchain,
+    ranks: Vec<Vec<u32>>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let exe = tools.compile(dir.path(), "spawn");
     static JOBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -611,7 +616,8 @@ async fn run_spawn(tools: Toolchain, ranks: Vec<Vec<u32>>, env: &[(&str, &str)])
     for node in 0..nodes.len() {
         tokio::spawn(embedder.clone().serve(node));
     }
-    let argv = vec![exe.to_string_lossy().into_owned()];
+    let mut argv = vec![exe.to_string_lossy().into_owned()];
+    argv.extend(args.iter().map(|a| a.to_string()));
     for (node, ranks) in ranks.iter().enumerate() {
         for &rank in ranks {
             embedder.fork(node, &job_id, rank, &argv).await;
@@ -670,7 +676,32 @@ async fn mpich_spawns_over_pmi1_and_children_connect_back() {
         eprintln!("skipped: no MPICH that can spawn (MPICC, GREEDY_MPICH5)");
         return;
     };
-    check_spawn(run_spawn(mpich, vec![vec![0], vec![1]], &[]).await, 2);
+    check_spawn(run_spawn(mpich, vec![vec![0], vec![1]], &[], &[]).await, 2);
+}
+
+/// Children that exit 7 before connecting back end the family at once (the parents would
+/// wait in `MPI_Comm_spawn` forever), naming a child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_children_dying_before_connecting_end_the_family() {
+    let Some(mpich) = Toolchain::mpich() else {
+        eprintln!("skipped: no MPICH that can spawn (MPICC, GREEDY_MPICH5)");
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let run = run_spawn(mpich, vec![vec![0], vec![1]], &["--children-die"], &[]).await;
+    let abort = run.abort.expect("the family was aborted");
+    assert_eq!(abort.code, 7, "{abort:?}");
+    assert!(
+        abort
+            .reason
+            .contains(&format!("spawned job {}.1 rank", run.job))
+            && abort
+                .reason
+                .contains("exited with code 7 before connecting"),
+        "{abort:?}"
+    );
+    assert_eq!(run.exits.len(), 4, "two parents, two children");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
 }
 
 /// Intel MPI 2021 over its default PMI-1; skipped where it is not installed.
@@ -681,5 +712,8 @@ async fn intel_mpi_spawns_over_pmi1_and_children_connect_back() {
         return;
     };
     let env = [("FI_PROVIDER", "tcp"), ("I_MPI_FABRICS", "shm:ofi")];
-    check_spawn(run_spawn(intel, vec![vec![0, 1], vec![2]], &env).await, 3);
+    check_spawn(
+        run_spawn(intel, vec![vec![0, 1], vec![2]], &[], &env).await,
+        3,
+    );
 }

@@ -14,8 +14,12 @@
  *
  * Exits 0 if the spawn failed with an error (a launcher that does not serve spawn must say so
  * at once), 3 if it succeeded and the check passed, so a test can tell which it saw from the
- * exit code alone. The
- * spawn's own wall time is printed as "spawn took S s" so a test can see it did not wait.
+ * exit code alone. The spawn's own wall time is printed as "spawn took S s" so a test can see
+ * it did not wait.
+ *
+ * With --children-die the parents pass --die to the children, which exit 7 before MPI_Init
+ * (never connecting back: the parents would wait in MPI_Comm_spawn forever unless the launcher
+ * ends the job).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -23,6 +27,10 @@
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--die") == 0)
+        return 7;
+    char *die[] = {"--die", NULL};
+    int children_die = argc > 1 && strcmp(argv[1], "--children-die") == 0;
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
@@ -36,6 +44,9 @@ int main(int argc, char **argv)
         MPI_Comm_remote_size(parent, &parents);
         MPI_Bcast(&token, 1, MPI_INT, 0, parent);
         MPI_Reduce(&mine, NULL, 1, MPI_INT, MPI_SUM, 0, parent);
+        /* Every parent has connected to every child before any child may exit: MPICH over
+         * UCX shared memory fails a parent still reaching a child that has gone. */
+        MPI_Barrier(parent);
         int ok = token == 1000 + parents;
         if (ok)
             printf("child %d of %d: parent ok\n", rank, size);
@@ -49,8 +60,8 @@ int main(int argc, char **argv)
     MPI_Comm children = MPI_COMM_NULL;
     int codes[2] = {-1, -1};
     double t0 = MPI_Wtime();
-    int err = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD,
-                             &children, codes);
+    int err = MPI_Comm_spawn(argv[0], children_die ? die : MPI_ARGV_NULL, 2, MPI_INFO_NULL, 0,
+                             MPI_COMM_WORLD, &children, codes);
     double took = MPI_Wtime() - t0;
     int status = 0;
     if (err != MPI_SUCCESS) {
@@ -69,6 +80,7 @@ int main(int argc, char **argv)
         MPI_Bcast(&token, 1, MPI_INT, rank == 0 ? MPI_ROOT : MPI_PROC_NULL, children);
         MPI_Reduce(&none, &sum, 1, MPI_INT, MPI_SUM, rank == 0 ? MPI_ROOT : MPI_PROC_NULL,
                    children);
+        MPI_Barrier(children);
         status = 3;
         if (rank == 0 && sum == 1 + 2) {
             printf("rank %d of %d: children ok\n", rank, size);
