@@ -160,7 +160,6 @@ impl Spawns {
 
     /// Asks the embedder to start `request`: the child's namespace once every child runs,
     /// else why not.
-    #[allow(dead_code)] // the servers' spawn paths are being built
     pub(crate) async fn ask(&self, request: SpawnRequest) -> Result<String, String> {
         let tx = self
             .queue

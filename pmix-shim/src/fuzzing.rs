@@ -58,7 +58,7 @@ pub fn spawn_block(data: &[u8]) {
         && let Ok(request) = spawn::from_pmi2(&command)
     {
         assert!(request.commands.len() <= spawn::MAX_COMMANDS);
-        let codes = spawn::failure_codes(&request);
+        let codes = spawn::codes(request.total_procs(), -1);
         assert!(codes.is_none_or(|c| c.len() < 3 * spawn::ERRCODES_MAX as usize));
     }
 }
@@ -162,6 +162,14 @@ pub fn session(data: &[u8]) {
                             }
                             Action::Names(request) => {
                                 session.names_done(&names.serve(request));
+                            }
+                            Action::Spawn(request) => {
+                                // Alternately started and refused.
+                                let answer = match request.total_procs() % 2 {
+                                    0 => Ok("j7.1".to_string()),
+                                    _ => Err("refused".to_string()),
+                                };
+                                session.spawn_done(&answer);
                             }
                             _ => {}
                         }

@@ -329,6 +329,9 @@ pub enum Reply {
     /// Answer to `lookup_name`: the port, or why there is none. MPICH reads `rc` first, so
     /// `rc=-1` makes `MPI_Lookup_name` fail with `MPI_ERR_NAME` (never a wait).
     LookupResult(Result<String, String>),
+    /// Answer to a whole spawn request whose children run: `rc=0`, with one error code (0)
+    /// per process when given (MPICH checks their count and takes none as all 0).
+    Spawned(Option<String>),
     /// Answer to a whole spawn request that is refused: `rc=-1` and why, which MPICH's
     /// `PMI_Spawn_multiple` turns into an error of `MPI_Comm_spawn`.
     SpawnRefused(String),
@@ -394,6 +397,8 @@ impl Reply {
                 format!("cmd=lookup_result rc=0 msg=success port={port}\n")
             }
             Reply::LookupResult(Err(why)) => outcome("lookup_result", Some(why)),
+            Reply::Spawned(None) => "cmd=spawn_result rc=0\n".into(),
+            Reply::Spawned(Some(codes)) => format!("cmd=spawn_result rc=0 errcodes={codes}\n"),
             Reply::SpawnRefused(why) => outcome("spawn_result", Some(why)),
             Reply::Unsupported(cmd) => {
                 let name: String = cmd
@@ -559,6 +564,11 @@ mod tests {
                 Reply::SpawnRefused("spawn is not served yet".into()),
                 "cmd=spawn_result rc=-1 msg=spawn_is_not_served_yet\n",
             ),
+            (
+                Reply::Spawned(Some("0,0".into())),
+                "cmd=spawn_result rc=0 errcodes=0,0\n",
+            ),
+            (Reply::Spawned(None), "cmd=spawn_result rc=0\n"),
             (
                 Reply::Set {
                     key: "size",

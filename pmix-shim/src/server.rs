@@ -18,6 +18,13 @@
 //! request each, and node 0's name service answers them from its `Service::Names` queue
 //! (`node0.rs`, shared with the PMIx server's publish and lookup).
 //!
+//! Spawned jobs (`MPI_Comm_spawn`, [`crate::child`]) are served beside the job, each a
+//! namespace of its own: its KVS (seeded with the spawner's preput keys before any of its
+//! ranks starts), process mapping, size and appnums, and fences over the nodes hosting its
+//! ranks only, gathered by node 0's subset-collective coordinator ([`crate::group`]) while
+//! the job's ranks fence on independently. A rank's spawn request goes to the embedder
+//! ([`crate::child::Spawns`]); the rank waits for the answer, the others go on.
+//!
 //! Failures abort the whole job through the overlay, naming the rank: a protocol violation
 //! (quoting the offending text), `PMI_Abort`, a rank that closes its PMI connection or exits
 //! before `finalize` (the launcher reports exits through [`PmiServer::rank_exited`]).
@@ -29,6 +36,8 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
+
+mod spawned;
 
 use bytes::{Bytes, BytesMut};
 use tokio::{
@@ -77,21 +86,25 @@ enum Notice {
     NodeAttr(String, String),
     /// The name service's answer to this rank's request.
     Names(names::Response),
+    /// The embedder's answer to this rank's spawn request: the child's namespace, or why not.
+    Spawned(Result<String, String>),
 }
 
 /// Capacity of each handler's notice queue: at most one fence release is outstanding per rank,
 /// plus node-attribute puts, which MPICH makes a handful of per node, plus at most one
-/// name-service answer (the client waits for it).
+/// name-service or spawn answer (the client waits for it).
 const NOTICE_CAPACITY: usize = 64;
 
 #[derive(Debug, Default)]
 struct NodeState {
-    /// Job-wide KVS as of the last fence.
+    /// Namespace-wide KVS as of the last fence.
     kvs: HashMap<String, String>,
     /// This node's puts since the last fence, in order.
     pending: Vec<(String, String)>,
     node_attrs: HashMap<String, String>,
     claimed: HashSet<u32>,
+    /// Ranks that sent anything (a spawned job's; the job's are in [`Departures`]).
+    spoke: HashSet<u32>,
     in_fence: HashSet<u32>,
     finalized: HashSet<u32>,
     exited: HashMap<u32, i32>,
@@ -101,24 +114,75 @@ struct NodeState {
     fences_started: u64,
 }
 
-/// The session's view of the node while the state lock is held.
+/// One namespace this node serves: the job, or a job it spawned.
+#[derive(Debug)]
+struct Ns {
+    /// Its ranks on the overlay's nodes (`job_id`: its kvsname; `node_idx`: this node).
+    spec: Arc<JobSpec>,
+    /// Its `PMI_process_mapping`.
+    mapping: String,
+    /// The namespace that spawned it (PMI-2 `spawner-jobid`); `None` for the job.
+    spawner: Option<String>,
+    /// The first rank of each of its programs (`MPI_APPNUM` is the index); empty for the job.
+    app_starts: Vec<u32>,
+    state: Mutex<NodeState>,
+}
+
+impl Ns {
+    /// The job's own namespace.
+    fn job(spec: Arc<JobSpec>) -> Ns {
+        Ns {
+            mapping: spec.process_mapping(),
+            spec,
+            spawner: None,
+            app_starts: Vec::new(),
+            state: Mutex::new(NodeState::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NodeState> {
+        // A panic while holding the lock cannot leave NodeState half-updated in a way that
+        // matters more than stopping the job would, so take the data anyway.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn id(&self) -> &str {
+        &self.spec.job_id
+    }
+
+    /// `rank` as an abort message names it: the job's ranks plainly, a spawned job's with
+    /// its namespace.
+    fn who(&self, rank: u32) -> String {
+        match self.spawner {
+            None => format!("rank {rank}"),
+            Some(_) => format!("spawned job {} rank {rank}", self.id()),
+        }
+    }
+
+    /// The rank the job's abort names: a spawned job's ranks are named in the reason only
+    /// (the abort's rank is one of the job's).
+    fn abort_rank(&self, rank: u32) -> Option<u32> {
+        self.spawner.is_none().then_some(rank)
+    }
+}
+
+/// The session's view of a namespace while its state lock is held.
 struct View<'a> {
-    job: &'a JobSpec,
-    mapping: &'a str,
+    ns: &'a Ns,
     state: &'a mut NodeState,
     attr_puts: Vec<(String, String)>,
 }
 
 impl Node for View<'_> {
     fn job_id(&self) -> &str {
-        &self.job.job_id
+        self.ns.id()
     }
     fn n_ranks(&self) -> u32 {
-        self.job.n_ranks()
+        self.ns.spec.n_ranks()
     }
     fn get(&self, key: &str) -> Option<String> {
         if key == "PMI_process_mapping" {
-            return Some(self.mapping.to_owned());
+            return Some(self.ns.mapping.clone());
         }
         self.state.kvs.get(key).cloned().or_else(|| {
             self.state
@@ -131,8 +195,8 @@ impl Node for View<'_> {
     }
     fn job_attr(&self, key: &str) -> Option<String> {
         match key {
-            "PMI_process_mapping" => Some(self.mapping.to_owned()),
-            "universeSize" => Some(self.job.n_ranks().to_string()),
+            "PMI_process_mapping" => Some(self.ns.mapping.clone()),
+            "universeSize" => Some(self.ns.spec.n_ranks().to_string()),
             _ => None,
         }
     }
@@ -147,7 +211,14 @@ impl Node for View<'_> {
         self.attr_puts.push((key, value));
     }
     fn claim(&mut self, rank: u32) -> bool {
-        self.job.local_ranks().contains(&rank) && self.state.claimed.insert(rank)
+        self.ns.spec.local_ranks().contains(&rank) && self.state.claimed.insert(rank)
+    }
+    fn appnum(&self, rank: u32) -> u32 {
+        let after = self.ns.app_starts.partition_point(|&first| first <= rank);
+        after.saturating_sub(1) as u32
+    }
+    fn spawner(&self) -> Option<String> {
+        self.ns.spawner.clone()
     }
 }
 
@@ -159,15 +230,17 @@ pub struct PmiServer {
 
 #[derive(Debug)]
 struct Shared {
+    /// The job: its placement is the overlay's.
     job: Arc<JobSpec>,
-    mapping: String,
+    /// The job's namespace.
+    root: Arc<Ns>,
+    /// The jobs it spawned served here, by namespace.
+    spawned: Mutex<HashMap<String, Arc<Ns>>>,
     overlay: Overlay,
     config: PmiConfig,
-    state: Mutex<NodeState>,
     /// Who of this node spoke which family (shared with the node's other servers).
     departures: Departures,
     /// The way to the embedder's spawner (PMI-1 `mcmd=spawn`, PMI-2 `spawn`).
-    #[allow(dead_code)]
     spawns: Spawns,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -201,12 +274,13 @@ impl PmiServer {
     ) -> Result<PmiServer, Error> {
         job.validate()?;
         let me = job.node_idx;
+        let spec = Arc::new(job.clone());
         let shared = Arc::new(Shared {
-            job: Arc::new(job.clone()),
-            mapping: job.process_mapping(),
+            root: Arc::new(Ns::job(spec.clone())),
+            job: spec,
+            spawned: Mutex::new(HashMap::new()),
             overlay,
             config,
-            state: Mutex::new(NodeState::default()),
             departures,
             spawns,
             shutdown: CancellationToken::new(),
@@ -233,16 +307,24 @@ impl PmiServer {
         rank: u32,
         child_fd: Option<i32>,
     ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
+        self.pair_for(self.inner.root.clone(), rank, child_fd)
+    }
+
+    fn pair_for(
+        &self,
+        ns: Arc<Ns>,
+        rank: u32,
+        child_fd: Option<i32>,
+    ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
         let me = self.inner.job.node_idx;
         let io = |what, source| Error::Io {
             node: me,
             what,
             source,
         };
-        if !self.inner.lock().claimed.insert(rank) || !self.inner.job.local_ranks().contains(&rank)
-        {
+        if !ns.spec.local_ranks().contains(&rank) || !ns.lock().claimed.insert(rank) {
             return Err(Error::InvalidJob {
-                job: self.inner.job.job_id.clone(),
+                job: ns.id().to_owned(),
                 reason: format!("rank {rank} is not a free local rank of node {me}"),
             });
         }
@@ -252,27 +334,14 @@ impl PmiServer {
             .map_err(|e| io("socketpair", e))?;
         let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| io("socketpair", e))?;
         let shared = self.inner.clone();
-        let span = info_span!("pmi", job = %self.inner.job.job_id, node = me, rank);
+        let span = info_span!("pmi", job = %ns.id(), node = me, rank);
+        let mut env = common_env(&ns, rank);
         self.inner
             .tracker
-            .spawn(serve_rank(shared, ours, rank).instrument(span));
-        let mut env = self.common_env(rank);
+            .spawn(serve_rank(shared, ns, ours, rank).instrument(span));
         let fd = child_fd.unwrap_or_else(|| std::os::fd::AsRawFd::as_raw_fd(&theirs));
         env.push(("PMI_FD".into(), fd.to_string()));
         Ok((theirs, env))
-    }
-
-    fn common_env(&self, rank: u32) -> Vec<(String, String)> {
-        let job = &self.inner.job;
-        let local = job.local_ranks();
-        let local_id = local.iter().position(|&r| r == rank).unwrap_or(0);
-        vec![
-            ("PMI_RANK".into(), rank.to_string()),
-            ("PMI_SIZE".into(), job.n_ranks().to_string()),
-            ("PMI_JOBID".into(), job.job_id.clone()),
-            ("MPI_LOCALNRANKS".into(), local.len().to_string()),
-            ("MPI_LOCALRANKID".into(), local_id.to_string()),
-        ]
     }
 
     /// The launcher reports that a local rank exited with `code` (128+signal for a signal).
@@ -281,7 +350,7 @@ impl PmiServer {
     /// never spoke PMI and exited 0 (not a PMI client; [`crate::departures`] has the rule).
     pub async fn rank_exited(&self, rank: u32, code: i32) {
         let reason = {
-            let mut st = self.inner.lock();
+            let mut st = self.inner.root.lock();
             st.exited.insert(rank, code);
             if st.finalized.contains(&rank) {
                 None
@@ -298,12 +367,34 @@ impl PmiServer {
     }
 
     /// Serves spawned job `child` beside the job: its own KVS (seeded with its preput
-    /// keys), fences over the nodes hosting its ranks.
+    /// keys), fences over the nodes hosting its ranks. Adding the same job again is a no-op.
     pub fn add_child(&self, child: &ChildJob) -> Result<(), Error> {
-        Err(Error::InvalidJob {
-            job: child.nspace.clone(),
-            reason: "PMI does not serve spawned jobs yet".into(),
-        })
+        let ns = spawned::namespace(&self.inner.job, child)?;
+        let placement = ns.spec.clone();
+        {
+            let mut spawned = self.inner.lock_spawned();
+            match spawned.get(&child.nspace) {
+                Some(known) if known.spec.ranks == ns.spec.ranks => return Ok(()),
+                Some(_) => {
+                    return Err(Error::InvalidJob {
+                        job: child.nspace.clone(),
+                        reason: "served already with another placement".into(),
+                    });
+                }
+                None => {}
+            }
+            // Node 0's coordinator gathers its fences from the nodes this placement names.
+            if !self.inner.overlay.served().add_placement(placement) {
+                return Err(Error::InvalidJob {
+                    job: child.nspace.clone(),
+                    reason: "the overlay serves a namespace of that name with another placement"
+                        .into(),
+                });
+            }
+            spawned.insert(child.nspace.clone(), Arc::new(ns));
+        }
+        debug!(nspace = %child.nspace, ranks = child.n_ranks(), "serving spawned job");
+        Ok(())
     }
 
     /// As [`PmiServer::socketpair_for`], for local `rank` of child namespace `nspace`
@@ -314,21 +405,50 @@ impl PmiServer {
         rank: u32,
         child_fd: Option<i32>,
     ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
-        let _ = (rank, child_fd);
-        Err(Error::InvalidJob {
-            job: nspace.into(),
-            reason: "PMI does not serve spawned jobs yet".into(),
-        })
+        let ns = self.inner.child(nspace)?;
+        let (theirs, mut env) = self.pair_for(ns, rank, child_fd)?;
+        env.push(("PMI_SPAWNED".into(), "1".into()));
+        Ok((theirs, env))
     }
 
-    /// As [`PmiServer::rank_exited`], for local `rank` of child namespace `nspace`.
+    /// As [`PmiServer::rank_exited`], for local `rank` of child namespace `nspace`: an exit
+    /// before `finalize` aborts the whole family, naming the namespace, rank and host,
+    /// unless the rank never spoke PMI and exited 0.
     pub async fn child_exited(&self, nspace: &str, rank: u32, code: i32) {
-        let _ = (nspace, rank, code);
+        let Ok(ns) = self.inner.child(nspace) else {
+            warn!(
+                nspace,
+                rank, code, "exit reported for a namespace not served here"
+            );
+            return;
+        };
+        let host = &self.inner.job.hosts[self.inner.job.node_idx];
+        let reason = {
+            let mut st = ns.lock();
+            st.exited.insert(rank, code);
+            let who = ns.who(rank);
+            if st.finalized.contains(&rank) {
+                None
+            } else if st.spoke.contains(&rank) {
+                Some(format!(
+                    "{who} on {host} exited with code {code} before PMI finalize"
+                ))
+            } else if code != 0 {
+                Some(format!(
+                    "{who} on {host} exited with code {code} before connecting to any wire-up service"
+                ))
+            } else {
+                None
+            }
+        };
+        if let Some(reason) = reason {
+            self.inner.abort(None, code, reason).await;
+        }
     }
 
     /// Number of fences completed on this node.
     pub fn fences(&self) -> u64 {
-        self.inner.lock().fences
+        self.inner.root.lock().fences
     }
 
     /// Stops every listener and handler and waits for them.
@@ -339,18 +459,42 @@ impl PmiServer {
     }
 }
 
+/// What rank `rank` of `ns` finds in its environment besides its `PMI_FD`.
+fn common_env(ns: &Ns, rank: u32) -> Vec<(String, String)> {
+    let spec = &ns.spec;
+    let local = spec.local_ranks();
+    let local_id = local.iter().position(|&r| r == rank).unwrap_or(0);
+    vec![
+        ("PMI_RANK".into(), rank.to_string()),
+        ("PMI_SIZE".into(), spec.n_ranks().to_string()),
+        ("PMI_JOBID".into(), spec.job_id.clone()),
+        ("MPI_LOCALNRANKS".into(), local.len().to_string()),
+        ("MPI_LOCALRANKID".into(), local_id.to_string()),
+    ]
+}
+
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, NodeState> {
-        // A panic while holding the lock cannot leave NodeState half-updated in a way that
-        // matters more than stopping the job would, so take the data anyway.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_spawned(&self) -> MutexGuard<'_, HashMap<String, Arc<Ns>>> {
+        self.spawned.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Names the local ranks that have not entered fence `generation` once `fence_timeout` has
-    /// passed since the first one did. This fires before the overlay's collective timeout
-    /// (staggered above it), so the job's abort names ranks, not just a node.
-    fn watch_local_fence(self: &Arc<Self>, generation: u64) {
+    /// Spawned job `nspace`, if served here.
+    fn child(&self, nspace: &str) -> Result<Arc<Ns>, Error> {
+        self.lock_spawned()
+            .get(nspace)
+            .cloned()
+            .ok_or_else(|| Error::InvalidJob {
+                job: nspace.into(),
+                reason: format!("not a spawned job served on node {}", self.job.node_idx),
+            })
+    }
+
+    /// Names the local ranks of `ns` that have not entered fence `generation` once
+    /// `fence_timeout` has passed since the first one did. This fires before the overlay's
+    /// collective timeout (staggered above it), so the job's abort names ranks, not just a node.
+    fn watch_local_fence(self: &Arc<Self>, ns: &Arc<Ns>, generation: u64) {
         let shared = self.clone();
+        let ns = ns.clone();
         self.tracker.spawn(
             async move {
                 tokio::select! {
@@ -358,20 +502,25 @@ impl Shared {
                     _ = tokio::time::sleep(shared.config.fence_timeout) => {}
                 }
                 let missing: Vec<u32> = {
-                    let st = shared.lock();
+                    let st = ns.lock();
                     if st.fences_started != generation {
                         return;
                     }
-                    shared.job.local_ranks().iter().copied().filter(|r| !st.in_fence.contains(r)).collect()
+                    ns.spec.local_ranks().iter().copied().filter(|r| !st.in_fence.contains(r)).collect()
                 };
                 let list: Vec<String> = missing.iter().map(u32::to_string).collect();
+                let whose = match ns.spawner {
+                    None => String::new(),
+                    Some(_) => format!("spawned job {} ", ns.id()),
+                };
                 let reason = format!(
-                    "node {} fence #{generation}: ranks {} have not entered it after fence_timeout ({:?})",
+                    "node {} {whose}fence #{generation}: ranks {} have not entered it after fence_timeout ({:?})",
                     shared.job.node_idx,
                     list.join(","),
                     shared.config.fence_timeout
                 );
-                shared.abort(missing.first().copied(), 1, reason).await;
+                let rank = missing.first().and_then(|&r| ns.abort_rank(r));
+                shared.abort(rank, 1, reason).await;
             }
             .in_current_span(),
         );
@@ -384,74 +533,89 @@ impl Shared {
             .await;
     }
 
-    /// A rank entered a fence; the last local rank to enter starts the allgather.
-    fn enter_fence(self: &Arc<Self>, rank: u32) {
-        let puts = {
-            let mut st = self.lock();
+    /// A rank of `ns` entered a fence; the last local rank to enter starts the allgather.
+    fn enter_fence(self: &Arc<Self>, ns: &Arc<Ns>, rank: u32) {
+        let (puts, generation) = {
+            let mut st = ns.lock();
             let first = st.in_fence.is_empty();
             st.in_fence.insert(rank);
-            if st.in_fence.len() < self.job.local_ranks().len() {
+            if st.in_fence.len() < ns.spec.local_ranks().len() {
                 if first {
-                    self.watch_local_fence(st.fences_started);
+                    self.watch_local_fence(ns, st.fences_started);
                 }
                 return;
             }
             st.in_fence.clear();
             st.fences_started += 1;
-            std::mem::take(&mut st.pending)
+            (std::mem::take(&mut st.pending), st.fences_started - 1)
         };
         let shared = self.clone();
+        let ns = ns.clone();
         self.tracker.spawn(
             async move {
-                let blob = match postcard::to_stdvec(&puts) {
-                    Ok(b) => Bytes::from(b),
-                    Err(e) => {
-                        shared
-                            .abort(None, 1, format!("cannot encode this node's puts: {e}"))
-                            .await;
-                        return;
-                    }
+                let Some(gathered) = shared.gather(&ns, generation, &puts).await else {
+                    return;
                 };
-                let blobs = match family::allgather(&shared.overlay, Family::Pmi, &shared.job, blob)
-                    .await
-                {
-                    Ok(b) => b,
-                    Err(e) => {
-                        // Timeouts and aborts have already aborted the job; the abort watcher closes the ranks.
-                        warn!("fence failed: {e}");
-                        return;
-                    }
-                };
-                let mut decoded = Vec::with_capacity(blobs.len());
-                for (node, blob) in blobs.iter().enumerate() {
-                    match postcard::from_bytes::<Vec<(String, String)>>(blob) {
-                        Ok(kv) => decoded.push(kv),
-                        Err(e) => {
-                            let reason =
-                                format!("fence: undecodable key/values from node {node}: {e}");
-                            shared
-                                .overlay
-                                .abort(AbortInfo::new(shared.job.node_idx, None, 1, reason))
-                                .await;
-                            return;
-                        }
-                    }
-                }
                 let handlers: Vec<mpsc::Sender<Notice>> = {
-                    let mut st = shared.lock();
-                    for (k, v) in decoded.into_iter().flatten() {
+                    let mut st = ns.lock();
+                    for (k, v) in gathered.into_iter().flatten() {
                         st.kvs.insert(k, v);
                     }
                     st.fences += 1;
                     st.handlers.values().cloned().collect()
                 };
-                debug!("fence complete");
+                debug!(nspace = %ns.id(), "fence complete");
                 for h in handlers {
                     let _ = h.send(Notice::FenceDone).await;
                 }
             }
             .in_current_span(),
         );
+    }
+
+    /// Fence `generation` of `ns` with this node's `puts`: every node's puts, or `None`
+    /// once the job was aborted (here, or by the failure that stopped the fence).
+    async fn gather(
+        &self,
+        ns: &Ns,
+        generation: u64,
+        puts: &[(String, String)],
+    ) -> Option<Vec<Vec<(String, String)>>> {
+        let blob = match postcard::to_stdvec(puts) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                let reason = format!("cannot encode this node's puts: {e}");
+                self.abort(None, 1, reason).await;
+                return None;
+            }
+        };
+        let blobs = match ns.spawner {
+            None => family::allgather(&self.overlay, Family::Pmi, &self.job, blob).await,
+            Some(_) => spawned::fence(self, ns, generation, blob).await,
+        };
+        let blobs = match blobs {
+            Ok(b) => b,
+            Err(e) => {
+                // Timeouts and aborts have already aborted the job; the abort watcher closes the ranks.
+                warn!(nspace = %ns.id(), "fence failed: {e}");
+                return None;
+            }
+        };
+        let mut decoded = Vec::with_capacity(blobs.len());
+        for (node, blob) in blobs.iter().enumerate() {
+            match postcard::from_bytes::<Vec<(String, String)>>(blob) {
+                Ok(kv) => decoded.push(kv),
+                Err(e) => {
+                    let reason = format!(
+                        "fence of {}: undecodable key/values from node {node}: {e}",
+                        ns.id()
+                    );
+                    self.abort(None, 1, reason).await;
+                    return None;
+                }
+            }
+        }
+        Some(decoded)
     }
 }
 
@@ -486,14 +650,21 @@ async fn abort_watch(shared: Arc<Shared>) {
 }
 
 /// Serves one rank's connection until it finalizes and closes, fails, or the server stops.
-async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, stream: S, rank: u32) {
-    RankHandler::new(shared, stream, rank).run().await;
+async fn serve_rank<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    ns: Arc<Ns>,
+    stream: S,
+    rank: u32,
+) {
+    RankHandler::new(shared, ns, stream, rank).run().await;
 }
 
 /// One rank's connection: its PMI session and what it has done so far.
 struct RankHandler<S> {
-    /// The node's KVS, fences and abort.
+    /// The node's overlay, spawner and abort.
     shared: Arc<Shared>,
+    /// The rank's namespace: its KVS and fences.
+    ns: Arc<Ns>,
     /// The rank's end of its socketpair.
     stream: S,
     rank: u32,
@@ -513,11 +684,12 @@ struct RankHandler<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
     /// Registers rank `rank`'s handler for notices.
-    fn new(shared: Arc<Shared>, stream: S, rank: u32) -> Self {
+    fn new(shared: Arc<Shared>, ns: Arc<Ns>, stream: S, rank: u32) -> Self {
         let (tx, notices) = mpsc::channel(NOTICE_CAPACITY);
-        shared.lock().handlers.insert(rank, tx.clone());
+        ns.lock().handlers.insert(rank, tx.clone());
         RankHandler {
             shared,
+            ns,
             stream,
             rank,
             session: Session::new(Some(rank)),
@@ -541,7 +713,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
                 break;
             }
         }
-        self.shared.lock().handlers.remove(&self.rank);
+        self.ns.lock().handlers.remove(&self.rank);
         if self.closed_early && self.spoke {
             self.closed_before_finalize().await;
         }
@@ -553,6 +725,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             Notice::FenceDone => self.session.fence_done(),
             Notice::NodeAttr(k, v) => self.session.node_attr_ready(&k, &v),
             Notice::Names(answer) => self.session.names_done(&answer),
+            Notice::Spawned(answer) => self.session.spawn_done(&answer),
         };
         if !reply.is_empty() && self.stream.write_all(&reply).await.is_err() {
             self.closed_early = !self.session.finalized();
@@ -581,12 +754,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
     /// come; breaks when the job is aborted.
     async fn poll(&mut self) -> ControlFlow<(), Option<Vec<Action>>> {
         let shared = &self.shared;
+        let ns = &self.ns;
         let rank = self.rank;
         let (polled, attr_puts) = {
-            let mut st = shared.lock();
+            let mut st = ns.lock();
+            if !self.spoke {
+                st.spoke.insert(rank);
+            }
             let mut view = View {
-                job: &shared.job,
-                mapping: &shared.mapping,
+                ns,
                 state: &mut st,
                 attr_puts: Vec::new(),
             };
@@ -595,14 +771,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
         };
         if !self.spoke {
             self.spoke = true;
-            let gone = shared.departures.spoke(rank, Family::Pmi);
+            // A spawned job's ranks share numbers with the job's: its own record says who spoke.
+            let gone = match ns.spawner {
+                None => shared.departures.spoke(rank, Family::Pmi),
+                Some(_) => None,
+            };
             if let Some((gone, reason)) = gone {
                 shared.abort(Some(gone), 1, reason).await;
                 return ControlFlow::Break(());
             }
         }
         for (k, v) in attr_puts {
-            let handlers: Vec<_> = shared.lock().handlers.values().cloned().collect();
+            let handlers: Vec<_> = ns.lock().handlers.values().cloned().collect();
             for h in handlers {
                 let _ = h.send(Notice::NodeAttr(k.clone(), v.clone())).await;
             }
@@ -610,8 +790,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
         match polled {
             Ok(actions) => ControlFlow::Continue(actions),
             Err(e) => {
-                let reason = format!("node {} rank {rank}: {e}", shared.job.node_idx);
-                shared.abort(Some(rank), 1, reason).await;
+                let reason = format!("node {} {}: {e}", shared.job.node_idx, ns.who(rank));
+                shared.abort(ns.abort_rank(rank), 1, reason).await;
                 ControlFlow::Break(())
             }
         }
@@ -627,18 +807,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
                     return ControlFlow::Break(());
                 }
             }
-            Action::Fence => self.shared.enter_fence(rank),
+            Action::Fence => self.shared.enter_fence(&self.ns, rank),
             Action::WaitNodeAttr(_) => {}
             Action::Names(request) => {
                 let ask = ask_names(self.shared.clone(), request, self.notices_tx.clone());
                 self.shared.tracker.spawn(ask.in_current_span());
             }
+            Action::Spawn(request) => {
+                let request = spawned::request(self.ns.id(), rank, request);
+                let ask = spawned::ask(self.shared.clone(), request, self.notices_tx.clone());
+                self.shared.tracker.spawn(ask.in_current_span());
+            }
             Action::Finalized => {
-                self.shared.lock().finalized.insert(rank);
+                self.ns.lock().finalized.insert(rank);
             }
             Action::Abort { code, msg } => {
-                let reason = format!("rank {rank} called abort (code {code}): {msg:?}");
-                self.shared.abort(Some(rank), code, reason).await;
+                let who = self.ns.who(rank);
+                let reason = format!("{who} called abort (code {code}): {msg:?}");
+                self.shared
+                    .abort(self.ns.abort_rank(rank), code, reason)
+                    .await;
                 return ControlFlow::Break(());
             }
         }
@@ -653,15 +841,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             _ = self.shared.shutdown.cancelled() => return,
             _ = tokio::time::sleep(self.shared.config.early_close_grace) => {}
         }
-        let exited = self.shared.lock().exited.contains_key(&r);
+        let exited = self.ns.lock().exited.contains_key(&r);
         if !exited {
-            self.shared
-                .abort(
-                    Some(r),
-                    1,
-                    format!("rank {r} closed its PMI connection before finalize"),
-                )
-                .await;
+            let who = self.ns.who(r);
+            let reason = format!("{who} closed its PMI connection before finalize");
+            self.shared.abort(self.ns.abort_rank(r), 1, reason).await;
         }
     }
 }

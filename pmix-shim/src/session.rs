@@ -4,9 +4,9 @@
 //! frames, as Slurm's and hydra's servers do. The engine keeps no sockets: the server
 //! ([`crate::server`]) feeds it bytes, gives it the node's key/value view through [`Node`],
 //! and carries out the [`Action`]s it returns (send bytes, enter a fence, wait for a node
-//! attribute, ask the job's name service, abort the job). Fence, wait and name replies are
-//! produced later by [`Session::fence_done`], [`Session::node_attr_ready`] and
-//! [`Session::names_done`].
+//! attribute, ask the job's name service, start a spawned job, abort the job). Fence, wait,
+//! name and spawn replies are produced later by [`Session::fence_done`],
+//! [`Session::node_attr_ready`], [`Session::names_done`] and [`Session::spawn_done`].
 
 use bytes::{Buf, BytesMut};
 
@@ -30,6 +30,15 @@ pub trait Node {
     fn put_node_attr(&mut self, key: String, value: String);
     /// A `PMI_PORT` client says it is `rank`: true if that is a local rank not yet connected.
     fn claim(&mut self, rank: u32) -> bool;
+    /// The number of the program `rank` runs (`MPI_APPNUM`: a spawned job's command index).
+    fn appnum(&self, _rank: u32) -> u32 {
+        0
+    }
+    /// The job that spawned this one (PMI-2 `spawner-jobid`), `None` for a job the launcher
+    /// started.
+    fn spawner(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What the server must do after feeding the session.
@@ -44,6 +53,9 @@ pub enum Action {
     WaitNodeAttr(String),
     /// The rank asks the job's name service: reply with [`Session::names_done`] once it answered.
     Names(names::Request),
+    /// The rank asks to start a job (`MPI_Comm_spawn`, the whole request): reply with
+    /// [`Session::spawn_done`] once the children run or the request was refused.
+    Spawn(spawn::Request),
     /// The rank finalized; a close after this is normal.
     Finalized,
     /// The rank asked to abort the job.
@@ -94,6 +106,9 @@ enum Pending {
     /// A name-service request; PMI-1 replies by the request's kind, PMI-2 echoes the command.
     Pmi1Names(names::Request),
     Pmi2Names(pmi2::Command),
+    /// A spawn request of this many processes in all; PMI-2 echoes the command.
+    Pmi1Spawn(u64),
+    Pmi2Spawn(pmi2::Command, u64),
 }
 
 /// One rank's connection state.
@@ -231,7 +246,10 @@ impl Session {
             } => send(self.pmi1_init(version, subversion)),
             Request::GetMaxes => send(Reply::Maxes),
             // Hydra answers 0 and MPICH only uses it for MPI_APPNUM; Slurm's -1 would be wrong for us.
-            Request::GetAppnum => send(Reply::Appnum(0)),
+            Request::GetAppnum => {
+                let appnum = node.appnum(self.rank.unwrap_or_default());
+                send(Reply::Appnum(i32::try_from(appnum).unwrap_or(i32::MAX)))
+            }
             Request::GetUniverseSize => send(Reply::UniverseSize(node.n_ranks())),
             Request::GetMyKvsname => send(Reply::MyKvsname(node.job_id().to_owned())),
             Request::Put {
@@ -287,7 +305,8 @@ impl Session {
         })
     }
 
-    /// A line of a PMI-1 spawn request: read on, and refused once the request is whole.
+    /// A line of a PMI-1 spawn request: read on; once the request is whole the rank waits
+    /// for it.
     fn pmi1_spawn_line(&mut self, line: &[u8]) -> Result<Vec<Action>, ProtocolError> {
         let bad = |s: &Self, why: String| s.error("pmi1", format!("{why}: {}", excerpt(line)));
         let Ok(text) = std::str::from_utf8(line) else {
@@ -300,9 +319,8 @@ impl Session {
             Ok(None) => Ok(vec![]),
             Ok(Some(request)) => {
                 self.spawn = None;
-                refusal_note(self.rank, &request);
-                let reply = pmi1::Reply::SpawnRefused(spawn::NOT_SERVED.into());
-                Ok(vec![Action::Send(reply.encode().into_bytes())])
+                self.pending = Some(Pending::Pmi1Spawn(request.total_procs()));
+                Ok(vec![Action::Spawn(request)])
             }
             Err(e) => Err(bad(self, e.to_string())),
         }
@@ -438,8 +456,8 @@ impl Session {
             "spawn" => {
                 let request = spawn::from_pmi2(&c)
                     .map_err(|e| self.error("pmi2", format!("{e}: {}", excerpt(raw))))?;
-                refusal_note(self.rank, &request);
-                send(pmi2_spawn_refused(&c, &request))
+                self.pending = Some(Pending::Pmi2Spawn(c, request.total_procs()));
+                vec![Action::Spawn(request)]
             }
             "finalize" => {
                 self.finalized = true;
@@ -494,14 +512,19 @@ impl Session {
             }
         }
         self.fullinit = true;
-        Ok(pmi2::Reply::new("fullinit-response", 0, Some(c))
+        let reply = pmi2::Reply::new("fullinit-response", 0, Some(c))
             .field("pmi-version", "2")
             .field("pmi-subversion", "0")
             .field("rank", &rank.to_string())
             .field("size", &node.n_ranks().to_string())
-            .field("appnum", "0")
+            .field("appnum", &node.appnum(rank).to_string())
             .field("debugged", "FALSE")
-            .field("pmiverbose", "FALSE"))
+            .field("pmiverbose", "FALSE");
+        // MPICH's PMI2_Init calls the job spawned when the field is there at all.
+        Ok(match node.spawner() {
+            Some(parent) => reply.field("spawner-jobid", &parent),
+            None => reply,
+        })
     }
 
     /// `info-getnodeattr`: answered now, or with `wait=TRUE` once another rank puts the key.
@@ -588,6 +611,33 @@ impl Session {
         }
     }
 
+    /// The reply to a waiting spawn request once it was answered: the child job's id, or
+    /// why nothing was started; empty if the rank was not waiting for one.
+    pub fn spawn_done(&mut self, answer: &Result<String, String>) -> Vec<u8> {
+        match (self.pending.take(), answer) {
+            (Some(Pending::Pmi1Spawn(procs)), Ok(_)) => {
+                pmi1::Reply::Spawned(spawn::codes(procs, 0))
+                    .encode()
+                    .into_bytes()
+            }
+            (Some(Pending::Pmi1Spawn(_)), Err(why)) => {
+                pmi1::Reply::SpawnRefused(why.clone()).encode().into_bytes()
+            }
+            (Some(Pending::Pmi2Spawn(c, procs)), Ok(jobid)) => {
+                let reply = pmi2::Reply::new("spawn-response", 0, Some(&c)).field("jobid", jobid);
+                with_codes(reply, procs, 0).encode()
+            }
+            (Some(Pending::Pmi2Spawn(c, procs)), Err(why)) => {
+                let reply = pmi2::Reply::new("spawn-response", -1, Some(&c)).field("errmsg", why);
+                with_codes(reply, procs, -1).encode()
+            }
+            (other, _) => {
+                self.pending = other;
+                Vec::new()
+            }
+        }
+    }
+
     /// True while the rank waits in a fence.
     pub fn in_fence(&self) -> bool {
         matches!(
@@ -613,28 +663,11 @@ impl Session {
     }
 }
 
-/// Logs a refused spawn (`GREEDY_LOG=warn` shows it): the program's MPI error may not say why.
-fn refusal_note(rank: Option<u32>, request: &spawn::Request) {
-    let programs: Vec<&str> = request
-        .commands
-        .iter()
-        .map(|c| c.program.as_str())
-        .collect();
-    tracing::warn!(
-        ?rank,
-        ?programs,
-        procs = request.total_procs(),
-        "MPI_Comm_spawn refused: {}",
-        spawn::NOT_SERVED
-    );
-}
-
-/// `spawn-response` with `rc=-1` and why, plus one error code per process as Slurm's own
-/// server sends them for clients that read `errcodes` rather than `rc`. (Slurm's `libpmi2.so`
-/// reads neither: Intel MPI through it takes any answer for success and waits for children.)
-fn pmi2_spawn_refused(c: &pmi2::Command, request: &spawn::Request) -> pmi2::Reply {
-    let reply = pmi2::Reply::new("spawn-response", -1, Some(c)).field("errmsg", spawn::NOT_SERVED);
-    match spawn::failure_codes(request) {
+/// A `spawn-response` with one error code per process, as Slurm's own server sends them for
+/// clients that read `errcodes` rather than `rc` (past [`spawn::ERRCODES_MAX`], `rc` only).
+/// (Slurm's `libpmi2.so` reads neither: Intel MPI through it takes any answer for success.)
+fn with_codes(reply: pmi2::Reply, procs: u64, code: i32) -> pmi2::Reply {
+    match spawn::codes(procs, code) {
         Some(codes) => reply.field("errcodes", &codes),
         None => reply,
     }
@@ -661,6 +694,7 @@ mod tests {
         attrs: HashMap<String, String>,
         puts: Vec<(u32, String, String)>,
         claimed: Vec<u32>,
+        spawner: Option<String>,
     }
 
     impl Node for FakeNode {
@@ -692,6 +726,12 @@ mod tests {
             } else {
                 false
             }
+        }
+        fn appnum(&self, rank: u32) -> u32 {
+            u32::from(self.spawner.is_some() && rank > 0)
+        }
+        fn spawner(&self) -> Option<String> {
+            self.spawner.clone()
         }
     }
 
@@ -727,6 +767,22 @@ mod tests {
                                     out += &format!(
                                         "<names>{}",
                                         String::from_utf8_lossy(&s.names_done(&answer))
+                                    )
+                                }
+                                Action::Spawn(request) => {
+                                    let asked: Vec<String> = request
+                                        .commands
+                                        .iter()
+                                        .map(|c| format!("{} x{}", c.program, c.maxprocs))
+                                        .collect();
+                                    let answer = match request.commands[0].program.as_str() {
+                                        "refuse" => Err("no free slots".to_string()),
+                                        _ => Ok("j7.1".to_string()),
+                                    };
+                                    out += &format!(
+                                        "<spawn {}>{}",
+                                        asked.join(","),
+                                        String::from_utf8_lossy(&s.spawn_done(&answer))
                                     )
                                 }
                                 other => out += &format!("<{other:?}>"),
@@ -796,24 +852,34 @@ mod tests {
     }
 
     /// MPICH 5's `MPI_Comm_spawn` over PMI-1 (one write of the whole block) and Intel MPI's
-    /// (a block per write): one refusal after `endcmd`, and the connection goes on.
+    /// (a block per write): the request once whole, one reply when answered (started: one
+    /// error code per process; refused: why), and the connection goes on.
     #[test]
-    fn pmi1_spawn_is_refused_after_the_whole_request() {
-        let refused = "cmd=spawn_result rc=-1 msg=spawn_is_not_served_yet\n";
+    fn pmi1_spawn_waits_for_its_answer_after_the_whole_request() {
         let block = "mcmd=spawn\nnprocs=2\nexecname=./spawn\ntotspawns=1\nspawnssofar=1\n\
                      argcnt=0\npreput_num=1\npreput_key_0=PARENT_ROOT_PORT_NAME\n\
                      preput_val_0=tag#0$connentry#0200$\ninfo_num=0\nendcmd\n";
         check(
             Some(0),
             &[block, "cmd=get_appnum\n"],
-            &format!("{refused}cmd=appnum rc=0 appnum=0\n"),
+            "<spawn ./spawn x2>cmd=spawn_result rc=0 errcodes=0,0\ncmd=appnum rc=0 appnum=0\n",
+        );
+        let refused = block.replace("./spawn", "refuse");
+        check(
+            Some(0),
+            &[&refused],
+            "<spawn refuse x2>cmd=spawn_result rc=-1 msg=no_free_slots\n",
         );
         let two = "mcmd=spawn\nnprocs=1\nexecname=a\ntotspawns=2\nspawnssofar=1\nargcnt=0\n\
                    preput_num=0\ninfo_num=0\nendcmd\n";
         let second = "mcmd=spawn\nnprocs=3\nexecname=b\ntotspawns=2\nspawnssofar=2\n\
                       argcnt=1\narg1=x y\ninfo_num=0\nendcmd\n";
         check(Some(0), &[two], "");
-        check(Some(0), &[two, second], refused);
+        check(
+            Some(0),
+            &[two, second],
+            "<spawn a x1,b x3>cmd=spawn_result rc=0 errcodes=0,0,0,0\n",
+        );
         check(
             Some(0),
             &["mcmd=spawn\n", "nprocs=1\n", "endcmd\n"],
@@ -827,20 +893,53 @@ mod tests {
     }
 
     #[test]
-    fn pmi2_spawn_is_refused_with_error_codes() {
+    fn pmi2_spawn_answers_with_the_child_jobid_or_error_codes() {
         let init = [
             "cmd=init pmi_version=2 pmi_subversion=0\n",
             ">cmd=fullinit;pmirank=0;",
         ];
+        let frame = |body: &str| format!("{:<6}{body}", body.len());
         let spawn = ">cmd=spawn;ncmds=1;preputcount=1;ppkey0=PARENT_ROOT_PORT_NAME;ppval0=p;\
                      subcmd=./spawn;maxprocs=2;argc=0;infokeycount=0;";
         let got = run(Some(0), &[init[0], init[1], spawn]);
-        let body = "cmd=spawn-response;rc=-1;errmsg=spawn is not served yet;errcodes=-1,-1;";
-        assert!(got.ends_with(&format!("{:<6}{body}", body.len())), "{got}");
+        let body = "cmd=spawn-response;rc=0;jobid=j7.1;errcodes=0,0;";
+        assert!(
+            got.ends_with(&format!("<spawn ./spawn x2>{}", frame(body))),
+            "{got}"
+        );
+        let refused = spawn.replace("./spawn", "refuse");
+        let got = run(Some(0), &[init[0], init[1], &refused]);
+        let body = "cmd=spawn-response;rc=-1;errmsg=no free slots;errcodes=-1,-1;";
+        assert!(got.ends_with(&frame(body)), "{got}");
         let got = run(Some(0), &[init[0], init[1], ">cmd=spawn;ncmds=x;"]);
         assert!(
             got.ends_with(r#"<error pmi2 line 3: spawn ncmds="x" is not a number: "18    cmd=spawn;ncmds=x;">"#),
             "{got}"
+        );
+    }
+
+    /// A spawned rank learns its parent (PMI-2 `spawner-jobid`) and its program's number.
+    #[test]
+    fn a_spawned_rank_is_told_its_spawner_and_appnum() {
+        let mut node = FakeNode {
+            spawner: Some("j7".into()),
+            ..FakeNode::default()
+        };
+        let mut s = Session::new(Some(1));
+        let mut buf = BytesMut::from("cmd=init pmi_version=2 pmi_subversion=0\n");
+        s.poll(&mut buf, &mut node).unwrap().unwrap();
+        let body = "cmd=fullinit;pmirank=1;";
+        buf.extend_from_slice(format!("{:<6}{body}", body.len()).as_bytes());
+        let Some(actions) = s.poll(&mut buf, &mut node).unwrap() else {
+            panic!("fullinit answered");
+        };
+        let Action::Send(reply) = &actions[0] else {
+            panic!("{actions:?}");
+        };
+        let reply = String::from_utf8_lossy(reply);
+        assert!(
+            reply.contains(";appnum=1;") && reply.ends_with(";spawner-jobid=j7;"),
+            "{reply}"
         );
     }
 

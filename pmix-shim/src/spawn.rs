@@ -3,15 +3,13 @@
 //! PMI-1 sends one multi-line block per command (`mcmd=spawn`, one `key=value` per line,
 //! `endcmd`), the blocks of one request back to back and one reply after the last
 //! ([`Block`]); PMI-2 sends one frame with the commands' fields in order ([`from_pmi2`]).
-//! Both give the same [`Request`]. Sans-I/O; the session decides the answer (today always a
-//! failure: greedy does not start processes for a running job yet).
+//! Both give the same [`Request`]. Sans-I/O; the session hands it to the server, which asks
+//! the embedder to start it ([`crate::child`]).
 
 use std::fmt;
 
 use crate::pmi2;
 
-/// Why every spawn request is refused for now: greedy starts no processes for a running job.
-pub const NOT_SERVED: &str = "spawn is not served yet";
 /// Most commands in one request (`MPI_Comm_spawn_multiple`'s count).
 pub const MAX_COMMANDS: usize = 256;
 /// Most arguments, info entries or preput entries one command or request may carry.
@@ -20,8 +18,8 @@ pub const MAX_ITEMS: usize = 1024;
 pub const MAX_LINES: usize = 8192;
 /// Most bytes of one PMI-1 request, all its blocks together.
 pub const MAX_BYTES: usize = 256 * 1024;
-/// Most processes a failure reply gives an error code for (Slurm's PMI-2 client reads
-/// `errcodes` into a 1 KiB buffer; "-1," per process).
+/// Most processes a reply gives an error code for (Slurm's PMI-2 client reads `errcodes`
+/// into a 1 KiB buffer, "-1," per process; MPICH's PMI-1 line is at most 1 KiB).
 pub const ERRCODES_MAX: u64 = 256;
 
 /// What the ranks of a job ask to start.
@@ -280,13 +278,13 @@ pub fn from_pmi2(c: &pmi2::Command) -> Result<Request, ParseError> {
     Ok(Request { commands, preput })
 }
 
-/// `-1,-1,…`: one error code per requested process for a failure reply, or `None` past
-/// [`ERRCODES_MAX`] (then the reply carries `rc` only).
-pub fn failure_codes(request: &Request) -> Option<String> {
-    let n = request.total_procs();
+/// `code,code,…`: one error code for each of `procs` processes (`0` when they started, `-1`
+/// when refused), or `None` past [`ERRCODES_MAX`] or for none (then the reply carries `rc`
+/// only; MPICH's PMI-1 client then takes every code for 0).
+pub fn codes(procs: u64, code: i32) -> Option<String> {
     (1..=ERRCODES_MAX)
-        .contains(&n)
-        .then(|| vec!["-1"; n as usize].join(","))
+        .contains(&procs)
+        .then(|| vec![code.to_string(); procs as usize].join(","))
 }
 
 #[cfg(test)]
@@ -353,7 +351,7 @@ mod tests {
             }
         );
         assert_eq!(r.commands[1].program, "b");
-        assert_eq!(failure_codes(&r).as_deref(), Some("-1,-1,-1"));
+        assert_eq!(codes(r.total_procs(), -1).as_deref(), Some("-1,-1,-1"));
         // The first block alone is not the request yet.
         assert_eq!(block(&MPICH5_TWO[..14]), Ok(None));
     }
@@ -418,8 +416,9 @@ mod tests {
             }],
             preput: vec![],
         };
-        assert_eq!(failure_codes(&r(1)).as_deref(), Some("-1"));
-        assert_eq!(failure_codes(&r(0)), None);
-        assert_eq!(failure_codes(&r(257)), None);
+        assert_eq!(codes(r(1).total_procs(), -1).as_deref(), Some("-1"));
+        assert_eq!(codes(r(2).total_procs(), 0).as_deref(), Some("0,0"));
+        assert_eq!(codes(r(0).total_procs(), 0), None);
+        assert_eq!(codes(r(257).total_procs(), -1), None);
     }
 }

@@ -6,53 +6,62 @@
  *   "rank R of N: spawn error class C (TEXT)"   the spawn failed with MPI error class C
  *   "rank R of N: spawned 2"                    it succeeded (the children are then merged and
  *                                               freed)
- * A child prints "child R of N: parent ok" and exits 0.
+ * After a spawn, parents and children check each other over the intercommunicator: parent
+ * rank 0 broadcasts 1000 + the parents' size, which each child checks against its remote size
+ * ("child R of N: parent ok", exit 0; else "child R of N: parent sent X", exit 1), and the
+ * children reduce their rank + 1 to parent rank 0, which checks the sum ("rank 0 of N:
+ * children ok"; else "children sent X" and exit 1).
  *
- * With SPAWN_CHECK=1 in the environment of parent and children, both also check the
- * intercommunicator across the two namespaces: the parent prints "rank R of N: remote size S"
- * and its rank 0 sends 100+i to child i; each child prints "child R of N: parent size S" and
- * "child R of N: got V from parent 0" (V must be 100+R).
+ * Exits 0 if the spawn failed with an error (a launcher that does not serve spawn must say so
+ * at once), 3 if it succeeded and the check passed, so a test can tell which it saw from the
+ * exit code alone. The spawn's own wall time is printed as "spawn took S s" so a test can see
+ * it did not wait.
  *
- * Exits 0 if the spawn failed with an error (greedy does not serve spawn yet and must say so at
- * once), 3 if it succeeded, so a test can tell which it saw from the exit code alone. The
- * spawn's own wall time is printed as "spawn took S s" so a test can see it did not wait.
+ * With --children-die the parents pass --die to the children, which exit 7 before MPI_Init
+ * (never connecting back: the parents would wait in MPI_Comm_spawn forever unless the launcher
+ * ends the job).
  */
 #include <mpi.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--die") == 0)
+        return 7;
+    char *die[] = {"--die", NULL};
+    int children_die = argc > 1 && strcmp(argv[1], "--children-die") == 0;
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     int rank = -1, size = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *check_env = getenv("SPAWN_CHECK");
-    int check = check_env && strcmp(check_env, "1") == 0;
     MPI_Comm parent = MPI_COMM_NULL;
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL) {
-        printf("child %d of %d: parent ok\n", rank, size);
-        if (check) {
-            int psize = -1, v = -1;
-            MPI_Comm_remote_size(parent, &psize);
-            printf("child %d of %d: parent size %d\n", rank, size, psize);
-            MPI_Recv(&v, 1, MPI_INT, 0, 7, parent, MPI_STATUS_IGNORE);
-            printf("child %d of %d: got %d from parent 0\n", rank, size, v);
-        }
+        int parents = -1, token = -1, mine = rank + 1;
+        MPI_Comm_remote_size(parent, &parents);
+        MPI_Bcast(&token, 1, MPI_INT, 0, parent);
+        MPI_Reduce(&mine, NULL, 1, MPI_INT, MPI_SUM, 0, parent);
+        /* Every parent has connected to every child before any child may exit: MPICH over
+         * UCX shared memory fails a parent still reaching a child that has gone. */
+        MPI_Barrier(parent);
+        int ok = token == 1000 + parents;
+        if (ok)
+            printf("child %d of %d: parent ok\n", rank, size);
+        else
+            printf("child %d of %d: parent sent %d\n", rank, size, token);
         fflush(stdout);
         MPI_Comm_disconnect(&parent);
         MPI_Finalize();
-        return 0;
+        return ok ? 0 : 1;
     }
     MPI_Comm children = MPI_COMM_NULL;
     int codes[2] = {-1, -1};
     double t0 = MPI_Wtime();
-    int err = MPI_Comm_spawn(argv[0], MPI_ARGV_NULL, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD,
-                             &children, codes);
+    int err = MPI_Comm_spawn(argv[0], children_die ? die : MPI_ARGV_NULL, 2, MPI_INFO_NULL, 0,
+                             MPI_COMM_WORLD, &children, codes);
     double took = MPI_Wtime() - t0;
     int status = 0;
     if (err != MPI_SUCCESS) {
@@ -67,17 +76,19 @@ int main(int argc, char **argv)
         printf("rank %d of %d: spawn error class %d (%s)\n", rank, size, cls, text);
     } else {
         printf("rank %d of %d: spawned 2\n", rank, size);
-        if (check) {
-            int rsize = -1;
-            MPI_Comm_remote_size(children, &rsize);
-            printf("rank %d of %d: remote size %d\n", rank, size, rsize);
-            for (int i = 0; rank == 0 && i < rsize; i++) {
-                int v = 100 + i;
-                MPI_Send(&v, 1, MPI_INT, i, 7, children);
-            }
+        int token = 1000 + size, sum = -1, none = 0;
+        MPI_Bcast(&token, 1, MPI_INT, rank == 0 ? MPI_ROOT : MPI_PROC_NULL, children);
+        MPI_Reduce(&none, &sum, 1, MPI_INT, MPI_SUM, rank == 0 ? MPI_ROOT : MPI_PROC_NULL,
+                   children);
+        MPI_Barrier(children);
+        status = 3;
+        if (rank == 0 && sum == 1 + 2) {
+            printf("rank %d of %d: children ok\n", rank, size);
+        } else if (rank == 0) {
+            printf("rank %d of %d: children sent %d\n", rank, size, sum);
+            status = 1;
         }
         MPI_Comm_disconnect(&children);
-        status = 3;
     }
     printf("rank %d of %d: spawn took %.1f s\n", rank, size, took);
     fflush(stdout);

@@ -71,18 +71,37 @@ impl Served {
         self.namespaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `placement`'s namespace with its direct-modex queue; false if served already.
+    /// Adds `placement`'s namespace with its direct-modex queue; false if served already
+    /// with a queue, or with another placement. A namespace added by its placement only
+    /// ([`Served::add_placement`], the PMI server's spawned job) takes the queue.
     pub(crate) fn add(&self, placement: Arc<JobSpec>, modex: mpsc::Sender<Incoming>) -> bool {
         self.insert(placement, Some(modex))
     }
 
+    /// Adds `placement`'s namespace without a direct-modex queue (a spawned job PMI serves,
+    /// which PMIx may add later with its queue); true also if it is served already with the
+    /// same placement, false if with another.
+    pub(crate) fn add_placement(&self, placement: Arc<JobSpec>) -> bool {
+        self.insert(placement, None)
+    }
+
     fn insert(&self, placement: Arc<JobSpec>, modex: Option<mpsc::Sender<Incoming>>) -> bool {
         let mut map = self.map();
-        if map.contains_key(&placement.job_id) {
+        let Some(entry) = map.get_mut(&placement.job_id) else {
+            map.insert(placement.job_id.clone(), Entry { placement, modex });
+            return true;
+        };
+        if !same_placement(&entry.placement, &placement) {
             return false;
         }
-        map.insert(placement.job_id.clone(), Entry { placement, modex });
-        true
+        match (modex, entry.modex.is_some()) {
+            (None, _) => true,
+            (Some(_), true) => false,
+            (Some(queue), false) => {
+                entry.modex = Some(queue);
+                true
+            }
+        }
     }
 
     /// Forgets `nspace`: its later requests are refused.
@@ -122,6 +141,12 @@ impl Served {
             (req, Unserved::Busy { node, nspace })
         })
     }
+}
+
+/// Whether two placements put the same ranks on the same hosts (who adds them, and the
+/// node's own index, may differ).
+fn same_placement(a: &JobSpec, b: &JobSpec) -> bool {
+    a.job_id == b.job_id && a.hosts == b.hosts && a.ranks == b.ranks
 }
 
 /// Takes `overlay`'s direct-modex queue, unless taken already, and routes it by namespace
@@ -187,6 +212,27 @@ mod tests {
         served.remove("b");
         assert!(served.placement("b").is_none());
         assert_eq!(served.namespaces(), ["a"]);
+    }
+
+    #[test]
+    fn a_placement_added_alone_takes_its_queue_later_once() {
+        let served = Served::default();
+        let child = || placement("j.1", vec![vec![0], vec![]]);
+        assert!(served.add_placement(child()));
+        assert!(served.add_placement(child()));
+        assert!(!served.add_placement(placement("j.1", vec![vec![], vec![0]])));
+        let (tx, mut rx) = mpsc::channel(1);
+        assert!(served.add(child(), tx.clone()));
+        assert!(!served.add(child(), tx));
+        assert!(served.add_placement(child()));
+        let req = Incoming {
+            from: 1,
+            body: bytes::Bytes::new(),
+            id: 0,
+            answers: None,
+        };
+        assert!(served.dispatch(0, "j.1", req).is_ok());
+        assert!(rx.try_recv().is_ok());
     }
 
     #[test]
