@@ -123,6 +123,15 @@ impl NodeConfig {
     }
 }
 
+impl NodeConfig {
+    /// Says how many processes the job and those it spawns may have in all (the launcher's
+    /// slots), to every family: what `MPI_UNIVERSE_SIZE` tells the ranks.
+    pub fn set_universe(&mut self, slots: u32) {
+        self.pmi.universe = Some(slots);
+        self.pmix.universe = Some(slots);
+    }
+}
+
 /// What a rank needs to reach the service.
 #[derive(Debug, Default)]
 pub struct RankWireup {

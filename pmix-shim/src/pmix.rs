@@ -175,6 +175,10 @@ pub struct PmixConfig {
     /// Where the CPUs each local rank is bound to come from, told to the ranks as their
     /// `PMIX_LOCALITY_STRING` and `PMIX_CPUSET`.
     pub binding: Binding,
+    /// How many processes the job and those it spawns may have in all (the launcher's slots:
+    /// `PMIX_UNIVERSE_SIZE`, `PMIX_MAX_PROCS`, what `MPI_UNIVERSE_SIZE` says); `None` or fewer
+    /// than a namespace's ranks: its ranks.
+    pub universe: Option<u32>,
 }
 
 /// Where the local ranks' CPU bindings come from.
@@ -220,6 +224,7 @@ impl PmixConfig {
             owner: None,
             admit: admit_nobody(),
             binding: Binding::Known(BTreeMap::new()),
+            universe: None,
         }
     }
 
@@ -244,6 +249,7 @@ impl PmixConfig {
             register_timeout: self.register_timeout,
             exit_grace: self.exit_grace,
             binding: self.binding.clone(),
+            universe: self.universe,
         }
     }
 }
@@ -258,6 +264,8 @@ pub struct NamespaceConfig {
     pub exit_grace: Duration,
     /// As [`PmixConfig::binding`].
     pub binding: Binding,
+    /// As [`PmixConfig::universe`].
+    pub universe: Option<u32>,
 }
 
 /// Variables that make Open MPI 4.1 accept a PMIx direct launch (an empty value is replaced by
@@ -1126,7 +1134,7 @@ async fn register_nspace(
         job,
         server,
         (&shared.host.config().tmpdir, &shared.nsdir),
-        bound,
+        (bound, config.universe),
         shared.child.as_deref(),
     )
     .map_err(|s| failed("building the job info", s))?;
@@ -1239,11 +1247,12 @@ fn job_info(
     job: &JobSpec,
     server: &Server,
     (tmpdir, nsdir): (&std::path::Path, &std::path::Path),
-    bound: &BTreeMap<u32, Vec<u32>>,
+    (bound, universe): (&BTreeMap<u32, Vec<u32>>, Option<u32>),
     child: Option<&ChildJob>,
 ) -> Result<InfoArray, Status> {
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
+    let universe = universe.unwrap_or(0).max(n_ranks);
     let local = job.local_ranks();
     // The maps list the namespace's own nodes only, as PRRTE registers a job on a daemon
     // hosting none of its procs. libpmix numbers the nodes of `PMIX_NODE_MAP` by position
@@ -1269,14 +1278,14 @@ fn job_info(
         (key::TDIR_RMCLEAN, Value::Bool(true)),
         (key::JOBID, Value::Str(job.job_id.clone())),
         (key::HOSTNAME, Value::Str(host.clone())),
-        (key::UNIV_SIZE, Value::U32(n_ranks)),
+        (key::UNIV_SIZE, Value::U32(universe)),
         (key::JOB_SIZE, Value::U32(n_ranks)),
         (
             key::JOB_NUM_APPS,
             Value::U32(child.map_or(1, |c| c.apps.len().max(1) as u32)),
         ),
         (key::APP_SIZE, Value::U32(n_ranks)),
-        (key::MAX_PROCS, Value::U32(n_ranks)),
+        (key::MAX_PROCS, Value::U32(universe)),
         (key::NUM_NODES, Value::U32(own.n_nodes() as u32)),
         (key::LOCAL_SIZE, Value::U32(local.len() as u32)),
         (key::NODE_SIZE, Value::U32(local.len() as u32)),

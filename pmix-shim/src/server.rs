@@ -68,6 +68,10 @@ pub struct PmiConfig {
     /// or below `OverlayConfig::collective_timeout`, so that a stuck rank is named by its own
     /// node rather than the whole node by another.
     pub fence_timeout: Duration,
+    /// How many processes the job and those it spawns may have in all (the launcher's slots:
+    /// PMI-1 `get_universe_size`, PMI-2 `universeSize`, what `MPI_UNIVERSE_SIZE` says); `None`
+    /// or fewer than a namespace's ranks: its ranks.
+    pub universe: Option<u32>,
 }
 
 impl Default for PmiConfig {
@@ -75,6 +79,7 @@ impl Default for PmiConfig {
         PmiConfig {
             early_close_grace: Duration::from_millis(500),
             fence_timeout: Duration::from_secs(300),
+            universe: None,
         }
     }
 }
@@ -169,6 +174,8 @@ impl Ns {
 /// The session's view of a namespace while its state lock is held.
 struct View<'a> {
     ns: &'a Ns,
+    /// The job family's universe size ([`PmiConfig::universe`]).
+    universe: u32,
     state: &'a mut NodeState,
     attr_puts: Vec<(String, String)>,
 }
@@ -179,6 +186,9 @@ impl Node for View<'_> {
     }
     fn n_ranks(&self) -> u32 {
         self.ns.spec.n_ranks()
+    }
+    fn universe_size(&self) -> u32 {
+        self.universe.max(self.n_ranks())
     }
     fn get(&self, key: &str) -> Option<String> {
         if key == "PMI_process_mapping" {
@@ -196,7 +206,7 @@ impl Node for View<'_> {
     fn job_attr(&self, key: &str) -> Option<String> {
         match key {
             "PMI_process_mapping" => Some(self.ns.mapping.clone()),
-            "universeSize" => Some(self.ns.spec.n_ranks().to_string()),
+            "universeSize" => Some(self.universe_size().to_string()),
             _ => None,
         }
     }
@@ -763,6 +773,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             }
             let mut view = View {
                 ns,
+                universe: self.shared.config.universe.unwrap_or(0),
                 state: &mut st,
                 attr_puts: Vec::new(),
             };

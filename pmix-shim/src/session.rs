@@ -18,6 +18,10 @@ pub trait Node {
     fn job_id(&self) -> &str;
     /// Number of ranks in the job.
     fn n_ranks(&self) -> u32;
+    /// How many processes the job and those it spawns may have in all.
+    fn universe_size(&self) -> u32 {
+        self.n_ranks()
+    }
     /// A key from the job-wide KVS (what the last fence delivered, plus this node's own puts).
     fn get(&self, key: &str) -> Option<String>;
     /// A PMI-2 job attribute (`PMI_process_mapping`, `universeSize`, …).
@@ -250,7 +254,7 @@ impl Session {
                 let appnum = node.appnum(self.rank.unwrap_or_default());
                 send(Reply::Appnum(i32::try_from(appnum).unwrap_or(i32::MAX)))
             }
-            Request::GetUniverseSize => send(Reply::UniverseSize(node.n_ranks())),
+            Request::GetUniverseSize => send(Reply::UniverseSize(node.universe_size())),
             Request::GetMyKvsname => send(Reply::MyKvsname(node.job_id().to_owned())),
             Request::Put {
                 kvsname,

@@ -111,6 +111,7 @@ fn namespace_config() -> NamespaceConfig {
         register_timeout: Duration::from_secs(30),
         exit_grace: Duration::from_millis(500),
         binding: Binding::Known(Default::default()),
+        universe: None,
     }
 }
 

@@ -211,6 +211,7 @@ impl PmixServer {
             register_timeout: inner.config.register_timeout.max(CHILD_REGISTER_MIN),
             exit_grace: inner.config.exit_grace,
             binding: Binding::Known(BTreeMap::new()),
+            universe: inner.config.universe,
         };
         let ties = Ties {
             departures: Departures::default(),
