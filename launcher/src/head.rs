@@ -20,6 +20,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
+    children::{Children, Limits, Step},
     fanout::{EdgeConfig, Fanout},
     limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
@@ -82,6 +83,8 @@ pub struct JobConfig {
     pub verbose: bool,
     /// Do not print rank output (calibration).
     pub quiet: bool,
+    /// Spawned children may take more processes than the hosts' free slots.
+    pub oversubscribe: bool,
 }
 
 /// What a finished job reports.
@@ -218,6 +221,21 @@ pub async fn run_attached(cfg: JobConfig, attached: crate::session::Attached) ->
     }
 }
 
+/// The job's spawned children, on the plan's slots.
+fn children_of(cfg: &JobConfig, start: &Start) -> Children {
+    let plan = &cfg.plan;
+    let path = (cfg.env.iter())
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    let limits = Limits {
+        slots: plan.slots.clone(),
+        oversubscribe: cfg.oversubscribe,
+        timeout: plan.timeout,
+        path,
+    };
+    Children::new(&start.job_id, &plan.hosts, &plan.ranks, limits)
+}
+
 /// Prints one of greedyrun's own diagnostic lines.
 fn say(line: String) {
     eprintln!("greedyrun: {line}");
@@ -284,7 +302,7 @@ async fn drive(
             }
             ended = &mut writer, if head.stdout_open => head.stdout_ended(ended),
             sig = stops.recv() => head.on_signal(sig),
-            _ = tick.tick() => match head.on_tick() {
+            _ = tick.tick() => match head.on_tick().await {
                 Some(verdict) => verdict,
                 None => break,
             },
@@ -312,6 +330,8 @@ struct Head<'a> {
     window: Arc<Semaphore>,
     status: JobStatus,
     singletons: Singletons,
+    /// Spawned jobs: their placement, their start, their slots.
+    children: Children,
     hello_at: Vec<Option<Duration>>,
     n_up: usize,
     finished_at: Option<Duration>,
@@ -347,6 +367,7 @@ impl<'a> Head<'a> {
             window,
             status: JobStatus::new(plan.n_ranks, cfg.keep_going),
             singletons: Singletons::default(),
+            children: children_of(cfg, start),
             hello_at: vec![None; n],
             n_up: 0,
             finished_at: None,
@@ -409,6 +430,35 @@ impl<'a> Head<'a> {
                 }
             }
             Up::Bye { .. } => {}
+            Up::Spawn { node, id, request } => return self.on_spawn(node, id, request).await,
+            Up::ChildAdded {
+                node,
+                child,
+                result,
+            } => {
+                let step = self.children.added(node, child, result);
+                return self.carry_step(step).await;
+            }
+            Up::ChildStarted {
+                node,
+                child,
+                result,
+            } => {
+                let step = self.children.started(node, child, result);
+                return self.carry_step(step).await;
+            }
+            Up::ChildOutput {
+                child,
+                rank,
+                stream,
+                data,
+            } => {
+                let tag = (self.cfg.tag_output)
+                    .then(|| self.tagger.tag_child(child, rank, stream, &data));
+                self.write_output(stream, tag.unwrap_or_else(|| data.to_vec()), out)
+                    .await;
+            }
+            Up::ChildExit { child, rank, end } => return self.on_child_exit(child, rank, end),
             Up::StdinTaken { .. } => self.window.add_permits(1),
             // Only a task stream's or a session's agents send these (session::streams).
             Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. } => {}
@@ -458,13 +508,19 @@ impl<'a> Head<'a> {
         data: &[u8],
         out: &mpsc::Sender<Vec<u8>>,
     ) {
-        if self.cfg.quiet {
-            return;
-        }
         let bytes = match self.cfg.tag_output {
             true => self.tagger.tag(rank, stream, data),
             false => data.to_vec(),
         };
+        self.write_output(stream, bytes, out).await;
+    }
+
+    /// Output of a rank or a child's rank, tagged already: stdout through the writer's queue,
+    /// stderr at once.
+    async fn write_output(&mut self, stream: Stream, bytes: Vec<u8>, out: &mpsc::Sender<Vec<u8>>) {
+        if self.cfg.quiet {
+            return;
+        }
         match stream {
             Stream::Stdout if self.stdout_open => match out.try_send(bytes) {
                 Ok(()) => {}
@@ -498,6 +554,9 @@ impl<'a> Head<'a> {
             .node_of_rank(rank)
             .map_or("?", |i| plan.hosts[i].as_str());
         let what = format!("rank {rank} on {on}");
+        if let Some(node) = plan.node_of_rank(rank) {
+            self.children.rank_ended(node);
+        }
         let mut verdict = self.status.rank_ended(end, &what);
         if let Some(message) = self.singletons.ended(rank, on, end, silent) {
             verdict = self.status.launcher_failed(code::LAUNCHER, message);
@@ -513,6 +572,61 @@ impl<'a> Head<'a> {
             }
         }
         verdict
+    }
+
+    /// Rank `rank` of spawned child `child` ended (or was never started).
+    fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd) -> Verdict {
+        match self.children.child_ended(child, rank) {
+            Some(c) if c.counts => self.status.rank_ended(end, &c.what),
+            Some(_) => self.status.killed_rank_ended(),
+            None => Verdict::Continue,
+        }
+    }
+
+    /// A rank asks for a spawn: placed and started, or refused at once (on a session, or
+    /// while the job ends).
+    async fn on_spawn(
+        &mut self,
+        node: u32,
+        id: u32,
+        request: greedy_pmix::child::SpawnRequest,
+    ) -> Verdict {
+        let refuse = |why: &str| Cmd::SpawnAnswer {
+            id,
+            result: Err(why.to_string()),
+        };
+        if self.attached {
+            let why = "spawn is not served for a job on a session yet (run it with greedyrun without a session)";
+            self.fanout.route(Some(node), refuse(why)).await;
+            return Verdict::Continue;
+        }
+        if self.status.tearing_down() || self.end_deadline.is_some() {
+            self.fanout
+                .route(Some(node), refuse("the job is ending"))
+                .await;
+            return Verdict::Continue;
+        }
+        let step = self.children.request(node, id, request, Instant::now());
+        self.carry_step(step).await
+    }
+
+    /// Carries out a step of the children's state: its commands, the ranks the job now waits
+    /// for, and a failure of the job.
+    async fn carry_step(&mut self, step: Step) -> Verdict {
+        for (to, cmd) in step.route {
+            self.fanout.route(to, cmd).await;
+        }
+        self.status.add_ranks(step.ranks_added);
+        let failed = match step.fail_job {
+            Some(why) => self.status.launcher_failed(code::LAUNCHER, why),
+            None => Verdict::Continue,
+        };
+        let settled = self.status.spawning(self.children.busy());
+        if failed != Verdict::Continue {
+            failed
+        } else {
+            settled
+        }
     }
 
     /// Host `node` was lost (by the agent `by` that started it), with its launch subtree.
@@ -561,11 +675,18 @@ impl<'a> Head<'a> {
         self.status.interrupted(crate::signals::number(sig))
     }
 
-    /// The tick: the launch deadline and progress line, the end deadline, and 5 s after the
-    /// shells were killed, the end (`None`).
-    fn on_tick(&mut self) -> Option<Verdict> {
+    /// The tick: the launch deadline and progress line, the spawns' deadlines, the end
+    /// deadline, and 5 s after the shells were killed, the end (`None`).
+    async fn on_tick(&mut self) -> Option<Verdict> {
         let now = Instant::now();
-        let verdict = self.launch_tick(now);
+        let mut verdict = self.launch_tick(now);
+        let step = self.children.tick(now);
+        if step != Step::default() {
+            let spawn = self.carry_step(step).await;
+            if verdict == Verdict::Continue {
+                verdict = spawn;
+            }
+        }
         if let Some(d) = self.end_deadline
             && now >= d
             && self.killed_at.is_none()

@@ -153,6 +153,11 @@ pub(crate) struct Args {
     #[arg(long = "map-by", value_enum, default_value_t = Map::Slot)]
     map_by: Map,
 
+    /// Let spawned jobs (`MPI_Comm_spawn`) run more processes than the hosts' free slots
+    /// (without it, a spawn that does not fit is refused at once).
+    #[arg(long)]
+    oversubscribe: bool,
+
     /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
     /// the rank sees its CPUs in GREEDY_CPUS).
     #[arg(long = "bind-to", value_enum, default_value_t = Bind::None)]
@@ -380,6 +385,7 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
         cwd,
         verbose: args.verbose,
         quiet: false,
+        oversubscribe: args.oversubscribe,
     };
     Ok((cfg, mode))
 }
