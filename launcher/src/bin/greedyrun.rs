@@ -24,8 +24,9 @@ use greedy_tree::{LaunchModel, Topology};
 const EXIT_STATUS: &str = "\
 EXIT STATUS:
     0     every rank exited 0
-    N     the first rank to fail exited with N (128+S: it was killed by signal S; 127: it
-          could not be started). A failing rank ends the job unless --keep-going.
+    N     the first rank (or spawned child) to fail exited with N (128+S: it was killed by
+          signal S; 127: it could not be started). A failing rank ends the job unless
+          --keep-going.
     2     the command line or hostfile was refused (nothing was started)
     124   some agent did not start within --timeout (the message names the hosts)
     125   a host could not be reached, an agent or its remote shell died, or the wire-up failed
