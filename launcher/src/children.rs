@@ -26,6 +26,37 @@ use greedy_pmix::child::{ChildApp, ChildJob, SpawnApp, SpawnRequest};
 
 use crate::proto::Cmd;
 
+/// Most processes one spawn may ask for (a bound on what a request makes greedyrun hold).
+pub const MAX_PROCS: u64 = 1 << 20;
+
+/// What an agent checks before it uses a child job sent down ([`Cmd::AddChild`]): a rank list
+/// per host of the job, every rank once, programs in rank order from rank 0, none empty. The
+/// error is for the requester.
+pub fn check_child(job: &ChildJob, n_hosts: usize) -> Result<(), String> {
+    let bad = |what: &str| Err(format!("bad spawned job {}: {what}", job.nspace));
+    if job.ranks.len() != n_hosts {
+        return bad("not one rank list per host");
+    }
+    let n = job.ranks.iter().map(Vec::len).sum::<usize>();
+    let mut seen = vec![false; n];
+    for &r in job.ranks.iter().flatten() {
+        match seen.get_mut(r as usize) {
+            Some(s) if !*s => *s = true,
+            _ => return bad("ranks not numbered 0..n once each"),
+        }
+    }
+    let ordered = job.apps.first().is_some_and(|a| a.first_rank == 0)
+        && job
+            .apps
+            .windows(2)
+            .all(|w| w[0].first_rank < w[1].first_rank)
+        && job.apps.iter().all(|a| !a.argv.is_empty());
+    if !ordered {
+        return bad("no program, or programs not in rank order");
+    }
+    Ok(())
+}
+
 /// Puts the processes of `apps` on hosts with free slots, in order (each host's free slots
 /// filled before the next, as `--map-by slot`): `ranks[h]` for each host of `hosts`, or why
 /// not. With `oversubscribe`, what does not fit goes round the program's hosts.
@@ -37,6 +68,12 @@ pub fn place(
 ) -> Result<Vec<Vec<u32>>, String> {
     if apps.is_empty() {
         return Err("the request names no program".into());
+    }
+    let total: u64 = apps.iter().map(|a| u64::from(a.maxprocs)).sum();
+    if total > MAX_PROCS {
+        return Err(format!(
+            "asks for {total} processes, more than one spawn may ({MAX_PROCS})"
+        ));
     }
     let mut free = free.to_vec();
     let mut ranks = vec![Vec::new(); hosts.len()];
@@ -494,6 +531,12 @@ mod tests {
                 .contains("\"m9\" is not one of the job's hosts (n[1-3])")
         );
         assert!(place(&[app("a", 0, &[])], &h, &[1, 1, 1], false).is_err());
+        let huge = [app("a", u32::MAX, &[]), app("b", u32::MAX, &[])];
+        assert!(
+            place(&huge, &h, &[1, 1, 1], true)
+                .unwrap_err()
+                .starts_with("asks for 8589934590 processes")
+        );
         assert!(place(&[], &h, &[1, 1, 1], false).is_err());
     }
 
@@ -547,6 +590,14 @@ mod tests {
             panic!("{step:?}")
         };
         assert_eq!(job.nspace, "j.1");
+        assert_eq!(check_child(job, 3), Ok(()));
+        assert!(check_child(job, 2).is_err());
+        let mut twice = (**job).clone();
+        twice.ranks[1].push(0);
+        assert!(check_child(&twice, 3).unwrap_err().contains("once each"));
+        let mut empty = (**job).clone();
+        empty.apps[0].argv.clear();
+        assert!(check_child(&empty, 3).is_err());
         assert_eq!(
             job.ranks,
             [vec![0], vec![], vec![1]],

@@ -65,10 +65,23 @@ fn frames<T: DeserializeOwned + Serialize + Clone>(data: &[u8], mut each: impl F
 }
 
 /// The frames a parent sends down an edge, as an agent reads them (the codec is [`crate::proto::ChildCodec`]'s): no panic,
-/// canonical re-encoding, and a Start that passes [`crate::proto::Start::check`] is safe to use
-/// the way the agent does.
+/// canonical re-encoding, and a Start that passes [`crate::proto::Start::check`] (a spawned
+/// job that passes [`crate::children::check_child`]) is safe to use the way the agent does.
 pub fn proto_down(data: &[u8]) {
     frames::<Down>(data, |msg| {
+        if let Down::Route {
+            cmd: crate::proto::Cmd::AddChild { job, .. },
+            ..
+        } = &msg
+        {
+            let n_hosts = job.ranks.len();
+            if crate::children::check_child(job, n_hosts).is_ok() {
+                for &rank in job.ranks.iter().flatten() {
+                    let (_, app) = job.app_of(rank).expect("checked: every rank has a program");
+                    let _ = &app.argv[0];
+                }
+            }
+        }
         let Down::Start(start) = msg else { return };
         if start.check().is_err() {
             return;

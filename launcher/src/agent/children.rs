@@ -66,9 +66,11 @@ impl ChildRanks {
 
     /// Serves child `child` on this node; says so (or why not) up.
     pub(super) async fn add(&mut self, child: u32, job: ChildJob, f: &Fork<'_>) {
-        let result = match f.service {
-            Some(s) => s.add_child(&job).await.map_err(|e| e.to_string()),
-            None => Err("no wire-up service runs here (--pmi none)".into()),
+        let checked = crate::children::check_child(&job, f.agent.start.hosts.len());
+        let result = match (checked, f.service) {
+            (Err(why), _) => Err(why),
+            (Ok(()), Some(s)) => s.add_child(&job).await.map_err(|e| e.to_string()),
+            (Ok(()), None) => Err("no wire-up service runs here (--pmi none)".into()),
         };
         if result.is_ok() {
             self.known.insert(child, job);
