@@ -561,25 +561,34 @@ impl<'a> Head<'a> {
         if let Some(message) = self.singletons.ended(rank, on, end, silent) {
             verdict = self.status.launcher_failed(code::LAUNCHER, message);
         }
-        if self.status.ended() == plan.n_ranks {
-            self.finished_at = Some(self.t0.elapsed());
-            if self.cfg.verbose {
-                say(format!(
-                    "all {} ranks ended after {:.3} s",
-                    plan.n_ranks,
-                    self.t0.elapsed().as_secs_f64()
-                ));
-            }
-        }
+        self.ranks_done();
         verdict
     }
 
     /// Rank `rank` of spawned child `child` ended (or was never started).
     fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd) -> Verdict {
-        match self.children.child_ended(child, rank) {
+        let verdict = match self.children.child_ended(child, rank) {
             Some(c) if c.counts => self.status.rank_ended(end, &c.what),
             Some(_) => self.status.killed_rank_ended(),
             None => Verdict::Continue,
+        };
+        self.ranks_done();
+        verdict
+    }
+
+    /// Once every rank (and spawned child) ended: when, said with --verbose.
+    fn ranks_done(&mut self) {
+        let n = self.status.n_ranks();
+        if self.finished_at.is_some() || self.status.ended() < n || self.children.busy() {
+            return;
+        }
+        let t = self.t0.elapsed();
+        self.finished_at = Some(t);
+        if self.cfg.verbose {
+            say(format!(
+                "all {n} ranks ended after {:.3} s",
+                t.as_secs_f64()
+            ));
         }
     }
 

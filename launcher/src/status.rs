@@ -175,6 +175,11 @@ impl JobStatus {
         self.tearing_down
     }
 
+    /// Ranks the job waits for: its own and the children started so far.
+    pub fn n_ranks(&self) -> u32 {
+        self.n_ranks
+    }
+
     /// Ranks that have ended so far.
     pub fn ended(&self) -> u32 {
         self.ended

@@ -1466,3 +1466,85 @@ fn a_failing_child_fails_the_job_and_the_others_are_ended() {
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert_gone("child 7 4280");
 }
+
+/// Every rank of a job may spawn at once (mpi4py spawns from COMM_SELF on every rank): each
+/// gets its own child, numbered in the order greedyrun took the requests.
+#[test]
+#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
+fn every_rank_spawns_at_once() {
+    let (_d, local) = common::shell();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
+    let script = script.display().to_string();
+    let out = greedyrun(
+        &local,
+        &[
+            "--pmi",
+            "pmi1",
+            "--tag-output",
+            "--timeout",
+            "20",
+            "-H",
+            "localhost:4,127.0.0.2:4",
+            "-n",
+            "4",
+            "--map-by",
+            "node",
+            "--",
+            "env",
+            "SPAWN_ALL=1",
+            "python3",
+            &script,
+            "1",
+            "python3",
+            &script,
+            "child",
+            "0",
+        ],
+    )
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(stdout.matches("spawn rc=0 ").count(), 4, "{stdout}");
+    for k in 1..=4 {
+        let line = format!("[{k}:0] child ");
+        assert!(stdout.contains(&line), "{line}: {stdout}");
+    }
+}
+
+/// A job on a session refuses spawns at once, saying so (the session holds the slots, and
+/// does not place children yet).
+#[test]
+#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
+fn a_job_on_a_session_refuses_spawns_at_once() {
+    let (_d, local) = common::shell();
+    let socket = two_host_session(&local, 2, "30");
+    let _end = EndsSession(socket.clone());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
+    let script = script.display().to_string();
+    let out = Command::new(GREEDYRUN)
+        .args([
+            "--progress",
+            "0",
+            "--pmi",
+            "pmi1",
+            "--tag-output",
+            "-n",
+            "2",
+            "--",
+        ])
+        .args(["python3", &script, "1", "sh", "-c", "echo child"])
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (rc, msg) = spawn_answer(&stdout);
+    assert_ne!(rc, "rc=0");
+    assert!(
+        msg.starts_with("spawn is not served for a job on a session yet"),
+        "{msg}"
+    );
+}

@@ -1,8 +1,9 @@
 """pmi1_spawn.py: a PMI-1 client that spawns, without an MPI library (the wire of MPICH's
 PMI_Spawn_multiple: one `mcmd=spawn` block, one `cmd=spawn_result` reply).
 
-    pmi1_spawn.py NPROCS PROGRAM [ARG...]   rank 0 spawns NPROCS copies of PROGRAM ARGS and
-                                            prints `spawn rc=R msg=M took=S`; every rank then
+    pmi1_spawn.py NPROCS PROGRAM [ARG...]   rank 0 (every rank with SPAWN_ALL=1, at once)
+                                            spawns NPROCS copies of PROGRAM ARGS and prints
+                                            `spawn rc=R msg=M took=S`; every rank then
                                             finalizes and exits 0
     pmi1_spawn.py child [CODE [HOLD]]       a spawned child: prints `child NSPACE rank R of N`,
                                             finalizes; rank 0 exits CODE (0), the others print
@@ -55,7 +56,7 @@ if args[0] == "child":
     time.sleep(float(args[2]) if len(args) > 2 else 1)
     print(f"bye {rank}", flush=True)
     sys.exit(0)
-if rank == 0:
+if rank == 0 or os.environ.get("SPAWN_ALL") == "1":
     nprocs, program, rest = args[0], args[1], args[2:]
     lines = ["mcmd=spawn", f"nprocs={nprocs}", f"execname={program}", "totspawns=1",
              "spawnssofar=1", f"argcnt={len(rest)}"]
