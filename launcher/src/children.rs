@@ -170,6 +170,8 @@ struct InFlight {
     deadline: Instant,
     /// The first failure heard in this phase.
     failure: Option<String>,
+    /// The request while a session places it ([`Children::ask_placement`]).
+    placing: Option<Box<SpawnRequest>>,
 }
 
 /// A child whose ranks were placed: what its exits need.
@@ -259,20 +261,67 @@ impl Children {
             Ok(r) => r,
             Err(why) => return Step::answer(node, id, Err(why)),
         };
+        let child = self.ask_placement(node, id, request, now);
+        self.placement(child, Ok(ranks), now)
+    }
+
+    /// Rank `request.requester` on `node` asks for a spawn that another places (a session,
+    /// which holds the slots): the child's number, for [`Children::placement`].
+    pub fn ask_placement(
+        &mut self,
+        node: u32,
+        id: u32,
+        request: SpawnRequest,
+        now: Instant,
+    ) -> u32 {
         let child = self.next;
         self.next += 1;
-        let job = self.child_job(child, &request, ranks);
-        for (h, r) in job.ranks.iter().enumerate() {
-            self.live[h] += r.len() as u32;
-        }
+        let flight = InFlight {
+            node,
+            id,
+            starting: false,
+            waiting: BTreeSet::new(),
+            deadline: now + self.timeout,
+            failure: None,
+            placing: Some(Box::new(request)),
+        };
+        self.in_flight.insert(child, flight);
+        child
+    }
+
+    /// `child` was placed as `ranks` (`ranks[h]` on host `h`), or refused: added on every
+    /// node, or its requester refused.
+    pub fn placement(
+        &mut self,
+        child: u32,
+        ranks: Result<Vec<Vec<u32>>, String>,
+        now: Instant,
+    ) -> Step {
+        let Some(f) = self.in_flight.get_mut(&child) else {
+            return Step::default();
+        };
+        let Some(request) = f.placing.take() else {
+            return Step::default();
+        };
+        let job = ranks
+            .map(|r| self.child_job(child, &request, r))
+            .and_then(|job| check_child(&job, self.hosts.len()).map(|()| job));
+        let job = match job {
+            Ok(job) => job,
+            Err(why) => {
+                let f = self.in_flight.remove(&child).expect("in flight");
+                return Step::answer(f.node, f.id, Err(why));
+            }
+        };
         let mut node_of = vec![0; job.n_ranks() as usize];
         for (h, r) in job.ranks.iter().enumerate() {
+            self.live[h] += r.len() as u32;
             for &rank in r {
                 node_of[rank as usize] = h as u32;
             }
         }
         let nspace = job.nspace.clone();
-        let (refused, waiting) = (false, (0..self.hosts.len() as u32).collect());
+        let refused = false;
         self.placed.insert(
             child,
             Placed {
@@ -281,17 +330,9 @@ impl Children {
                 refused,
             },
         );
-        let deadline = now + self.timeout;
-        let (starting, failure) = (false, None);
-        let flight = InFlight {
-            node,
-            id,
-            starting,
-            waiting,
-            deadline,
-            failure,
-        };
-        self.in_flight.insert(child, flight);
+        let f = self.in_flight.get_mut(&child).expect("in flight");
+        f.waiting = (0..self.hosts.len() as u32).collect();
+        f.deadline = now + self.timeout;
         let job = Box::new(job);
         Step {
             route: vec![(None, Cmd::AddChild { child, job })],
@@ -338,7 +379,9 @@ impl Children {
 
     /// `node` added child `child`, or failed to: once every node did, its ranks start.
     pub fn added(&mut self, node: u32, child: u32, result: Result<(), String>) -> Step {
-        let Some(f) = self.in_flight.get_mut(&child).filter(|f| !f.starting) else {
+        let Some(f) =
+            (self.in_flight.get_mut(&child)).filter(|f| !f.starting && f.placing.is_none())
+        else {
             return Step::default();
         };
         f.waiting.remove(&node);
@@ -425,30 +468,37 @@ impl Children {
             .collect();
         let mut out = Step::default();
         for child in late {
-            let f = &self.in_flight[&child];
-            let missing: Vec<&String> =
-                f.waiting.iter().map(|&h| &self.hosts[h as usize]).collect();
-            let missing = greedy_tree::hostlist::compress(&missing);
-            let (phase, secs) = match f.starting {
-                true => ("start its ranks", self.timeout.as_secs_f64()),
-                false => ("add the child", self.timeout.as_secs_f64()),
-            };
-            let why = format!(
-                "spawn timed out after {secs} s: no answer from {missing} (asked to {phase})"
-            );
-            let step = match f.starting {
-                false => self.unplace(child, why),
-                true => {
-                    let f = self.in_flight.remove(&child).expect("listed");
-                    let mut s = self.refuse_started(child, (f.node, f.id), why.clone());
-                    s.fail_job = Some(why);
-                    s
-                }
-            };
+            let step = self.timed_out(child);
             out.route.extend(step.route);
             out.fail_job = out.fail_job.or(step.fail_job);
         }
         out
+    }
+
+    /// `child`'s phase passed its deadline: its requester refused, naming who did not answer.
+    fn timed_out(&mut self, child: u32) -> Step {
+        let f = &self.in_flight[&child];
+        let secs = self.timeout.as_secs_f64();
+        let missing: Vec<&String> = (f.waiting.iter())
+            .map(|&h| &self.hosts[h as usize])
+            .collect();
+        let missing = greedy_tree::hostlist::compress(&missing);
+        let why = match (&f.placing, f.starting) {
+            (Some(_), _) => format!("spawn timed out after {secs} s: the session did not place it"),
+            (None, false) => format!(
+                "spawn timed out after {secs} s: no answer from {missing} (asked to add the child)"
+            ),
+            (None, true) => format!(
+                "spawn timed out after {secs} s: no answer from {missing} (asked to start its ranks)"
+            ),
+        };
+        if !f.starting {
+            return self.unplace(child, why);
+        }
+        let f = self.in_flight.remove(&child).expect("listed");
+        let mut step = self.refuse_started(child, (f.node, f.id), why.clone());
+        step.fail_job = Some(why);
+        step
     }
 
     /// One of the job's own ranks ended on host `node`: its slot is free.
@@ -680,6 +730,49 @@ mod tests {
             Err("cannot run \"p\" on host n1: No such file".into())
         );
         assert!(!c.child_ended(1, 0).unwrap().counts);
+    }
+
+    #[test]
+    fn a_session_places_the_child_and_the_phases_follow() {
+        let mut c = children(vec![1, 1, 1]);
+        let t0 = Instant::now();
+        let child = c.ask_placement(1, 5, request(vec![app("p", 2, &[])]), t0);
+        assert!(c.busy());
+        // Adds before the placement are not this phase's.
+        assert_eq!(c.added(0, child, Ok(())), Step::default());
+        let step = c.placement(child, Ok(vec![vec![], vec![0], vec![1]]), t0);
+        assert!(matches!(
+            &step.route[..],
+            [(None, Cmd::AddChild { child: 1, .. })]
+        ));
+        assert_eq!(c.placement(child, Ok(vec![]), t0), Step::default(), "once");
+        // A refused placement, or one that does not fit the job, refuses the requester.
+        let refused = c.ask_placement(0, 6, request(vec![app("p", 1, &[])]), t0);
+        let step = c.placement(refused, Err("no free slots: asked 1, free 0".into()), t0);
+        assert_eq!(
+            answer(&step),
+            Some((0, 6, Err("no free slots: asked 1, free 0".into())))
+        );
+        let bad = c.ask_placement(0, 7, request(vec![app("p", 1, &[])]), t0);
+        let step = c.placement(bad, Ok(vec![vec![0]]), t0);
+        assert!(
+            answer(&step)
+                .unwrap()
+                .2
+                .unwrap_err()
+                .contains("one rank list per host")
+        );
+        // A session that never answers: refused by the deadline.
+        let silent = c.ask_placement(0, 8, request(vec![app("p", 1, &[])]), t0);
+        let step = c.tick(t0 + Duration::from_secs(11));
+        let why = step.route.iter().find_map(|(_, cmd)| match cmd {
+            Cmd::SpawnAnswer { id: 8, result } => result.clone().err(),
+            _ => None,
+        });
+        assert!(
+            why.is_some_and(|w| w.contains("the session did not place it")),
+            "{silent}"
+        );
     }
 
     #[test]

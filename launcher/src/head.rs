@@ -187,6 +187,15 @@ impl Edges {
         }
     }
 
+    /// The session's placements of spawned children (none for our own tree, where greedyrun
+    /// places them itself).
+    fn placements(&self) -> Option<mpsc::Receiver<crate::session::client::Placement>> {
+        match self {
+            Edges::Tree(_) => None,
+            Edges::Session(l) => l.placements(),
+        }
+    }
+
     /// Every rank ended and the shutdown is sent: whether greedyrun may end now. A session
     /// sees its agents through the shutdown itself; our own remote shells must say bye first.
     async fn leave_finished(&self) -> bool {
@@ -269,6 +278,13 @@ fn forward_stdin(
     }))
 }
 
+/// The session's next placement of a spawned child; `None` when there are no more.
+async fn next_placement(
+    rx: &mut Option<mpsc::Receiver<crate::session::client::Placement>>,
+) -> Option<crate::session::client::Placement> {
+    rx.as_mut()?.recv().await
+}
+
 /// greedyrun's loop over a started job's frames, whatever its edges.
 async fn drive(
     cfg: JobConfig,
@@ -284,6 +300,7 @@ async fn drive(
     // Ctrl-C and the deadlines, only the flow of frames.
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(STDOUT_QUEUE);
     let mut writer = tokio::spawn(write_stdout(out_rx));
+    let mut placed = fanout.placements();
     let mut head = Head::new(&cfg, &start, t0, fanout, window);
     let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -301,6 +318,10 @@ async fn drive(
                 Verdict::Continue
             }
             ended = &mut writer, if head.stdout_open => head.stdout_ended(ended),
+            Some((child, ranks)) = next_placement(&mut placed), if placed.is_some() => {
+                let step = head.children.placement(child, ranks, Instant::now());
+                head.carry_step(step).await
+            }
             sig = stops.recv() => head.on_signal(sig),
             _ = tick.tick() => match head.on_tick().await {
                 Some(verdict) => verdict,
@@ -592,8 +613,8 @@ impl<'a> Head<'a> {
         }
     }
 
-    /// A rank asks for a spawn: placed and started, or refused at once (on a session, or
-    /// while the job ends).
+    /// A rank asks for a spawn: placed (by greedyrun, or by the session that holds the job's
+    /// slots) and started, or refused at once (while the job ends).
     async fn on_spawn(
         &mut self,
         node: u32,
@@ -604,19 +625,21 @@ impl<'a> Head<'a> {
             id,
             result: Err(why.to_string()),
         };
-        if self.attached {
-            let why = "spawn is not served for a job on a session yet (run it with greedyrun without a session)";
-            self.fanout.route(Some(node), refuse(why)).await;
-            return Verdict::Continue;
-        }
         if self.status.tearing_down() || self.end_deadline.is_some() {
-            self.fanout
-                .route(Some(node), refuse("the job is ending"))
-                .await;
+            let refusal = refuse("the job is ending");
+            self.fanout.route(Some(node), refusal).await;
             return Verdict::Continue;
         }
-        let step = self.children.request(node, id, request, Instant::now());
-        self.carry_step(step).await
+        let now = Instant::now();
+        let Edges::Session(link) = &*self.fanout else {
+            let step = self.children.request(node, id, request, now);
+            return self.carry_step(step).await;
+        };
+        // The session holds the slots: it places the child, and the phases follow.
+        let apps = request.apps.clone();
+        let child = self.children.ask_placement(node, id, request, now);
+        link.place(child, apps, self.cfg.oversubscribe);
+        self.status.spawning(self.children.busy())
     }
 
     /// Carries out a step of the children's state: its commands, the ranks the job now waits

@@ -21,7 +21,7 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use greedy_pmix::{
     JobSecret,
-    child::{ChildJob, SpawnRequest},
+    child::{ChildJob, SpawnApp, SpawnRequest},
 };
 use greedy_tree::LaunchModel;
 
@@ -311,6 +311,23 @@ pub enum JobCmd {
         /// The namespace, or the refusal.
         result: Result<String, String>,
     },
+    /// [`Cmd::AddChild`].
+    AddChild {
+        /// The child's number in the job.
+        child: u32,
+        /// The child as every node learns it.
+        job: Box<ChildJob>,
+    },
+    /// [`Cmd::StartChild`].
+    StartChild {
+        /// The child's number.
+        child: u32,
+    },
+    /// [`Cmd::KillChild`].
+    KillChild {
+        /// The child's number.
+        child: u32,
+    },
 }
 
 impl JobCmd {
@@ -323,6 +340,9 @@ impl JobCmd {
             Cmd::Shutdown => JobCmd::Shutdown,
             Cmd::Teardown => JobCmd::Teardown,
             Cmd::SpawnAnswer { id, result } => JobCmd::SpawnAnswer { id, result },
+            Cmd::AddChild { child, job } => JobCmd::AddChild { child, job },
+            Cmd::StartChild { child } => JobCmd::StartChild { child },
+            Cmd::KillChild { child } => JobCmd::KillChild { child },
             _ => return None,
         })
     }
@@ -337,6 +357,9 @@ impl From<JobCmd> for Cmd {
             JobCmd::Shutdown => Cmd::Shutdown,
             JobCmd::Teardown => Cmd::Teardown,
             JobCmd::SpawnAnswer { id, result } => Cmd::SpawnAnswer { id, result },
+            JobCmd::AddChild { child, job } => Cmd::AddChild { child, job },
+            JobCmd::StartChild { child } => Cmd::StartChild { child },
+            JobCmd::KillChild { child } => Cmd::KillChild { child },
         }
     }
 }
@@ -577,6 +600,16 @@ pub enum ToSession {
         /// The command.
         cmd: JobCmd,
     },
+    /// Place spawned child `child` of the job on the session's free slots of the job's hosts
+    /// (held for the job until it ends); answered by [`FromSession::Placed`].
+    Place {
+        /// The child's number in the job.
+        child: u32,
+        /// Its programs.
+        apps: Vec<SpawnApp>,
+        /// Beyond the free slots, processes may share slots.
+        oversubscribe: bool,
+    },
     /// End the job at once, as killing its remote shells would.
     Kill,
     /// The client has the job's verdict (every rank ended, the shutdown is on its way) and
@@ -599,6 +632,14 @@ pub enum FromSession {
     Started,
     /// A frame of the job; node numbers are the job's.
     Up(Up),
+    /// Where child `child` runs ([`ToSession::Place`]): its ranks on each of the job's hosts,
+    /// or why it cannot.
+    Placed {
+        /// The child's number in the job.
+        child: u32,
+        /// `ranks[h]` on the job's host `h`, or the refusal.
+        result: Result<Vec<Vec<u32>>, String>,
+    },
 }
 
 /// Length-delimited postcard frames of type `T` in and `U` out.
@@ -820,13 +861,15 @@ mod tests {
             rank: 1,
             end: RankEnd::NotStarted,
         });
-        // A session's job passes the answer on; the rest of the spawn is not a job command.
+        // A session's job takes every spawn command.
         let answer = Cmd::SpawnAnswer {
             id: 1,
             result: Err("x".into()),
         };
         assert_eq!(JobCmd::of(answer.clone()).map(Cmd::from), Some(answer));
-        assert_eq!(JobCmd::of(Cmd::StartChild { child: 1 }), None);
+        let start = Cmd::StartChild { child: 1 };
+        assert_eq!(JobCmd::of(start.clone()).map(Cmd::from), Some(start));
+        assert_eq!(JobCmd::of(Cmd::EndJob { job: 1 }), None);
     }
 
     #[test]

@@ -1513,38 +1513,56 @@ fn every_rank_spawns_at_once() {
     }
 }
 
-/// A job on a session refuses spawns at once, saying so (the session holds the slots, and
-/// does not place children yet).
+/// A job on a session spawns on the session's free slots of its hosts (the session places the
+/// children, and their slots are the job's until it ends); a spawn beyond them is refused at once.
 #[test]
 #[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
-fn a_job_on_a_session_refuses_spawns_at_once() {
+fn a_job_on_a_session_spawns_on_the_sessions_free_slots() {
     let (_d, local) = common::shell();
     let socket = two_host_session(&local, 2, "30");
     let _end = EndsSession(socket.clone());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
     let script = script.display().to_string();
-    let out = Command::new(GREEDYRUN)
-        .args([
-            "--progress",
-            "0",
-            "--pmi",
-            "pmi1",
-            "--tag-output",
-            "-n",
-            "2",
-            "--",
-        ])
-        .args(["python3", &script, "1", "sh", "-c", "echo child"])
-        .env("GREEDY_SESSION", &socket)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let job = |args: &[&str]| {
+        let out = Command::new(GREEDYRUN)
+            .args([
+                "--progress",
+                "0",
+                "--pmi",
+                "pmi1",
+                "--tag-output",
+                "--timeout",
+                "20",
+            ])
+            .args(args)
+            .env("GREEDY_SESSION", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let child = ["python3", &script, "child", "0", "0.5"];
+    let stdout = job(&[
+        &["-n", "2", "--map-by", "node", "--", "python3", &script, "2"],
+        &child[..],
+    ]
+    .concat());
+    assert_eq!(spawn_answer(&stdout).0, "rc=0", "{stdout}");
+    assert!(stdout.contains("[1:1] bye 1\n"), "{stdout}");
+    // The children's slots were freed with the job: four ranks fit, and nothing more.
+    let stdout = job(&[
+        "-n",
+        "4",
+        "--",
+        "python3",
+        &script,
+        "1",
+        "sh",
+        "-c",
+        "echo child",
+    ]);
     let (rc, msg) = spawn_answer(&stdout);
     assert_ne!(rc, "rc=0");
-    assert!(
-        msg.starts_with("spawn is not served for a job on a session yet"),
-        "{msg}"
-    );
+    assert!(msg.starts_with("no free slots: asked 1, free 0"), "{msg}");
 }

@@ -198,9 +198,18 @@ impl Attached {
         });
         let mut rd = self.rd;
         let n = start.hosts.len();
+        let (placed_tx, placed_rx) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut done = vec![false; n];
-            while let Some(Ok(FromSession::Up(up))) = rd.next().await {
+            loop {
+                let up = match rd.next().await {
+                    Some(Ok(FromSession::Up(up))) => up,
+                    Some(Ok(FromSession::Placed { child, result })) => {
+                        let _ = placed_tx.send((child, result)).await;
+                        continue;
+                    }
+                    _ => break,
+                };
                 if let Up::Bye { node } | Up::Lost { node, .. } = &up
                     && let Some(d) = done.get_mut(*node as usize)
                 {
@@ -224,7 +233,8 @@ impl Attached {
             }
         });
         let writer = Mutex::new(Some(writer));
-        Ok((JobLink { tx, writer }, up_rx))
+        let placed = Mutex::new(Some(placed_rx));
+        Ok((JobLink { tx, writer, placed }, up_rx))
     }
 }
 
@@ -234,7 +244,13 @@ pub(crate) struct JobLink {
     tx: mpsc::UnboundedSender<ToSession>,
     /// Writes `tx`'s messages to the session.
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The session's placements of spawned children, until greedyrun's loop takes them.
+    placed: Mutex<Option<mpsc::Receiver<Placement>>>,
 }
+
+/// A spawned child's placement by the session: its number, and its ranks on each of the
+/// job's hosts or why not.
+pub(crate) type Placement = (u32, Result<Vec<Vec<u32>>, String>);
 
 impl JobLink {
     /// Sends `cmd` to the job's host `to` (every host when `None`).
@@ -245,6 +261,21 @@ impl JobLink {
             }
             None => warn!("not a command for a session's job: dropped"),
         }
+    }
+
+    /// Asks the session to place spawned child `child` ([`ToSession::Place`]).
+    pub(crate) fn place(&self, child: u32, apps: Vec<greedy_pmix::child::SpawnApp>, over: bool) {
+        let place = ToSession::Place {
+            child,
+            apps,
+            oversubscribe: over,
+        };
+        let _ = self.tx.send(place);
+    }
+
+    /// The session's placements, once.
+    pub(crate) fn placements(&self) -> Option<mpsc::Receiver<Placement>> {
+        self.placed.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Ends the job at once, as killing its remote shells would.
