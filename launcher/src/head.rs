@@ -451,23 +451,6 @@ impl<'a> Head<'a> {
                 }
             }
             Up::Bye { .. } => {}
-            Up::Spawn { node, id, request } => return self.on_spawn(node, id, request).await,
-            Up::ChildAdded {
-                node,
-                child,
-                result,
-            } => {
-                let step = self.children.added(node, child, result);
-                return self.carry_step(step).await;
-            }
-            Up::ChildStarted {
-                node,
-                child,
-                result,
-            } => {
-                let step = self.children.started(node, child, result);
-                return self.carry_step(step).await;
-            }
             Up::ChildOutput {
                 child,
                 rank,
@@ -479,7 +462,10 @@ impl<'a> Head<'a> {
                 self.write_output(stream, tag.unwrap_or_else(|| data.to_vec()), out)
                     .await;
             }
-            Up::ChildExit { child, rank, end } => return self.on_child_exit(child, rank, end),
+            up @ (Up::Spawn { .. }
+            | Up::ChildAdded { .. }
+            | Up::ChildStarted { .. }
+            | Up::ChildExit { .. }) => return self.on_spawn_frame(up).await,
             Up::StdinTaken { .. } => self.window.add_permits(1),
             // Only a task stream's or a session's agents send these (session::streams).
             Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. } => {}
@@ -584,6 +570,26 @@ impl<'a> Head<'a> {
         }
         self.ranks_done();
         verdict
+    }
+
+    /// A frame of a spawn: a request, a node's answer to a phase, a child's end.
+    async fn on_spawn_frame(&mut self, up: Up) -> Verdict {
+        let step = match up {
+            Up::Spawn { node, id, request } => return self.on_spawn(node, id, request).await,
+            Up::ChildExit { child, rank, end } => return self.on_child_exit(child, rank, end),
+            Up::ChildAdded {
+                node,
+                child,
+                result,
+            } => self.children.added(node, child, result),
+            Up::ChildStarted {
+                node,
+                child,
+                result,
+            } => self.children.started(node, child, result),
+            _ => return Verdict::Continue,
+        };
+        self.carry_step(step).await
     }
 
     /// Rank `rank` of spawned child `child` ended (or was never started).
