@@ -8,6 +8,8 @@
 //! agent is gone) → ranks TERMed, KILLed after the grace period → subtree waited for
 //! (bounded) → `Bye` up → exit.
 
+mod children;
+
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -781,6 +783,17 @@ struct Running {
     tasks: HashMap<u32, u32>,
     /// A session's jobs, each run by a greedyd of its own on this host.
     jobs: JobAgents,
+    /// The local ranks' spawn requests, from the wire-up service (`None` without one).
+    spawns: Option<mpsc::Receiver<greedy_pmix::child::PendingSpawn>>,
+    /// Spawns waiting for greedyrun, and the spawned children of this host.
+    children: children::ChildRanks,
+}
+
+/// The next spawn request of a local rank; `None` once the service stops serving them.
+async fn next_spawn(
+    rx: &mut Option<mpsc::Receiver<greedy_pmix::child::PendingSpawn>>,
+) -> Option<greedy_pmix::child::PendingSpawn> {
+    rx.as_mut().expect("guarded").recv().await
 }
 
 /// Waits until the wire-up says which family this node's ranks speak.
@@ -802,6 +815,7 @@ impl Running {
         let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
         let (exit_tx, exit_rx) = mpsc::channel(64);
         let (task_tx, task_rx) = mpsc::channel(64);
+        let spawns = wireup.service.as_ref().and_then(NodeService::take_spawns);
         let jobs = JobAgents::new(
             agent.node,
             agent.grace,
@@ -824,6 +838,8 @@ impl Running {
             task_rx,
             tasks: HashMap::new(),
             jobs,
+            spawns,
+            children: children::ChildRanks::default(),
         }
     }
 
@@ -864,6 +880,13 @@ impl Running {
                 },
                 Some(pgid) = self.task_rx.recv() => {
                     self.on_task_ended(pgid).await;
+                    None
+                },
+                spawn = next_spawn(&mut self.spawns), if self.spawns.is_some() => {
+                    match spawn {
+                        Some(p) => self.children.request(p, &self.agent.up, self.agent.node).await,
+                        None => self.spawns = None,
+                    }
                     None
                 },
             };
@@ -923,6 +946,26 @@ impl Running {
             Cmd::ForJob { job, cmd } => self.jobs.deliver(job, cmd),
             Cmd::EndJob { job } => self.jobs.end(job),
             Cmd::CancelTasks { stream } => self.cancel_tasks(stream),
+            Cmd::SpawnAnswer { id, result } => self.children.answer(id, result),
+            Cmd::AddChild { child, job } => {
+                let fork = children::Fork {
+                    agent: &self.agent,
+                    service: self.wireup.service.as_ref(),
+                    guard: &mut self.guard,
+                    exit_tx: &self.exit_tx,
+                };
+                self.children.add(child, *job, &fork).await;
+            }
+            Cmd::StartChild { child } => {
+                let mut fork = children::Fork {
+                    agent: &self.agent,
+                    service: self.wireup.service.as_ref(),
+                    guard: &mut self.guard,
+                    exit_tx: &self.exit_tx,
+                };
+                self.live += self.children.start(child, &mut fork).await;
+            }
+            Cmd::KillChild { child } => self.children.kill(child, &self.agent),
         }
         None
     }

@@ -65,10 +65,23 @@ fn frames<T: DeserializeOwned + Serialize + Clone>(data: &[u8], mut each: impl F
 }
 
 /// The frames a parent sends down an edge, as an agent reads them (the codec is [`crate::proto::ChildCodec`]'s): no panic,
-/// canonical re-encoding, and a Start that passes [`crate::proto::Start::check`] is safe to use
-/// the way the agent does.
+/// canonical re-encoding, and a Start that passes [`crate::proto::Start::check`] (a spawned
+/// job that passes [`crate::children::check_child`]) is safe to use the way the agent does.
 pub fn proto_down(data: &[u8]) {
     frames::<Down>(data, |msg| {
+        if let Down::Route {
+            cmd: crate::proto::Cmd::AddChild { job, .. },
+            ..
+        } = &msg
+        {
+            let n_hosts = job.ranks.len();
+            if crate::children::check_child(job, n_hosts).is_ok() {
+                for &rank in job.ranks.iter().flatten() {
+                    let (_, app) = job.app_of(rank).expect("checked: every rank has a program");
+                    let _ = &app.argv[0];
+                }
+            }
+        }
         let Down::Start(start) = msg else { return };
         if start.check().is_err() {
             return;
@@ -92,12 +105,37 @@ pub fn proto_up(data: &[u8]) {
     });
 }
 
+/// A spawn's placement on three hosts with 2, 0 and 4 free slots: every process placed once,
+/// within the free slots unless oversubscribed; or refused.
+fn spawn_placement(apps: &[greedy_pmix::child::SpawnApp], oversubscribe: bool) {
+    let hosts = ["n1".to_string(), "n2".into(), "n3".into()];
+    let free = [2, 0, 4];
+    let Ok(ranks) = crate::children::place(apps, &hosts, &free, oversubscribe) else {
+        return;
+    };
+    let total: u64 = apps.iter().map(|a| u64::from(a.maxprocs)).sum();
+    let mut all: Vec<u32> = ranks.iter().flatten().copied().collect();
+    all.sort_unstable();
+    assert!(all.iter().copied().eq(0..total as u32), "each process once");
+    if !oversubscribe {
+        assert!(ranks.iter().zip(free).all(|(r, f)| r.len() as u32 <= f));
+    }
+}
+
 /// The frames a job's client sends a session, as the session reads them (the codec is
 /// [`crate::proto::SessionCodec`]'s): no panic, canonical re-encoding, and a job that passes
 /// [`crate::proto::Start::check`] is reserved on a session's board (or refused) and released
 /// without a panic, whatever its hosts and ranks.
 pub fn session_job(data: &[u8]) {
     frames::<ToSession>(data, |msg| {
+        if let ToSession::Place {
+            apps,
+            oversubscribe,
+            ..
+        } = &msg
+        {
+            spawn_placement(apps, *oversubscribe);
+        }
         let ToSession::Start(start) = msg else { return };
         if start.check().is_err() {
             return;

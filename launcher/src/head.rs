@@ -20,6 +20,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
+    children::{Children, Limits, Step},
     fanout::{EdgeConfig, Fanout},
     limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
@@ -82,6 +83,8 @@ pub struct JobConfig {
     pub verbose: bool,
     /// Do not print rank output (calibration).
     pub quiet: bool,
+    /// Spawned children may take more processes than the hosts' free slots.
+    pub oversubscribe: bool,
 }
 
 /// What a finished job reports.
@@ -184,6 +187,15 @@ impl Edges {
         }
     }
 
+    /// The session's placements of spawned children (none for our own tree, where greedyrun
+    /// places them itself).
+    fn placements(&self) -> Option<mpsc::Receiver<crate::session::client::Placement>> {
+        match self {
+            Edges::Tree(_) => None,
+            Edges::Session(l) => l.placements(),
+        }
+    }
+
     /// Every rank ended and the shutdown is sent: whether greedyrun may end now. A session
     /// sees its agents through the shutdown itself; our own remote shells must say bye first.
     async fn leave_finished(&self) -> bool {
@@ -216,6 +228,21 @@ pub async fn run_attached(cfg: JobConfig, attached: crate::session::Attached) ->
             Report::unlaunched(code::LAUNCHER, cfg.plan.hosts.len())
         }
     }
+}
+
+/// The job's spawned children, on the plan's slots.
+fn children_of(cfg: &JobConfig, start: &Start) -> Children {
+    let plan = &cfg.plan;
+    let path = (cfg.env.iter())
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    let limits = Limits {
+        slots: plan.slots.clone(),
+        oversubscribe: cfg.oversubscribe,
+        timeout: plan.timeout,
+        path,
+    };
+    Children::new(&start.job_id, &plan.hosts, &plan.ranks, limits)
 }
 
 /// Prints one of greedyrun's own diagnostic lines.
@@ -251,6 +278,13 @@ fn forward_stdin(
     }))
 }
 
+/// The session's next placement of a spawned child; `None` when there are no more.
+async fn next_placement(
+    rx: &mut Option<mpsc::Receiver<crate::session::client::Placement>>,
+) -> Option<crate::session::client::Placement> {
+    rx.as_mut()?.recv().await
+}
+
 /// greedyrun's loop over a started job's frames, whatever its edges.
 async fn drive(
     cfg: JobConfig,
@@ -266,6 +300,7 @@ async fn drive(
     // Ctrl-C and the deadlines, only the flow of frames.
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(STDOUT_QUEUE);
     let mut writer = tokio::spawn(write_stdout(out_rx));
+    let mut placed = fanout.placements();
     let mut head = Head::new(&cfg, &start, t0, fanout, window);
     let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -283,8 +318,12 @@ async fn drive(
                 Verdict::Continue
             }
             ended = &mut writer, if head.stdout_open => head.stdout_ended(ended),
+            Some((child, ranks)) = next_placement(&mut placed), if placed.is_some() => {
+                let step = head.children.placement(child, ranks, Instant::now());
+                head.carry_step(step).await
+            }
             sig = stops.recv() => head.on_signal(sig),
-            _ = tick.tick() => match head.on_tick() {
+            _ = tick.tick() => match head.on_tick().await {
                 Some(verdict) => verdict,
                 None => break,
             },
@@ -312,6 +351,8 @@ struct Head<'a> {
     window: Arc<Semaphore>,
     status: JobStatus,
     singletons: Singletons,
+    /// Spawned jobs: their placement, their start, their slots.
+    children: Children,
     hello_at: Vec<Option<Duration>>,
     n_up: usize,
     finished_at: Option<Duration>,
@@ -347,6 +388,7 @@ impl<'a> Head<'a> {
             window,
             status: JobStatus::new(plan.n_ranks, cfg.keep_going),
             singletons: Singletons::default(),
+            children: children_of(cfg, start),
             hello_at: vec![None; n],
             n_up: 0,
             finished_at: None,
@@ -409,6 +451,21 @@ impl<'a> Head<'a> {
                 }
             }
             Up::Bye { .. } => {}
+            Up::ChildOutput {
+                child,
+                rank,
+                stream,
+                data,
+            } => {
+                let tag = (self.cfg.tag_output)
+                    .then(|| self.tagger.tag_child(child, rank, stream, &data));
+                self.write_output(stream, tag.unwrap_or_else(|| data.to_vec()), out)
+                    .await;
+            }
+            up @ (Up::Spawn { .. }
+            | Up::ChildAdded { .. }
+            | Up::ChildStarted { .. }
+            | Up::ChildExit { .. }) => return self.on_spawn_frame(up).await,
             Up::StdinTaken { .. } => self.window.add_permits(1),
             // Only a task stream's or a session's agents send these (session::streams).
             Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. } => {}
@@ -458,13 +515,19 @@ impl<'a> Head<'a> {
         data: &[u8],
         out: &mpsc::Sender<Vec<u8>>,
     ) {
-        if self.cfg.quiet {
-            return;
-        }
         let bytes = match self.cfg.tag_output {
             true => self.tagger.tag(rank, stream, data),
             false => data.to_vec(),
         };
+        self.write_output(stream, bytes, out).await;
+    }
+
+    /// Output of a rank or a child's rank, tagged already: stdout through the writer's queue,
+    /// stderr at once.
+    async fn write_output(&mut self, stream: Stream, bytes: Vec<u8>, out: &mpsc::Sender<Vec<u8>>) {
+        if self.cfg.quiet {
+            return;
+        }
         match stream {
             Stream::Stdout if self.stdout_open => match out.try_send(bytes) {
                 Ok(()) => {}
@@ -498,21 +561,110 @@ impl<'a> Head<'a> {
             .node_of_rank(rank)
             .map_or("?", |i| plan.hosts[i].as_str());
         let what = format!("rank {rank} on {on}");
+        if let Some(node) = plan.node_of_rank(rank) {
+            self.children.rank_ended(node);
+        }
         let mut verdict = self.status.rank_ended(end, &what);
         if let Some(message) = self.singletons.ended(rank, on, end, silent) {
             verdict = self.status.launcher_failed(code::LAUNCHER, message);
         }
-        if self.status.ended() == plan.n_ranks {
-            self.finished_at = Some(self.t0.elapsed());
-            if self.cfg.verbose {
-                say(format!(
-                    "all {} ranks ended after {:.3} s",
-                    plan.n_ranks,
-                    self.t0.elapsed().as_secs_f64()
-                ));
-            }
-        }
+        self.ranks_done();
         verdict
+    }
+
+    /// A frame of a spawn: a request, a node's answer to a phase, a child's end.
+    async fn on_spawn_frame(&mut self, up: Up) -> Verdict {
+        let step = match up {
+            Up::Spawn { node, id, request } => return self.on_spawn(node, id, request).await,
+            Up::ChildExit { child, rank, end } => return self.on_child_exit(child, rank, end),
+            Up::ChildAdded {
+                node,
+                child,
+                result,
+            } => self.children.added(node, child, result),
+            Up::ChildStarted {
+                node,
+                child,
+                result,
+            } => self.children.started(node, child, result),
+            _ => return Verdict::Continue,
+        };
+        self.carry_step(step).await
+    }
+
+    /// Rank `rank` of spawned child `child` ended (or was never started).
+    fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd) -> Verdict {
+        let verdict = match self.children.child_ended(child, rank) {
+            Some(c) if c.counts => self.status.rank_ended(end, &c.what),
+            Some(_) => self.status.killed_rank_ended(),
+            None => Verdict::Continue,
+        };
+        self.ranks_done();
+        verdict
+    }
+
+    /// Once every rank (and spawned child) ended: when, said with --verbose.
+    fn ranks_done(&mut self) {
+        let n = self.status.n_ranks();
+        if self.finished_at.is_some() || self.status.ended() < n || self.children.busy() {
+            return;
+        }
+        let t = self.t0.elapsed();
+        self.finished_at = Some(t);
+        if self.cfg.verbose {
+            say(format!(
+                "all {n} ranks ended after {:.3} s",
+                t.as_secs_f64()
+            ));
+        }
+    }
+
+    /// A rank asks for a spawn: placed (by greedyrun, or by the session that holds the job's
+    /// slots) and started, or refused at once (while the job ends).
+    async fn on_spawn(
+        &mut self,
+        node: u32,
+        id: u32,
+        request: greedy_pmix::child::SpawnRequest,
+    ) -> Verdict {
+        let refuse = |why: &str| Cmd::SpawnAnswer {
+            id,
+            result: Err(why.to_string()),
+        };
+        if self.status.tearing_down() || self.end_deadline.is_some() {
+            let refusal = refuse("the job is ending");
+            self.fanout.route(Some(node), refusal).await;
+            return Verdict::Continue;
+        }
+        let now = Instant::now();
+        let Edges::Session(link) = &*self.fanout else {
+            let step = self.children.request(node, id, request, now);
+            return self.carry_step(step).await;
+        };
+        // The session holds the slots: it places the child, and the phases follow.
+        let apps = request.apps.clone();
+        let child = self.children.ask_placement(node, id, request, now);
+        link.place(child, apps, self.cfg.oversubscribe);
+        self.status.spawning(self.children.busy())
+    }
+
+    /// Carries out a step of the children's state: its commands, the ranks the job now waits
+    /// for, and a failure of the job.
+    async fn carry_step(&mut self, step: Step) -> Verdict {
+        for (to, cmd) in step.route {
+            self.fanout.route(to, cmd).await;
+        }
+        self.status.add_ranks(step.ranks_added);
+        let failed = match step.fail_job {
+            Some(why) => self.status.launcher_failed(code::LAUNCHER, why),
+            None => Verdict::Continue,
+        };
+        let settled = self.status.spawning(self.children.busy());
+        if failed != Verdict::Continue {
+            failed
+        } else {
+            settled
+        }
     }
 
     /// Host `node` was lost (by the agent `by` that started it), with its launch subtree.
@@ -561,11 +713,18 @@ impl<'a> Head<'a> {
         self.status.interrupted(crate::signals::number(sig))
     }
 
-    /// The tick: the launch deadline and progress line, the end deadline, and 5 s after the
-    /// shells were killed, the end (`None`).
-    fn on_tick(&mut self) -> Option<Verdict> {
+    /// The tick: the launch deadline and progress line, the spawns' deadlines, the end
+    /// deadline, and 5 s after the shells were killed, the end (`None`).
+    async fn on_tick(&mut self) -> Option<Verdict> {
         let now = Instant::now();
-        let verdict = self.launch_tick(now);
+        let mut verdict = self.launch_tick(now);
+        let step = self.children.tick(now);
+        if step != Step::default() {
+            let spawn = self.carry_step(step).await;
+            if verdict == Verdict::Continue {
+                verdict = spawn;
+            }
+        }
         if let Some(d) = self.end_deadline
             && now >= d
             && self.killed_at.is_none()

@@ -37,6 +37,7 @@
 pub mod agent;
 pub mod allocation;
 pub mod calibrate;
+pub mod children;
 pub mod connect;
 mod error;
 pub mod exports;

@@ -91,6 +91,9 @@ pub struct Plan {
     pub hosts: Vec<String>,
     /// `ranks[i]`: ranks on `hosts[i]`.
     pub ranks: Vec<Vec<u32>>,
+    /// `slots[i]`: the slots of `hosts[i]` (`--ppn`, else its `slots=N`/`:N`, else 1), of
+    /// which spawned children take those its ranks leave.
+    pub slots: Vec<u32>,
     /// Total ranks.
     pub n_ranks: u32,
     /// The launch model (concurrency 1), as given; the wire-up overlay is built with it.
@@ -145,7 +148,7 @@ impl Plan {
         if req.timeout.is_zero() {
             return bad("--timeout must be positive".into());
         }
-        let (hosts, ranks) = place_ranks(&hosts, n_wanted, req.ppn, req.map_by)?;
+        let (hosts, ranks, slots) = place_ranks(&hosts, n_wanted, req.ppn, req.map_by)?;
         let n_ranks = ranks.iter().map(|r| r.len() as u32).sum();
         let launch_model = req
             .model
@@ -155,6 +158,7 @@ impl Plan {
         Ok(Plan {
             hosts,
             ranks,
+            slots,
             n_ranks,
             model: req.model,
             launch_model,
@@ -261,13 +265,16 @@ fn apps(req: &Request) -> Result<(Option<u32>, Vec<App>), Error> {
     Ok((Some(next), apps))
 }
 
+/// Hosts that run ranks, their ranks and their slots.
+type Placement = (Vec<String>, Vec<Vec<u32>>, Vec<u32>);
+
 /// Block placement: hosts in order, each taking its capacity, until `n_ranks` are placed.
 fn place_ranks(
     hosts: &[HostSlots],
     n_ranks: Option<u32>,
     ppn: Option<u32>,
     map_by: MapBy,
-) -> Result<(Vec<String>, Vec<Vec<u32>>), Error> {
+) -> Result<Placement, Error> {
     let capacity = |h: &HostSlots| ppn.or(h.slots).unwrap_or(1);
     let total: u64 = hosts.iter().map(|h| u64::from(capacity(h))).sum();
     let n = match n_ranks {
@@ -309,13 +316,13 @@ fn place_ranks(
         }
     }
     // Hosts left without a rank do not take part.
-    let (out_hosts, out_ranks) = hosts
-        .iter()
-        .zip(placed)
-        .filter(|(_, r)| !r.is_empty())
-        .map(|(h, r)| (h.host.clone(), r))
-        .unzip();
-    Ok((out_hosts, out_ranks))
+    let (mut out_hosts, mut out_ranks, mut out_slots) = (Vec::new(), Vec::new(), Vec::new());
+    for (h, r) in hosts.iter().zip(placed).filter(|(_, r)| !r.is_empty()) {
+        out_hosts.push(h.host.clone());
+        out_ranks.push(r);
+        out_slots.push(capacity(h));
+    }
+    Ok((out_hosts, out_ranks, out_slots))
 }
 
 #[cfg(test)]
@@ -483,6 +490,13 @@ mod tests {
         let plan = Plan::new(request(list("n1,n1,n2"), Some(3), None)).unwrap();
         assert_eq!(plan.hosts, ["n1", "n2"]);
         assert_eq!(plan.ranks, [vec![0, 1], vec![2]]);
+        assert_eq!(plan.slots, [2, 1]);
+        let plan = Plan::new(request(list("n1:4,n2:3,n3"), Some(5), None)).unwrap();
+        assert_eq!(
+            plan.slots,
+            [4, 3],
+            "spawned children find 2 slots free on n2"
+        );
     }
 
     fn check_err(hosts: HostSource) -> String {

@@ -19,13 +19,16 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{Decoder, Encoder};
 
-use greedy_pmix::JobSecret;
+use greedy_pmix::{
+    JobSecret,
+    child::{ChildJob, SpawnApp, SpawnRequest},
+};
 use greedy_tree::LaunchModel;
 
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -251,6 +254,35 @@ pub enum Cmd {
         /// The job's number in the session.
         job: u32,
     },
+    /// Spawn phase 1, to every node: serve spawned job `job` (`NodeService::add_child`) and
+    /// keep it for [`Cmd::StartChild`]; answered by [`Up::ChildAdded`].
+    AddChild {
+        /// The child's number in the job (its namespace is `<job id>.<child>`).
+        child: u32,
+        /// The child as every node learns it.
+        job: Box<ChildJob>,
+    },
+    /// Spawn phase 2, to the nodes holding its ranks (every node added it): fork the local
+    /// ranks of child `child`; answered by [`Up::ChildStarted`], and each of its ranks ends
+    /// with one [`Up::ChildExit`] (started or not).
+    StartChild {
+        /// The child's number.
+        child: u32,
+    },
+    /// The spawn of child `child` was refused after some of its ranks started: end them
+    /// (TERM, KILL after the grace period); their exits abort nothing.
+    KillChild {
+        /// The child's number.
+        child: u32,
+    },
+    /// The answer to spawn request `id` of the target node ([`Up::Spawn`]): the child's
+    /// namespace once every child rank runs, or why nothing runs.
+    SpawnAnswer {
+        /// The request's number on its node.
+        id: u32,
+        /// The namespace, or the refusal.
+        result: Result<String, String>,
+    },
 }
 
 /// What greedyrun sends to the ranks' side of a job: the commands of [`Cmd`] a job's own
@@ -272,6 +304,30 @@ pub enum JobCmd {
     Shutdown,
     /// [`Cmd::Teardown`].
     Teardown,
+    /// [`Cmd::SpawnAnswer`].
+    SpawnAnswer {
+        /// The request's number on its node.
+        id: u32,
+        /// The namespace, or the refusal.
+        result: Result<String, String>,
+    },
+    /// [`Cmd::AddChild`].
+    AddChild {
+        /// The child's number in the job.
+        child: u32,
+        /// The child as every node learns it.
+        job: Box<ChildJob>,
+    },
+    /// [`Cmd::StartChild`].
+    StartChild {
+        /// The child's number.
+        child: u32,
+    },
+    /// [`Cmd::KillChild`].
+    KillChild {
+        /// The child's number.
+        child: u32,
+    },
 }
 
 impl JobCmd {
@@ -283,6 +339,10 @@ impl JobCmd {
             Cmd::Address { node, addr } => JobCmd::Address { node, addr },
             Cmd::Shutdown => JobCmd::Shutdown,
             Cmd::Teardown => JobCmd::Teardown,
+            Cmd::SpawnAnswer { id, result } => JobCmd::SpawnAnswer { id, result },
+            Cmd::AddChild { child, job } => JobCmd::AddChild { child, job },
+            Cmd::StartChild { child } => JobCmd::StartChild { child },
+            Cmd::KillChild { child } => JobCmd::KillChild { child },
             _ => return None,
         })
     }
@@ -296,6 +356,10 @@ impl From<JobCmd> for Cmd {
             JobCmd::Address { node, addr } => Cmd::Address { node, addr },
             JobCmd::Shutdown => Cmd::Shutdown,
             JobCmd::Teardown => Cmd::Teardown,
+            JobCmd::SpawnAnswer { id, result } => Cmd::SpawnAnswer { id, result },
+            JobCmd::AddChild { child, job } => Cmd::AddChild { child, job },
+            JobCmd::StartChild { child } => Cmd::StartChild { child },
+            JobCmd::KillChild { child } => Cmd::KillChild { child },
         }
     }
 }
@@ -464,6 +528,56 @@ pub enum Up {
         /// From its fork to its end, in microseconds.
         wall_us: u64,
     },
+    /// A local rank asks to spawn a job (`MPI_Comm_spawn`): greedyrun places it and answers
+    /// with [`Cmd::SpawnAnswer`] (the requester waits for it).
+    Spawn {
+        /// Host index of the requester.
+        node: u32,
+        /// The request's number on that node.
+        id: u32,
+        /// What it asks for.
+        request: SpawnRequest,
+    },
+    /// `node` added child `child` ([`Cmd::AddChild`]), or why not.
+    ChildAdded {
+        /// Host index.
+        node: u32,
+        /// The child's number.
+        child: u32,
+        /// Done, or the node service's error.
+        result: Result<(), String>,
+    },
+    /// `node` forked its ranks of child `child` ([`Cmd::StartChild`]), or why one failed
+    /// (`cannot run X on host H: …`; the rest were not started).
+    ChildStarted {
+        /// Host index.
+        node: u32,
+        /// The child's number.
+        child: u32,
+        /// Done, or the first failure.
+        result: Result<(), String>,
+    },
+    /// Output of rank `rank` of child `child`, cut as a rank's is ([`Up::Output`]).
+    ChildOutput {
+        /// The child's number.
+        child: u32,
+        /// The rank in the child.
+        rank: u32,
+        /// Which stream.
+        stream: Stream,
+        /// The bytes, in the order written.
+        data: Bytes,
+    },
+    /// Rank `rank` of child `child` ended (or was not started); all its output was sent
+    /// before this.
+    ChildExit {
+        /// The child's number.
+        child: u32,
+        /// The rank in the child.
+        rank: u32,
+        /// How.
+        end: RankEnd,
+    },
     /// A frame of a session's job, from that job's greedyd: an [`Up`] as its codec wrote it
     /// (postcard), relayed without being decoded on the way, so frames never nest.
     Job {
@@ -485,6 +599,16 @@ pub enum ToSession {
         to: Option<u32>,
         /// The command.
         cmd: JobCmd,
+    },
+    /// Place spawned child `child` of the job on the session's free slots of the job's hosts
+    /// (held for the job until it ends); answered by [`FromSession::Placed`].
+    Place {
+        /// The child's number in the job.
+        child: u32,
+        /// Its programs.
+        apps: Vec<SpawnApp>,
+        /// Beyond the free slots, processes may share slots.
+        oversubscribe: bool,
     },
     /// End the job at once, as killing its remote shells would.
     Kill,
@@ -508,6 +632,14 @@ pub enum FromSession {
     Started,
     /// A frame of the job; node numbers are the job's.
     Up(Up),
+    /// Where child `child` runs ([`ToSession::Place`]): its ranks on each of the job's hosts,
+    /// or why it cannot.
+    Placed {
+        /// The child's number in the job.
+        child: u32,
+        /// `ranks[h]` on the job's host `h`, or the refusal.
+        result: Result<Vec<Vec<u32>>, String>,
+    },
 }
 
 /// Length-delimited postcard frames of type `T` in and `U` out.
@@ -643,6 +775,101 @@ mod tests {
             cmd: Cmd::Teardown,
         });
         roundtrip_down(Down::Start(Box::new(sample_start())));
+    }
+
+    fn roundtrip_up(msg: Up) {
+        let mut buf = BytesMut::new();
+        ChildCodec::default().encode(msg.clone(), &mut buf).unwrap();
+        assert_eq!(ParentCodec::default().decode(&mut buf).unwrap(), Some(msg));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn spawn_frames_roundtrip_typed() {
+        use greedy_pmix::child::{ChildApp, SpawnApp};
+        let request = SpawnRequest {
+            parent: "j".into(),
+            requester: 3,
+            apps: vec![SpawnApp {
+                program: "./child".into(),
+                args: vec!["a b".into()],
+                maxprocs: 2,
+                env: vec![("OMPI_PARENT_PORT".into(), "p:1".into())],
+                cwd: Some("/tmp".into()),
+                hosts: vec!["n2".into()],
+                path: None,
+            }],
+            preput: vec![("PARENT_ROOT_PORT_NAME".into(), "tag#0$".into())],
+        };
+        roundtrip_up(Up::Spawn {
+            node: 1,
+            id: 4,
+            request,
+        });
+        let job = ChildJob {
+            nspace: "j.1".into(),
+            parent: "j".into(),
+            requester: 3,
+            ranks: vec![vec![], vec![0, 1]],
+            apps: vec![ChildApp {
+                first_rank: 0,
+                argv: vec!["./child".into()],
+                env: vec![],
+                cwd: None,
+            }],
+            preput: vec![],
+        };
+        roundtrip_down(Down::Route {
+            to: None,
+            cmd: Cmd::AddChild {
+                child: 1,
+                job: Box::new(job),
+            },
+        });
+        for cmd in [
+            Cmd::StartChild { child: 1 },
+            Cmd::KillChild { child: 1 },
+            Cmd::SpawnAnswer {
+                id: 4,
+                result: Ok("j.1".into()),
+            },
+            Cmd::SpawnAnswer {
+                id: 5,
+                result: Err("no free slots".into()),
+            },
+        ] {
+            roundtrip_down(Down::Route { to: Some(1), cmd });
+        }
+        roundtrip_up(Up::ChildAdded {
+            node: 0,
+            child: 1,
+            result: Err("n1: not served".into()),
+        });
+        roundtrip_up(Up::ChildStarted {
+            node: 1,
+            child: 1,
+            result: Ok(()),
+        });
+        roundtrip_up(Up::ChildOutput {
+            child: 1,
+            rank: 0,
+            stream: Stream::Stderr,
+            data: Bytes::from_static(b"hi\n"),
+        });
+        roundtrip_up(Up::ChildExit {
+            child: 1,
+            rank: 1,
+            end: RankEnd::NotStarted,
+        });
+        // A session's job takes every spawn command.
+        let answer = Cmd::SpawnAnswer {
+            id: 1,
+            result: Err("x".into()),
+        };
+        assert_eq!(JobCmd::of(answer.clone()).map(Cmd::from), Some(answer));
+        let start = Cmd::StartChild { child: 1 };
+        assert_eq!(JobCmd::of(start.clone()).map(Cmd::from), Some(start));
+        assert_eq!(JobCmd::of(Cmd::EndJob { job: 1 }), None);
     }
 
     #[test]

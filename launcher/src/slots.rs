@@ -148,6 +148,15 @@ impl Slots {
         (self.slots[h] + self.ending[h]).saturating_sub(self.jobs[h] + self.waiting[h])
     }
 
+    /// Slots of `h` free now: no job, task or waiting job holds them.
+    pub fn free_now(&self, h: u32) -> u32 {
+        if (h as usize) < self.len() {
+            self.free_for_tasks(h as usize)
+        } else {
+            0
+        }
+    }
+
     /// Whether tasks hold any of `need`'s hosts' slots.
     pub fn tasks_on(&self, need: &[(u32, u32)]) -> bool {
         need.iter().any(|&(h, _)| self.tasks[h as usize] > 0)

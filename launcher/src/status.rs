@@ -8,7 +8,9 @@
 //!   unless a rank failed first; of wire-up aborts started on several hosts before each heard
 //!   of the others, the earliest sets the code, whichever greedyrun hears of first;
 //! * SIGINT/SIGTERM to greedyrun end the job with 130/143 unless something failed first;
-//! * ranks killed by our own teardown are not failures of their own.
+//! * ranks killed by our own teardown are not failures of their own;
+//! * spawned children count as ranks: the job ends when they ended too, their first failure
+//!   is the job's, and while a spawn waits for its answer the job does not finish.
 
 use crate::proto::RankEnd;
 
@@ -51,6 +53,8 @@ pub struct JobStatus {
     tearing_down: bool,
     /// Every rank ended well and the agents were told to shut down.
     finishing: bool,
+    /// A spawn waits for its answer: more ranks may come.
+    spawning: bool,
 }
 
 impl JobStatus {
@@ -64,7 +68,37 @@ impl JobStatus {
             abort_at: None,
             tearing_down: false,
             finishing: false,
+            spawning: false,
         }
+    }
+
+    /// `n` more ranks (spawned children) will each end once.
+    pub fn add_ranks(&mut self, n: u32) {
+        self.n_ranks += n;
+    }
+
+    /// Whether a spawn waits for its answer; when the last one was answered and every rank
+    /// has ended, the job finishes.
+    pub fn spawning(&mut self, busy: bool) -> Verdict {
+        let was = std::mem::replace(&mut self.spawning, busy);
+        if was && !busy {
+            return self.finished_if_done();
+        }
+        Verdict::Continue
+    }
+
+    /// A rank ended that greedyrun killed itself (a refused spawn's child): counted, never
+    /// a failure.
+    pub fn killed_rank_ended(&mut self) -> Verdict {
+        self.ended += 1;
+        self.finished_if_done()
+    }
+
+    fn finished_if_done(&self) -> Verdict {
+        if self.ended >= self.n_ranks && !self.tearing_down && !self.finishing && !self.spawning {
+            return Verdict::Finished;
+        }
+        Verdict::Continue
     }
 
     /// A rank ended; `what` names it for the message (`rank 3 on n2`).
@@ -84,10 +118,7 @@ impl JobStatus {
                 };
             }
         }
-        if self.ended >= self.n_ranks && !self.tearing_down {
-            return Verdict::Finished;
-        }
-        Verdict::Continue
+        self.finished_if_done()
     }
 
     /// The agents were told to shut down after [`Verdict::Finished`]: the job has succeeded,
@@ -142,6 +173,11 @@ impl JobStatus {
     /// Whether the job is being torn down.
     pub fn tearing_down(&self) -> bool {
         self.tearing_down
+    }
+
+    /// Ranks the job waits for: its own and the children started so far.
+    pub fn n_ranks(&self) -> u32 {
+        self.n_ranks
     }
 
     /// Ranks that have ended so far.
@@ -303,6 +339,32 @@ mod tests {
         assert_eq!(s.rank_ended(RankEnd::NotStarted, "r"), Verdict::Continue);
         assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Finished);
         assert_eq!(s.exit_code(), 4);
+    }
+
+    #[test]
+    fn a_job_waits_for_its_spawns_and_their_children() {
+        let mut s = JobStatus::new(1, false);
+        assert_eq!(s.spawning(true), Verdict::Continue);
+        // The parent ends while its spawn is being answered: the job goes on.
+        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Continue);
+        s.add_ranks(2);
+        assert_eq!(s.spawning(false), Verdict::Continue);
+        assert_eq!(s.killed_rank_ended(), Verdict::Continue);
+        assert_eq!(s.rank_ended(RankEnd::Exited(0), "c"), Verdict::Finished);
+        assert_eq!(s.exit_code(), 0);
+        // A spawn answered after every rank ended finishes the job then.
+        let mut s = JobStatus::new(1, false);
+        s.spawning(true);
+        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Continue);
+        assert_eq!(s.spawning(false), Verdict::Finished);
+        // A child's failure is the job's.
+        let mut s = JobStatus::new(1, false);
+        s.add_ranks(1);
+        assert!(matches!(
+            s.rank_ended(RankEnd::Exited(7), "rank 0 of spawned job j.1 on n1"),
+            Verdict::Teardown { message } if message == "rank 0 of spawned job j.1 on n1 exited with code 7; ending the job"
+        ));
+        assert_eq!(s.exit_code(), 7);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! `PYTHONUNBUFFERED=1`) never splice. A partial line is still sent after [`PARTIAL_DELAY`]
 //! without its newline, or once [`LINE_MAX`] of it is held, so prompts and progress bars show.
 //! `--unbuffered` sends every chunk as soon as `read` returns. `--tag-output` prefixes
-//! `[rank] ` at the start of each line; a partial line's continuation is not tagged again.
+//! `[rank] ` at the start of each line (`[child:rank] ` for a spawned job's, numbered from 1 in
+//! the order spawned); a partial line's continuation is not tagged again.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -152,6 +153,13 @@ impl Tagger {
         self.tag_as(u64::from(rank), &format!("[{rank}] "), stream, data)
     }
 
+    /// The bytes to write for a chunk of rank `rank` of spawned child `child`'s `stream`:
+    /// `[child:rank] `.
+    pub fn tag_child(&mut self, child: u32, rank: u32, stream: Stream, data: &[u8]) -> Vec<u8> {
+        let key = (u64::from(child) << 32) | u64::from(rank);
+        self.tag_as(key, &format!("[{child}:{rank}] "), stream, data)
+    }
+
     /// The bytes to write for a chunk of task `id`'s `stream`.
     pub fn tag_task(&mut self, id: u64, stream: Stream, data: &[u8]) -> Vec<u8> {
         self.tag_as(id, &format!("[task {id}] "), stream, data)
@@ -239,6 +247,11 @@ mod tests {
         check(&[(0, "par"), (0, "tial\n")], "[0] partial\n");
         check(&[(0, "x"), (1, "y\n"), (0, "\n")], "[0] x[1] y\n\n");
         check(&[(3, "")], "");
+        let mut t = Tagger::default();
+        let mut out = t.tag(0, Stream::Stdout, b"x");
+        out.extend(t.tag_child(1, 0, Stream::Stdout, b"y\n"));
+        out.extend(t.tag(0, Stream::Stdout, b"\n"));
+        assert_eq!(String::from_utf8(out).unwrap(), "[0] x[1:0] y\n\n");
     }
 
     #[tokio::test]

@@ -24,8 +24,9 @@ use greedy_tree::{LaunchModel, Topology};
 const EXIT_STATUS: &str = "\
 EXIT STATUS:
     0     every rank exited 0
-    N     the first rank to fail exited with N (128+S: it was killed by signal S; 127: it
-          could not be started). A failing rank ends the job unless --keep-going.
+    N     the first rank (or spawned child) to fail exited with N (128+S: it was killed by
+          signal S; 127: it could not be started). A failing rank ends the job unless
+          --keep-going.
     2     the command line or hostfile was refused (nothing was started)
     124   some agent did not start within --timeout (the message names the hosts)
     125   a host could not be reached, an agent or its remote shell died, or the wire-up failed
@@ -152,6 +153,11 @@ pub(crate) struct Args {
     /// goes round the hosts (Open MPI's `--map-by`, Hydra's `-rr`).
     #[arg(long = "map-by", value_enum, default_value_t = Map::Slot)]
     map_by: Map,
+
+    /// Let spawned jobs (`MPI_Comm_spawn`) run more processes than the hosts' free slots
+    /// (without it, a spawn that does not fit is refused at once).
+    #[arg(long)]
+    oversubscribe: bool,
 
     /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
     /// the rank sees its CPUs in GREEDY_CPUS).
@@ -380,6 +386,7 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
         cwd,
         verbose: args.verbose,
         quiet: false,
+        oversubscribe: args.oversubscribe,
     };
     Ok((cfg, mode))
 }

@@ -339,6 +339,30 @@ impl JobBoard {
         });
     }
 
+    /// Places spawned child `apps` of `ticket`'s job on the slots of its hosts that are free
+    /// now ([`crate::children::place`]); they are the job's from now on, until it ends. The
+    /// ranks on each of the job's hosts, or why not.
+    pub(crate) fn place_child(
+        &self,
+        ticket: &mut Ticket,
+        apps: &[greedy_pmix::child::SpawnApp],
+        oversubscribe: bool,
+    ) -> Result<Vec<Vec<u32>>, String> {
+        let mut b = self.board();
+        let names: Vec<String> = (ticket.nodes.iter())
+            .map(|&n| self.hosts[n as usize].clone())
+            .collect();
+        let free: Vec<u32> = ticket.nodes.iter().map(|&n| b.slots.free_now(n)).collect();
+        let ranks = crate::children::place(apps, &names, &free, oversubscribe)?;
+        let need: Vec<(u32, u32)> = (ticket.nodes.iter().zip(&ranks))
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(&n, r)| (n, r.len() as u32))
+            .collect();
+        b.slots.hold(&need);
+        ticket.need.extend(need);
+        Ok(ranks)
+    }
+
     /// `ticket`'s job ended: its slots are free again.
     pub(crate) fn release(&self, ticket: &Ticket) {
         self.update(|b| {
@@ -400,6 +424,41 @@ mod tests {
         futures_util::FutureExt::now_or_never(board.admitted(t, start))
             .expect("admitted at once")
             .unwrap()
+    }
+
+    #[test]
+    fn a_jobs_children_take_free_slots_of_its_hosts_until_it_ends() {
+        let board = JobBoard::new(vec!["a".into(), "b".into(), "c".into()], vec![2, 2, 2]);
+        (0..3).for_each(|i| board.host_up(i));
+        let start = job(&["c", "a"], &[1, 1]);
+        let mut t = board.reserve(&start).unwrap();
+        let _q = queue(&board, &t, &start);
+        let app = |maxprocs| greedy_pmix::child::SpawnApp {
+            program: "p".into(),
+            args: vec![],
+            maxprocs,
+            env: vec![],
+            cwd: None,
+            hosts: vec![],
+            path: None,
+        };
+        // In the job's host order (c, then a), never on b.
+        assert_eq!(
+            board.place_child(&mut t, &[app(2)], false),
+            Ok(vec![vec![0], vec![1]])
+        );
+        assert_eq!(board.running(), (1, 4, 0));
+        let e = board.place_child(&mut t, &[app(1)], false).unwrap_err();
+        assert!(
+            e.starts_with("no free slots: asked 1, free 0 (hosts c:0,a:0)"),
+            "{e}"
+        );
+        assert_eq!(
+            board.place_child(&mut t, &[app(1)], true),
+            Ok(vec![vec![0], vec![]])
+        );
+        board.release(&t);
+        assert_eq!(board.running(), (0, 0, 0));
     }
 
     #[test]

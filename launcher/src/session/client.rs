@@ -196,35 +196,12 @@ impl Attached {
                 }
             }
         });
-        let mut rd = self.rd;
+        let (placed_tx, placed_rx) = mpsc::channel(16);
         let n = start.hosts.len();
-        tokio::spawn(async move {
-            let mut done = vec![false; n];
-            while let Some(Ok(FromSession::Up(up))) = rd.next().await {
-                if let Up::Bye { node } | Up::Lost { node, .. } = &up
-                    && let Some(d) = done.get_mut(*node as usize)
-                {
-                    *d = true;
-                }
-                if up_tx.send(up).await.is_err() {
-                    return;
-                }
-            }
-            // The session ended under the job: its hosts are lost to it.
-            for node in (0..n as u32).filter(|&i| !done[i as usize]) {
-                let what = "the session ended".to_string();
-                let lost = Up::Lost {
-                    node,
-                    by: None,
-                    what,
-                };
-                if up_tx.send(lost).await.is_err() {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(relay_from_session(self.rd, up_tx, placed_tx, n));
         let writer = Mutex::new(Some(writer));
-        Ok((JobLink { tx, writer }, up_rx))
+        let placed = Mutex::new(Some(placed_rx));
+        Ok((JobLink { tx, writer, placed }, up_rx))
     }
 }
 
@@ -234,7 +211,13 @@ pub(crate) struct JobLink {
     tx: mpsc::UnboundedSender<ToSession>,
     /// Writes `tx`'s messages to the session.
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The session's placements of spawned children, until greedyrun's loop takes them.
+    placed: Mutex<Option<mpsc::Receiver<Placement>>>,
 }
+
+/// A spawned child's placement by the session: its number, and its ranks on each of the
+/// job's hosts or why not.
+pub(crate) type Placement = (u32, Result<Vec<Vec<u32>>, String>);
 
 impl JobLink {
     /// Sends `cmd` to the job's host `to` (every host when `None`).
@@ -245,6 +228,21 @@ impl JobLink {
             }
             None => warn!("not a command for a session's job: dropped"),
         }
+    }
+
+    /// Asks the session to place spawned child `child` ([`ToSession::Place`]).
+    pub(crate) fn place(&self, child: u32, apps: Vec<greedy_pmix::child::SpawnApp>, over: bool) {
+        let place = ToSession::Place {
+            child,
+            apps,
+            oversubscribe: over,
+        };
+        let _ = self.tx.send(place);
+    }
+
+    /// The session's placements, once.
+    pub(crate) fn placements(&self) -> Option<mpsc::Receiver<Placement>> {
+        self.placed.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// Ends the job at once, as killing its remote shells would.
@@ -259,6 +257,48 @@ impl JobLink {
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(w) = writer {
             let _ = tokio::time::timeout(HANDSHAKE, w).await;
+        }
+    }
+}
+
+/// Passes the session's frames of a job of `n` hosts on: its frames to `up_tx`, the placements
+/// of its spawned children to `placed_tx`; when the session ends under the job, its hosts not
+/// done are lost.
+async fn relay_from_session<R: tokio::io::AsyncRead + Unpin>(
+    mut rd: FramedRead<R, ClientCodec>,
+    up_tx: mpsc::Sender<Up>,
+    placed_tx: mpsc::Sender<Placement>,
+    n: usize,
+) {
+    let mut done = vec![false; n];
+    loop {
+        let up = match rd.next().await {
+            Some(Ok(FromSession::Up(up))) => up,
+            Some(Ok(FromSession::Placed { child, result })) => {
+                let _ = placed_tx.send((child, result)).await;
+                continue;
+            }
+            _ => break,
+        };
+        if let Up::Bye { node } | Up::Lost { node, .. } = &up
+            && let Some(d) = done.get_mut(*node as usize)
+        {
+            *d = true;
+        }
+        if up_tx.send(up).await.is_err() {
+            return;
+        }
+    }
+    // The session ended under the job: its hosts are lost to it.
+    for node in (0..n as u32).filter(|&i| !done[i as usize]) {
+        let what = "the session ended".to_string();
+        let lost = Up::Lost {
+            node,
+            by: None,
+            what,
+        };
+        if up_tx.send(lost).await.is_err() {
+            return;
         }
     }
 }

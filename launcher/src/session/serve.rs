@@ -242,6 +242,14 @@ impl Served {
                 };
                 self.fanout.route(to, Cmd::ForJob { job, cmd }).await;
             }
+            Some(Ok(ToSession::Place {
+                child,
+                apps,
+                oversubscribe,
+            })) => {
+                let result = (self.board).place_child(&mut self.ticket, &apps, oversubscribe);
+                let _ = self.wr.send(FromSession::Placed { child, result }).await;
+            }
             Some(Ok(ToSession::Kill)) => self.end_job().await,
             Some(Ok(ToSession::Detach)) => {
                 debug!(

@@ -673,6 +673,11 @@ impl<'a> Streams<'a> {
             Up::Bye { .. }
             | Up::Output { .. }
             | Up::Exit { .. }
+            | Up::Spawn { .. }
+            | Up::ChildAdded { .. }
+            | Up::ChildStarted { .. }
+            | Up::ChildOutput { .. }
+            | Up::ChildExit { .. }
             | Up::Spoke { .. }
             | Up::Address { .. }
             | Up::Aborted { .. }
