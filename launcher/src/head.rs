@@ -142,6 +142,7 @@ pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
         log: String::new(),
         tasks,
         unbuffered: cfg.unbuffered,
+        universe: plan.slots.iter().sum(),
     }
 }
 
@@ -652,6 +653,20 @@ impl<'a> Head<'a> {
     /// for, and a failure of the job.
     async fn carry_step(&mut self, step: Step) -> Verdict {
         for (to, cmd) in step.route {
+            if let (
+                Some(node),
+                Cmd::SpawnAnswer {
+                    result: Err(why), ..
+                },
+            ) = (to, &cmd)
+            {
+                // The rank gets only an MPI error class: the user reads why here.
+                say(format!(
+                    "MPI_Comm_spawn from {} refused: {}",
+                    self.host(node),
+                    escape(why)
+                ));
+            }
             self.fanout.route(to, cmd).await;
         }
         self.status.add_ranks(step.ranks_added);

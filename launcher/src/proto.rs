@@ -28,7 +28,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -127,6 +127,9 @@ pub struct Start {
     pub tasks: bool,
     /// Output goes up in the chunks it was read (`--unbuffered`), not in whole lines.
     pub unbuffered: bool,
+    /// The job's slots on all its hosts: how many processes it and the jobs it spawns may
+    /// run without `--oversubscribe` (`MPI_UNIVERSE_SIZE`; 0: its ranks).
+    pub universe: u32,
 }
 
 impl Start {
@@ -761,6 +764,7 @@ mod tests {
             log: String::new(),
             tasks: false,
             unbuffered: false,
+            universe: 0,
         }
     }
 

@@ -135,6 +135,9 @@ pub async fn start(
         .map_err(|e| Error::Plan(format!("{host}: {e}")))?;
     config.overlay.join_timeout = join_timeout;
     config.pmix.binding = Binding::Known(bound.clone());
+    if start.universe > 0 {
+        config.set_universe(start.universe);
+    }
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)

@@ -1385,7 +1385,6 @@ const TWO_HOSTS_ONE_FREE_EACH: [&str; 5] = ["-H", "localhost:2,127.0.0.2:2", "-n
 /// ranks, labelled `[1:R]`, the requester is answered once they run, and greedyrun waits for
 /// them after its own ranks ended.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn spawned_children_run_labelled_and_are_waited_for() {
     let mut args = TWO_HOSTS_ONE_FREE_EACH.to_vec();
     args.push("node");
@@ -1409,7 +1408,6 @@ fn spawned_children_run_labelled_and_are_waited_for() {
 /// A spawn that does not fit the free slots is refused at once, and the job goes on; with
 /// --oversubscribe the same spawn runs.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn a_spawn_beyond_the_free_slots_is_refused_at_once_unless_oversubscribed() {
     let hosts = ["-H", "localhost,127.0.0.2"];
     let spawn = ["3", "sh", "-c", "echo child $GREEDY_RANK"];
@@ -1433,7 +1431,6 @@ fn a_spawn_beyond_the_free_slots_is_refused_at_once_unless_oversubscribed() {
 /// A program that cannot be run is refused naming it and the host, at once; the children
 /// started elsewhere are killed, and their ends fail nothing.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn a_program_that_cannot_run_is_refused_naming_host_and_program() {
     let mut args = TWO_HOSTS_ONE_FREE_EACH.to_vec();
     args.push("node");
@@ -1452,7 +1449,6 @@ fn a_program_that_cannot_run_is_refused_naming_host_and_program() {
 /// A child that fails ends the job with its code, naming it, and the other children go with
 /// the teardown.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn a_failing_child_fails_the_job_and_the_others_are_ended() {
     let mut args = TWO_HOSTS_ONE_FREE_EACH.to_vec();
     args.push("node");
@@ -1470,7 +1466,6 @@ fn a_failing_child_fails_the_job_and_the_others_are_ended() {
 /// Every rank of a job may spawn at once (mpi4py spawns from COMM_SELF on every rank): each
 /// gets its own child, numbered in the order greedyrun took the requests.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn every_rank_spawns_at_once() {
     let (_d, local) = common::shell();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
@@ -1516,7 +1511,6 @@ fn every_rank_spawns_at_once() {
 /// A job on a session spawns on the session's free slots of its hosts (the session places the
 /// children, and their slots are the job's until it ends); a spawn beyond them is refused at once.
 #[test]
-#[ignore = "needs greedy-pmix's PMI-1 spawn (Spawns::ask) and PMI add_child"]
 fn a_job_on_a_session_spawns_on_the_sessions_free_slots() {
     let (_d, local) = common::shell();
     let socket = two_host_session(&local, 2, "30");

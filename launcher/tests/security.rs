@@ -113,6 +113,7 @@ fn strangers_start(argv: &[&str]) -> Start {
         log: String::new(),
         tasks: false,
         unbuffered: false,
+        universe: 0,
     }
 }
 

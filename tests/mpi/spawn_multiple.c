@@ -14,6 +14,7 @@
  *               it succeeded.
  *   crash       spawns one child that exits 7 before MPI_Finalize, then waits for it in a
  *               barrier: the launcher must end the job with the child's code, naming it.
+ *   universe    prints "rank R: universe U" (MPI_UNIVERSE_SIZE, or -1 when not set) and exits 0.
  * Errors are returned (MPI_ERRORS_RETURN on WORLD and SELF) so a failed spawn prints, never
  * aborts.
  */
@@ -48,6 +49,9 @@ static int child(MPI_Comm parent, int argc, char **argv)
     }
     snprintf(line, sizeof line, "%d %d %s", rank, app, host);
     MPI_Send(line, LINE, MPI_CHAR, 0, 1, parent);
+    /* Every parent has reached every child before any child exits: MPICH over UCX shared
+     * memory fails a parent still connecting to a child that has gone. */
+    MPI_Barrier(parent);
     MPI_Comm_disconnect(&parent);
     MPI_Finalize();
     return 0;
@@ -116,6 +120,7 @@ static int across(int rank, const char *a, const char *b, char *self)
                 ok = 0;
         }
     }
+    MPI_Barrier(inter);
     MPI_Comm_disconnect(&inter);
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return ok ? 0 : 1;
@@ -137,6 +142,11 @@ int main(int argc, char **argv)
         status = across(rank, argv[2], argv[3], argv[0]);
     } else if (strcmp(mode, "missing") == 0 || strcmp(mode, "many") == 0) {
         status = failing(mode, rank);
+    } else if (strcmp(mode, "universe") == 0) {
+        int *universe = NULL, flag = 0;
+        MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_UNIVERSE_SIZE, &universe, &flag);
+        printf("rank %d: universe %d\n", rank, flag ? *universe : -1);
+        status = 0;
     } else if (strcmp(mode, "crash") == 0) {
         char *args[] = {"crash", NULL};
         MPI_Comm inter = MPI_COMM_NULL;
@@ -148,7 +158,7 @@ int main(int argc, char **argv)
             MPI_Barrier(inter); /* the child never enters it */
         status = 4;
     } else {
-        fprintf(stderr, "usage: spawn_multiple across HOST_A HOST_B | missing | many | crash\n");
+        fprintf(stderr, "usage: spawn_multiple across HOST_A HOST_B | missing | many | crash | universe\n");
     }
     fflush(stdout);
     MPI_Finalize();

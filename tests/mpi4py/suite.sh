@@ -108,8 +108,8 @@ launcher_of() {
     prte-*) echo "env PRTE_ALLOW_RUN_AS_ROOT=1 PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 $OMPI5/bin/prterun --map-by :oversubscribe -n $np" ;;
     mpirun-*) echo "mpirun.openmpi --allow-run-as-root --oversubscribe -n $np" ;;
     hydra-*) echo "$MPICH5/bin/mpiexec -launcher fork -hosts ${hosts//:1/} -n $np" ;;
-    greedy-*) echo "$GREEDYRUN --rsh $work/localsh -H $hosts --progress 0 -n $np" ;;
-    session-*) echo "env GREEDY_SESSION=$session $GREEDYRUN --progress 0 -n $np" ;;
+    greedy-*) echo "$GREEDYRUN --rsh $work/localsh -H $hosts --progress 0 --oversubscribe -n $np" ;;
+    session-*) echo "env GREEDY_SESSION=$session $GREEDYRUN --progress 0 --oversubscribe -n $np" ;;
   esac
 }
 

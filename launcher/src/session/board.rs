@@ -416,6 +416,7 @@ mod tests {
             log: String::new(),
             tasks: false,
             unbuffered: false,
+            universe: 0,
         }
     }
 
