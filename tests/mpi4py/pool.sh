@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # mpi4py.futures.MPIPoolExecutor under greedyrun: one rank maps a function over 1,000 items on
-# workers the pool spawns with MPI_Comm_spawn (tests/mpi4py/pool.py), on two loopback
-# pseudo-hosts (tests/launcher/loopback.sh) with free slots for the workers, with Open MPI 5
-# (PMIx) and MPICH 5 (PMI-1), as a fresh job and as a job on a session. Checks every result and
-# that the workers were spawned processes, not the parent.
+# workers the pool spawns with MPI_Comm_spawn (tests/mpi4py/pool.py), on a loopback pseudo-host
+# (tests/launcher/loopback.sh) of 4 slots, with Open MPI 5 (PMIx) and MPICH 5 (PMI-1), as a fresh
+# job and as a job on a session. The pool sizes itself as mpi4py does by default,
+# MPI_UNIVERSE_SIZE - 1 workers: 3, the free slots. Checks every result and that the workers
+# were spawned processes, not the parent.
 # usage: tests/mpi4py/pool.sh [ITEMS] (default 1000)
 set -euo pipefail
 
@@ -27,8 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 loopback_rsh "$work"
-# Slots for the parent and three workers.
-hosts=$(loopback_hosts 2 2)
+# Slots for the parent and three workers (a fresh job's spawns run on the hosts of its ranks).
+hosts=$(loopback_hosts 1 4)
 
 libmpi_env() {
   case $1 in
@@ -48,7 +49,7 @@ pool() {
     launcher=(env "GREEDY_SESSION=$session" "$G" --progress 0 -n 1)
   fi
   t0=$(ms)
-  out=$(timeout 300 env "${env[@]}" "${launcher[@]}" "$IMPI/bin/python" "$ROOT/tests/mpi4py/pool.py" "$items" 3 2>&1) || rc=$?
+  out=$(timeout 120 env "${env[@]}" "${launcher[@]}" "$IMPI/bin/python" "$ROOT/tests/mpi4py/pool.py" "$items" 2>&1) || rc=$?
   ((rc == 0)) || fail "$where $lib: exit $rc: $out"
   grep -q "^pool: $items of $items results right from 3 workers" <<<"$out" || fail "$where $lib: $out"
   echo "$TAG: $where $lib: $items items on 3 spawned workers in $(($(ms) - t0)) ms"
