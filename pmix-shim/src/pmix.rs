@@ -522,6 +522,9 @@ struct Ties {
     child: Option<Arc<ChildJob>>,
     /// Served over another namespace's overlay ([`PmixServer::add_namespace`]).
     shares_overlay: bool,
+    /// The family's processes on this node besides this namespace's (a child's parent and
+    /// earlier children): with its own, whether the node is oversubscribed.
+    neighbours: usize,
 }
 
 fn lock_children(shared: &Shared) -> MutexGuard<'_, HashMap<String, PmixServer>> {
@@ -737,6 +740,8 @@ struct Shared {
     /// the overlay was started for; others on it (added, spawned) fence as subsets, since
     /// two namespaces' fences are not ordered alike on every node.
     own_overlay: bool,
+    /// As [`Ties::neighbours`].
+    neighbours: usize,
     /// The namespaces spawned in the family, served here beside this one (on the job's own
     /// server: [`PmixServer::add_child`]).
     children: Mutex<HashMap<String, PmixServer>>,
@@ -840,6 +845,7 @@ impl PmixServer {
             spawns: ties.spawns,
             child: ties.child,
             own_overlay: !ties.shares_overlay,
+            neighbours: ties.neighbours,
             children: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -1136,6 +1142,7 @@ async fn register_nspace(
         (&shared.host.config().tmpdir, &shared.nsdir),
         (bound, config.universe),
         shared.child.as_deref(),
+        oversubscribed(job.local_ranks().len() + shared.neighbours),
     )
     .map_err(|s| failed("building the job info", s))?;
     let (tx, rx) = oneshot::channel();
@@ -1240,6 +1247,13 @@ fn lock_started(shared: &Shared) -> MutexGuard<'_, Started> {
     shared.started.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether `processes` of the family on this node are more than the CPUs this agent may run
+/// on: the ranks are then told so (`PMIX_NODE_OVERSUBSCRIBED`), and Open MPI's yield while they
+/// wait (`mpi_yield_when_idle`), as under PRRTE, instead of spinning each other off the CPUs.
+fn oversubscribed(processes: usize) -> bool {
+    std::thread::available_parallelism().is_ok_and(|cpus| processes > cpus.get())
+}
+
 /// The namespace's job-level info (research/pmix-pmi.md §1): sizes, maps, local peers, and
 /// per-rank data for the local ranks only (with where each bound one runs); PMIx derives
 /// remote ranks' hosts and node ids from the node and proc maps.
@@ -1249,6 +1263,7 @@ fn job_info(
     (tmpdir, nsdir): (&std::path::Path, &std::path::Path),
     (bound, universe): (&BTreeMap<u32, Vec<u32>>, Option<u32>),
     child: Option<&ChildJob>,
+    oversubscribed: bool,
 ) -> Result<InfoArray, Status> {
     let me = job.node_idx;
     let n_ranks = job.n_ranks();
@@ -1293,6 +1308,9 @@ fn job_info(
         (key::PROC_MAP, Value::Regex(proc_map)),
         (key::ANL_MAP, Value::Str(own.process_mapping())),
     ];
+    if oversubscribed {
+        entries.push((key::NODE_OVERSUBSCRIBED, Value::Bool(true)));
+    }
     // A node without ranks of the namespace has no node id in it, no local peers and no
     // local leader.
     if let Some(id) = nodeid {

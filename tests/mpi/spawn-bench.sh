@@ -3,8 +3,9 @@
 # Open MPI 5 (PyPI wheel) under greedyrun vs its prterun, MPICH 5 (PyPI wheel) under greedyrun vs
 # its Hydra mpiexec. One parent rank on one loopback pseudo-host spawns N children
 # (tests/mpi/spawn_latency.c: from the call to its return, which waits until every child has
-# finished MPI_Init and connected back), ROUNDS spawns per job, the launchers alternating job by
-# job. Prints one row per (library, N): the median spawn of each launcher over all rounds after
+# finished MPI_Init and connected back), 4 spawns per job, the launchers alternating job by job;
+# both may oversubscribe (a round's children may still be ending when the next spawns). Prints
+# one row per (library, N): the median spawn of each launcher over all rounds after
 # each job's first, and their ratio.
 # usage: tests/mpi/spawn-bench.sh [JOBS] [N...]   (default 3 jobs, N = 1 16 64)
 set -euo pipefail
@@ -31,9 +32,9 @@ job() {
   local launcher=$1 lib=$2 n=$3 exe=$work/sl-$2 out
   local -a cmd
   case $launcher-$lib in
-    greedy-ompi5) cmd=(env "${ompi[@]}" "$G" --rsh "$work/localsh" -H "$(loopback_hosts 1 $((n + 1)))" --progress 0 --pmi pmix -n 1 "$exe") ;;
-    greedy-mpich5) cmd=("$G" --rsh "$work/localsh" -H "$(loopback_hosts 1 $((n + 1)))" --progress 0 -n 1 "$exe") ;;
-    native-ompi5) cmd=(env "${ompi[@]}" "$OMPI5/bin/prterun" --allow-run-as-root --oversubscribe -n 1 "$exe") ;;
+    greedy-ompi5) cmd=(env "${ompi[@]}" "$G" --rsh "$work/localsh" -H "$(loopback_hosts 1 $((n + 1)))" --progress 0 --pmi pmix --oversubscribe -n 1 "$exe") ;;
+    greedy-mpich5) cmd=("$G" --rsh "$work/localsh" -H "$(loopback_hosts 1 $((n + 1)))" --progress 0 --oversubscribe -n 1 "$exe") ;;
+    native-ompi5) cmd=(env "${ompi[@]}" "$OMPI5/bin/prterun" --allow-run-as-root --map-by :oversubscribe -n 1 "$exe") ;;
     native-mpich5) cmd=("$MPICH5/bin/mpiexec" -n 1 "$exe") ;;
   esac
   out=$(timeout 300 "${cmd[@]}" "$n" 4) || fail "$launcher $lib N=$n: exit $? ($out)"

@@ -213,11 +213,16 @@ impl PmixServer {
             binding: Binding::Known(BTreeMap::new()),
             universe: inner.config.universe,
         };
+        // The family's processes here so far: the job's and its earlier children's.
+        let earlier: usize = (lock_children(inner).values())
+            .map(|c| c.inner.job.local_ranks().len())
+            .sum();
         let ties = Ties {
             departures: Departures::default(),
             spawns: inner.spawns.clone(),
             child: Some(Arc::new(child.clone())),
             shares_overlay: true,
+            neighbours: inner.job.local_ranks().len() + earlier,
         };
         let host = inner.host.clone();
         let served =

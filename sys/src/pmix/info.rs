@@ -37,6 +37,8 @@ pub mod key {
         NODEID = PMIX_NODEID;
         /// `pmix.univ.size` (u32).
         UNIV_SIZE = PMIX_UNIV_SIZE;
+        /// `pmix.ndosub` (bool): more processes on the node than its CPUs.
+        NODE_OVERSUBSCRIBED = PMIX_NODE_OVERSUBSCRIBED;
         /// `pmix.job.size` (u32).
         JOB_SIZE = PMIX_JOB_SIZE;
         /// `pmix.job.napps` (u32).
