@@ -75,6 +75,7 @@ use std::{
 use bytes::Bytes;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
+    group::{GroupDone, GroupRequest},
     info::{InfoArray, Value, key},
     pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server},
@@ -418,6 +419,10 @@ pub struct DynamicCounts {
     pub disconnected: u64,
     /// Fences over a subset of the nodes.
     pub subset_fences: u64,
+    /// `PMIx_Group_construct` calls completed (counted once per node).
+    pub groups_constructed: u64,
+    /// `PMIx_Group_destruct` calls completed (likewise).
+    pub groups_destructed: u64,
 }
 
 /// Per-node facts the callbacks update.
@@ -685,6 +690,10 @@ impl Handler for Bridge {
 
     fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
         self.connect_procs(procs, true, timeout, done);
+    }
+
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        self.group_op(request, done);
     }
 
     fn spawn(

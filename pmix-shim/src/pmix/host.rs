@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, Status,
+    group::{GroupDone, GroupRequest},
     pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
     spawn::{App, SpawnDone},
@@ -243,6 +244,13 @@ impl Handler for Routes {
         match self.of_participants(&procs) {
             Target::One(h) => h.disconnect(procs, timeout, done),
             Target::Refused(s) => done.complete(s),
+        }
+    }
+
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        match self.of_participants(&request.procs) {
+            Target::One(h) => h.group(request, done),
+            Target::Refused(s) => done.failed(s),
         }
     }
 

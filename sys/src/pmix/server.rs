@@ -22,9 +22,12 @@
 //! - [`LookupDone`] calls a `pmix_lookup_cbfunc_t` exactly once with typed results
 //!   ([`super::pubsub`]: the publish/lookup/unpublish/connect/disconnect contracts).
 //!
-//! Module entries left NULL (groups, job control, …) are answered
+//! - [`GroupDone`] calls a `pmix_info_cbfunc_t` exactly once with a group's results
+//!   ([`super::group`]: the group construct/destruct contract).
+//!
+//! Module entries left NULL (job control, …) are answered
 //! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool. The
-//! name-service, connect and spawn entries forward to [`Handler`] methods whose defaults answer
+//! name-service, connect, group and spawn entries forward to [`Handler`] methods whose defaults answer
 //! `PMIX_ERR_NOT_SUPPORTED`.
 //!
 //! Lifecycle: [`Server::init`] installs the accept gate ([`super::gate`]) before libpmix
@@ -41,6 +44,7 @@ use std::sync::{Arc, RwLock, mpsc};
 use std::time::Duration;
 
 use super::gate::{self, GateError, Policy};
+use super::group::{GroupDone, GroupRequest};
 use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
 use super::pubsub::{self, Datum, Directives, LookupDone, Published};
 use super::spawn::{App, SpawnDone};
@@ -101,6 +105,13 @@ pub trait Handler: Send + Sync + 'static {
     fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
         let _ = (procs, timeout);
         done.complete(Status::NOT_SUPPORTED);
+    }
+    /// Every local member of group `request.id` has called `PMIx_Group_construct` or
+    /// `PMIx_Group_destruct`; complete `done` once every member's server has, with the
+    /// results the directives ask for ([`super::group`]). Default: not supported.
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        let _ = request;
+        done.failed(Status::NOT_SUPPORTED);
     }
     /// A client asked to start `apps` as a new namespace (`PMIx_Spawn`), with `job_info` the
     /// job-level directives; complete `done` once every process started, or with the
@@ -295,6 +306,7 @@ fn host_module() -> raw::pmix_server_module_t {
         connect: Some(on_connect),
         disconnect: Some(on_disconnect),
         spawn: Some(on_spawn),
+        group: Some(on_group),
         ..Default::default()
     }
 }
@@ -544,6 +556,28 @@ unsafe extern "C" fn on_disconnect(
         )
     };
     forward("disconnect", move |h| h.disconnect(procs, timeout, done));
+    Status::SUCCESS.0
+}
+
+/// `group`: a construct or destruct, copied into a [`GroupRequest`].
+unsafe extern "C" fn on_group(
+    op: raw::pmix_group_operation_t,
+    grp: *mut c_char,
+    procs: *const raw::pmix_proc_t,
+    nprocs: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_info_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = GroupDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes the group's name, `nprocs` members and `ninfo` directives, valid
+    // for the call.
+    let request = unsafe { super::group::request_from_raw(op, grp, procs, nprocs, info, ninfo) };
+    forward("group", move |h| match request {
+        Ok(r) => h.group(r, done),
+        Err(s) => done.failed(s),
+    });
     Status::SUCCESS.0
 }
 
@@ -1167,6 +1201,6 @@ mod tests {
         let module = super::host_module();
         assert!(module.job_control.is_none());
         assert!(module.client_connected.is_some() && module.fence_nb.is_some());
-        assert!(module.spawn.is_some());
+        assert!(module.spawn.is_some() && module.group.is_some());
     }
 }
