@@ -73,6 +73,8 @@ use std::{
 };
 
 use bytes::Bytes;
+/// When PMIx groups are served (a field of [`PmixConfig`]).
+pub use greedy_sys::pmix::group::Groups;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
     group::{GroupDone, GroupRequest},
@@ -180,6 +182,8 @@ pub struct PmixConfig {
     /// `PMIX_UNIVERSE_SIZE`, `PMIX_MAX_PROCS`, what `MPI_UNIVERSE_SIZE` says); `None` or fewer
     /// than a namespace's ranks: its ranks.
     pub universe: Option<u32>,
+    /// When PMIx groups are served ([`Groups`]).
+    pub groups: Groups,
 }
 
 /// Where the local ranks' CPU bindings come from.
@@ -226,6 +230,7 @@ impl PmixConfig {
             admit: admit_nobody(),
             binding: Binding::Known(BTreeMap::new()),
             universe: None,
+            groups: Groups::default(),
         }
     }
 
@@ -241,6 +246,7 @@ impl PmixConfig {
             owner: self.owner,
             admit: self.admit.clone(),
             finalize_timeout: self.finalize_timeout,
+            groups: self.groups,
         }
     }
 

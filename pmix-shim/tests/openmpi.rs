@@ -25,7 +25,7 @@ use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec,
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
-    pmix::{Binding, PmixConfig, PmixServer, admit_job},
+    pmix::{Binding, Groups, PmixConfig, PmixServer, admit_job},
     rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command};
@@ -317,6 +317,8 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
             Some(_) => Binding::Reported,
             None => Binding::Known(Default::default()),
         },
+        // The plain libpmix clients of pmix_groups.c are of the server's own version.
+        groups: Groups::Always,
         ..PmixConfig::new(node_dir.join("pmix"))
     };
     let pmix = PmixServer::start(&job, overlay.clone(), pmix_config)

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, Status,
-    group::{GroupDone, GroupRequest},
+    group::{GroupDone, GroupRequest, Groups},
     pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
     spawn::{App, SpawnDone},
@@ -65,6 +65,9 @@ pub struct HostConfig {
     pub admit: Admit,
     /// How long [`PmixHost::shutdown`] waits for `PMIx_server_finalize`.
     pub finalize_timeout: Duration,
+    /// When PMIx groups are served ([`Groups`]: by default only with a libpmix whose answer
+    /// every client reads).
+    pub groups: Groups,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -299,6 +302,7 @@ impl PmixHost {
                 server_nspace: config.server_nspace.clone(),
                 server_rank: config.nodeid,
                 admit: config.admit.clone(),
+                groups: config.groups,
             },
         )
         .map_err(|e| Error::Pmix {

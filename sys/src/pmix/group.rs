@@ -15,7 +15,8 @@
 //! pairs until the end: `_grpcbfunc` l.3793–4070). libpmix takes the bytes of the returned
 //! byte object (PMIX_LOAD_BUFFER clears the pointer and frees them later), so the results
 //! are PMIx-allocated copies ([`super::info::InfoArray`]), and the array itself stays alive
-//! until libpmix calls the release function. A destruct returns no results.
+//! until libpmix calls the release function. A destruct returns no results. The upcall is
+//! installed only where every client can read libpmix's answer ([`Groups`]).
 
 use std::ffi::{CStr, c_char, c_void};
 use std::time::Duration;
@@ -24,6 +25,36 @@ use super::info::{InfoArray, Value, find_bool, key};
 use super::pubsub::{self, Datum};
 use super::{Proc, Status};
 use crate::raw::pmix as raw;
+
+/// When the host serves groups. libpmix before 4.2.4 answers a construct with the status and
+/// the context id only; clients from 4.2.4 on (Open MPI 5 bundles OpenPMIx 5) read the final
+/// membership first (src/client/pmix_client_group.c@v5.0.10 l.1114–1130) and fail to unpack
+/// such an answer, where without the upcall they get a clean `PMIX_ERR_NOT_SUPPORTED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Groups {
+    /// Only with a libpmix whose answer every client reads (4.2.4 and later).
+    #[default]
+    Compatible,
+    /// Always: the clients are known to be of the server's own libpmix version.
+    Always,
+}
+
+impl Groups {
+    /// Whether the `group` upcall is installed with the libpmix named `version`
+    /// (`PMIx_Get_version`: "OpenPMIx 4.2.2rc2, repo rev: …").
+    pub fn served(self, version: &str) -> bool {
+        if self == Groups::Always {
+            return true;
+        }
+        let numbers: Vec<u32> = version
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|w| !w.is_empty())
+            .take(3)
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        numbers.len() == 3 && (numbers[0], numbers[1], numbers[2]) >= (4, 2, 4)
+    }
+}
 
 /// What the members do (`pmix_group_operation_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -323,6 +354,17 @@ mod tests {
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].0, seen[0].1), (Status::ERROR.0, None));
         assert!(seen[0].2.is_empty() && seen[0].3.is_none());
+    }
+
+    #[test]
+    fn groups_are_served_by_libpmix_from_4_2_4_or_when_told() {
+        let served = |v| Groups::Compatible.served(v);
+        assert!(!served("OpenPMIx 4.2.2rc2, repo rev: v4.2.2rc2"));
+        assert!(!served("OpenPMIx 4.2.3, repo rev: x"));
+        assert!(served("OpenPMIx 4.2.4, repo rev: x"));
+        assert!(served("OpenPMIx 5.0.7, repo rev: v5.0.7"));
+        assert!(!served(""));
+        assert!(Groups::Always.served("OpenPMIx 4.2.2"));
     }
 
     #[test]
