@@ -439,8 +439,8 @@ pub fn names_request(data: &[u8]) {
     let _ = names::decode_response(data);
 }
 
-/// A subset-collective contribution from another node as node 0 decodes and gathers it: no
-/// panic, a contribution re-encodes to the same, each ticket is answered at most once, and
+/// A subset-collective contribution from another node as node 0 decodes and gathers it (and
+/// the same bytes as node 0's answer to a group construct): no panic, a contribution re-encodes to the same, each ticket is answered at most once, and
 /// every gathering ends by its deadline.
 pub fn group_request(data: &[u8]) {
     use std::time::{Duration, Instant};
@@ -452,6 +452,11 @@ pub fn group_request(data: &[u8]) {
         ranks: vec![vec![0, 1], vec![2, 3], vec![4]],
         secret: JobSecret::from_bytes(&[7; 32]).expect("secret"),
     });
+    // The same bytes as node 0's answer to a construct: decoded or refused, never a panic.
+    if let Ok(a) = crate::group::decode_constructed(data) {
+        let again = crate::group::encode_constructed(&a);
+        assert_eq!(crate::group::decode_constructed(&again), Ok(a));
+    }
     let Ok(c) = crate::group::decode(data) else {
         return;
     };

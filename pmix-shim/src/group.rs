@@ -1,4 +1,4 @@
-//! Collectives over some of the job's nodes (a PMIx fence over a subset of the ranks, `PMIx_Connect`, `PMIx_Disconnect`): each participating node sends its contribution to node 0, which answers them all once every one is in.
+//! Collectives over some of the job's nodes (a PMIx fence over a subset of the ranks, `PMIx_Connect`, `PMIx_Disconnect`, `PMIx_Group_construct`/`_destruct`): each participating node sends its contribution to node 0, which answers them all once every one is in.
 //!
 //! An overlay collective needs every node; these need only the nodes that host a
 //! participant, and different subsets may run at once (two halves of a split communicator
@@ -11,7 +11,10 @@
 //! participants' namespaces in the overlay's [`Served`] registry (a parent and its child
 //! connect over both), and refuses a namespace not (or no longer) served there at once. Node 0's sans-I/O [`Coordinator`] gathers the contributions and answers
 //! each with every node's data in node order, or, past the group's deadline, with an error
-//! naming the nodes (and their participating ranks) that never came.
+//! naming the nodes (and their participating ranks) that never came. A group construct is
+//! answered with a [`Constructed`]: the data, and when the members asked for one, a context
+//! id node 0 draws from one counter per overlay (so unique among the family's groups,
+//! increasing from 1, the same for every member).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -49,6 +52,32 @@ pub enum GroupOp {
     Connect,
     /// `PMIx_Disconnect`.
     Disconnect,
+    /// `PMIx_Group_construct` (`context_id`: `PMIX_GROUP_ASSIGN_CONTEXT_ID`).
+    Construct {
+        /// Assign the group a context id.
+        context_id: bool,
+    },
+    /// `PMIx_Group_destruct`.
+    Destruct,
+}
+
+/// Node 0's answer to a group construct.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Constructed {
+    /// The group's context id, when asked for.
+    pub context_id: Option<u64>,
+    /// Every participating node's data, in node order.
+    pub data: Bytes,
+}
+
+/// The answer body carrying `c`.
+pub fn encode_constructed(c: &Constructed) -> Bytes {
+    Bytes::from(postcard::to_stdvec(c).unwrap_or_default())
+}
+
+/// A construct's answer from node 0's bytes.
+pub fn decode_constructed(body: &[u8]) -> Result<Constructed, String> {
+    postcard::from_bytes(body).map_err(|e| format!("bad group construct answer: {e}"))
 }
 
 /// One participating node's part of a subset collective (the overlay request body).
@@ -163,6 +192,8 @@ pub struct Coordinator {
     /// The namespaces served on the overlay, whose placements say who must contribute.
     served: Served,
     open: HashMap<GroupId, Gathering>,
+    /// The context id the next group construct asking for one gets.
+    next_context_id: u64,
 }
 
 impl Coordinator {
@@ -176,6 +207,7 @@ impl Coordinator {
         Coordinator {
             served,
             open: HashMap::new(),
+            next_context_id: 1,
         }
     }
 
@@ -239,11 +271,27 @@ impl Coordinator {
             .values()
             .flat_map(|(_, d)| d.iter().copied())
             .collect();
-        let all = Bytes::from(all);
+        let all = self.answer(id.op, Bytes::from(all));
         g.got
             .into_values()
             .map(|(t, _)| (t, Ok(all.clone())))
             .collect()
+    }
+
+    /// The answer of a completed `op` gathering `all`: the data itself, or for a construct
+    /// a [`Constructed`] with the next context id if asked.
+    fn answer(&mut self, op: GroupOp, all: Bytes) -> Bytes {
+        let GroupOp::Construct { context_id } = op else {
+            return all;
+        };
+        let context_id = context_id.then(|| {
+            self.next_context_id += 1;
+            self.next_context_id - 1
+        });
+        encode_constructed(&Constructed {
+            context_id,
+            data: all,
+        })
     }
 
     /// The groups whose deadline passed at `now`: every node that came is told which did not.
@@ -513,6 +561,43 @@ mod tests {
         assert_eq!(mine, vec![(4, Ok(Bytes::new()))]);
         served.remove("k");
         assert!(err(c.contribute(5, 1, child(&[0, 1], b""), t0)).contains("removed"));
+    }
+
+    /// Every member node of a construct gets the same context id; the next group asking gets
+    /// a greater one, and one not asking gets none.
+    #[test]
+    fn constructs_get_one_context_id_each() {
+        let mut c = Coordinator::new(job());
+        let t0 = Instant::now();
+        let ctx = GroupOp::Construct { context_id: true };
+        let answers = |a: Answers| -> Vec<Constructed> {
+            a.into_iter()
+                .map(|(_, r)| decode_constructed(&r.unwrap()).unwrap())
+                .collect()
+        };
+        assert!(
+            c.contribute(1, 0, part(ctx, &[0, 2], 0, b"A"), t0)
+                .is_empty()
+        );
+        // A node-local group completes meanwhile, with its only node: id 1.
+        let local = answers(c.contribute(2, 2, part(ctx, &[4, 5], 0, b"Y"), t0));
+        assert_eq!(local.len(), 1);
+        assert_eq!(local[0].context_id, Some(1));
+        let first = answers(c.contribute(3, 1, part(ctx, &[0, 2], 0, b"B"), t0));
+        let want = Constructed {
+            context_id: Some(2),
+            data: Bytes::from_static(b"AB"),
+        };
+        assert_eq!(first, vec![want.clone(), want]);
+        let plain = GroupOp::Construct { context_id: false };
+        let third = answers(c.contribute(5, 1, part(plain, &[2, 3], 0, b""), t0));
+        assert_eq!(third[0].context_id, None);
+        let next = answers(c.contribute(6, 1, part(ctx, &[2, 3], 0, b""), t0));
+        assert_eq!(next[0].context_id, Some(3));
+        // A destruct is answered like a connect: the data alone.
+        let gone = c.contribute(7, 1, part(GroupOp::Destruct, &[2, 3], 0, b""), t0);
+        assert_eq!(gone, vec![(7, Ok(Bytes::new()))]);
+        assert!(decode_constructed(b"\xff\xff").is_err());
     }
 
     #[test]

@@ -73,8 +73,11 @@ use std::{
 };
 
 use bytes::Bytes;
+/// When PMIx groups are served (a field of [`PmixConfig`]).
+pub use greedy_sys::pmix::group::Groups;
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
+    group::{GroupDone, GroupRequest},
     info::{InfoArray, Value, key},
     pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server},
@@ -179,6 +182,8 @@ pub struct PmixConfig {
     /// `PMIX_UNIVERSE_SIZE`, `PMIX_MAX_PROCS`, what `MPI_UNIVERSE_SIZE` says); `None` or fewer
     /// than a namespace's ranks: its ranks.
     pub universe: Option<u32>,
+    /// When PMIx groups are served ([`Groups`]).
+    pub groups: Groups,
 }
 
 /// Where the local ranks' CPU bindings come from.
@@ -225,6 +230,7 @@ impl PmixConfig {
             admit: admit_nobody(),
             binding: Binding::Known(BTreeMap::new()),
             universe: None,
+            groups: Groups::default(),
         }
     }
 
@@ -240,6 +246,7 @@ impl PmixConfig {
             owner: self.owner,
             admit: self.admit.clone(),
             finalize_timeout: self.finalize_timeout,
+            groups: self.groups,
         }
     }
 
@@ -418,6 +425,10 @@ pub struct DynamicCounts {
     pub disconnected: u64,
     /// Fences over a subset of the nodes.
     pub subset_fences: u64,
+    /// `PMIx_Group_construct` calls completed (counted once per node).
+    pub groups_constructed: u64,
+    /// `PMIx_Group_destruct` calls completed (likewise).
+    pub groups_destructed: u64,
 }
 
 /// Per-node facts the callbacks update.
@@ -688,6 +699,10 @@ impl Handler for Bridge {
 
     fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
         self.connect_procs(procs, true, timeout, done);
+    }
+
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        self.group_op(request, done);
     }
 
     fn spawn(

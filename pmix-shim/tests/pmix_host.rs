@@ -177,6 +177,7 @@ fn start_host(me: usize, dir: &Path) -> PmixHost {
         owner: None,
         admit: admit_job(JobProcesses::of_this_process().unwrap()),
         finalize_timeout: Duration::from_secs(2),
+        groups: Default::default(),
     })
     .expect("PMIx host starts")
 }

@@ -50,6 +50,7 @@ fn server_lifecycle_against_libpmix() {
         server_rank: 0,
         // No client connects in this test.
         admit: Arc::new(|_, _| false),
+        groups: Default::default(),
     };
     greedy_sys::pmix::server::prepare_process();
     let server = Server::init(Arc::new(Idle), &config).expect("PMIx_server_init");

@@ -9,6 +9,11 @@
 //!   (a parent and its spawned child connect, and Open MPI's disconnect fences over both):
 //!   the nodes that contribute are those of every namespace named; a namespace the host does
 //!   not host is refused with `PMIX_ERR_NOT_FOUND`.
+//! - **Group construct and destruct** (`PMIx_Group_construct`/`_destruct`, Open MPI 5's
+//!   `MPI_Comm_create_from_group`, `MPI_Intercomm_create_from_groups` and sessions) are
+//!   subset collectives too: each node's part is libpmix's `PMIX_GROUP_ENDPT_DATA`, the
+//!   answer every part concatenated and, when asked, the context id node 0 assigned
+//!   ([`greedy_sys::pmix::group`] has libpmix's contract).
 //!
 //! # What Open MPI asks (research)
 //! Sources: open-mpi/ompi tags v5.0.10 (the newest tag read; the tests run the PyPI 5.0.11
@@ -51,6 +56,7 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, RANK_WILDCARD, Status,
+    group::{self as pmix_group, GroupDone, GroupRequest, GroupResults},
     pubsub::{self, Directives, Found, LookupDone, Published},
     server::{ModexDone, OpDone},
 };
@@ -260,6 +266,48 @@ impl Bridge {
         });
     }
 
+    /// `PMIx_Group_construct` or `PMIx_Group_destruct` over `request.procs`: the members'
+    /// servers' endpoint data concatenated, and the context id node 0 assigned if asked.
+    pub(super) fn group_op(&self, request: GroupRequest, done: GroupDone) {
+        let GroupRequest {
+            op,
+            id,
+            procs,
+            directives,
+        } = request;
+        let (op, data) = match op {
+            pmix_group::GroupOp::Construct => (
+                GroupOp::Construct {
+                    context_id: directives.assign_context_id,
+                },
+                directives.endpoint_data,
+            ),
+            pmix_group::GroupOp::Destruct => (GroupOp::Destruct, Vec::new()),
+        };
+        self.subset(op, procs, data, directives.timeout, move |r| {
+            let all = match r {
+                Ok(all) => all,
+                Err(s) => return done.failed(s),
+            };
+            if op == GroupOp::Destruct {
+                return done.complete(Status::SUCCESS, GroupResults::default());
+            }
+            match group::decode_constructed(&all) {
+                Ok(c) => done.complete(
+                    Status::SUCCESS,
+                    GroupResults {
+                        context_id: c.context_id,
+                        endpoint_data: c.data.to_vec(),
+                    },
+                ),
+                Err(why) => {
+                    warn!(group = %id, "{why}");
+                    done.failed(Status::ERROR)
+                }
+            }
+        });
+    }
+
     /// Runs subset collective `op` over `procs` with this node's `data`; `finish` gets every
     /// participating node's data in node order, or the status to answer PMIx with.
     fn subset(
@@ -310,6 +358,8 @@ impl Bridge {
                             GroupOp::Fence { .. } => &mut n.subset_fences,
                             GroupOp::Connect => &mut n.connected,
                             GroupOp::Disconnect => &mut n.disconnected,
+                            GroupOp::Construct { .. } => &mut n.groups_constructed,
+                            GroupOp::Destruct => &mut n.groups_destructed,
                         } += 1;
                         drop(st);
                         finish(Ok(all.to_vec()))

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use greedy_sys::pmix::{
     Proc, Status,
+    group::{GroupDone, GroupRequest, Groups},
     pubsub::{Datum, Directives, LookupDone, Published},
     server::{Handler, ModexDone, OpDone, Server, ServerConfig},
     spawn::{App, SpawnDone},
@@ -64,6 +65,9 @@ pub struct HostConfig {
     pub admit: Admit,
     /// How long [`PmixHost::shutdown`] waits for `PMIx_server_finalize`.
     pub finalize_timeout: Duration,
+    /// When PMIx groups are served ([`Groups`]: by default only with a libpmix whose answer
+    /// every client reads).
+    pub groups: Groups,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -246,6 +250,13 @@ impl Handler for Routes {
         }
     }
 
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        match self.of_participants(&request.procs) {
+            Target::One(h) => h.group(request, done),
+            Target::Refused(s) => done.failed(s),
+        }
+    }
+
     fn spawn(
         &self,
         requester: Proc,
@@ -291,6 +302,7 @@ impl PmixHost {
                 server_nspace: config.server_nspace.clone(),
                 server_rank: config.nodeid,
                 admit: config.admit.clone(),
+                groups: config.groups,
             },
         )
         .map_err(|e| Error::Pmix {

@@ -270,7 +270,7 @@ unsafe extern "C" fn gated_accept(
 }
 
 /// The loaded libpmix's version string (`OpenPMIx 5.0.7, repo rev: …`).
-fn libpmix_version() -> String {
+pub(crate) fn libpmix_version() -> String {
     // SAFETY: PMIx_Get_version returns a static string (or NULL), callable before init.
     let version = unsafe { crate::raw::pmix::PMIx_Get_version() };
     if version.is_null() {

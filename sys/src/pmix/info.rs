@@ -119,6 +119,12 @@ pub mod key {
         HOST = PMIX_HOST;
         /// `pmix.wdir` (string): a spawned app's working directory.
         WDIR = PMIX_WDIR;
+        /// `pmix.grp.actxid` (bool): a group construct asks the host for a context id.
+        GROUP_ASSIGN_CONTEXT_ID = PMIX_GROUP_ASSIGN_CONTEXT_ID;
+        /// `pmix.grp.ctxid` (size): the context id the host assigned a group.
+        GROUP_CONTEXT_ID = PMIX_GROUP_CONTEXT_ID;
+        /// `pmix.grp.endpt` (byte object): a server's packed contribution to a group.
+        GROUP_ENDPT_DATA = PMIX_GROUP_ENDPT_DATA;
     }
 }
 
@@ -143,6 +149,10 @@ pub enum Value {
     Regex(Regex),
     /// `PMIX_PROC`: a process name (a namespace of at most `PMIX_MAX_NSLEN` bytes).
     Proc(super::Proc),
+    /// `PMIX_SIZE`.
+    Size(usize),
+    /// `PMIX_BYTE_OBJECT` (PMIx copies the bytes into memory of its own).
+    Bytes(Vec<u8>),
 }
 
 /// A node or process map as `PMIx_generate_regex`/`PMIx_generate_ppn` made it, only ever built
@@ -350,6 +360,20 @@ fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> 
             let p = p.to_raw().ok_or(Status::BAD_PARAM)?;
             // PMIx copies the struct.
             load_ptr(slot, (&p as *const raw::pmix_proc_t).cast(), raw::PMIX_PROC)
+        }
+        Value::Size(n) => load_ptr(slot, (n as *const usize).cast(), raw::PMIX_SIZE),
+        Value::Bytes(b) => {
+            let bo = raw::pmix_byte_object_t {
+                bytes: b.as_ptr().cast_mut().cast(),
+                size: b.len(),
+            };
+            // PMIx mallocs a copy of the bytes (bfrops_base_value_load), so a receiver may
+            // take and free them (libpmix's group callback does: PMIX_LOAD_BUFFER).
+            load_ptr(
+                slot,
+                (&bo as *const raw::pmix_byte_object_t).cast(),
+                raw::PMIX_BYTE_OBJECT,
+            )
         }
         Value::Infos(entries) => {
             let entries: Vec<(&CStr, Value)> =

@@ -21,6 +21,7 @@ use std::fmt;
 use crate::raw::pmix as raw;
 
 pub mod gate;
+pub mod group;
 pub mod info;
 pub mod pubsub;
 pub mod server;

@@ -22,9 +22,13 @@
 //! - [`LookupDone`] calls a `pmix_lookup_cbfunc_t` exactly once with typed results
 //!   ([`super::pubsub`]: the publish/lookup/unpublish/connect/disconnect contracts).
 //!
-//! Module entries left NULL (groups, job control, …) are answered
+//! - [`GroupDone`] calls a `pmix_info_cbfunc_t` exactly once with a group's results
+//!   ([`super::group`]: the group construct/destruct contract).
+//!
+//! Module entries left NULL (job control, …; groups on libpmix before 4.2.4, unless
+//! [`ServerConfig::groups`] says [`Groups::Always`]) are answered
 //! `PMIX_ERR_NOT_SUPPORTED` by the library itself; `tool_connected` refuses every tool. The
-//! name-service, connect and spawn entries forward to [`Handler`] methods whose defaults answer
+//! name-service, connect, group and spawn entries forward to [`Handler`] methods whose defaults answer
 //! `PMIX_ERR_NOT_SUPPORTED`.
 //!
 //! Lifecycle: [`Server::init`] installs the accept gate ([`super::gate`]) before libpmix
@@ -41,6 +45,7 @@ use std::sync::{Arc, RwLock, mpsc};
 use std::time::Duration;
 
 use super::gate::{self, GateError, Policy};
+use super::group::{GroupDone, GroupRequest, Groups};
 use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
 use super::pubsub::{self, Datum, Directives, LookupDone, Published};
 use super::spawn::{App, SpawnDone};
@@ -101,6 +106,13 @@ pub trait Handler: Send + Sync + 'static {
     fn disconnect(&self, procs: Vec<Proc>, timeout: Option<Duration>, done: OpDone) {
         let _ = (procs, timeout);
         done.complete(Status::NOT_SUPPORTED);
+    }
+    /// Every local member of group `request.id` has called `PMIx_Group_construct` or
+    /// `PMIx_Group_destruct`; complete `done` once every member's server has, with the
+    /// results the directives ask for ([`super::group`]). Default: not supported.
+    fn group(&self, request: GroupRequest, done: GroupDone) {
+        let _ = request;
+        done.failed(Status::NOT_SUPPORTED);
     }
     /// A client asked to start `apps` as a new namespace (`PMIx_Spawn`), with `job_info` the
     /// job-level directives; complete `done` once every process started, or with the
@@ -281,7 +293,7 @@ unsafe fn procs_from_raw(procs: *const raw::pmix_proc_t, n: usize) -> Vec<Proc> 
 /// `..._DIR`) with the server's uid and without checking who owns the paths (openpmix
 /// `pmix_execute_epilog` since `fbad401dd`), and in slurmstepd that uid is root; every release
 /// refuses such a request before reading it while the host has no `job_control`.
-fn host_module() -> raw::pmix_server_module_t {
+fn host_module(serve_groups: bool) -> raw::pmix_server_module_t {
     raw::pmix_server_module_t {
         client_connected: Some(on_client_connected),
         client_finalized: Some(on_client_finalized),
@@ -295,6 +307,7 @@ fn host_module() -> raw::pmix_server_module_t {
         connect: Some(on_connect),
         disconnect: Some(on_disconnect),
         spawn: Some(on_spawn),
+        group: if serve_groups { Some(on_group) } else { None },
         ..Default::default()
     }
 }
@@ -547,6 +560,28 @@ unsafe extern "C" fn on_disconnect(
     Status::SUCCESS.0
 }
 
+/// `group`: a construct or destruct, copied into a [`GroupRequest`].
+unsafe extern "C" fn on_group(
+    op: raw::pmix_group_operation_t,
+    grp: *mut c_char,
+    procs: *const raw::pmix_proc_t,
+    nprocs: usize,
+    info: *const raw::pmix_info_t,
+    ninfo: usize,
+    cbfunc: raw::pmix_info_cbfunc_t,
+    cbdata: *mut c_void,
+) -> raw::pmix_status_t {
+    let done = GroupDone { cbfunc, cbdata };
+    // SAFETY: PMIx passes the group's name, `nprocs` members and `ninfo` directives, valid
+    // for the call.
+    let request = unsafe { super::group::request_from_raw(op, grp, procs, nprocs, info, ninfo) };
+    forward("group", move |h| match request {
+        Ok(r) => h.group(r, done),
+        Err(s) => done.failed(s),
+    });
+    Status::SUCCESS.0
+}
+
 /// `spawn`: the apps and job info copied into typed values ([`super::spawn`]).
 unsafe extern "C" fn on_spawn(
     proc_: *const raw::pmix_proc_t,
@@ -639,6 +674,8 @@ pub struct ServerConfig {
     pub server_rank: u32,
     /// Which connections may reach libpmix at all ([`gate`]): `admit(peer, local)`.
     pub admit: Policy,
+    /// When the `group` upcall is installed ([`Groups`]).
+    pub groups: Groups,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -785,7 +822,7 @@ impl Server {
         }
         let mut init_info = InfoArray::new(&entries)?;
         *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
-        let module = host_module();
+        let module = host_module(config.groups.served(&gate::libpmix_version()));
         // PMIx copies the module table (`pmix_host_server = *module`); leak one anyway, so the
         // pointer stays valid whatever the library version does with it.
         let module: &'static mut raw::pmix_server_module_t = Box::leak(Box::new(module));
@@ -1164,9 +1201,9 @@ mod tests {
     /// control ([`super::host_module`]): whoever adds it must guard that first.
     #[test]
     fn the_host_serves_no_job_control() {
-        let module = super::host_module();
+        let module = super::host_module(true);
         assert!(module.job_control.is_none());
         assert!(module.client_connected.is_some() && module.fence_nb.is_some());
-        assert!(module.spawn.is_some());
+        assert!(module.spawn.is_some() && module.group.is_some());
     }
 }

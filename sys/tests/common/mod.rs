@@ -121,6 +121,7 @@ pub(crate) fn start() -> Job {
         server_nspace: "gate-test".into(),
         server_rank: 0,
         admit: policy(&allowed),
+        groups: Default::default(),
     };
     std::fs::create_dir(&config.tmpdir).unwrap();
     let server = Server::init(recorder.clone(), &config).expect("PMIx_server_init");
