@@ -5,6 +5,8 @@
 //! agent's ranks the way a launcher would: PMI_FD over a socketpair mapped to fd 3.
 //! Everything has a deadline; ranks are killed on drop, so no process outlives a test.
 
+mod common;
+
 use std::{
     os::fd::OwnedFd,
     path::{Path, PathBuf},
@@ -19,7 +21,7 @@ use greedy_pmix::{
     rendezvous::Memory,
     server::{PmiConfig, PmiServer},
 };
-use tokio::{io::AsyncReadExt, process::Command};
+use tokio::process::Command;
 
 /// Generous: 16 busy-polling MPICH ranks share 2 cores with other builds.
 const JOB_DEADLINE: Duration = Duration::from_secs(120);
@@ -106,37 +108,13 @@ async fn run_agent(job: JobSpec, board: Memory, exe: PathBuf, args: Vec<String>)
     let mut codes = Vec::new();
     let mut output = String::new();
     let mut waits = tokio::task::JoinSet::new();
-    for (rank, mut child) in children {
+    for (rank, child) in children {
         let pmi = pmi.clone();
-        let mut aborted = overlay.aborted();
+        let aborted = overlay.aborted();
         waits.spawn(async move {
-            // Read both pipes while waiting, so a chatty rank cannot block on a full pipe.
-            let mut stdout = child.stdout.take().unwrap();
-            let mut stderr = child.stderr.take().unwrap();
-            let out = tokio::spawn(async move {
-                let mut s = String::new();
-                let _ = stdout.read_to_string(&mut s).await;
-                s
-            });
-            let err = tokio::spawn(async move {
-                let mut s = String::new();
-                let _ = stderr.read_to_string(&mut s).await;
-                s
-            });
-            let status = tokio::select! {
-                s = child.wait() => s.expect("wait"),
-                _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
-                    let _ = child.start_kill();
-                    child.wait().await.expect("wait")
-                }
-            };
-            let (out, err) = (out.await.unwrap(), err.await.unwrap());
-            use std::os::unix::process::ExitStatusExt;
-            let code = status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let (code, text) = common::rank_end(child, aborted, Duration::from_secs(600)).await;
             pmi.rank_exited(rank, code).await;
-            (rank, code, out + &err)
+            (rank, code, text)
         });
     }
     while let Some(joined) = waits.join_next().await {

@@ -14,8 +14,10 @@
 //! cross agents. Agents run in their own process group, killed as a whole when the test
 //! ends, so no rank outlives a test.
 
+mod common;
+
+use common::DirRendezvous;
 use std::{
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
@@ -26,9 +28,8 @@ use greedy_pmix::{
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
     pmix::{Binding, Groups, PmixConfig, PmixServer, admit_job},
-    rendezvous::Rendezvous,
 };
-use tokio::{io::AsyncReadExt, process::Command};
+use tokio::process::Command;
 
 /// Whole job, seen from the test: 16 Open MPI ranks and 4 agents on 2 busy cores.
 const JOB_DEADLINE: Duration = Duration::from_secs(150);
@@ -59,27 +60,6 @@ fn compile(dir: &Path, mpicc: &str, cflags: &[String], source: &str) -> PathBuf 
         String::from_utf8_lossy(&out.stderr)
     );
     exe
-}
-
-/// Agents publish their overlay address as a file `node<i>` in a shared directory.
-struct DirRendezvous(PathBuf);
-
-impl Rendezvous for DirRendezvous {
-    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
-        let tmp = self.0.join(format!(".node{node_idx}.tmp"));
-        std::fs::write(&tmp, addr.to_string()).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, self.0.join(format!("node{node_idx}"))).map_err(|e| e.to_string())
-    }
-
-    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
-        let path = self.0.join(format!("node{node_idx}"));
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&path) {
-                return s.trim().parse().map_err(|e| format!("{path:?}: {e}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
 }
 
 /// What the test tells an agent process (through `GREEDY_PMIX_AGENT`, one field a line).
@@ -418,36 +398,13 @@ async fn run_agent(spec: AgentSpec) -> AgentResult {
         children.push((rank, child));
     }
     let mut waits = tokio::task::JoinSet::new();
-    for (rank, mut child) in children {
+    for (rank, child) in children {
         let pmix = pmix.clone();
-        let mut aborted = overlay.aborted();
+        let aborted = overlay.aborted();
         waits.spawn(async move {
-            let mut stdout = child.stdout.take().unwrap();
-            let mut stderr = child.stderr.take().unwrap();
-            let out = tokio::spawn(async move {
-                let mut s = String::new();
-                let _ = stdout.read_to_string(&mut s).await;
-                s
-            });
-            let err = tokio::spawn(async move {
-                let mut s = String::new();
-                let _ = stderr.read_to_string(&mut s).await;
-                s
-            });
-            let status = tokio::select! {
-                s = child.wait() => s.expect("wait"),
-                _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
-                    let _ = child.start_kill();
-                    child.wait().await.expect("wait")
-                }
-            };
-            let (out, err) = (out.await.unwrap(), err.await.unwrap());
-            use std::os::unix::process::ExitStatusExt;
-            let code = status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let (code, text) = common::rank_end(child, aborted, JOB_DEADLINE).await;
             pmix.rank_exited(rank, code).await;
-            (rank, code, out + &err)
+            (rank, code, text)
         });
     }
     let debug = std::env::var_os("GREEDY_TEST_DEBUG").is_some();

@@ -19,9 +19,11 @@
 //! spawning as MPICH does over PMIx: `PMIX_PARENT_ID`, a fence over the child namespace and
 //! the parent proc, the parent's data).
 
+mod common;
+
+use common::DirRendezvous;
 use std::{
     collections::HashSet,
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
@@ -33,9 +35,8 @@ use greedy_pmix::{
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
     pmix::{PmixConfig, PmixServer, admit_job},
-    rendezvous::Rendezvous,
 };
-use tokio::{io::AsyncReadExt, process::Command, sync::mpsc, task::JoinHandle};
+use tokio::{process::Command, sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 const NODES: usize = 2;
@@ -45,27 +46,6 @@ const JOB_DEADLINE: Duration = Duration::from_secs(150);
 const AGENT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long the embedder waits for every agent to have added (or forked) a child.
 const STEP_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Agents publish their overlay address as a file `node<i>` in a shared directory.
-struct DirRendezvous(PathBuf);
-
-impl Rendezvous for DirRendezvous {
-    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
-        let tmp = self.0.join(format!(".node{node_idx}.tmp"));
-        std::fs::write(&tmp, addr.to_string()).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, self.0.join(format!("node{node_idx}"))).map_err(|e| e.to_string())
-    }
-
-    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
-        let path = self.0.join(format!("node{node_idx}"));
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&path) {
-                return s.trim().parse().map_err(|e| format!("{path:?}: {e}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 /// What the test tells an agent process (one field a line).
 #[derive(Debug, Clone)]
@@ -227,34 +207,12 @@ where
         cmd.current_dir(cwd);
     }
     cmd.envs(l.env);
-    let mut child = cmd.spawn().expect("start rank");
-    let mut aborted = overlay.aborted();
+    let child = cmd.spawn().expect("start rank");
+    let aborted = overlay.aborted();
     tokio::spawn(async move {
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let out = tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stdout.read_to_string(&mut s).await;
-            s
-        });
-        let err = tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s).await;
-            s
-        });
-        let status = tokio::select! {
-            s = child.wait() => s.expect("wait"),
-            _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
-                let _ = child.start_kill();
-                child.wait().await.expect("wait")
-            }
-        };
-        use std::os::unix::process::ExitStatusExt;
-        let code = status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        let (code, text) = common::rank_end(child, aborted, JOB_DEADLINE).await;
         exited(code).await;
-        (l.label, code, out.await.unwrap() + &err.await.unwrap())
+        (l.label, code, text)
     })
 }
 

@@ -20,8 +20,10 @@
 //! has been removed everywhere, each agent sends the overlay a late direct-modex request and
 //! (nodes 1 and 2) a late subset fence naming B: both must be refused at once, naming B.
 
+mod common;
+
+use common::DirRendezvous;
 use std::{
-    net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -37,7 +39,6 @@ use greedy_pmix::{
         Binding, HostConfig, NamespaceConfig, PmixHost, PmixServer, admit_job,
         encode_dmodex_request,
     },
-    rendezvous::Rendezvous,
 };
 use tokio::{io::AsyncReadExt, process::Command, task::JoinSet};
 
@@ -47,27 +48,6 @@ const JOB_B: [&[u32]; NODES] = [&[], &[0], &[1, 2]];
 /// Fences A's ranks run while B is added and starts (shared overlay).
 const A_ROUNDS: u64 = 20;
 const DEADLINE: Duration = Duration::from_secs(90);
-
-/// Agents publish their overlay address as a file `node<i>` in a directory per job.
-struct DirRendezvous(PathBuf);
-
-impl Rendezvous for DirRendezvous {
-    async fn publish(&self, node_idx: usize, addr: SocketAddr) -> Result<(), String> {
-        let tmp = self.0.join(format!(".node{node_idx}.tmp"));
-        std::fs::write(&tmp, addr.to_string()).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, self.0.join(format!("node{node_idx}"))).map_err(|e| e.to_string())
-    }
-
-    async fn lookup(&self, node_idx: usize) -> Result<SocketAddr, String> {
-        let path = self.0.join(format!("node{node_idx}"));
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&path) {
-                return s.trim().parse().map_err(|e| format!("{path:?}: {e}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 fn job(id: &str, layout: [&[u32]; NODES], me: usize, secret: &str) -> JobSpec {
     JobSpec {

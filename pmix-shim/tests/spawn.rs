@@ -8,6 +8,8 @@
 //! connect back to their parents through the preput port with the library's own netmod.
 //! Everything has a deadline; processes are killed on drop.
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
@@ -457,43 +459,16 @@ impl Embedder {
         node: usize,
         nspace: String,
         rank: u32,
-        mut child: tokio::process::Child,
+        child: tokio::process::Child,
     ) -> Exit {
         let service = &self.nodes[node];
-        let mut aborted = service.overlay().aborted();
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let out = tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stdout.read_to_string(&mut s).await;
-            s
-        });
-        let err = tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s).await;
-            s
-        });
-        let status = tokio::select! {
-            s = child.wait() => s.expect("wait"),
-            _ = async { aborted.wait_for(Option::is_some).await.is_ok() } => {
-                let _ = child.start_kill();
-                child.wait().await.expect("wait")
-            }
-            _ = tokio::time::sleep(DEADLINE) => {
-                let _ = child.start_kill();
-                child.wait().await.expect("wait")
-            }
-        };
-        use std::os::unix::process::ExitStatusExt;
-        let code = status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        let aborted = service.overlay().aborted();
+        let (code, output) = common::rank_end(child, aborted, DEADLINE).await;
         if nspace == self.job {
             service.rank_exited(rank, code).await;
         } else {
             service.child_exited(&nspace, rank, code).await;
         }
-        let output = out.await.unwrap() + &err.await.unwrap();
         Exit {
             nspace,
             rank,
