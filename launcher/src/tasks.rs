@@ -223,8 +223,19 @@ pub async fn submit(
         stderr: tokio::io::stderr(),
         results,
     };
+    // Ctrl-C (or TERM, HUP) ends this client with the signal's code whatever the disposition
+    // it inherited (a script's `&` ignores SIGINT): the session sees it go and cancels the
+    // stream's tasks; every result received so far is already in `results`.
+    let mut stops = crate::signals::Stops::new();
     let exit = loop {
-        let (kind, payload) = match read_frame(&mut rd).await {
+        let frame = tokio::select! {
+            frame = read_frame(&mut rd) => frame,
+            sig = stops.recv() => {
+                say("interrupted: the session ends this stream's running tasks".into());
+                break 128 + crate::signals::number(sig);
+            }
+        };
+        let (kind, payload) = match frame {
             Ok(frame) => frame,
             Err(code) => break code,
         };
