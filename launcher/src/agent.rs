@@ -625,20 +625,27 @@ async fn wireup_env(
     env: &mut Vec<(String, String)>,
 ) -> Option<(std::os::fd::OwnedFd, i32)> {
     match service.env_for(rank, Some(wireup::PMI_FD)).await {
-        Ok(w) => {
-            for (k, v) in w.defaults {
-                if !env.iter().any(|(name, _)| *name == k) {
-                    env.push((k, v));
-                }
-            }
-            env.extend(w.env);
-            w.pmi_fd.map(|fd| (fd, wireup::PMI_FD))
-        }
+        Ok(w) => add_wireup(w, env),
         Err(e) => {
             warn!(rank, "no wire-up for this rank: {e}");
             None
         }
     }
+}
+
+/// Adds what the wire-up service gave a rank to its `env` (the defaults only where `env` has
+/// no such variable); the PMI socket the rank inherits, if any, at [`wireup::PMI_FD`].
+fn add_wireup(
+    w: greedy_pmix::node::RankWireup,
+    env: &mut Vec<(String, String)>,
+) -> Option<(std::os::fd::OwnedFd, i32)> {
+    for (k, v) in w.defaults {
+        if !env.iter().any(|(name, _)| *name == k) {
+            env.push((k, v));
+        }
+    }
+    env.extend(w.env);
+    w.pmi_fd.map(|fd| (fd, wireup::PMI_FD))
 }
 
 /// How a process ended (255 when it cannot be waited for).

@@ -265,13 +265,7 @@ async fn child_wireup(
         .child_env(nspace, rank, Some(wireup::PMI_FD))
         .await
         .map_err(|e| format!("no wire-up for rank {rank} of {nspace}: {e}"))?;
-    for (k, v) in w.defaults {
-        if !env.iter().any(|(name, _)| *name == k) {
-            env.push((k, v));
-        }
-    }
-    env.extend(w.env);
-    Ok(w.pmi_fd.map(|fd| (fd, wireup::PMI_FD)))
+    Ok(super::add_wireup(w, env))
 }
 
 /// What reports a child rank's end up once it exited and its output drained.
