@@ -46,14 +46,16 @@ fn main() {
         return;
     }
     // Logs go to stderr, which the parent forwards to greedyrun as notes: keep it quiet unless
-    // asked (GREEDY_LOG uses RUST_LOG syntax).
+    // asked (GREEDY_LOG uses RUST_LOG syntax), without colour codes (greedyrun prints them
+    // escaped), and timed from the agent's start, which is what a slow phase is measured by.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GREEDY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
         )
         .with_writer(std::io::stderr)
-        .without_time()
+        .with_ansi(false)
+        .with_timer(tracing_subscriber::fmt::time::uptime())
         .init();
     greedy_launcher::agent::prepare_pmix();
     let rt = match tokio::runtime::Builder::new_current_thread()
