@@ -5,7 +5,8 @@ usage: python3 compare.py WORKDIR EXCEPTIONS CONFIG=BASELINE...
 WORKDIR holds runner.py's logs, CONFIG.rROUND.log.RANK. A test's result in a configuration is
 the worst over its ranks in the last round that ran it: "died" (started, never finished: it hung past the per-test timeout
 or its job died), then error, fail, xpass, skip, pass (xfail counts as pass); "missing" when
-it never started. Prints a table of counts per configuration and every test that passes under
+it never started (suite.sh runs a test that died once more: a death in an earlier round is
+reported as a flake, by name, and does not count). Prints a table of counts per configuration and every test that passes under
 a configuration's BASELINE but not under the configuration. Exits 1 when such a test is not
 listed in EXCEPTIONS, or when a listed exception passes now (the list must stay true); tests
 a run left out (--xfile) are not judged.
@@ -44,12 +45,15 @@ def results(workdir):
         for test in seen:
             last[config][test] = max(rnd, last[config].get(test, 0))
     out = collections.defaultdict(dict)
+    flakes = collections.defaultdict(dict)  # config -> {test: round it died in, not its last}
     for (config, rnd, _rank), seen in per_rank.items():
         for test, word in seen.items():
             if rnd == last[config][test]:
                 old = out[config].get(test, "pass")
                 out[config][test] = min(old, word, key=WORST.index)
-    return out
+            elif word == "died":
+                flakes[config][test] = rnd
+    return out, flakes
 
 
 def exceptions(path):
@@ -76,7 +80,7 @@ def listed(rules, test, config):
 def main():
     workdir, xpath = pathlib.Path(sys.argv[1]), sys.argv[2]
     pairs = [arg.split("=", 1) for arg in sys.argv[3:]]
-    res, rules, bad = results(workdir), exceptions(xpath), []
+    (res, flakes), rules, bad = results(workdir), exceptions(xpath), []
     print(f"{'configuration':<16}" + "".join(f"{w:>7}" for w in WORST))
     for config in dict.fromkeys(c for pair in pairs for c in reversed(pair)):
         counts = collections.Counter(res.get(config, {}).values())
@@ -98,6 +102,9 @@ def main():
             rule = listed(rules, test, config)
             if rule and r == "pass":
                 bad.append(f"{config}: {test} passes now; remove or narrow {xpath}:{rule[3]}")
+    for config, tests in sorted(flakes.items()):
+        for test, rnd in sorted(tests.items()):
+            print(f"  FLAKE: {config}: {test}: died in round {rnd}, {res[config][test]} when run again")
     for line in bad:
         print(f"FAIL: {line}")
     sys.exit(1 if bad else 0)

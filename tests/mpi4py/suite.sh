@@ -27,7 +27,9 @@
 #
 # Each test has a timeout (--timeout, default 20 s, 60 s with --all): runner.py's watchdog ends a rank stuck in
 # one test, the job ends, and the test is reported "died" by name; the suite then runs again
-# without the tests already done, so one hang costs one timeout. Tests listed in
+# without the tests already done, so one hang costs one timeout. A test that dies is run once
+# more in the next round: compare.py reports one that passes then as a flake, by name, and
+# judges its second result. Tests listed in
 # exceptions.txt with a reason starting "hangs:" or "ends-job:" are not run (each would cost a
 # timeout or a round); --hangs runs them too, to check that they still do.
 #
@@ -137,7 +139,7 @@ unfinished() {
 # job is ended under a finished test (a rank's launcher aborted it): the next round runs the
 # rest.
 run_config() {
-  local config=$1 round t0 rc died logs
+  local config=$1 round t0 rc died first rerun logs
   t0=$(ms)
   # Listed hangs and job killers are not run (unless --hangs): "*ID" is main.py's exact-suffix
   # pattern.
@@ -151,14 +153,25 @@ run_config() {
     logs=("$work/$config.r$round".log.*)
     [[ -e ${logs[0]} ]] || break
     died=$(unfinished "${logs[@]}")
+    first=${died%%$'\n'*}
     # Done: every test a rank finished, and of those left unfinished the first in the suite's
     # order (the ranks that went on to later tests were waiting for the one stuck in it; their
-    # tests run again).
+    # tests run again) unless this is its first death, which earns it one more round.
+    rerun=0
+    if [[ -n $first ]] && ! grep -qxF -- "$first" "$work/$config.retried" 2>/dev/null; then
+      rerun=1
+      echo "$first" >>"$work/$config.retried"
+    fi
     { cat "$work/$config.skip"; awk '$1 != "start" && NF > 1 { print "*" $2 }' "$work/$config".r*.log.*
-      [[ -z $died ]] || echo "*${died%%$'\n'*}"; } | sort -u >"$work/$config.done"
+      [[ -z $first ]] || echo "*$first"; } | sort -u | { ((rerun)) && grep -vxF -- "*$first" || cat; } \
+      >"$work/$config.done"
     [[ $(cat "${logs[@]}" | grep -cx 'done') -lt $np ]] || break
     grep -q '^start' "${logs[@]}" || break
-    echo "$TAG: $config round $round: exit $rc${died:+ in ${died%%$'\n'*}}; running the rest again"
+    echo "$TAG: $config round $round: exit $rc${first:+ in $first}; running the rest again$( ((rerun)) && echo ", $first too")"
+    # Why the round ended, for a CI log that keeps nothing else: the launcher's own lines and a
+    # rank's watchdog stack.
+    grep -E '^(greedyrun|prterun|mpirun|\[mpiexec|Fatal Python error|Timeout)' "$work/$config.r$round.out" |
+      tail -8 | sed "s/^/$TAG:   /" || true
   done
   [[ -e $work/$config.r1.log.0 ]] || fail "$config: no rank ran the suite; its output ends:
 $(tail -20 "$work/$config.r1.out")"
