@@ -427,15 +427,12 @@ fn mpich_spawn_is_refused_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
 }
 
-/// MPI_Comm_spawn of PyPI's Open MPI 5 (tests/mpi/clients.sh installs it) fails at once on
-/// every rank: greedy's PMIx server has no spawn upcall, so libpmix answers "not supported" and
-/// Open MPI 5 passes the root's error to the others (4.1 leaves them waiting, its own bug).
-#[test]
-fn openmpi5_spawn_fails_at_once_on_every_rank() {
-    let (d, local, _) = shells();
+/// PyPI's Open MPI 5 (tests/mpi/clients.sh installs it): its prefix, and tests/mpi/NAME.c
+/// built in `dir` with its `mpicc`.
+fn ompi5_program(dir: &Path, name: &str) -> (String, String) {
     let ompi5 = std::env::var("GREEDY_OMPI5").unwrap_or("/var/tmp/greedy-ompi5".into());
-    let exe = d.path().join("spawn-ompi5");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
+    let exe = dir.join(format!("{name}-ompi5"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
     let built = Command::new(format!("{ompi5}/bin/mpicc"))
         .env("OPAL_PREFIX", &ompi5)
         .args(["-O1", "-o"])
@@ -446,9 +443,18 @@ fn openmpi5_spawn_fails_at_once_on_every_rank() {
         built.is_ok_and(|s| s.success()),
         "{ompi5}/bin/mpicc (tests/mpi/clients.sh installs PyPI's Open MPI 5)"
     );
+    (ompi5, exe.display().to_string())
+}
+
+/// MPI_Comm_spawn of Open MPI 5 fails at once on every rank when every slot is taken (4 ranks
+/// on 4 slots, no `--oversubscribe`): greedyrun refuses the spawn and Open MPI 5 passes the
+/// root's error to the others (4.1 leaves them waiting, its own bug).
+#[test]
+fn openmpi5_spawn_fails_at_once_on_every_rank() {
+    let (d, local, _) = shells();
+    let (ompi5, exe) = ompi5_program(d.path(), "spawn");
     let t0 = Instant::now();
     let prefix = format!("OPAL_PREFIX={ompi5}");
-    let exe = exe.display().to_string();
     let (out, _) = run(
         &local,
         &[
@@ -472,6 +478,40 @@ fn openmpi5_spawn_fails_at_once_on_every_rank() {
     assert_eq!(stdout.matches("spawn error class").count(), 4, "{stdout}");
     assert_spawns_returned_at_once(&stdout);
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
+/// Open MPI 5's error messages reach the user: it sends them to the PMIx server
+/// (`PMIx_Log`), which declines so that the rank prints them itself (libpmix alone would
+/// drop them). `MPI_Abort` of rank 2 ends the job with its code and Open MPI's own words.
+#[test]
+fn openmpi5_error_messages_reach_the_user() {
+    let (d, local, _) = shells();
+    let (ompi5, exe) = ompi5_program(d.path(), "wireup");
+    let prefix = format!("OPAL_PREFIX={ompi5}");
+    let (out, _) = run(
+        &local,
+        &[
+            "-H",
+            "localhost,127.0.0.2:2,127.0.0.3",
+            "--timeout",
+            "60",
+            "--",
+            "env",
+            &prefix,
+            "OMPI_MCA_pml=ob1",
+            "OMPI_MCA_btl=self,tcp",
+            "OMPI_MCA_btl_tcp_if_include=lo",
+            "EXPECT_SIZE=4",
+            &exe,
+            "abort-after-init=2:9",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(9), "{stderr}");
+    assert!(
+        stderr.contains("MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD"),
+        "{stderr}"
+    );
 }
 
 /// Debian's Open MPI 4.1 wires up through greedy-pmix's PMIx server (`--pmi pmix`) across three

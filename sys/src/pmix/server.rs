@@ -308,8 +308,33 @@ fn host_module(serve_groups: bool) -> raw::pmix_server_module_t {
         disconnect: Some(on_disconnect),
         spawn: Some(on_spawn),
         group: if serve_groups { Some(on_group) } else { None },
+        log: Some(on_log),
         ..Default::default()
     }
+}
+
+/// `log`: declined, so that the client prints the message itself, on its own stderr (which
+/// the launcher labels by rank). Open MPI 5 sends every error message there (`PMIx_Log_nb`,
+/// opal/util/show_help.c `local_delivery`@v5.0.8) and prints it only when the log fails; with
+/// the entry NULL, libpmix 4.2 drops the message and answers success (its `stdfd` channel
+/// writes only in gateway servers, plog_stdfd.c@v4.2.2 l.114). The answer comes from another
+/// thread: libpmix calls this with the lock its completion takes held (plog_base_stubs.c
+/// `pmix_plog_base_log`), so answering here would deadlock its progress thread.
+unsafe extern "C" fn on_log(
+    _client: *const raw::pmix_proc_t,
+    _data: *const raw::pmix_info_t,
+    _ndata: usize,
+    _directives: *const raw::pmix_info_t,
+    _ndirs: usize,
+    cbfunc: raw::pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) {
+    // Not completed (the client's non-blocking log never answered) if no thread can start:
+    // dropping it here would answer on this thread.
+    let done = std::mem::ManuallyDrop::new(OpDone { cbfunc, cbdata });
+    let _ = std::thread::Builder::new()
+        .name("greedy-pmix-log".into())
+        .spawn(move || std::mem::ManuallyDrop::into_inner(done).complete(Status::NOT_SUPPORTED));
 }
 
 /// `client_connected`: a notification in PMIx 4.2 (cbfunc NULL).
