@@ -368,7 +368,7 @@ impl Children {
             })
             .collect();
         ChildJob {
-            nspace: format!("{}.{child}", self.job_id),
+            nspace: greedy_pmix::child::nspace(&self.job_id, child),
             parent: request.parent.clone(),
             requester: request.requester,
             ranks,

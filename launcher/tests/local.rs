@@ -1438,7 +1438,7 @@ fn spawned_children_run_labelled_and_are_waited_for() {
         let line = (stdout.lines())
             .find(|l| l.starts_with(&format!("[1:{r}] child ")))
             .unwrap_or_else(|| panic!("child {r}: {stdout}"));
-        assert!(line.ends_with(&format!(".1 rank {r} of 2")), "{line}");
+        assert!(line.ends_with(&format!("@1 rank {r} of 2")), "{line}");
     }
     // Rank 1 of the child ends a second after every parent rank did.
     assert!(stdout.contains("[1:1] bye 1\n"), "{stdout}");

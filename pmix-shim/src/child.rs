@@ -17,6 +17,17 @@ use tokio::sync::{mpsc, oneshot};
 /// Why a spawn is refused when the embedder serves none (under srun, for now).
 pub const NOT_SERVED: &str = "spawn is not served by this launcher";
 
+/// The namespace of the `n`th job spawned in `family` (the job's own namespace): `family@n`,
+/// as PRRTE names them. Open MPI 5 turns a namespace into its 32-bit job id as a 16-bit hash of
+/// what comes before the last `@` and the number after it (opal/mca/pmix/base/pmix_base_fns.c
+/// `opal_pmix_convert_nspace`@v5.0.8): names without `@` differ in 16 bits only, and one
+/// spawned job in a few hundred took an earlier one's id (its ranks then reached for a gone
+/// process's address); `family@n` gives every child of the family its own id for the first
+/// 65,535. `n` counts from 1 (0 is the family's own id).
+pub fn nspace(family: &str, n: u32) -> String {
+    format!("{family}@{n}")
+}
+
 /// What a local rank asked to start, whatever family it spoke.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpawnRequest {
@@ -62,7 +73,7 @@ pub struct SpawnApp {
 /// A spawned job as every node of the family learns it (the same value on every node).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildJob {
-    /// Its namespace: PMI kvsname and jobid, PMIx nspace (`<parent job>.<n>`).
+    /// Its namespace: PMI kvsname and jobid, PMIx nspace ([`nspace`]).
     pub nspace: String,
     /// The namespace that asked for it.
     pub parent: String,
@@ -182,6 +193,40 @@ impl Spawns {
 
 #[cfg(test)]
 mod tests {
+    /// Open MPI 5's job id of a namespace (opal_pmix_convert_nspace@v5.0.8, its hash
+    /// `OPAL_HASH_STR` being Bob Jenkins' one-at-a-time).
+    fn ompi5_jobid(nspace: &str) -> u32 {
+        let (family, local) = match nspace.rsplit_once('@') {
+            Some((f, n)) => (f, n.parse::<u32>().unwrap_or(0)),
+            None => (nspace, 0),
+        };
+        let mut h: u32 = 0;
+        for b in family.bytes() {
+            h = h.wrapping_add(u32::from(b));
+            h = h.wrapping_add(h << 10);
+            h ^= h >> 6;
+        }
+        h = h.wrapping_add(h << 3);
+        h ^= h >> 11;
+        h = h.wrapping_add(h << 15);
+        let family16 = ((h >> 16) ^ (h & 0xffff)) & 0xffff;
+        (family16 << 16) | (local & 0xffff)
+    }
+
+    #[test]
+    fn a_familys_children_get_distinct_open_mpi_job_ids() {
+        let family = "greedy20006.690725";
+        // As Open MPI 5.0.11 printed it for that job (its port names start "517734400.0:").
+        assert_eq!(ompi5_jobid(family), 517_734_400);
+        let mut ids: Vec<u32> = (1..=5000)
+            .map(|n| ompi5_jobid(&nspace(family, n)))
+            .collect();
+        ids.push(ompi5_jobid(family));
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n);
+    }
     use super::*;
 
     fn child() -> ChildJob {

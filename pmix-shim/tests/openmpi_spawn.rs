@@ -268,10 +268,11 @@ fn place(p: &PendingSpawn, nspace: String, first_node: usize) -> ChildJob {
 /// The requester's side: each spawn placed, published to every agent, answered once every
 /// agent forked its children.
 async fn serve_spawns(mut rx: mpsc::Receiver<PendingSpawn>, dir: PathBuf, me: usize, tree: bool) {
-    let mut k = 0;
+    let mut k = 0u32;
     while let Some(p) = rx.recv().await {
-        let nspace = format!("{}.{me}{k}", p.request.parent);
+        // Each node's server names its requesters' children apart from the others'.
         k += 1;
+        let nspace = greedy_pmix::child::nspace(&p.request.parent, 1000 * (me as u32 + 1) + k);
         let child = place(&p, nspace.clone(), if tree { me + 1 } else { 0 });
         let spawns = dir.join("spawns");
         std::fs::create_dir_all(&spawns).unwrap();
@@ -801,11 +802,11 @@ async fn a_pmix_child_finds_its_parent_and_the_value_it_put() {
     let job = all
         .lines()
         .find_map(|l| l.strip_prefix("CHILDREN "))
-        .and_then(|c| c.rsplit_once('.'))
+        .and_then(|c| c.rsplit_once('@'))
         .map(|(job, _)| job.to_string())
         .unwrap_or_else(|| panic!("no child namespace:\n{all}"));
     assert!(
-        all.contains(&format!("parent 0: spawned {job}.00, fenced")),
+        all.contains(&format!("parent 0: spawned {job}@1001, fenced")),
         "{all}"
     );
     for r in 0..2 {

@@ -492,7 +492,7 @@ impl Embedder {
         let n = 1 + self
             .spawned
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nspace = format!("{}.{n}", request.parent);
+        let nspace = greedy_pmix::child::nspace(&request.parent, n);
         let nodes = self.nodes.len();
         let mut ranks = vec![Vec::new(); nodes];
         let mut apps = Vec::new();
@@ -669,7 +669,7 @@ async fn mpich_children_dying_before_connecting_end_the_family() {
     assert!(
         abort
             .reason
-            .contains(&format!("spawned job {}.1 rank", run.job))
+            .contains(&format!("spawned job {}@1 rank", run.job))
             && abort
                 .reason
                 .contains("exited with code 7 before connecting"),
