@@ -446,6 +446,24 @@ fn ompi5_program(dir: &Path, name: &str) -> (String, String) {
     (ompi5, exe.display().to_string())
 }
 
+/// A job of 4 ranks on three agents running `program` (`VAR=value… PROGRAM ARGS…`) on Open MPI 5
+/// over TCP on the loopback, with greedyrun's `options`.
+fn ompi5_job(local: &Path, ompi5: &str, options: &[&str], program: &[&str]) -> Output {
+    let prefix = format!("OPAL_PREFIX={ompi5}");
+    let mut args = vec!["-H", "localhost,127.0.0.2:2,127.0.0.3", "--timeout", "60"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[
+        "--",
+        "env",
+        &prefix,
+        "OMPI_MCA_pml=ob1",
+        "OMPI_MCA_btl=self,tcp",
+    ]);
+    args.push("OMPI_MCA_btl_tcp_if_include=lo");
+    args.extend_from_slice(program);
+    run(local, &args).0
+}
+
 /// MPI_Comm_spawn of Open MPI 5 fails at once on every rank when every slot is taken (4 ranks
 /// on 4 slots, no `--oversubscribe`): greedyrun refuses the spawn and Open MPI 5 passes the
 /// root's error to the others (4.1 leaves them waiting, its own bug).
@@ -454,25 +472,7 @@ fn openmpi5_spawn_fails_at_once_on_every_rank() {
     let (d, local, _) = shells();
     let (ompi5, exe) = ompi5_program(d.path(), "spawn");
     let t0 = Instant::now();
-    let prefix = format!("OPAL_PREFIX={ompi5}");
-    let (out, _) = run(
-        &local,
-        &[
-            "-H",
-            "localhost,127.0.0.2:2,127.0.0.3",
-            "--pmi",
-            "pmix",
-            "--timeout",
-            "60",
-            "--",
-            "env",
-            &prefix,
-            "OMPI_MCA_pml=ob1",
-            "OMPI_MCA_btl=self,tcp",
-            "OMPI_MCA_btl_tcp_if_include=lo",
-            &exe,
-        ],
-    );
+    let out = ompi5_job(&local, &ompi5, &["--pmi", "pmix"], &[&exe]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
     assert_eq!(stdout.matches("spawn error class").count(), 4, "{stdout}");
@@ -487,24 +487,11 @@ fn openmpi5_spawn_fails_at_once_on_every_rank() {
 fn openmpi5_error_messages_reach_the_user() {
     let (d, local, _) = shells();
     let (ompi5, exe) = ompi5_program(d.path(), "wireup");
-    let prefix = format!("OPAL_PREFIX={ompi5}");
-    let (out, _) = run(
+    let out = ompi5_job(
         &local,
-        &[
-            "-H",
-            "localhost,127.0.0.2:2,127.0.0.3",
-            "--timeout",
-            "60",
-            "--",
-            "env",
-            &prefix,
-            "OMPI_MCA_pml=ob1",
-            "OMPI_MCA_btl=self,tcp",
-            "OMPI_MCA_btl_tcp_if_include=lo",
-            "EXPECT_SIZE=4",
-            &exe,
-            "abort-after-init=2:9",
-        ],
+        &ompi5,
+        &[],
+        &["EXPECT_SIZE=4", &exe, "abort-after-init=2:9"],
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(9), "{stderr}");
