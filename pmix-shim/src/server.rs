@@ -782,6 +782,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
         };
         if !self.spoke {
             self.spoke = true;
+            debug!(nspace = %ns.id(), rank, "rank's first PMI message");
             // A spawned job's ranks share numbers with the job's: its own record says who spoke.
             let gone = match ns.spawner {
                 None => shared.departures.spoke(rank, Family::Pmi),
@@ -818,7 +819,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
                     return ControlFlow::Break(());
                 }
             }
-            Action::Fence => self.shared.enter_fence(&self.ns, rank),
+            Action::Fence => {
+                debug!(nspace = %self.ns.id(), rank, "rank entered fence");
+                self.shared.enter_fence(&self.ns, rank)
+            }
             Action::WaitNodeAttr(_) => {}
             Action::Names(request) => {
                 let ask = ask_names(self.shared.clone(), request, self.notices_tx.clone());
@@ -826,6 +830,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             }
             Action::Spawn(request) => {
                 let request = spawned::request(self.ns.id(), rank, request);
+                debug!(rank, procs = request.total_procs(), "spawn asked");
                 let ask = spawned::ask(self.shared.clone(), request, self.notices_tx.clone());
                 self.shared.tracker.spawn(ask.in_current_span());
             }
