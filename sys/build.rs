@@ -172,7 +172,7 @@ mod pmix {
             )
             .allowlist_function("PMIx_.*")
             .allowlist_function(
-                "hwloc_topology_(init|load|destroy|set_io_types_filter|set_components)",
+                "hwloc_topology_(init|load|destroy|set_io_types_filter|set_components|export_xml)",
             )
             .allowlist_function("hwloc_get_(type_depth|nbobjs_by_depth|obj_by_depth)")
             .allowlist_function("hwloc_bitmap_(first|next|alloc|free|set)")

@@ -954,14 +954,18 @@ impl Running {
             Cmd::EndJob { job } => self.jobs.end(job),
             Cmd::CancelTasks { stream } => self.cancel_tasks(stream),
             Cmd::SpawnAnswer { id, result } => self.children.answer(id, result),
-            Cmd::AddChild { child, job } => {
-                let fork = children::Fork {
+            Cmd::AddChild { child, job, start } => {
+                let mut fork = children::Fork {
                     agent: &self.agent,
                     service: self.wireup.service.as_ref(),
                     guard: &mut self.guard,
                     exit_tx: &self.exit_tx,
                 };
-                self.children.add(child, *job, &fork).await;
+                let added = self.children.add(child, *job, &fork).await;
+                // The job's only node: no other agent has to add the child first.
+                if start && added {
+                    self.live += self.children.start(child, &mut fork).await;
+                }
             }
             Cmd::StartChild { child } => {
                 let mut fork = children::Fork {

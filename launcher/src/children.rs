@@ -8,7 +8,9 @@
 //! free M"). Then, as PRRTE and Hydra do, the requester is answered only once the children
 //! run: [`Cmd::AddChild`] goes to **every** node (each serves the new namespace, also where
 //! it has none of its ranks), and only when every node said so, [`Cmd::StartChild`] to the
-//! nodes that fork its ranks. If any node fails, the requester is refused with that node's
+//! nodes that fork its ranks. A job of one node is told both at once (`AddChild` with
+//! `start`): its agent forks the ranks right after it added the child, as no other node has
+//! to add it first, which spares a round trip. If any node fails, the requester is refused with that node's
 //! reason and the children already started are killed ([`Cmd::KillChild`]). Every phase has a
 //! deadline that names the hosts that did not answer: the requester never hangs.
 //!
@@ -165,6 +167,8 @@ struct InFlight {
     node: u32,
     id: u32,
     starting: bool,
+    /// Its nodes were told to start its ranks with the add (a job of one node).
+    merged: bool,
     /// Nodes that have yet to answer this phase.
     waiting: BTreeSet<u32>,
     deadline: Instant,
@@ -280,6 +284,7 @@ impl Children {
             node,
             id,
             starting: false,
+            merged: false,
             waiting: BTreeSet::new(),
             deadline: now + self.timeout,
             failure: None,
@@ -333,9 +338,11 @@ impl Children {
         let f = self.in_flight.get_mut(&child).expect("in flight");
         f.waiting = (0..self.hosts.len() as u32).collect();
         f.deadline = now + self.timeout;
-        let job = Box::new(job);
+        // With one node, the node that adds it is every node that must: it may start at once.
+        f.merged = self.hosts.len() == 1;
+        let (job, start) = (Box::new(job), f.merged);
         Step {
-            route: vec![(None, Cmd::AddChild { child, job })],
+            route: vec![(None, Cmd::AddChild { child, job, start })],
             ..Step::default()
         }
     }
@@ -401,11 +408,15 @@ impl Children {
         let f = self.in_flight.get_mut(&child).expect("checked");
         (f.starting, f.waiting) = (true, holders.clone());
         f.deadline = Instant::now() + self.timeout;
-        Step {
-            route: holders
-                .into_iter()
+        // Merged: the node forks them already, having added the child.
+        let route = match f.merged {
+            true => Vec::new(),
+            false => (holders.into_iter())
                 .map(|h| (Some(h), Cmd::StartChild { child }))
                 .collect(),
+        };
+        Step {
+            route,
             ranks_added: n,
             fail_job: None,
         }
@@ -636,7 +647,17 @@ mod tests {
         let mut a = app("prog", 2, &[]);
         a.path = Some("/opt/x".into());
         let step = c.request(1, 7, request(vec![a]), now);
-        let [(None, Cmd::AddChild { child: 1, job })] = &step.route[..] else {
+        let [
+            (
+                None,
+                Cmd::AddChild {
+                    child: 1,
+                    job,
+                    start: false,
+                },
+            ),
+        ] = &step.route[..]
+        else {
             panic!("{step:?}")
         };
         assert_eq!(job.nspace, "j.1");
@@ -686,6 +707,57 @@ mod tests {
             again.route[0],
             (None, Cmd::AddChild { child: 2, .. })
         ));
+    }
+
+    #[test]
+    fn a_job_of_one_node_adds_and_starts_in_one_command() {
+        let limits = Limits {
+            slots: vec![2],
+            oversubscribe: false,
+            timeout: Duration::from_secs(10),
+            path: None,
+        };
+        let mut c = Children::new("j", &["n1".into()], &[vec![0]], limits);
+        let t0 = Instant::now();
+        let step = c.request(0, 4, request(vec![app("p", 1, &[])]), t0);
+        assert!(matches!(
+            &step.route[..],
+            [(
+                None,
+                Cmd::AddChild {
+                    child: 1,
+                    start: true,
+                    ..
+                }
+            )]
+        ));
+        // The add's answer asks nothing more of the node: it forks already.
+        let added = c.added(0, 1, Ok(()));
+        assert_eq!((added.route, added.ranks_added), (vec![], 1));
+        let done = c.started(0, 1, Ok(()));
+        assert_eq!(answer(&done), Some((0, 4, Ok("j.1".into()))));
+        c.child_ended(1, 0);
+        // A node that cannot add forks nothing: refused, the slot free again.
+        let step = c.request(0, 5, request(vec![app("p", 1, &[])]), t0);
+        assert!(matches!(
+            &step.route[..],
+            [(None, Cmd::AddChild { child: 2, .. })]
+        ));
+        let refused = c.added(0, 2, Err("not served".into()));
+        assert_eq!(
+            answer(&refused),
+            Some((0, 5, Err("n1 cannot serve the child: not served".into())))
+        );
+        assert_eq!(refused.ranks_added, 0);
+        assert_eq!(c.free(), [1]);
+        // A start that does not finish names the node and ends the job, as in two phases.
+        c.request(0, 6, request(vec![app("p", 1, &[])]), t0);
+        c.added(0, 3, Ok(()));
+        let late = c.tick(Instant::now() + Duration::from_secs(11));
+        assert!(
+            late.fail_job
+                .is_some_and(|w| w.contains("no answer from n1 (asked to start its ranks)"))
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -264,6 +264,9 @@ pub enum Cmd {
         child: u32,
         /// The child as every node learns it.
         job: Box<ChildJob>,
+        /// Phase 2 too, once added here, as if [`Cmd::StartChild`] followed: sent only when
+        /// the job has one node, which is then every node that must add the child first.
+        start: bool,
     },
     /// Spawn phase 2, to the nodes holding its ranks (every node added it): fork the local
     /// ranks of child `child`; answered by [`Up::ChildStarted`], and each of its ranks ends
@@ -320,6 +323,8 @@ pub enum JobCmd {
         child: u32,
         /// The child as every node learns it.
         job: Box<ChildJob>,
+        /// Phase 2 too ([`Cmd::AddChild`]'s `start`).
+        start: bool,
     },
     /// [`Cmd::StartChild`].
     StartChild {
@@ -343,7 +348,7 @@ impl JobCmd {
             Cmd::Shutdown => JobCmd::Shutdown,
             Cmd::Teardown => JobCmd::Teardown,
             Cmd::SpawnAnswer { id, result } => JobCmd::SpawnAnswer { id, result },
-            Cmd::AddChild { child, job } => JobCmd::AddChild { child, job },
+            Cmd::AddChild { child, job, start } => JobCmd::AddChild { child, job, start },
             Cmd::StartChild { child } => JobCmd::StartChild { child },
             Cmd::KillChild { child } => JobCmd::KillChild { child },
             _ => return None,
@@ -360,7 +365,7 @@ impl From<JobCmd> for Cmd {
             JobCmd::Shutdown => Cmd::Shutdown,
             JobCmd::Teardown => Cmd::Teardown,
             JobCmd::SpawnAnswer { id, result } => Cmd::SpawnAnswer { id, result },
-            JobCmd::AddChild { child, job } => Cmd::AddChild { child, job },
+            JobCmd::AddChild { child, job, start } => Cmd::AddChild { child, job, start },
             JobCmd::StartChild { child } => Cmd::StartChild { child },
             JobCmd::KillChild { child } => Cmd::KillChild { child },
         }
@@ -827,9 +832,23 @@ mod tests {
             to: None,
             cmd: Cmd::AddChild {
                 child: 1,
-                job: Box::new(job),
+                job: Box::new(job.clone()),
+                start: false,
             },
         });
+        let add_and_start = Cmd::AddChild {
+            child: 2,
+            job: Box::new(job),
+            start: true,
+        };
+        roundtrip_down(Down::Route {
+            to: None,
+            cmd: add_and_start.clone(),
+        });
+        assert_eq!(
+            JobCmd::of(add_and_start.clone()).map(Cmd::from),
+            Some(add_and_start)
+        );
         for cmd in [
             Cmd::StartChild { child: 1 },
             Cmd::KillChild { child: 1 },

@@ -138,6 +138,8 @@ pub async fn start(
     if start.universe > 0 {
         config.set_universe(start.universe);
     }
+    // MPICH ranks read the node's topology from a file rather than each probing the hardware.
+    config.pmi.topology_dir = Some(config.scratch.clone());
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)

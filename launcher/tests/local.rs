@@ -1432,6 +1432,37 @@ fn spawned_children_run_labelled_and_are_waited_for() {
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
+/// In a job of one host the child is added and started with one command: its ranks run as
+/// in two phases, and a program that cannot run is refused naming it, the job going on.
+#[test]
+fn a_spawn_on_one_host_adds_and_starts_at_once() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
+    let script = script.display().to_string();
+    let one_host = ["-H", "localhost:3", "-n", "1"];
+    let (out, took) = run_spawn(&one_host, &["2", "python3", &script, "child", "0", "1"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
+    assert_eq!(spawn_answer(&stdout).0, "rc=0", "{stdout}");
+    for r in 0..2 {
+        let line = (stdout.lines())
+            .find(|l| l.starts_with(&format!("[1:{r}] child ")))
+            .unwrap_or_else(|| panic!("child {r}: {stdout}"));
+        assert!(line.ends_with(&format!(".1 rank {r} of 2")), "{line}");
+    }
+    assert!(stdout.contains("[1:1] bye 1\n"), "{stdout}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let (out, took) = run_spawn(&one_host, &["1", "/nonexistent/spawned-4281"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (rc, msg) = spawn_answer(&stdout);
+    assert_ne!(rc, "rc=0");
+    assert!(
+        msg.starts_with("cannot run \"/nonexistent/spawned-4281\" on host localhost"),
+        "{msg}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
 /// A spawn that does not fit the free slots is refused at once, and the job goes on; with
 /// --oversubscribe the same spawn runs.
 #[test]

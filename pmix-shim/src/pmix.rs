@@ -572,7 +572,7 @@ impl Bridge {
 
 impl Handler for Bridge {
     fn client_connected(&self, proc_: Proc) {
-        debug!(rank = proc_.rank, "PMIx client connected");
+        debug!(nspace = %proc_.nspace, rank = proc_.rank, "PMIx client connected");
         if proc_.nspace != self.job.job_id {
             return;
         }

@@ -72,6 +72,12 @@ pub struct PmiConfig {
     /// PMI-1 `get_universe_size`, PMI-2 `universeSize`, what `MPI_UNIVERSE_SIZE` says); `None`
     /// or fewer than a namespace's ranks: its ranks.
     pub universe: Option<u32>,
+    /// Where to write this node's hardware topology as hwloc XML (in a private directory made
+    /// there when a rank first asks, removed at shutdown), the file MPICH asks for as
+    /// `PMI_hwloc_xmlfile` instead of probing the hardware in every rank, as Hydra gives it;
+    /// `None`: not served. The process must have loaded the topology already
+    /// (greedy-sys `prepare_process`).
+    pub topology_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for PmiConfig {
@@ -80,6 +86,7 @@ impl Default for PmiConfig {
             early_close_grace: Duration::from_millis(500),
             fence_timeout: Duration::from_secs(300),
             universe: None,
+            topology_dir: None,
         }
     }
 }
@@ -176,6 +183,8 @@ struct View<'a> {
     ns: &'a Ns,
     /// The job family's universe size ([`PmiConfig::universe`]).
     universe: u32,
+    /// The node's topology file ([`PmiConfig::topology_dir`]).
+    topology: &'a TopologyFile,
     state: &'a mut NodeState,
     attr_puts: Vec<(String, String)>,
 }
@@ -191,8 +200,10 @@ impl Node for View<'_> {
         self.universe.max(self.n_ranks())
     }
     fn get(&self, key: &str) -> Option<String> {
-        if key == "PMI_process_mapping" {
-            return Some(self.ns.mapping.clone());
+        match key {
+            "PMI_process_mapping" => return Some(self.ns.mapping.clone()),
+            TOPOLOGY_KEY => return self.topology.path().map(str::to_owned),
+            _ => {}
         }
         self.state.kvs.get(key).cloned().or_else(|| {
             self.state
@@ -207,6 +218,7 @@ impl Node for View<'_> {
         match key {
             "PMI_process_mapping" => Some(self.ns.mapping.clone()),
             "universeSize" => Some(self.universe_size().to_string()),
+            TOPOLOGY_KEY => self.topology.path().map(str::to_owned),
             _ => None,
         }
     }
@@ -252,8 +264,61 @@ struct Shared {
     departures: Departures,
     /// The way to the embedder's spawner (PMI-1 `mcmd=spawn`, PMI-2 `spawn`).
     spawns: Spawns,
+    /// The node's topology file ([`PmiConfig::topology_dir`]).
+    topology: TopologyFile,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// MPICH's job attribute naming the launcher's hwloc XML topology of the node.
+const TOPOLOGY_KEY: &str = "PMI_hwloc_xmlfile";
+
+/// The node's topology file for MPICH, written when a rank first asks for it (a job whose
+/// ranks never ask pays nothing), in a private directory removed at shutdown.
+#[derive(Debug, Default)]
+struct TopologyFile {
+    /// Where its directory is made; `None`: not served.
+    parent: Option<std::path::PathBuf>,
+    /// The directory and the file once written (`None` inside: hwloc could not).
+    made: std::sync::OnceLock<Option<(std::path::PathBuf, String)>>,
+}
+
+impl TopologyFile {
+    /// The file, written on first use.
+    fn path(&self) -> Option<&str> {
+        let parent = self.parent.as_deref()?;
+        let made = self.made.get_or_init(|| write_topology(parent));
+        made.as_ref().map(|(_, f)| f.as_str())
+    }
+
+    /// Removes what was written.
+    fn remove(&self) {
+        if let Some(Some((dir, _))) = self.made.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Writes this machine's topology as XML in a new private directory under `parent`: the
+/// directory and the file, or `None` (said at warn level) when hwloc cannot.
+fn write_topology(parent: &std::path::Path) -> Option<(std::path::PathBuf, String)> {
+    let topo = greedy_sys::pmix::topology::Topology::this_machine()?;
+    let dir = match crate::pmix::private_dir(parent, "greedy-topology.") {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("no topology file for MPICH: {e}");
+            return None;
+        }
+    };
+    let file = dir.join("topology.xml");
+    match topo.export_xml(&file) {
+        Ok(()) => Some((dir, file.display().to_string())),
+        Err(e) => {
+            warn!("no topology file for MPICH: {}: {e}", file.display());
+            let _ = std::fs::remove_dir_all(&dir);
+            None
+        }
+    }
 }
 
 impl PmiServer {
@@ -285,7 +350,12 @@ impl PmiServer {
         job.validate()?;
         let me = job.node_idx;
         let spec = Arc::new(job.clone());
+        let topology = TopologyFile {
+            parent: config.topology_dir.clone(),
+            ..TopologyFile::default()
+        };
         let shared = Arc::new(Shared {
+            topology,
             root: Arc::new(Ns::job(spec.clone())),
             job: spec,
             spawned: Mutex::new(HashMap::new()),
@@ -461,11 +531,18 @@ impl PmiServer {
         self.inner.root.lock().fences
     }
 
-    /// Stops every listener and handler and waits for them.
+    /// Stops every listener and handler and waits for them; removes the topology file.
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
+        self.inner.topology.remove();
+    }
+
+    /// The node's topology file MPICH is given, if any ([`PmiConfig::topology_dir`]); written
+    /// by this call if no rank asked yet.
+    pub fn topology_file(&self) -> Option<&str> {
+        self.inner.topology.path()
     }
 }
 
@@ -774,6 +851,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             let mut view = View {
                 ns,
                 universe: self.shared.config.universe.unwrap_or(0),
+                topology: &shared.topology,
                 state: &mut st,
                 attr_puts: Vec::new(),
             };
@@ -782,6 +860,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
         };
         if !self.spoke {
             self.spoke = true;
+            debug!(nspace = %ns.id(), rank, "rank's first PMI message");
             // A spawned job's ranks share numbers with the job's: its own record says who spoke.
             let gone = match ns.spawner {
                 None => shared.departures.spoke(rank, Family::Pmi),
@@ -818,7 +897,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
                     return ControlFlow::Break(());
                 }
             }
-            Action::Fence => self.shared.enter_fence(&self.ns, rank),
+            Action::Fence => {
+                debug!(nspace = %self.ns.id(), rank, "rank entered fence");
+                self.shared.enter_fence(&self.ns, rank)
+            }
             Action::WaitNodeAttr(_) => {}
             Action::Names(request) => {
                 let ask = ask_names(self.shared.clone(), request, self.notices_tx.clone());
@@ -826,6 +908,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RankHandler<S> {
             }
             Action::Spawn(request) => {
                 let request = spawned::request(self.ns.id(), rank, request);
+                debug!(rank, procs = request.total_procs(), "spawn asked");
                 let ask = spawned::ask(self.shared.clone(), request, self.notices_tx.clone());
                 self.shared.tracker.spawn(ask.in_current_span());
             }

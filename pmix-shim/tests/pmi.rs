@@ -340,3 +340,44 @@ async fn fence_timeout_names_the_local_ranks_that_did_not_enter() {
     pmi.shutdown().await;
     overlay.shutdown().await;
 }
+
+/// MPICH asks for the node's topology file first thing: served when the launcher asks for
+/// it, as hwloc XML with the machine's cores, and removed when the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_topology_file_is_served_to_mpich() {
+    let board = Memory::default();
+    let job = JobSpec {
+        job_id: "pmi-topo".into(),
+        hosts: vec!["h0".into()],
+        node_idx: 0,
+        model: Default::default(),
+        ranks: vec![vec![0]],
+        secret: JobSecret::generate(),
+    };
+    let overlay = Overlay::start(&job, OverlayConfig::default(), &board)
+        .await
+        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let config = PmiConfig {
+        topology_dir: Some(scratch.path().to_path_buf()),
+        ..Default::default()
+    };
+    let pmi = PmiServer::start(&job, overlay.clone(), config)
+        .await
+        .unwrap();
+    // Nothing is written before a rank asks.
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    let mut c = client(&pmi, 0);
+    ask(&mut c, b"cmd=init pmi_version=1 pmi_subversion=1\n").await;
+    let answer = ask(&mut c, b"cmd=get kvsname=pmi-topo key=PMI_hwloc_xmlfile\n").await;
+    let file = pmi.topology_file().expect("a topology file").to_string();
+    assert_eq!(
+        answer,
+        format!("cmd=get_result rc=0 msg=success value={file}")
+    );
+    let xml = std::fs::read_to_string(&file).unwrap();
+    assert!(xml.contains("type=\"Core\""), "{xml}");
+    pmi.shutdown().await;
+    assert!(!std::path::Path::new(&file).exists(), "removed at shutdown");
+    overlay.shutdown().await;
+}

@@ -14,7 +14,7 @@ use greedy_pmix::{
 };
 use nix::sys::signal::Signal;
 use tokio::{process::Child, sync::mpsc, task::JoinHandle};
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Agent, drain_output, end_of_child};
 use crate::{
@@ -52,11 +52,13 @@ impl ChildRanks {
         self.next_id += 1;
         let request = spawn.request.clone();
         self.pending.insert(id, spawn);
+        debug!(id, procs = request.total_procs(), "spawn request sent up");
         let _ = up.send(Up::Spawn { node, id, request }).await;
     }
 
     /// greedyrun's answer to request `id`.
     pub(super) fn answer(&mut self, id: u32, result: Result<String, String>) {
+        debug!(id, ok = result.is_ok(), "spawn answered");
         match (self.pending.remove(&id), result) {
             (Some(p), Ok(nspace)) => p.started(nspace),
             (Some(p), Err(why)) => p.refused(why),
@@ -64,8 +66,9 @@ impl ChildRanks {
         }
     }
 
-    /// Serves child `child` on this node; says so (or why not) up.
-    pub(super) async fn add(&mut self, child: u32, job: ChildJob, f: &Fork<'_>) {
+    /// Serves child `child` on this node; says so (or why not) up; whether it did.
+    pub(super) async fn add(&mut self, child: u32, job: ChildJob, f: &Fork<'_>) -> bool {
+        debug!(child, nspace = %job.nspace, "adding child");
         let checked = crate::children::check_child(&job, f.agent.start.hosts.len());
         let result = match (checked, f.service) {
             (Err(why), _) => Err(why),
@@ -75,6 +78,8 @@ impl ChildRanks {
         if result.is_ok() {
             self.known.insert(child, job);
         }
+        let added = result.is_ok();
+        debug!(child, ok = added, "child added");
         let node = f.agent.node;
         let _ = f
             .agent
@@ -85,6 +90,7 @@ impl ChildRanks {
                 result,
             })
             .await;
+        added
     }
 
     /// Forks this node's ranks of `child`; says up that they run, or which could not (the
@@ -103,6 +109,7 @@ impl ChildRanks {
             return 0;
         };
         let local = job.ranks.get(node as usize).cloned().unwrap_or_default();
+        debug!(child, ranks = local.len(), "starting child ranks");
         let mut failure = None;
         let mut unstarted = Vec::new();
         for (local_id, &rank) in local.iter().enumerate() {
@@ -124,6 +131,7 @@ impl ChildRanks {
             self.kill(child, f.agent);
         }
         let result = failure.map_or(Ok(()), Err);
+        debug!(child, started, ok = result.is_ok(), "child ranks started");
         let _ = up
             .send(Up::ChildStarted {
                 node,
@@ -166,6 +174,7 @@ impl ChildRanks {
             Some(s) => child_wireup(s, &job.nspace, rank, &mut env).await?,
             None => None,
         };
+        debug!(child, rank, "child rank's wire-up ready");
         let spec = spawn::RankSpec {
             argv: &app.argv,
             env: &env,
@@ -177,6 +186,7 @@ impl ChildRanks {
         let program = &app.argv[0];
         let process = spawn::spawn(spec)
             .map_err(|e| format!("cannot run {program:?} on host {host}: {e}"))?;
+        debug!(child, rank, "child rank forked");
         Ok(self.watch(child, job, rank, process, f).await)
     }
 

@@ -45,18 +45,20 @@ fn main() {
         }
         return;
     }
-    // Logs go to stderr, which the parent forwards to greedyrun as notes: keep it quiet unless
-    // asked (GREEDY_LOG uses RUST_LOG syntax), without colour codes (greedyrun prints them
-    // escaped), and timed from the agent's start, which is what a slow phase is measured by.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GREEDY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
+    // Logs go to stderr, which the parent forwards to greedyrun as notes (escaped: no colours):
+    // keep it quiet unless asked (GREEDY_LOG uses RUST_LOG syntax), and time what was asked
+    // for, to the microsecond, so that a phase can be measured from the log.
+    let asked = tracing_subscriber::EnvFilter::try_from_env("GREEDY_LOG").ok();
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_timer(tracing_subscriber::fmt::time::uptime())
-        .init();
+        .with_ansi(false);
+    match asked {
+        Some(filter) => logs.with_env_filter(filter).init(),
+        None => logs
+            .with_env_filter(tracing_subscriber::EnvFilter::new("error"))
+            .without_time()
+            .init(),
+    }
     greedy_launcher::agent::prepare_pmix();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

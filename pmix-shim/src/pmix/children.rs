@@ -26,7 +26,7 @@ use greedy_sys::pmix::{
     pubsub::Datum,
     spawn::{App, SpawnDone},
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Binding, Bridge, PmixServer, Ties, lock_children};
 use crate::{
@@ -133,6 +133,7 @@ impl Bridge {
         };
         let spawns = self.spawns.clone();
         let shutdown = self.shutdown.clone();
+        debug!(rank, procs = request.total_procs(), "PMIx_Spawn asked");
         self.tracker.spawn_on(
             async move {
                 let asked = async {
@@ -147,7 +148,10 @@ impl Bridge {
                     a = asked => a,
                 };
                 match answer {
-                    Some(Ok(nspace)) => done.started(&nspace),
+                    Some(Ok(nspace)) => {
+                        debug!(%nspace, "PMIx_Spawn answered");
+                        done.started(&nspace)
+                    }
                     Some(Err(why)) => {
                         warn!(rank, "spawn failed: {why}");
                         done.failed(Status::ERROR);

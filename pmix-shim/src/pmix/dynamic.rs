@@ -60,7 +60,7 @@ use greedy_sys::pmix::{
     pubsub::{self, Directives, Found, LookupDone, Published},
     server::{ModexDone, OpDone},
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::{Bridge, lock};
 use crate::{
@@ -344,6 +344,7 @@ impl Bridge {
         let overlay = self.overlay.clone();
         let shutdown = self.shutdown.clone();
         let state = self.state.clone();
+        debug!("subset collective asked of node 0");
         self.tracker.spawn_on(
             async move {
                 let answer = tokio::select! {
@@ -362,6 +363,7 @@ impl Bridge {
                             GroupOp::Destruct => &mut n.groups_destructed,
                         } += 1;
                         drop(st);
+                        debug!("subset collective done");
                         finish(Ok(all.to_vec()))
                     }
                     Err(e) => {

@@ -111,6 +111,25 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// Writes the topology to `path` as hwloc XML (hwloc's built-in exporter: no plugin is
+    /// loaded), what MPICH reads as its launcher's `PMI_hwloc_xmlfile` instead of probing the
+    /// hardware in every rank.
+    pub fn export_xml(self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let topo: raw::hwloc_topology_t = self.as_ptr().cast();
+        // SAFETY: `topo` is a loaded topology that lives for ever and is only read; `c_path` is
+        // a NUL-terminated string that outlives the call.
+        let rc = unsafe { raw::hwloc_topology_export_xml(topo, c_path.as_ptr(), 0) };
+        match rc {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+}
+
 /// Where hwloc looks for plugins while [`Topology::this_machine`] initialises it: nowhere.
 const NO_PLUGINS: (&str, &str) = (
     "HWLOC_PLUGINS_PATH",
@@ -158,6 +177,21 @@ fn load_without_io() -> Option<Topology> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_topology_exports_as_xml_with_its_cores() {
+        let topo = super::Topology::this_machine().expect("hwloc loads");
+        let dir = std::env::temp_dir().join(format!("greedy-topo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("topo.xml");
+        topo.export_xml(&path).expect("exported");
+        let xml = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(xml.contains("<topology"), "{xml}");
+        assert!(xml.contains("type=\"Core\""), "{xml}");
+        let missing = std::path::Path::new("/nonexistent/greedy/topo.xml");
+        assert!(topo.export_xml(missing).is_err());
+    }
+
     use super::Topology;
 
     #[test]
