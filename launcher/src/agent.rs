@@ -18,7 +18,7 @@ use std::{
 
 use futures_util::{SinkExt, StreamExt};
 use greedy_pmix::{
-    JobSecret, node::NodeService, node::job_end::EndPolicy, rendezvous::Memory,
+    JobSecret, WallTime, node::NodeService, node::job_end::EndPolicy, rendezvous::Memory,
     rendezvous::Rendezvous,
 };
 use greedy_tree::Tree;
@@ -612,6 +612,7 @@ impl Agent {
                 rank,
                 end: RankEnd::NotStarted,
                 silent: false,
+                at: WallTime::now(),
             })
             .await;
     }
@@ -681,6 +682,7 @@ impl RankEnding {
     /// Waits for the rank, then reports its end.
     async fn wait(self, mut child: Child, out: JoinHandle<()>, err: JoinHandle<()>) {
         let end = end_of_child(&mut child).await;
+        let at = WallTime::now();
         // At once: an empty group's number is free from now on.
         self.own.forget_if_empty(self.pgid);
         drain_output(out, err).await;
@@ -688,7 +690,13 @@ impl RankEnding {
         self.own.forget_if_empty(self.pgid);
         let (end, silent) = self.judged(end).await;
         let rank = self.rank;
-        let _ = self.up.send(Up::Exit { rank, end, silent }).await;
+        let exit = Up::Exit {
+            rank,
+            end,
+            silent,
+            at,
+        };
+        let _ = self.up.send(exit).await;
         let _ = self.exits.send(self.pgid).await;
     }
 

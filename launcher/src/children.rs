@@ -660,7 +660,7 @@ mod tests {
         else {
             panic!("{step:?}")
         };
-        assert_eq!(job.nspace, "j.1");
+        assert_eq!(job.nspace, "j@1");
         assert_eq!(check_child(job, 3), Ok(()));
         assert!(check_child(job, 2).is_err());
         let mut twice = (**job).clone();
@@ -695,11 +695,11 @@ mod tests {
         assert_eq!(to, [Some(0), Some(2)]);
         assert_eq!(c.started(0, 1, Ok(())), Step::default());
         let done = c.started(2, 1, Ok(()));
-        assert_eq!(answer(&done), Some((1, 7, Ok("j.1".into()))));
+        assert_eq!(answer(&done), Some((1, 7, Ok("j@1".into()))));
         assert!(!c.busy());
         let end = c.child_ended(1, 1).unwrap();
         assert_eq!((end.node, end.counts), (2, true));
-        assert_eq!(end.what, "rank 1 of spawned job j.1 on n3");
+        assert_eq!(end.what, "rank 1 of spawned job j@1 on n3");
         assert!(c.child_ended(1, 9).is_none() && c.child_ended(5, 0).is_none());
         // Its slot on n3 is free again.
         let again = c.request(0, 2, request(vec![app("b", 1, &["n3"])]), now);
@@ -735,7 +735,7 @@ mod tests {
         let added = c.added(0, 1, Ok(()));
         assert_eq!((added.route, added.ranks_added), (vec![], 1));
         let done = c.started(0, 1, Ok(()));
-        assert_eq!(answer(&done), Some((0, 4, Ok("j.1".into()))));
+        assert_eq!(answer(&done), Some((0, 4, Ok("j@1".into()))));
         c.child_ended(1, 0);
         // A node that cannot add forks nothing: refused, the slot free again.
         let step = c.request(0, 5, request(vec![app("p", 1, &[])]), t0);

@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use greedy_pmix::WallTime;
 use greedy_tree::Tree;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -418,7 +419,12 @@ impl<'a> Head<'a> {
         match up {
             Up::Hello { node } => self.on_hello(node),
             Up::Output { rank, stream, data } => self.on_output(rank, stream, &data, out).await,
-            Up::Exit { rank, end, silent } => return self.on_exit(rank, end, silent),
+            Up::Exit {
+                rank,
+                end,
+                silent,
+                at,
+            } => return self.on_exit(rank, end, silent, at),
             Up::Spoke { node, family } => {
                 if let Some(message) = self.singletons.spoke(&self.host(node), family) {
                     return self.status.launcher_failed(code::LAUNCHER, message);
@@ -556,7 +562,7 @@ impl<'a> Head<'a> {
     }
 
     /// Rank `rank` ended.
-    fn on_exit(&mut self, rank: u32, end: RankEnd, silent: bool) -> Verdict {
+    fn on_exit(&mut self, rank: u32, end: RankEnd, silent: bool, at: WallTime) -> Verdict {
         let plan = &self.cfg.plan;
         let on = plan
             .node_of_rank(rank)
@@ -565,7 +571,7 @@ impl<'a> Head<'a> {
         if let Some(node) = plan.node_of_rank(rank) {
             self.children.rank_ended(node);
         }
-        let mut verdict = self.status.rank_ended(end, &what);
+        let mut verdict = self.status.rank_ended(end, at, &what);
         if let Some(message) = self.singletons.ended(rank, on, end, silent) {
             verdict = self.status.launcher_failed(code::LAUNCHER, message);
         }
@@ -577,7 +583,12 @@ impl<'a> Head<'a> {
     async fn on_spawn_frame(&mut self, up: Up) -> Verdict {
         let step = match up {
             Up::Spawn { node, id, request } => return self.on_spawn(node, id, request).await,
-            Up::ChildExit { child, rank, end } => return self.on_child_exit(child, rank, end),
+            Up::ChildExit {
+                child,
+                rank,
+                end,
+                at,
+            } => return self.on_child_exit(child, rank, end, at),
             Up::ChildAdded {
                 node,
                 child,
@@ -594,9 +605,9 @@ impl<'a> Head<'a> {
     }
 
     /// Rank `rank` of spawned child `child` ended (or was never started).
-    fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd) -> Verdict {
+    fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd, at: WallTime) -> Verdict {
         let verdict = match self.children.child_ended(child, rank) {
-            Some(c) if c.counts => self.status.rank_ended(end, &c.what),
+            Some(c) if c.counts => self.status.rank_ended(end, at, &c.what),
             Some(_) => self.status.killed_rank_ended(),
             None => Verdict::Continue,
         };

@@ -28,7 +28,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -447,6 +447,8 @@ pub enum Up {
         rank: u32,
         /// How.
         end: RankEnd,
+        /// When its agent saw it end (a failure before an abort started is the abort's cause).
+        at: greedy_pmix::WallTime,
         /// It was served a wire-up and never spoke to it.
         silent: bool,
     },
@@ -585,6 +587,8 @@ pub enum Up {
         rank: u32,
         /// How.
         end: RankEnd,
+        /// When its agent saw it end.
+        at: greedy_pmix::WallTime,
     },
     /// A frame of a session's job, from that job's greedyd: an [`Up`] as its codec wrote it
     /// (postcard), relayed without being decoded on the way, so frames never nest.
@@ -883,6 +887,7 @@ mod tests {
             child: 1,
             rank: 1,
             end: RankEnd::NotStarted,
+            at: greedy_pmix::WallTime(1_795_000_000_000_000),
         });
         // A session's job takes every spawn command.
         let answer = Cmd::SpawnAnswer {
@@ -905,6 +910,7 @@ mod tests {
                 rank: 4,
                 end: RankEnd::Signaled(9),
                 silent: true,
+                at: greedy_pmix::WallTime(7),
             },
             &mut buf,
         )
@@ -917,6 +923,7 @@ mod tests {
                 rank: 4,
                 end: RankEnd::Signaled(9),
                 silent: true,
+                at: greedy_pmix::WallTime(7),
             })
         );
         assert_eq!(dec.decode(&mut buf).unwrap(), None);

@@ -6,7 +6,9 @@
 //!   code, 128+signal, or 127; unless `keep_going`, it also ends the job;
 //! * a launcher failure (lost host, timeout, wire-up abort) ends the job with its own code
 //!   unless a rank failed first; of wire-up aborts started on several hosts before each heard
-//!   of the others, the earliest sets the code, whichever greedyrun hears of first;
+//!   of the others, the earliest sets the code, whichever greedyrun hears of first, and a rank
+//!   that failed before the abort started is its cause and sets the code, even if heard of
+//!   later (a child that crashes, and its parent whose connection to it then breaks);
 //! * SIGINT/SIGTERM to greedyrun end the job with 130/143 unless something failed first;
 //! * ranks killed by our own teardown are not failures of their own;
 //! * spawned children count as ranks: the job ends when they ended too, their first failure
@@ -48,8 +50,9 @@ pub struct JobStatus {
     keep_going: bool,
     /// The code the job will exit with, once something failed.
     failure: Option<i32>,
-    /// When the wire-up abort that set `failure` started, if one did.
-    abort_at: Option<greedy_pmix::WallTime>,
+    /// When the failure that set `failure` happened, if it says (a rank's end, an abort): an
+    /// earlier one heard of later is its cause and takes its place.
+    failure_at: Option<greedy_pmix::WallTime>,
     tearing_down: bool,
     /// Every rank ended well and the agents were told to shut down.
     finishing: bool,
@@ -65,7 +68,7 @@ impl JobStatus {
             ended: 0,
             keep_going,
             failure: None,
-            abort_at: None,
+            failure_at: None,
             tearing_down: false,
             finishing: false,
             spawning: false,
@@ -101,11 +104,18 @@ impl JobStatus {
         Verdict::Continue
     }
 
-    /// A rank ended; `what` names it for the message (`rank 3 on n2`).
-    pub fn rank_ended(&mut self, end: RankEnd, what: &str) -> Verdict {
+    /// A rank ended at `at` (its agent's clock); `what` names it for the message (`rank 3 on
+    /// n2`).
+    pub fn rank_ended(&mut self, end: RankEnd, at: greedy_pmix::WallTime, what: &str) -> Verdict {
         self.ended += 1;
+        if end.failed() && self.earlier(at) {
+            self.failure = Some(end.code());
+            self.failure_at = Some(at);
+            return self.finished_if_done();
+        }
         if end.failed() && !self.tearing_down && self.failure.is_none() {
             self.failure = Some(end.code());
+            self.failure_at = Some(at);
             if !self.keep_going {
                 self.tearing_down = true;
                 let how = match end {
@@ -141,21 +151,25 @@ impl JobStatus {
     /// The wire-up was aborted by `abort`; `message` says where it was heard of.
     ///
     /// Two hosts can start aborts before either hears of the other (a rank calls `MPI_Abort`,
-    /// and a peer whose connection to it then fails aborts with its own code); whichever
-    /// reaches greedyrun first, the job's code is the earliest's, the cause's.
+    /// and a peer whose connection to it then fails aborts with its own code), or a rank can
+    /// fail and a peer abort because of it; whichever reaches greedyrun first, the job's code
+    /// is the earliest's, the cause's.
     pub fn aborted(&mut self, abort: &greedy_pmix::AbortInfo, message: String) -> Verdict {
-        if let Some(at) = self.abort_at {
-            if abort.at < at {
-                self.failure = Some(abort.code);
-                self.abort_at = Some(abort.at);
-            }
+        if self.earlier(abort.at) {
+            self.failure = Some(abort.code);
+            self.failure_at = Some(abort.at);
             return Verdict::Continue;
         }
         let verdict = self.launcher_failed(abort.code, message);
         if verdict != Verdict::Continue {
-            self.abort_at = Some(abort.at);
+            self.failure_at = Some(abort.at);
         }
         verdict
+    }
+
+    /// Whether a failure at `at` came before the one that set the code (and so caused it).
+    fn earlier(&self, at: greedy_pmix::WallTime) -> bool {
+        self.failure_at.is_some_and(|first| at < first)
     }
 
     /// greedyrun received `signal` (2 or 15).
@@ -246,16 +260,20 @@ impl Singletons {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use greedy_pmix::WallTime;
+
+    /// A rank's end after every abort of a test.
+    const LATER: WallTime = WallTime(u64::MAX);
 
     #[test]
     fn all_zero_finishes_with_zero() {
         let mut s = JobStatus::new(2, false);
         assert_eq!(
-            s.rank_ended(RankEnd::Exited(0), "rank 0"),
+            s.rank_ended(RankEnd::Exited(0), LATER, "rank 0"),
             Verdict::Continue
         );
         assert_eq!(
-            s.rank_ended(RankEnd::Exited(0), "rank 1"),
+            s.rank_ended(RankEnd::Exited(0), LATER, "rank 1"),
             Verdict::Finished
         );
         assert_eq!(s.exit_code(), 0);
@@ -270,14 +288,14 @@ mod tests {
     fn first_failure_wins_and_ends_the_job() {
         let mut s = JobStatus::new(3, false);
         assert_eq!(
-            s.rank_ended(RankEnd::Exited(3), "rank 1 on n2"),
+            s.rank_ended(RankEnd::Exited(3), LATER, "rank 1 on n2"),
             Verdict::Teardown {
                 message: "rank 1 on n2 exited with code 3; ending the job".into()
             }
         );
         // Ranks killed by the teardown do not change the code.
         assert_eq!(
-            s.rank_ended(RankEnd::Signaled(15), "rank 0"),
+            s.rank_ended(RankEnd::Signaled(15), LATER, "rank 0"),
             Verdict::Continue
         );
         assert_eq!(s.launcher_failed(125, "lost".into()), Verdict::Continue);
@@ -301,23 +319,46 @@ mod tests {
         // The cause, 12 ms earlier, arrives next and sets the code; later ones do not.
         assert_eq!(s.aborted(&abort(3, 1_000), "n3".into()), Verdict::Continue);
         assert_eq!(s.aborted(&abort(9, 1_005), "n5".into()), Verdict::Continue);
-        assert_eq!(s.rank_ended(RankEnd::Signaled(9), "r"), Verdict::Continue);
+        assert_eq!(
+            s.rank_ended(RankEnd::Signaled(9), LATER, "r"),
+            Verdict::Continue
+        );
         assert_eq!(s.exit_code(), 3);
-        // A rank's failure before any abort is the cause: an abort after it changes nothing.
+        // A rank's failure before an abort is the cause: the abort changes nothing.
         let mut s = JobStatus::new(2, false);
         assert!(matches!(
-            s.rank_ended(RankEnd::Exited(5), "r"),
+            s.rank_ended(RankEnd::Exited(5), WallTime(2_000), "r"),
             Verdict::Teardown { .. }
         ));
-        assert_eq!(s.aborted(&abort(14, 1), "n1".into()), Verdict::Continue);
+        assert_eq!(s.aborted(&abort(14, 2_001), "n1".into()), Verdict::Continue);
         assert_eq!(s.exit_code(), 5);
+        // A child that exits 7, and its parent's abort caused by it (its connection to the
+        // child broke) heard of first: the child's code, whatever the order.
+        let mut s = JobStatus::new(2, false);
+        s.add_ranks(1);
+        assert!(matches!(
+            s.aborted(&abort(14, 3_010), "n1".into()),
+            Verdict::Teardown { .. }
+        ));
+        let child = "rank 0 of spawned job j@1 on n1";
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(7), WallTime(3_000), child),
+            Verdict::Continue
+        );
+        assert_eq!(s.exit_code(), 7);
+        // Ranks killed by the teardown afterwards are not failures of their own.
+        assert_eq!(
+            s.rank_ended(RankEnd::Signaled(9), LATER, "r"),
+            Verdict::Continue
+        );
+        assert_eq!(s.exit_code(), 7);
     }
 
     #[test]
     fn signals_map_to_128_plus() {
         let mut s = JobStatus::new(2, false);
         assert!(matches!(
-            s.rank_ended(RankEnd::Signaled(9), "r"),
+            s.rank_ended(RankEnd::Signaled(9), LATER, "r"),
             Verdict::Teardown { .. }
         ));
         assert_eq!(s.exit_code(), 137);
@@ -328,16 +369,28 @@ mod tests {
                 message: String::new()
             }
         );
-        assert_eq!(s.rank_ended(RankEnd::Exited(1), "r"), Verdict::Continue);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(1), LATER, "r"),
+            Verdict::Continue
+        );
         assert_eq!(s.exit_code(), 130);
     }
 
     #[test]
     fn keep_going_runs_to_the_end_with_the_first_code() {
         let mut s = JobStatus::new(3, true);
-        assert_eq!(s.rank_ended(RankEnd::Exited(4), "r"), Verdict::Continue);
-        assert_eq!(s.rank_ended(RankEnd::NotStarted, "r"), Verdict::Continue);
-        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Finished);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(4), LATER, "r"),
+            Verdict::Continue
+        );
+        assert_eq!(
+            s.rank_ended(RankEnd::NotStarted, LATER, "r"),
+            Verdict::Continue
+        );
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), LATER, "r"),
+            Verdict::Finished
+        );
         assert_eq!(s.exit_code(), 4);
     }
 
@@ -346,22 +399,31 @@ mod tests {
         let mut s = JobStatus::new(1, false);
         assert_eq!(s.spawning(true), Verdict::Continue);
         // The parent ends while its spawn is being answered: the job goes on.
-        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Continue);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), LATER, "r"),
+            Verdict::Continue
+        );
         s.add_ranks(2);
         assert_eq!(s.spawning(false), Verdict::Continue);
         assert_eq!(s.killed_rank_ended(), Verdict::Continue);
-        assert_eq!(s.rank_ended(RankEnd::Exited(0), "c"), Verdict::Finished);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), LATER, "c"),
+            Verdict::Finished
+        );
         assert_eq!(s.exit_code(), 0);
         // A spawn answered after every rank ended finishes the job then.
         let mut s = JobStatus::new(1, false);
         s.spawning(true);
-        assert_eq!(s.rank_ended(RankEnd::Exited(0), "r"), Verdict::Continue);
+        assert_eq!(
+            s.rank_ended(RankEnd::Exited(0), LATER, "r"),
+            Verdict::Continue
+        );
         assert_eq!(s.spawning(false), Verdict::Finished);
         // A child's failure is the job's.
         let mut s = JobStatus::new(1, false);
         s.add_ranks(1);
         assert!(matches!(
-            s.rank_ended(RankEnd::Exited(7), "rank 0 of spawned job j.1 on n1"),
+            s.rank_ended(RankEnd::Exited(7), LATER, "rank 0 of spawned job j.1 on n1"),
             Verdict::Teardown { message } if message == "rank 0 of spawned job j.1 on n1 exited with code 7; ending the job"
         ));
         assert_eq!(s.exit_code(), 7);

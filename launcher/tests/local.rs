@@ -1447,7 +1447,7 @@ fn a_spawn_on_one_host_adds_and_starts_at_once() {
         let line = (stdout.lines())
             .find(|l| l.starts_with(&format!("[1:{r}] child ")))
             .unwrap_or_else(|| panic!("child {r}: {stdout}"));
-        assert!(line.ends_with(&format!(".1 rank {r} of 2")), "{line}");
+        assert!(line.ends_with(&format!("@1 rank {r} of 2")), "{line}");
     }
     assert!(stdout.contains("[1:1] bye 1\n"), "{stdout}");
     assert!(took < Duration::from_secs(20), "{took:?}");

@@ -9,6 +9,7 @@ use std::{
 };
 
 use greedy_pmix::{
+    WallTime,
     child::{ChildJob, PendingSpawn},
     node::NodeService,
 };
@@ -141,7 +142,15 @@ impl ChildRanks {
             .await;
         for rank in unstarted {
             let end = RankEnd::NotStarted;
-            let _ = up.send(Up::ChildExit { child, rank, end }).await;
+            let at = WallTime::now();
+            let _ = up
+                .send(Up::ChildExit {
+                    child,
+                    rank,
+                    end,
+                    at,
+                })
+                .await;
         }
         started
     }
@@ -296,6 +305,7 @@ impl ChildEnding {
     /// Waits for the rank, tells the node service (unless greedyrun killed it), reports up.
     async fn wait(self, mut process: Child, out: JoinHandle<()>, err: JoinHandle<()>) {
         let end = end_of_child(&mut process).await;
+        let at = WallTime::now();
         self.own.forget_if_empty(self.pgid);
         drain_output(out, err).await;
         self.own.forget_if_empty(self.pgid);
@@ -304,7 +314,15 @@ impl ChildEnding {
             s.child_exited(&self.nspace, self.rank, end.code()).await;
         }
         let (child, rank) = (self.child, self.rank);
-        let _ = self.up.send(Up::ChildExit { child, rank, end }).await;
+        let _ = self
+            .up
+            .send(Up::ChildExit {
+                child,
+                rank,
+                end,
+                at,
+            })
+            .await;
         let _ = self.exits.send(self.pgid).await;
     }
 }
