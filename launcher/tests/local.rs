@@ -1415,9 +1415,16 @@ const TWO_HOSTS_ONE_FREE_EACH: [&str; 5] = ["-H", "localhost:2,127.0.0.2:2", "-n
 fn spawned_children_run_labelled_and_are_waited_for() {
     let mut args = TWO_HOSTS_ONE_FREE_EACH.to_vec();
     args.push("node");
+    two_children_run_labelled_and_are_waited_for(&args);
+}
+
+/// Under greedyrun's `args`, a scripted PMI-1 rank spawns two children: both run labelled
+/// `[1:R]` in spawned job 1, the requester is answered `rc=0`, and greedyrun waits for the
+/// child that ends a second after every parent rank did.
+fn two_children_run_labelled_and_are_waited_for(args: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
     let script = script.display().to_string();
-    let (out, took) = run_spawn(&args, &["2", "python3", &script, "child", "0", "1"]);
+    let (out, took) = run_spawn(args, &["2", "python3", &script, "child", "0", "1"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
     assert_eq!(spawn_answer(&stdout).0, "rc=0", "{stdout}");
@@ -1436,21 +1443,8 @@ fn spawned_children_run_labelled_and_are_waited_for() {
 /// in two phases, and a program that cannot run is refused naming it, the job going on.
 #[test]
 fn a_spawn_on_one_host_adds_and_starts_at_once() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/pmi1_spawn.py");
-    let script = script.display().to_string();
     let one_host = ["-H", "localhost:3", "-n", "1"];
-    let (out, took) = run_spawn(&one_host, &["2", "python3", &script, "child", "0", "1"]);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
-    assert_eq!(spawn_answer(&stdout).0, "rc=0", "{stdout}");
-    for r in 0..2 {
-        let line = (stdout.lines())
-            .find(|l| l.starts_with(&format!("[1:{r}] child ")))
-            .unwrap_or_else(|| panic!("child {r}: {stdout}"));
-        assert!(line.ends_with(&format!("@1 rank {r} of 2")), "{line}");
-    }
-    assert!(stdout.contains("[1:1] bye 1\n"), "{stdout}");
-    assert!(took < Duration::from_secs(20), "{took:?}");
+    two_children_run_labelled_and_are_waited_for(&one_host);
     let (out, took) = run_spawn(&one_host, &["1", "/nonexistent/spawned-4281"]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
