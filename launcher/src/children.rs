@@ -628,6 +628,7 @@ mod tests {
         SpawnRequest {
             parent: "j".into(),
             requester: 1,
+            family: greedy_pmix::family::Family::Pmi,
             apps,
             preput: vec![("PARENT_ROOT_PORT_NAME".into(), "p".into())],
         }

@@ -28,7 +28,7 @@ use greedy_tree::LaunchModel;
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -803,6 +803,7 @@ mod tests {
         let request = SpawnRequest {
             parent: "j".into(),
             requester: 3,
+            family: greedy_pmix::family::Family::Pmix,
             apps: vec![SpawnApp {
                 program: "./child".into(),
                 args: vec!["a b".into()],

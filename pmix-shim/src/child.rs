@@ -35,6 +35,8 @@ pub struct SpawnRequest {
     pub parent: String,
     /// The requester's rank in it.
     pub requester: u32,
+    /// The family the requester spoke: an embedder may serve spawn to some families only.
+    pub family: crate::family::Family,
     /// The programs, in the order given (`MPI_Comm_spawn_multiple`'s commands): the appnum.
     pub apps: Vec<SpawnApp>,
     /// Key/values the children find in their own KVS at start (PMI's preput: MPICH's
@@ -68,6 +70,19 @@ pub struct SpawnApp {
     pub hosts: Vec<String>,
     /// Where to look for the program first (MPICH's `path` info).
     pub path: Option<String>,
+}
+
+/// Where a job that another job spawned came from, when it is served as a job of its own
+/// rather than beside its parent (a nested step under srun): what its ranks are told as a
+/// child's are ([`ChildJob`]'s preput keys and appnums, PMI-2 `spawner-jobid`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnOrigin {
+    /// The namespace that asked for it.
+    pub spawner: String,
+    /// Key/values seeded into its KVS before any of its ranks starts.
+    pub preput: Vec<(String, String)>,
+    /// The first rank of each of its programs (its appnums); `[0]` for one program.
+    pub app_starts: Vec<u32>,
 }
 
 /// A spawned job as every node of the family learns it (the same value on every node).
@@ -264,6 +279,7 @@ mod tests {
         let req = SpawnRequest {
             parent: "j".into(),
             requester: 0,
+            family: crate::family::Family::Pmi,
             apps: vec![],
             preput: vec![],
         };

@@ -49,7 +49,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::{
     AbortInfo, Error, JobSpec,
-    child::{ChildJob, Spawns},
+    child::{ChildJob, SpawnOrigin, Spawns},
     departures::Departures,
     family::{self, Family},
     frame::Service,
@@ -78,6 +78,10 @@ pub struct PmiConfig {
     /// `None`: not served. The process must have loaded the topology already
     /// (greedy-sys `prepare_process`).
     pub topology_dir: Option<std::path::PathBuf>,
+    /// The job was spawned by another, which serves it as a job of its own (a nested step
+    /// under srun): its ranks are told so (`PMI_SPAWNED`, `spawner-jobid`, appnums) and its
+    /// KVS starts with the spawner's preput keys.
+    pub origin: Option<SpawnOrigin>,
 }
 
 impl Default for PmiConfig {
@@ -87,6 +91,7 @@ impl Default for PmiConfig {
             fence_timeout: Duration::from_secs(300),
             universe: None,
             topology_dir: None,
+            origin: None,
         }
     }
 }
@@ -133,22 +138,32 @@ struct Ns {
     spec: Arc<JobSpec>,
     /// Its `PMI_process_mapping`.
     mapping: String,
-    /// The namespace that spawned it (PMI-2 `spawner-jobid`); `None` for the job.
+    /// The namespace that spawned it (PMI-2 `spawner-jobid`) when served beside it; `None`
+    /// for the job.
     spawner: Option<String>,
+    /// The job's spawner when the job itself was spawned ([`PmiConfig::origin`]).
+    origin: Option<String>,
     /// The first rank of each of its programs (`MPI_APPNUM` is the index); empty for the job.
     app_starts: Vec<u32>,
     state: Mutex<NodeState>,
 }
 
 impl Ns {
-    /// The job's own namespace.
-    fn job(spec: Arc<JobSpec>) -> Ns {
+    /// The job's own namespace, seeded from its origin if it was spawned.
+    fn job(spec: Arc<JobSpec>, origin: Option<&SpawnOrigin>) -> Ns {
+        let state = NodeState {
+            kvs: origin
+                .map(|o| o.preput.iter().cloned().collect())
+                .unwrap_or_default(),
+            ..NodeState::default()
+        };
         Ns {
             mapping: spec.process_mapping(),
             spec,
             spawner: None,
-            app_starts: Vec::new(),
-            state: Mutex::new(NodeState::default()),
+            origin: origin.map(|o| o.spawner.clone()),
+            app_starts: origin.map(|o| o.app_starts.clone()).unwrap_or_default(),
+            state: Mutex::new(state),
         }
     }
 
@@ -240,7 +255,7 @@ impl Node for View<'_> {
         after.saturating_sub(1) as u32
     }
     fn spawner(&self) -> Option<String> {
-        self.ns.spawner.clone()
+        self.ns.spawner.clone().or_else(|| self.ns.origin.clone())
     }
 }
 
@@ -356,7 +371,7 @@ impl PmiServer {
         };
         let shared = Arc::new(Shared {
             topology,
-            root: Arc::new(Ns::job(spec.clone())),
+            root: Arc::new(Ns::job(spec.clone(), config.origin.as_ref())),
             job: spec,
             spawned: Mutex::new(HashMap::new()),
             overlay,
@@ -387,7 +402,11 @@ impl PmiServer {
         rank: u32,
         child_fd: Option<i32>,
     ) -> Result<(std::os::unix::net::UnixStream, Vec<(String, String)>), Error> {
-        self.pair_for(self.inner.root.clone(), rank, child_fd)
+        let (theirs, mut env) = self.pair_for(self.inner.root.clone(), rank, child_fd)?;
+        if self.inner.root.origin.is_some() {
+            env.push(("PMI_SPAWNED".into(), "1".into()));
+        }
+        Ok((theirs, env))
     }
 
     fn pair_for(

@@ -20,7 +20,7 @@ use std::{
 use command_fds::{CommandFdExt, FdMapping};
 use greedy_pmix::{
     AbortInfo, JobSecret, JobSpec,
-    child::{ChildApp, ChildJob, PendingSpawn},
+    child::{ChildApp, ChildJob, PendingSpawn, SpawnOrigin},
     family::Family,
     node::{NodeConfig, NodeService, RankWireup},
     peer::JobProcesses,
@@ -43,6 +43,15 @@ fn admit_this_process() -> JobProcesses {
 
 /// A job's node services on loopback, PMI only.
 async fn services(job_id: &str, ranks: &[Vec<u32>]) -> Vec<NodeService> {
+    services_from(job_id, ranks, None).await
+}
+
+/// [`services`] of a job that `origin`'s spawner spawned, served as a job of its own.
+async fn services_from(
+    job_id: &str,
+    ranks: &[Vec<u32>],
+    origin: Option<SpawnOrigin>,
+) -> Vec<NodeService> {
     let (board, secret) = (Memory::default(), JobSecret::generate());
     let mut out = Vec::new();
     for node_idx in 0..ranks.len() {
@@ -53,6 +62,7 @@ async fn services(job_id: &str, ranks: &[Vec<u32>]) -> Vec<NodeService> {
         )
         .unwrap();
         config.overlay.collective_timeout = Duration::from_secs(60);
+        config.pmi.origin = origin.clone();
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let spec = JobSpec {
@@ -152,6 +162,40 @@ fn child_job(nspace: &str, parent: &str, nodes: usize, n: u32, argv: Vec<String>
         }],
         preput: vec![],
     }
+}
+
+/// A nested step under srun is a job of its own whose ranks are told what a child's are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_spawned_as_a_job_of_its_own_is_told_its_spawner_appnums_and_preput_keys() {
+    let origin = SpawnOrigin {
+        spawner: "7.0".into(),
+        preput: vec![("PARENT_ROOT_PORT_NAME".into(), "port#9".into())],
+        app_starts: vec![0, 1],
+    };
+    let job = "7.1";
+    let nodes = services_from(job, &[vec![0], vec![1]], Some(origin)).await;
+    let w = nodes[0].env_for(0, Some(3)).await.unwrap();
+    assert_eq!(var(&w.env, "PMI_SPAWNED"), Some("1"));
+    let mut pmi1 = socket(w);
+    ask(&mut pmi1, "cmd=init pmi_version=1 pmi_subversion=1\n").await;
+    let port = format!("cmd=get kvsname={job} key=PARENT_ROOT_PORT_NAME\n");
+    assert_eq!(
+        ask(&mut pmi1, &port).await,
+        "cmd=get_result rc=0 msg=success value=port#9"
+    );
+    let mut pmi2 = socket(nodes[1].env_for(1, Some(3)).await.unwrap());
+    ask(&mut pmi2, "cmd=init pmi_version=2 pmi_subversion=0\n").await;
+    let init = ask2(&mut pmi2, "cmd=fullinit;pmirank=1;").await;
+    assert!(
+        init.contains(";rank=1;size=2;appnum=1;") && init.ends_with(";spawner-jobid=7.0;"),
+        "{init}"
+    );
+    // An unspawned job's ranks hear none of it.
+    let plain = services("8.0", &[vec![0]]).await;
+    let w = plain[0].env_for(0, Some(3)).await.unwrap();
+    assert_eq!(var(&w.env, "PMI_SPAWNED"), None);
+    stop(&plain).await;
+    stop(&nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,8 +35,9 @@
 use crate::Error;
 use crate::charm::{self, Stdio};
 use crate::plan::{self, Rendezvous as Choice, StepPlan, StepRecord};
-use crate::rendezvous::{ExitReport, SrunRendezvous, await_job_end, report_exit};
+use crate::rendezvous::{ExitReport, SrunRendezvous, ask_spawn, await_job_end, report_exit};
 use greedy_pmix::charm::server::{OUTPUT_CAPACITY, Output};
+use greedy_pmix::child::PendingSpawn;
 use greedy_pmix::family::Family;
 use greedy_pmix::node::job_end::{EndPolicy, JobEnd, Kill};
 use greedy_pmix::node::{NodeConfig, NodeService};
@@ -325,6 +326,9 @@ impl Agent {
             )
             .map_err(shim)?;
         agent.service = Some(service.clone());
+        if let Some(requests) = service.take_spawns() {
+            rt.spawn(forward_spawns(requests, plan.clone()).instrument(span.clone()));
+        }
         let stdio = charm_stdio.as_ref().map(|(_, stdio)| stdio.clone());
         agent.abort_watch = Some(agent.watch_end(plan, hooks, stdio.clone(), &span));
         let (ranks, held) = rank_slots(rt, &service, local, &node)?;
@@ -514,6 +518,22 @@ fn step_rendezvous(plan: &StepPlan, hooks: &Hooks) -> Result<StepRendezvous, Err
     })
 }
 
+/// Local ranks' spawn requests, each asked of srun, which starts it as a nested step
+/// ([`crate::nested`]), and answered as srun says.
+async fn forward_spawns(mut requests: tokio::sync::mpsc::Receiver<PendingSpawn>, plan: StepPlan) {
+    while let Some(pending) = requests.recv().await {
+        let plan = plan.clone();
+        let ask = async move {
+            let (job, node) = (&plan.kvsname, plan.node_idx);
+            match ask_spawn(plan.srun, job, &plan.secret, node, &pending.request).await {
+                Ok(nspace) => pending.started(nspace),
+                Err(why) => pending.refused(why),
+            }
+        };
+        tokio::spawn(ask.in_current_span());
+    }
+}
+
 /// The node service's settings for `plan`, its overlay on `my_ip`.
 fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
     let node = plan.node();
@@ -536,6 +556,7 @@ fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
     // costs the next job a whole second.
     config.overlay.shutdown_linger = SHUTDOWN_LINGER;
     config.pmi.fence_timeout = plan.fence_timeout;
+    config.pmi.origin = plan.origin.clone();
     // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
     config.pmix.owner = job_owner(plan);
     // slurmstepd binds each task after prefork: each task hook says where its task runs,
@@ -930,6 +951,7 @@ mod tests {
             join_timeout,
             fence_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_millis(500),
+            origin: None,
         }
     }
 

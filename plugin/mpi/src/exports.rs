@@ -102,7 +102,9 @@ pub extern "C" fn mpi_p_client_prelaunch(
             let user = std::env::var(plan::USER_PROTOCOL).ok();
             let resv = std::env::var_os("SLURM_STEP_RESV_PORTS").is_some();
             let argv: Vec<String> = std::env::args().skip(1).collect();
-            let (client, vars) = match Client::prelaunch(&layout, &cfg, user.as_deref(), resv) {
+            let kill_step = Arc::new(|job, step| slurm::kill_job_step(job, step, 9));
+            let prelaunch = Client::prelaunch(&layout, &cfg, user.as_deref(), resv, kill_step);
+            let (client, vars) = match prelaunch {
                 Ok(x) => x,
                 Err(e) => {
                     log::error(&format!("mpi/greedy: {e}"));

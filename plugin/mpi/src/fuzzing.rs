@@ -45,6 +45,14 @@ pub fn rendezvous_line(data: &[u8]) {
         }
         Line::Watch(node, mac) => rendezvous::verify(secret, "1.0", *node, &"watch", mac),
         Line::Lookup(node, mac) => rendezvous::verify_lookup(secret, "1.0", *node, mac),
+        Line::Spawn(node, hex, mac) => {
+            let statement = rendezvous::spawn_statement(hex);
+            rendezvous::verify(secret, "1.0", *node, &statement, mac)
+        }
+        Line::Spawned(node, result, mac) => {
+            let statement = rendezvous::spawned_statement(result);
+            rendezvous::verify(secret, "1.0", *node, &statement, mac)
+        }
     };
     assert!(!checked, "a MAC without the secret verified: {line:?}");
 }

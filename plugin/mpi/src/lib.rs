@@ -7,7 +7,8 @@
 //! Reading order: [`plan`] (sans-I/O: srun's layout → private variables; a stepd's env → what
 //! it serves; which protocol), [`config`] (the `Greedy*` keys of Slurm's mpi.conf), [`rendezvous`]
 //! (how a stepd learns its overlay parent's address when the step has no reserved ports),
-//! [`srun`] (srun's side), [`agent`] (slurmstepd's side), [`logging`], then `exports.rs`
+//! [`srun`] (srun's side), [`nested`] (a rank's spawn as a nested step), [`agent`]
+//! (slurmstepd's side), [`logging`], then `exports.rs`
 //! (the C entry points, thin trampolines into greedy-sys).
 //!
 //! ```
@@ -33,8 +34,9 @@
 //! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments and the
 //! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name, the het
 //! step's nodes and ranks: the authority a root stepd acts on, never the user's launch env), no
-//! srun-side forwarding of KVS data (srun only helps nodes find each other), no PMI spawn, no
-//! node shared by two components of a het step, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
+//! srun-side forwarding of KVS data (srun only helps nodes find each other), no PMIx spawn
+//! (its children would need the parents' PMIx server), no node shared by two components of a
+//! het step, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
 //! and passes them to every node), no non-root PMIx jobs yet (libpmix's directory is not
 //! handed to the job's uid).
 
@@ -55,6 +57,7 @@ mod exports;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod logging;
+pub mod nested;
 pub mod plan;
 pub mod rendezvous;
 pub mod srun;

@@ -39,8 +39,12 @@ pub const VAR_RENDEZVOUS: &str = "GREEDY_MPI_RENDEZVOUS";
 pub const VAR_SRUN: &str = "GREEDY_MPI_SRUN";
 /// `join,fence,shutdown` timeouts in seconds.
 pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
+/// A step that another step's rank spawned ([`crate::nested`]): where it came from
+/// ([`greedy_pmix::child::SpawnOrigin`], postcard, hex). Set in the nested srun's own
+/// environment, which srun copies into the launch env.
+pub const VAR_ORIGIN: &str = "GREEDY_MPI_ORIGIN";
 /// Every private variable, removed from the job env in `prefork`.
-pub const PRIVATE_VARS: [&str; 9] = [
+pub const PRIVATE_VARS: [&str; 10] = [
     VAR_JOB,
     VAR_HOSTS,
     VAR_RANKS,
@@ -50,7 +54,20 @@ pub const PRIVATE_VARS: [&str; 9] = [
     VAR_RENDEZVOUS,
     VAR_SRUN,
     VAR_TIMEOUTS,
+    VAR_ORIGIN,
 ];
+
+/// [`VAR_ORIGIN`]'s value for `origin`.
+pub fn encode_origin(origin: &greedy_pmix::child::SpawnOrigin) -> String {
+    // Plain owned strings and numbers: postcard cannot fail on them.
+    greedy_pmix::auth::to_hex(&postcard::to_stdvec(origin).unwrap_or_default())
+}
+
+/// [`VAR_ORIGIN`]'s value read back; `None` if it is not one.
+pub fn decode_origin(hex: &str) -> Option<greedy_pmix::child::SpawnOrigin> {
+    let bytes = greedy_pmix::auth::from_hex(hex)?;
+    postcard::from_bytes(&bytes).ok()
+}
 /// Checks srun's command line (`argv` without srun) of a Charm++ step for charmrun's process
 /// options. charmrun strips `+pN`/`++n N` before its clients see them, but srun passes every
 /// word on, and a non-SMP netlrts client given `+p2` exits before it connects, with its output
@@ -261,6 +278,8 @@ pub struct StepPlan {
     pub fence_timeout: Duration,
     /// `GreedyShutdownTimeout`.
     pub shutdown_timeout: Duration,
+    /// Where the step came from if another step's rank spawned it ([`VAR_ORIGIN`]).
+    pub origin: Option<greedy_pmix::child::SpawnOrigin>,
 }
 
 /// srun's listener, from the job env: `SLURM_SRUN_COMM_HOST` (slurmd's view of srun's
@@ -300,6 +319,7 @@ struct OwnFields {
     rendezvous: Rendezvous,
     /// Join, fence, shutdown.
     timeouts: [Duration; 3],
+    origin: Option<greedy_pmix::child::SpawnOrigin>,
 }
 
 impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
@@ -471,6 +491,13 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
         let srun = self.srun()?;
         let rendezvous = self.rendezvous(srun)?;
         let timeouts = self.timeouts()?;
+        let origin =
+            match (self.get)(VAR_ORIGIN) {
+                Some(hex) => Some(decode_origin(&hex).ok_or_else(|| {
+                    self.bad(VAR_ORIGIN, &hex, "not a spawned step's origin".into())
+                })?),
+                None => None,
+            };
         Ok(OwnFields {
             secret,
             model,
@@ -478,6 +505,7 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             srun,
             rendezvous,
             timeouts,
+            origin,
         })
     }
 
@@ -586,6 +614,7 @@ impl StepPlan {
             join_timeout,
             fence_timeout,
             shutdown_timeout,
+            origin: own.origin,
         })
     }
 

@@ -17,6 +17,11 @@
 //!   answered with the kept `X` line, its reporter's `mac` unchanged, once there is one. A
 //!   node that has not joined the overlay yet hears of an abort no other way
 //!   ([`await_job_end`]); a stranger, who cannot sign the question, hears nothing.
+//! - `S <node> <hex> <mac>`: start what a local rank asked for with `MPI_Comm_spawn`
+//!   (stepd → srun; `hex`: greedy-pmix's `SpawnRequest`, postcard; `mac` over `spawn <hex>`),
+//!   answered `N <node> <mac> <nspace>` once srun started it as a nested step
+//!   ([`crate::nested`]) or `E <node> <mac> <reason>` (`mac` over `spawned <nspace>` or
+//!   `refused <reason>`) ([`ask_spawn`]).
 //!
 //! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
 //! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <at> <reason>`):
@@ -44,12 +49,15 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use greedy_pmix::auth::{Admission, Gate, Unproven};
-use greedy_pmix::{JobSecret, WallTime, auth, rendezvous::Rendezvous};
+use greedy_pmix::{JobSecret, WallTime, auth, child::SpawnRequest, rendezvous::Rendezvous};
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
-/// Longest `reason` of an exit report; longer ones are cut (the slurmd log has the whole).
+/// Longest `reason` of an exit report or a refused spawn; longer ones are cut (the slurmd
+/// log has the whole).
 pub const MAX_REASON: usize = 150;
+/// Longest spawn request line: a program, its arguments and the preput keys, in hex.
+pub const MAX_SPAWN_LINE: usize = 32 * 1024;
 
 /// How srun's listener holds connections that have not sent a signed line yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +137,10 @@ pub enum Line {
     Exit(ExitReport, String),
     /// `W node mac`.
     Watch(usize, String),
+    /// `S node hex mac`.
+    Spawn(usize, String, String),
+    /// `N node mac nspace` (started) or `E node mac reason` (refused).
+    Spawned(usize, Result<String, String>, String),
 }
 
 impl Display for Line {
@@ -140,6 +152,9 @@ impl Display for Line {
             Line::Answer(node, addr, mac) => write!(f, "A {node} {addr} {mac}"),
             Line::Exit(r, mac) => write!(f, "X {} {} {} {mac} {}", r.node, r.code, r.at, r.reason),
             Line::Watch(node, mac) => write!(f, "W {node} {mac}"),
+            Line::Spawn(node, hex, mac) => write!(f, "S {node} {hex} {mac}"),
+            Line::Spawned(node, Ok(nspace), mac) => write!(f, "N {node} {mac} {nspace}"),
+            Line::Spawned(node, Err(reason), mac) => write!(f, "E {node} {mac} {reason}"),
         }
     }
 }
@@ -162,6 +177,16 @@ pub fn parse(line: &str) -> Result<Line, String> {
         };
         return Ok(Line::Exit(report, mac.to_string()));
     }
+    for (prefix, started) in [("N ", true), ("E ", false)] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            let mut it = rest.splitn(3, ' ');
+            let node = it.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+            let mac = it.next().filter(|m| !m.is_empty()).ok_or_else(bad)?;
+            let text = it.next().unwrap_or_default().to_string();
+            let result = if started { Ok(text) } else { Err(text) };
+            return Ok(Line::Spawned(node, result, mac.to_string()));
+        }
+    }
     let mut it = line.split(' ');
     let (cmd, node) = (it.next(), it.next().and_then(|n| n.parse::<usize>().ok()));
     let node = node.ok_or_else(bad)?;
@@ -181,6 +206,11 @@ pub fn parse(line: &str) -> Result<Line, String> {
         }
         Some("L") => Line::Lookup(node, it.next().ok_or_else(bad)?.to_string()),
         Some("W") => Line::Watch(node, it.next().ok_or_else(bad)?.to_string()),
+        Some("S") => {
+            let hex = it.next().filter(|h| !h.is_empty()).ok_or_else(bad)?;
+            let mac = it.next().ok_or_else(bad)?;
+            Line::Spawn(node, hex.to_string(), mac.to_string())
+        }
         _ => return Err(bad()),
     };
     if it.next().is_some() {
@@ -222,6 +252,21 @@ struct Board {
     exit: std::sync::Mutex<Option<(ExitReport, String)>>,
     /// Woken when the first exit report is kept.
     ended: Notify,
+    /// Who starts spawned jobs; none: spawns are refused.
+    spawner: std::sync::OnceLock<Arc<dyn Spawner>>,
+}
+
+impl Board {
+    /// Keeps `report` (signed `mac`) if it is the earliest so far, and wakes the watchers.
+    fn keep_exit(&self, report: ExitReport, mac: String) {
+        {
+            let mut kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
+                *kept = Some((report, mac));
+            }
+        }
+        self.ended.notify_waiters();
+    }
 }
 
 /// srun's view of the exit reports of a [`SrunBoard`], kept after the board is dropped.
@@ -238,6 +283,35 @@ impl Reports {
             .as_ref()
             .map(|(report, _)| report.clone())
     }
+
+    /// srun's own report of how the job ends (a spawned job failed), signed as node
+    /// `report.node`'s would be, so the stepds watching for the end believe it.
+    pub fn keep(&self, mut report: ExitReport) {
+        report.reason = one_line(&report.reason);
+        let board = &self.0;
+        let mac = mac(
+            &board.secret,
+            &board.job,
+            report.node,
+            &report.signed_text(),
+        );
+        board.keep_exit(report, mac);
+    }
+}
+
+/// Reports of a board nobody serves, for tests.
+#[cfg(test)]
+pub(crate) fn test_reports() -> Reports {
+    Reports(Arc::new(Board {
+        job: "7.0".into(),
+        secret: JobSecret::generate(),
+        n_nodes: 4,
+        addrs: Default::default(),
+        published: Notify::new(),
+        exit: Default::default(),
+        ended: Notify::new(),
+        spawner: Default::default(),
+    }))
 }
 
 /// srun's rendezvous listener; runs until the future [`SrunBoard::serve`] returns is dropped.
@@ -268,6 +342,7 @@ impl SrunBoard {
                 published: Notify::new(),
                 exit: Default::default(),
                 ended: Notify::new(),
+                spawner: Default::default(),
             }),
             idle_timeout,
             limits: Limits::default(),
@@ -277,6 +352,11 @@ impl SrunBoard {
     /// The same board with other limits on unproven connections.
     pub fn with_limits(self, limits: Limits) -> SrunBoard {
         SrunBoard { limits, ..self }
+    }
+
+    /// Spawn requests go to `spawner` (until then they are refused).
+    pub fn serve_spawns(&self, spawner: Arc<dyn Spawner>) {
+        let _ = self.board.spawner.set(spawner);
     }
 
     /// Where the exit reports will be.
@@ -335,7 +415,8 @@ async fn serve_conn(
     first_line: Duration,
 ) -> Result<(), String> {
     let (r, mut w) = stream.into_split();
-    let mut lines = BufReader::new(r.take(64 * MAX_LINE as u64)).lines();
+    let budget = 64 * MAX_LINE + 4 * MAX_SPAWN_LINE;
+    let mut lines = BufReader::new(r.take(budget as u64)).lines();
     let (mut slot, until) = (Some(slot), Instant::now() + first_line);
     loop {
         let next = if slot.is_some() {
@@ -348,7 +429,12 @@ async fn serve_conn(
         let Some(line) = next.map_err(|e| e.to_string())? else {
             return Ok(());
         };
-        if line.len() > MAX_LINE {
+        let limit = if line.starts_with("S ") {
+            MAX_SPAWN_LINE
+        } else {
+            MAX_LINE
+        };
+        if line.len() > limit {
             return Err("line too long".into());
         }
         let line = parse(&line)?;
@@ -374,7 +460,10 @@ impl Board {
             Line::Lookup(node, mac) => ok(*node) && verify_lookup(secret, job, *node, mac),
             Line::Exit(r, mac) => ok(r.node) && verify(secret, job, r.node, &r.signed_text(), mac),
             Line::Watch(node, mac) => ok(*node) && verify(secret, job, *node, &WATCH, mac),
-            Line::Answer(..) => false,
+            Line::Spawn(node, hex, mac) => {
+                ok(*node) && verify(secret, job, *node, &spawn_statement(hex), mac)
+            }
+            Line::Answer(..) | Line::Spawned(..) => false,
         }
     }
 
@@ -400,13 +489,7 @@ impl Board {
                 (Line::Answer(node, addr, mac).to_string(), true)
             }
             Line::Exit(report, mac) => {
-                {
-                    let mut kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
-                    if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
-                        *kept = Some((report, mac));
-                    }
-                }
-                self.ended.notify_waiters();
+                self.keep_exit(report, mac);
                 ("K".to_string(), true)
             }
             Line::Watch(..) => {
@@ -417,12 +500,95 @@ impl Board {
                 .await;
                 (end.to_string(), false)
             }
-            Line::Answer(..) => return Err("unexpected answer line".into()),
+            Line::Spawn(node, hex, _) => {
+                let result = self.spawn(node, &hex).map_err(|why| one_line(&why));
+                let mac = mac(&self.secret, &self.job, node, &spawned_statement(&result));
+                (Line::Spawned(node, result, mac).to_string(), true)
+            }
+            Line::Answer(..) | Line::Spawned(..) => return Err("unexpected answer line".into()),
         };
         w.write_all(format!("{reply}\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         Ok(stay)
+    }
+}
+
+impl Board {
+    /// Starts what node `node`'s rank asked for (`hex`: its `SpawnRequest`): the child's
+    /// namespace, or why not.
+    fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
+        let request = auth::from_hex(hex)
+            .and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok())
+            .ok_or_else(|| format!("node {node} sent an undecodable spawn request"))?;
+        match self.spawner.get() {
+            Some(spawner) => spawner.spawn(node, request),
+            None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
+        }
+    }
+}
+
+/// What srun does with a rank's spawn request ([`crate::nested`]): starts it and names the
+/// child's namespace, or says why not. Called on srun's listener thread: it must not block.
+pub trait Spawner: Send + Sync + std::fmt::Debug {
+    /// Starts `request`, which a rank on node `node` made.
+    fn spawn(&self, node: usize, request: SpawnRequest) -> Result<String, String>;
+}
+
+/// What a spawn request's `mac` covers besides the job and node.
+pub(crate) fn spawn_statement(hex: &str) -> String {
+    format!("spawn {hex}")
+}
+
+/// What a spawn answer's `mac` covers besides the job and node.
+pub(crate) fn spawned_statement(result: &Result<String, String>) -> String {
+    match result {
+        Ok(nspace) => format!("spawned {nspace}"),
+        Err(reason) => format!("refused {reason}"),
+    }
+}
+
+/// `text` on one line, at most [`MAX_REASON`] bytes.
+fn one_line(text: &str) -> String {
+    let mut line = text.replace(['\n', '\r'], " ");
+    if line.len() > MAX_REASON {
+        let mut cut = MAX_REASON;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+    }
+    line
+}
+
+/// A stepd's spawn request to srun at `srun`, for a rank of node `node`: the child's
+/// namespace once srun started it, or why not.
+pub async fn ask_spawn(
+    srun: SocketAddr,
+    job: &str,
+    secret: &JobSecret,
+    node: usize,
+    request: &SpawnRequest,
+) -> Result<String, String> {
+    let bytes = postcard::to_stdvec(request).map_err(|e| format!("encode the request: {e}"))?;
+    let hex = auth::to_hex(&bytes);
+    if hex.len() + MAX_LINE > MAX_SPAWN_LINE {
+        return Err(format!(
+            "a spawn request of {} bytes is over srun's limit of {}",
+            bytes.len(),
+            (MAX_SPAWN_LINE - MAX_LINE) / 2
+        ));
+    }
+    let mac = mac(secret, job, node, &spawn_statement(&hex));
+    let answer = ask_srun(srun, &Line::Spawn(node, hex, mac)).await?;
+    match parse(answer.trim_end()) {
+        Ok(Line::Spawned(n, result, mac))
+            if n == node && verify(secret, job, n, &spawned_statement(&result), &mac) =>
+        {
+            result
+        }
+        _ if answer.is_empty() => Err(format!("srun {srun} closed without an answer")),
+        _ => Err(format!("srun {srun} sent an unsigned or wrong answer")),
     }
 }
 
@@ -484,14 +650,7 @@ pub async fn report_exit(
     mut report: ExitReport,
 ) -> Result<(), String> {
     // One line: no newlines, and short enough for srun's line limit.
-    report.reason = report.reason.replace(['\n', '\r'], " ");
-    if report.reason.len() > MAX_REASON {
-        let mut cut = MAX_REASON;
-        while !report.reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        report.reason.truncate(cut);
-    }
+    report.reason = one_line(&report.reason);
     let mac = mac(secret, job, report.node, &report.signed_text());
     let ack = ask_srun(srun, &Line::Exit(report, mac)).await?;
     match ack.trim_end() {
@@ -693,6 +852,9 @@ mod tests {
             format!("L 12 {m}"),
             format!("W 3 {m}"),
             format!("X 2 7 1764172800000000 {m} a b"),
+            format!("S 1 00ff {m}"),
+            format!("N 1 {m} 7.0@1"),
+            format!("E 1 {m} no such program"),
         ] {
             assert_eq!(parse(&line).unwrap().to_string(), line);
         }
@@ -726,6 +888,64 @@ mod tests {
         .unwrap();
         let (addr, reports) = (board.local_addr().unwrap(), board.reports());
         (addr, reports, tokio::spawn(board.serve()))
+    }
+
+    /// Starts nothing; answers each request with its program, or refuses `./missing`.
+    #[derive(Debug)]
+    struct Echo;
+
+    impl Spawner for Echo {
+        fn spawn(&self, node: usize, request: SpawnRequest) -> Result<String, String> {
+            match request.apps[0].program.as_str() {
+                "./missing" => Err("no such\nprogram".into()),
+                p => Ok(format!("{p}@{node}")),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_spawn_goes_to_the_spawner_and_its_signed_answer_back() {
+        let secret = &key(SECRET_BYTES);
+        let board = SrunBoard::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "5.1",
+            secret,
+            3,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let addr = board.local_addr().unwrap();
+        let served = std::sync::OnceLock::new();
+        let request = |program: &str| SpawnRequest {
+            parent: "5.1".into(),
+            requester: 0,
+            family: greedy_pmix::family::Family::Pmi,
+            apps: vec![greedy_pmix::child::SpawnApp {
+                program: program.into(),
+                args: vec![],
+                maxprocs: 1,
+                env: vec![],
+                cwd: None,
+                hosts: vec![],
+                path: None,
+            }],
+            preput: vec![],
+        };
+        let _ = served.set(board.board.clone());
+        let serve = tokio::spawn(board.serve());
+        // Nobody serves spawns yet.
+        let refused = ask_spawn(addr, "5.1", secret, 2, &request("./kid")).await;
+        assert_eq!(refused, Err(greedy_pmix::child::NOT_SERVED.into()));
+        let _ = served.get().unwrap().spawner.set(Arc::new(Echo));
+        let started = ask_spawn(addr, "5.1", secret, 2, &request("./kid")).await;
+        assert_eq!(started, Ok("./kid@2".into()));
+        let missing = ask_spawn(addr, "5.1", secret, 1, &request("./missing")).await;
+        assert_eq!(missing, Err("no such program".into()));
+        // A stranger's request is not answered, nor started.
+        let stranger = ask_spawn(addr, "5.1", &key(b"another secret!!"), 1, &request("./x")).await;
+        assert!(stranger.unwrap_err().contains("without an answer"));
+        serve.abort();
     }
 
     #[tokio::test]

@@ -1,9 +1,11 @@
 //! srun's side: the step's private variables, and srun's listener (a thread running
-//! [`SrunBoard`] until `client_fini`): the rendezvous for steps without reserved ports, and
-//! where the node an abort started on reports the job's exit code.
+//! [`SrunBoard`] until `client_fini`): the rendezvous for steps without reserved ports, where
+//! the node an abort started on reports the job's exit code, and where a rank's spawn becomes
+//! a nested step ([`crate::nested`]).
 
 use crate::Error;
 use crate::config::MpiConfig;
+use crate::nested::{KillStepFn, NestedSteps, Parent};
 use crate::plan::{self, Protocol};
 use crate::rendezvous::{ExitReport, Reports, SrunBoard};
 use greedy_sys::slurm::StepLayout;
@@ -19,6 +21,8 @@ use tokio::sync::oneshot;
 pub struct Client {
     listener: Arc<Listener>,
     reports: Reports,
+    /// The step's spawned jobs (none in a het step: spawn is not served there).
+    nested: Option<Arc<NestedSteps>>,
 }
 
 /// srun's listener thread and its stop switch; dropping it stops the thread.
@@ -48,14 +52,17 @@ impl Client {
     /// Plans the step: the variables to put into the launch env, and srun's listener (the
     /// rendezvous of steps without reserved ports, and where the job's exit code comes back).
     /// A later component of a het step gets the plan its first component made.
+    /// `kill_step` is how a failed spawned job ends the step.
     pub fn prelaunch(
         layout: &StepLayout,
         cfg: &MpiConfig,
         user_protocol: Option<&str>,
         resv_ports_in_env: bool,
+        kill_step: Arc<KillStepFn>,
     ) -> Result<(Client, plan::LaunchEnv), Error> {
         if layout.het.is_none() {
-            return Client::plan(layout, cfg, user_protocol, resv_ports_in_env);
+            let spawns = spawn_parent(layout, kill_step)?;
+            return Client::plan(layout, cfg, user_protocol, resv_ports_in_env, Some(spawns));
         }
         check_het_nodes(layout)?;
         let name = plan::client_step_name(layout);
@@ -67,10 +74,11 @@ impl Client {
             let client = Client {
                 listener,
                 reports: share.reports.clone(),
+                nested: None,
             };
             return Ok((client, share.env.clone()));
         }
-        let (client, env) = Client::plan(layout, cfg, user_protocol, resv_ports_in_env)?;
+        let (client, env) = Client::plan(layout, cfg, user_protocol, resv_ports_in_env, None)?;
         steps.push(HetShare {
             name,
             listener: Arc::downgrade(&client.listener),
@@ -80,12 +88,14 @@ impl Client {
         Ok((client, env))
     }
 
-    /// [`Client::prelaunch`] for a step (or a het step's first component): a fresh plan.
+    /// [`Client::prelaunch`] for a step (or a het step's first component): a fresh plan;
+    /// spawns served as nested steps of `spawns`, if given.
     fn plan(
         layout: &StepLayout,
         cfg: &MpiConfig,
         user_protocol: Option<&str>,
         resv_ports_in_env: bool,
+        spawns: Option<Parent>,
     ) -> Result<(Client, plan::LaunchEnv), Error> {
         let srun = || "srun".to_string();
         let protocol =
@@ -97,14 +107,15 @@ impl Client {
             })?;
         let secret = greedy_pmix::JobSecret::generate();
         let job = plan::client_step_name(layout);
-        let (port, stop, thread, reports) =
-            listen(&job, &secret, layout.ranks.len(), cfg.join_timeout)?;
+        let (port, stop, thread, reports, nested) =
+            listen(&job, &secret, layout.ranks.len(), cfg.join_timeout, spawns)?;
         let client = Client {
             listener: Arc::new(Listener {
                 stop: Mutex::new(Some(stop)),
                 thread: Mutex::new(Some(thread)),
             }),
             reports,
+            nested,
         };
         let through_srun = plan::rendezvous_through_srun(cfg, resv_ports_in_env);
         let env = plan::prelaunch_env(layout, &secret, cfg, protocol, port, through_srun);
@@ -114,11 +125,32 @@ impl Client {
     /// Gives up this share of the listener (stopping it when it was the last: the step, or
     /// every component of the het step, has ended) and returns how the job ended, if a node
     /// said. srun exits with the highest code its components' `client_fini` return.
+    /// Spawned jobs still running are waited for, or ended at once if the job was aborted.
     pub fn fini(self) -> Option<ExitReport> {
-        let Client { listener, reports } = self;
+        let Client {
+            listener,
+            reports,
+            nested,
+        } = self;
+        if let Some(nested) = nested {
+            nested.finish(reports.earliest().is_some());
+        }
         drop(listener);
         reports.earliest()
     }
+}
+
+/// The step as its nested sruns need it: its name, ids, this srun's executable.
+fn spawn_parent(layout: &StepLayout, kill_step: Arc<KillStepFn>) -> Result<Parent, Error> {
+    let srun =
+        std::env::current_exe().map_err(|e| Error::io("srun")("find srun's own executable", e))?;
+    Ok(Parent {
+        name: plan::client_step_name(layout),
+        job_id: layout.job_id,
+        step_id: layout.step_id,
+        srun,
+        kill_step,
+    })
 }
 
 /// Refuses a het step with a node in two components (srun's node list then names it twice):
@@ -163,12 +195,14 @@ impl Drop for Listener {
     }
 }
 
-/// srun's listener thread: its port, its stop switch, the thread, and its exit reports.
+/// srun's listener thread: its port, its stop switch, the thread, its exit reports and the
+/// nested steps it starts.
 type Started = (
     u16,
     oneshot::Sender<()>,
     std::thread::JoinHandle<()>,
     Reports,
+    Option<Arc<NestedSteps>>,
 );
 
 /// Binds the listener on every IPv4 address (slurmd tells each stepd the address it saw srun
@@ -180,6 +214,7 @@ fn listen(
     secret: &greedy_pmix::JobSecret,
     n_nodes: usize,
     idle: Duration,
+    spawns: Option<Parent>,
 ) -> Result<Started, Error> {
     let io = Error::io("srun");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -200,6 +235,10 @@ fn listen(
         .map_err(|e| io("rendezvous listener", e))?
         .port();
     let reports = board.reports();
+    let nested = spawns.map(|parent| Arc::new(NestedSteps::new(parent, reports.clone())));
+    if let Some(nested) = &nested {
+        board.serve_spawns(nested.clone());
+    }
     let (stop, stopped) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("greedy-mpi-rdv".into())
@@ -213,5 +252,5 @@ fn listen(
             rt.shutdown_timeout(Duration::from_millis(100));
         })
         .map_err(|e| io("rendezvous thread", e))?;
-    Ok((port, stop, thread, reports))
+    Ok((port, stop, thread, reports, nested))
 }

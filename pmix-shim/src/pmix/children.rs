@@ -107,6 +107,7 @@ pub(super) fn spawn_request(requester: &Proc, apps: Vec<App>) -> Result<SpawnReq
     Ok(SpawnRequest {
         parent: requester.nspace.clone(),
         requester: requester.rank,
+        family: crate::family::Family::Pmix,
         apps: apps.into_iter().map(spawn_app).collect(),
         preput: Vec::new(),
     })

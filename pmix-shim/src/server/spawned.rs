@@ -54,6 +54,7 @@ pub(super) fn request(parent: &str, rank: u32, request: spawn::Request) -> Spawn
     SpawnRequest {
         parent: parent.to_owned(),
         requester: rank,
+        family: crate::family::Family::Pmi,
         apps,
         preput: request.preput,
     }
@@ -106,6 +107,7 @@ pub(super) fn namespace(job: &JobSpec, child: &ChildJob) -> Result<Ns, Error> {
         mapping: mapping(&spec),
         spec: Arc::new(spec),
         spawner: Some(child.parent.clone()),
+        origin: None,
         app_starts,
         state: std::sync::Mutex::new(state),
     })

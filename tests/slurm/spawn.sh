@@ -1,0 +1,82 @@
+#!/bin/bash
+# tests/slurm/spawn.sh [--release R]: MPI_Comm_spawn under srun --mpi=greedy on the emulated
+# Slurm cluster of the machine's release (22.05), or with --release 24.11|26.05 on a cluster of
+# that release (as tests/slurm/mpi.sh). The children run as a nested step of the job, started
+# by the user's srun (plugin/mpi/src/nested.rs). tests/mpi/spawn.c: two parents spawn two
+# copies of the program, check each other over the intercommunicator and exit 3 on success.
+# MPICH is PyPI's 5.0.2 on every release (the 24.11 root's own MPICH 4.2.1, ch4:ucx, fails
+# MPI_Open_port on these hosts before it asks the launcher anything); Open MPI the release's.
+#   spawn      MPICH, srun -N2 -n2: the parents spawn 2 children, which get their parents'
+#              token and send back their ranks ("children ok"); srun exits 3 (the parents')
+#   die        MPICH, the children exit 7 before MPI_Init (they never connect back): srun
+#              exits 7 within 30 s naming the spawned job, nothing left on any host
+#   ompi       Open MPI (PMIx), one parent: the spawn fails at once with an error in the
+#              program (not served under srun yet) and the job ends 0 (with two parents Open
+#              MPI 4.1's other rank would wait for the root forever: comm_spawn.c@v4.1.5 skips
+#              the connect on the root only, whatever the launcher)
+# Env: CARGO_TARGET_DIR (default <repo>/target).
+set -euo pipefail
+
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+export GREEDY_TC_QUIET=1
+NODES=3
+RELEASE="" RELEASE_ROOT=""
+[[ ${1:-} != --release ]] || release_select "${2:-}"
+TAG=spawn${RELEASE:+ $RELEASE}
+need_shared_target
+[[ -z $RELEASE_ROOT || $CARGO_TARGET_DIR == "$ROOT"/* || $CARGO_TARGET_DIR == /var/tmp/* ]] ||
+  fail "--release needs CARGO_TARGET_DIR under the repo or /var/tmp"
+need_root
+
+. "$ROOT/tests/slurm/mpi-build.sh"
+build_mpi_prog "$ROOT/tests/mpi/spawn.c" spawn
+. "$ROOT/tests/mpi/mpich5.sh"
+SPAWN=$BINDIR/spawn-mpich5
+"$MPICH5/bin/mpicc" -O1 -o "$SPAWN" "$ROOT/tests/mpi/spawn.c" || fail "PyPI MPICH's mpicc"
+
+cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
+  ${RELEASE:+--release "$RELEASE"}
+eval "$("$TC" env)"
+WORK=$GREEDY_TC_SCRATCH/spawn
+mkdir -p "$WORK"
+cd "$WORK"
+# shellcheck disable=SC2034 # read by leftovers.sh
+JOB_RE='slurmstepd|/spawn'
+. "$ROOT/tests/cluster/leftovers.sh"
+
+# run NAME TIMEOUT SRUN-ARGS... : sets RC, OUT, ERR, SECS
+run() {
+  local name=$1 limit=$2 t0
+  shift 2
+  t0=$(ms)
+  set +e
+  timeout -k 5 "$limit" srun "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
+  OUT=$(cat "$WORK/$name.out")
+  ERR=$(cat "$WORK/$name.err")
+}
+
+run spawn 120 -N2 -n2 --mpi=greedy "$SPAWN"
+((RC == 3)) || fail "spawn: srun exited $RC, not the parents' 3: $OUT $ERR"
+grep -q "^rank 0 of 2: children ok$" <<<"$OUT" || fail "spawn: rank 0 did not hear from its children: $OUT $ERR"
+[[ $(grep -c "^child [01] of 2: parent ok$" <<<"$OUT") == 2 ]] ||
+  fail "spawn: expected 2 children told their parents' token: $OUT $ERR"
+[[ $(grep -c "^rank [01] of 2: spawned 2$" <<<"$OUT") == 2 ]] || fail "spawn: expected 2 parents spawning: $OUT $ERR"
+no_leftovers spawn
+pass "MPICH: srun -N2 -n2 --mpi=greedy: 2 parents spawn 2 children as a nested step, both ways checked, in ${SECS}s"
+
+run die 60 -N2 -n2 --mpi=greedy "$SPAWN" --children-die
+((RC == 7)) || fail "die: the children exited 7 but srun exited $RC: $OUT $ERR"
+grep -q "spawned job .*@1 .*failed" <<<"$ERR" || fail "die: srun does not name the spawned job: $ERR"
+(($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "die: took ${SECS}s: $ERR"
+no_leftovers die
+pass "MPICH: children exiting 7 before MPI_Init: srun exits 7 in ${SECS}s naming the spawned job, nothing left"
+
+run ompi 60 -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
+((RC == 0)) || fail "ompi: srun exited $RC: $OUT $ERR"
+grep -q "^rank 0 of 1: spawn error class" <<<"$OUT" || fail "ompi: the parent got no spawn error: $OUT $ERR"
+no_leftovers ompi
+pass "Open MPI: the spawn fails at once with an error in the program (PMIx spawn is not served under srun), the job ends 0 in ${SECS}s"
