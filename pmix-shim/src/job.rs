@@ -37,6 +37,13 @@ impl JobSecret {
         crate::auth::to_hex(&self.0)
     }
 
+    /// Whether `other` is the same secret, in a time that does not depend on where they
+    /// differ (a proof someone presents).
+    pub fn same_as(&self, other: &JobSecret) -> bool {
+        let differ = (self.0.iter().zip(&other.0)).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        self.0.len() == other.0.len() && std::hint::black_box(differ) == 0
+    }
+
     /// The secret itself, for keying other MACs (never send or log it).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
@@ -280,6 +287,16 @@ pub(crate) fn render_ranges(values: impl IntoIterator<Item = u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_is_the_same_as_its_copy_only() {
+        let s = JobSecret::from_bytes(&[7; 32]).unwrap();
+        assert!(s.same_as(&JobSecret::from_hex(&s.to_hex()).unwrap()));
+        let mut other = [7; 32];
+        other[31] = 8;
+        assert!(!s.same_as(&JobSecret::from_bytes(&other).unwrap()));
+        assert!(!s.same_as(&JobSecret::from_bytes(&[7; 16]).unwrap()));
+    }
 
     fn spec(ranks: Vec<Vec<u32>>) -> JobSpec {
         JobSpec {

@@ -8,8 +8,12 @@
 # MPI_Open_port on these hosts before it asks the launcher anything); Open MPI the release's.
 #   spawn      MPICH, srun -N2 -n2: the parents spawn 2 children, which get their parents'
 #              token and send back their ranks ("children ok"); srun exits 3 (the parents')
+#   impi       the same with Intel MPI (impi-rt 2021, its PMI-1 client)
 #   die        MPICH, the children exit 7 before MPI_Init (they never connect back): srun
 #              exits 7 within 30 s naming the spawned job, nothing left on any host
+#   nofit      MPICH, one parent in a job of one CPU spawns 9 children (tests/mpi/spawn_latency.c):
+#              Slurm refuses the nested step, the parent gets an MPI error at once and ends
+#              (exit 1), srun relays Slurm's reason
 #   ompi       Open MPI (PMIx), one parent: the spawn fails at once with an error in the
 #              program (not served under srun yet) and the job ends 0 (with two parents Open
 #              MPI 4.1's other rank would wait for the root forever: comm_spawn.c@v4.1.5 skips
@@ -31,9 +35,14 @@ need_root
 
 . "$ROOT/tests/slurm/mpi-build.sh"
 build_mpi_prog "$ROOT/tests/mpi/spawn.c" spawn
-. "$ROOT/tests/mpi/mpich5.sh"
+. "$ROOT/tests/mpi/clients.sh"
 SPAWN=$BINDIR/spawn-mpich5
 "$MPICH5/bin/mpicc" -O1 -o "$SPAWN" "$ROOT/tests/mpi/spawn.c" || fail "PyPI MPICH's mpicc"
+"$MPICH5/bin/mpicc" -O1 -o "$BINDIR/spawn-latency-mpich5" "$ROOT/tests/mpi/spawn_latency.c" ||
+  fail "PyPI MPICH's mpicc"
+impi_venv
+gcc -O1 -I"$IMPI/include" -o "$BINDIR/spawn-impi" "$ROOT/tests/mpi/spawn.c" \
+  -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib" || fail "gcc with Intel MPI"
 
 cluster_up --nodes "$NODES" --slurm --plugindir "$PLUGDIR" --mpi-default greedy \
   ${RELEASE:+--release "$RELEASE"}
@@ -59,14 +68,21 @@ run() {
   ERR=$(cat "$WORK/$name.err")
 }
 
+spawned() { # NAME: both parents spawned, both children checked, exit 3
+  ((RC == 3)) || fail "$1: srun exited $RC, not the parents' 3: $OUT $ERR"
+  grep -q "^rank 0 of 2: children ok$" <<<"$OUT" || fail "$1: rank 0 did not hear from its children: $OUT $ERR"
+  [[ $(grep -c "^child [01] of 2: parent ok$" <<<"$OUT") == 2 ]] ||
+    fail "$1: expected 2 children told their parents' token: $OUT $ERR"
+  [[ $(grep -c "^rank [01] of 2: spawned 2$" <<<"$OUT") == 2 ]] || fail "$1: expected 2 parents spawning: $OUT $ERR"
+  no_leftovers "$1"
+}
 run spawn 120 -N2 -n2 --mpi=greedy "$SPAWN"
-((RC == 3)) || fail "spawn: srun exited $RC, not the parents' 3: $OUT $ERR"
-grep -q "^rank 0 of 2: children ok$" <<<"$OUT" || fail "spawn: rank 0 did not hear from its children: $OUT $ERR"
-[[ $(grep -c "^child [01] of 2: parent ok$" <<<"$OUT") == 2 ]] ||
-  fail "spawn: expected 2 children told their parents' token: $OUT $ERR"
-[[ $(grep -c "^rank [01] of 2: spawned 2$" <<<"$OUT") == 2 ]] || fail "spawn: expected 2 parents spawning: $OUT $ERR"
-no_leftovers spawn
+spawned spawn
 pass "MPICH: srun -N2 -n2 --mpi=greedy: 2 parents spawn 2 children as a nested step, both ways checked, in ${SECS}s"
+
+run impi 120 -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
+spawned impi
+pass "Intel MPI: the same, in ${SECS}s"
 
 run die 60 -N2 -n2 --mpi=greedy "$SPAWN" --children-die
 ((RC == 7)) || fail "die: the children exited 7 but srun exited $RC: $OUT $ERR"
@@ -74,6 +90,14 @@ grep -q "spawned job .*@1 .*failed" <<<"$ERR" || fail "die: srun does not name t
 (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "die: took ${SECS}s: $ERR"
 no_leftovers die
 pass "MPICH: children exiting 7 before MPI_Init: srun exits 7 in ${SECS}s naming the spawned job, nothing left"
+
+run nofit 60 -N1 -n1 --mpi=greedy "$BINDIR/spawn-latency-mpich5" 9 1
+((RC == 1)) || fail "nofit: srun exited $RC, not the parent's 1: $OUT $ERR"
+grep -q "^spawn 9 round 1 failed" <<<"$OUT" || fail "nofit: the parent got no spawn error: $OUT $ERR"
+grep -q "More processors requested than permitted" <<<"$ERR" || fail "nofit: srun does not say why: $ERR"
+(($(awk -v s="$SECS" 'BEGIN { print (s < 20) }'))) || fail "nofit: took ${SECS}s: $ERR"
+no_leftovers nofit
+pass "MPICH: 9 children in a job of one CPU: the parent gets an MPI error in ${SECS}s, srun relays Slurm's reason"
 
 run ompi 60 -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
 ((RC == 0)) || fail "ompi: srun exited $RC: $OUT $ERR"

@@ -111,6 +111,12 @@ pub extern "C" fn mpi_p_client_prelaunch(
                     return std::ptr::null_mut();
                 }
             };
+            // A nested step (a rank's spawn): Slurm has created it; its spawner answers the
+            // rank now.
+            if let Err(e) = crate::nested::tell_spawner() {
+                log::error(&format!("mpi/greedy: {e}"));
+                return std::ptr::null_mut();
+            }
             let charm = vars
                 .iter()
                 .any(|(k, v)| *k == plan::VAR_PROTOCOL && v == "charm");

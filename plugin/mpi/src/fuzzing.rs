@@ -49,6 +49,7 @@ pub fn rendezvous_line(data: &[u8]) {
             let statement = rendezvous::spawn_statement(hex);
             rendezvous::verify(secret, "1.0", *node, &statement, mac)
         }
+        Line::Created(..) => false,
         Line::Spawned(node, result, mac) => {
             let statement = rendezvous::spawned_statement(result);
             rendezvous::verify(secret, "1.0", *node, &statement, mac)

@@ -13,29 +13,42 @@
 //! port with their own netmod. Open MPI's children need their parents' namespace in their own
 //! PMIx server (`PMIx_Connect`), which a step of its own cannot give: refused, saying so.
 //!
-//! A child step that fails (its srun exits non-zero, as when a program cannot start) fails the
+//! The requester is answered once the child step exists: the nested srun's own plugin tells
+//! this srun so from its `client_prelaunch`, which Slurm calls after it created the step
+//! (`C <seq> <ticket>` on this srun's listener, the ticket a secret of that spawn alone, in the
+//! nested srun's environment). A nested srun that ends before (a spawn that does not fit the
+//! allocation: "More processors requested than permitted") refuses the spawn with its last
+//! words, so the program gets `MPI_ERR_SPAWN`, as when greedyrun finds no free slots. A child
+//! step that fails after (its srun exits non-zero, as when a program cannot start) fails the
 //! family: srun keeps the report (the job's exit code and why) and asks slurmctld to kill the
 //! parent step. At `client_fini` srun waits for the children still running, or ends them at
 //! once if the job was aborted.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use greedy_pmix::WallTime;
 use greedy_pmix::child::{self, SpawnOrigin, SpawnRequest};
 use greedy_pmix::family::Family;
+use tokio::sync::oneshot;
 
-use crate::plan;
+use crate::plan::{self, Protocol};
 use crate::rendezvous::{ExitReport, Reports, Spawner};
 
 /// How often a nested srun's watcher looks at it.
 const POLL: Duration = Duration::from_millis(50);
 /// How long a nested srun has after SIGTERM (it cancels its step) before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long a nested srun may take to create its step (Slurm retries a step that does not fit
+/// yet): then the spawn is refused and the srun ended.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a nested srun waits for its spawner's word that it heard of the step.
+const TELL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Kills every task of step (job, step); false if slurmctld refused.
 pub type KillStepFn = dyn Fn(u32, u32) -> bool + Send + Sync;
@@ -57,7 +70,8 @@ pub struct Parent {
 /// The nested sruns of one step; the [`Spawner`] srun's listener asks.
 pub struct NestedSteps {
     parent: Parent,
-    next: AtomicU32,
+    /// srun's listener port, where the nested sruns say their step exists.
+    port: u16,
     reports: Reports,
     state: Arc<Mutex<State>>,
     watchers: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -71,11 +85,11 @@ impl std::fmt::Debug for NestedSteps {
     }
 }
 
-/// What the watchers share with srun's `client_fini`.
+/// What the watchers share with srun's listener and `client_fini`.
 #[derive(Debug, Default)]
 struct State {
-    /// Running nested sruns: namespace by pid.
-    running: HashMap<u32, String>,
+    /// The spawns so far, by number.
+    spawns: HashMap<u32, Spawn>,
     /// Set at `client_fini` when the job was aborted: the watchers end their sruns from then
     /// on, and their exits fail nothing.
     ending: Option<Instant>,
@@ -83,12 +97,33 @@ struct State {
     closed: bool,
 }
 
+/// One spawn's nested srun, as srun's listener and its watcher see it.
+#[derive(Debug)]
+struct Spawn {
+    nspace: String,
+    /// Its nested srun's proof that it speaks for this spawn.
+    ticket: greedy_pmix::JobSecret,
+    /// The requester's answer, until it is given.
+    reply: Option<oneshot::Sender<Result<String, String>>>,
+    /// Its step exists: from now on its failure is the family's.
+    created: bool,
+}
+
+impl Spawn {
+    fn answer(&mut self, result: Result<String, String>) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
+    }
+}
+
 impl NestedSteps {
-    /// The nested sruns of step `parent`, whose failures go into `reports`.
-    pub fn new(parent: Parent, reports: Reports) -> NestedSteps {
+    /// The nested sruns of step `parent`, whose failures go into `reports`; `port` is srun's
+    /// listener.
+    pub fn new(parent: Parent, port: u16, reports: Reports) -> NestedSteps {
         NestedSteps {
             parent,
-            next: AtomicU32::new(1),
+            port,
             reports,
             state: Arc::default(),
             watchers: Mutex::default(),
@@ -99,7 +134,7 @@ impl NestedSteps {
     /// at once (SIGTERM, then SIGKILL) if the job was `aborted`.
     pub fn finish(&self, aborted: bool) {
         {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.lock();
             st.closed = true;
             if aborted {
                 st.ending = Some(Instant::now());
@@ -112,27 +147,34 @@ impl NestedSteps {
         }
     }
 
-    /// Starts the nested srun of `nspace` and its watcher.
-    fn start(&self, node: usize, nspace: &str, request: &SpawnRequest) -> Result<(), String> {
-        let nested = command(request, &self.parent, nspace)?;
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts spawn `seq`'s nested srun and its watcher.
+    fn start(&self, node: usize, seq: u32, request: &SpawnRequest) -> Result<Spawn, String> {
+        let nspace = child::nspace(&self.parent.name, seq);
+        let nested = command(request, &self.parent, &nspace)?;
+        let ticket = greedy_pmix::JobSecret::generate();
         let mut srun = Command::new(&self.parent.srun);
         srun.args(&nested.args)
             .envs(nested.env)
-            .stdin(Stdio::null());
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.closed {
-            return Err("the job is ending".into());
-        }
-        let process = srun
+            .env(
+                plan::VAR_TICKET,
+                format!("{} {seq} {}", self.port, ticket.to_hex()),
+            )
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut process = srun
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", self.parent.srun.display()))?;
-        st.running.insert(process.id(), nspace.to_string());
-        drop(st);
+        let last_words = relay_stderr(process.stderr.take());
         let watcher = Watcher {
             process,
-            nspace: nspace.to_string(),
+            seq,
             node,
             what: describe(request),
+            last_words,
             state: self.state.clone(),
             reports: self.reports.clone(),
             kill: (
@@ -149,15 +191,57 @@ impl NestedSteps {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(handle);
-        Ok(())
+        Ok(Spawn {
+            nspace,
+            ticket,
+            reply: None,
+            created: false,
+        })
     }
 }
 
 impl Spawner for NestedSteps {
-    fn spawn(&self, node: usize, request: SpawnRequest) -> Result<String, String> {
-        let nspace = child::nspace(&self.parent.name, self.next.fetch_add(1, Ordering::Relaxed));
-        self.start(node, &nspace, &request)?;
-        Ok(nspace)
+    fn spawn(
+        &self,
+        node: usize,
+        request: SpawnRequest,
+    ) -> oneshot::Receiver<Result<String, String>> {
+        let (tx, rx) = oneshot::channel();
+        // The lock is held while the srun starts, so its watcher finds the spawn recorded.
+        let mut st = self.lock();
+        if st.closed {
+            let _ = tx.send(Err("the job is ending".into()));
+            return rx;
+        }
+        let seq = st.spawns.len() as u32 + 1;
+        match self.start(node, seq, &request) {
+            Ok(mut spawn) => {
+                spawn.reply = Some(tx);
+                st.spawns.insert(seq, spawn);
+            }
+            Err(why) => {
+                let _ = tx.send(Err(why));
+            }
+        }
+        rx
+    }
+
+    fn holds(&self, seq: u32, ticket: &str) -> bool {
+        let st = self.lock();
+        let theirs = greedy_pmix::JobSecret::from_hex(ticket);
+        st.spawns
+            .get(&seq)
+            .zip(theirs)
+            .is_some_and(|(spawn, theirs)| spawn.ticket.same_as(&theirs))
+    }
+
+    fn created(&self, seq: u32) {
+        let mut st = self.lock();
+        if let Some(spawn) = st.spawns.get_mut(&seq) {
+            spawn.created = true;
+            let nspace = spawn.nspace.clone();
+            spawn.answer(Ok(nspace));
+        }
     }
 }
 
@@ -213,11 +297,53 @@ pub fn command(
     };
     let mut env = app.env.clone();
     env.push((plan::VAR_ORIGIN.into(), plan::encode_origin(&origin)));
+    // The children run the parents' MPI: the step serves PMI alone, without starting the
+    // PMIx and netlrts servers it would not use.
+    env.push((plan::USER_PROTOCOL.into(), Protocol::Pmi.to_string()));
     if let Some(path) = &app.path {
         let inherited = std::env::var("PATH").unwrap_or_default();
         env.push(("PATH".into(), format!("{path}:{inherited}")));
     }
     Ok(NestedCommand { args, env })
+}
+
+/// In a nested srun (its environment has [`plan::VAR_TICKET`]): tells the spawning srun that
+/// the step exists, which answers the rank that asked. Called in `client_prelaunch`, after
+/// Slurm created the step; an error fails the step's launch.
+pub fn tell_spawner() -> Result<(), String> {
+    let Ok(ticket) = std::env::var(plan::VAR_TICKET) else {
+        return Ok(());
+    };
+    let mut words = ticket.split(' ');
+    let (Some(port), Some(seq), Some(proof), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(format!("{}: not `port seq ticket`", plan::VAR_TICKET));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{}: bad port", plan::VAR_TICKET))?;
+    let seq: u32 = seq
+        .parse()
+        .map_err(|_| format!("{}: bad number", plan::VAR_TICKET))?;
+    let spawner = SocketAddr::from(([127, 0, 0, 1], port));
+    let told = || -> std::io::Result<String> {
+        let mut s = TcpStream::connect_timeout(&spawner, TELL_TIMEOUT)?;
+        s.set_read_timeout(Some(TELL_TIMEOUT))?;
+        writeln!(
+            s,
+            "{}",
+            crate::rendezvous::Line::Created(seq, proof.to_string())
+        )?;
+        let mut answer = String::new();
+        BufReader::new(s.take(16)).read_line(&mut answer)?;
+        Ok(answer)
+    };
+    match told() {
+        Ok(answer) if answer.trim_end() == "K" => Ok(()),
+        Ok(_) => Err(format!("the spawning srun at {spawner} refused this step")),
+        Err(e) => Err(format!("cannot tell the spawning srun at {spawner}: {e}")),
+    }
 }
 
 /// The request in a few words, for messages.
@@ -230,39 +356,78 @@ fn describe(request: &SpawnRequest) -> String {
     format!("{} from rank {}", programs.join(", "), request.requester)
 }
 
+/// Copies a nested srun's stderr to this srun's as it comes, keeping its last line (why a
+/// spawn was refused); the thread ends at the srun's exit.
+fn relay_stderr(
+    stderr: Option<std::process::ChildStderr>,
+) -> Option<std::thread::JoinHandle<String>> {
+    let stderr = stderr?;
+    std::thread::Builder::new()
+        .name("greedy-mpi-spawn-err".into())
+        .spawn(move || {
+            let mut last = String::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                if !line.trim().is_empty() {
+                    last = line;
+                }
+            }
+            last
+        })
+        .ok()
+}
+
 /// Looks after one nested srun until it ends.
 struct Watcher {
     process: Child,
-    nspace: String,
+    seq: u32,
     node: usize,
     what: String,
+    last_words: Option<std::thread::JoinHandle<String>>,
     state: Arc<Mutex<State>>,
     reports: Reports,
     kill: (Arc<KillStepFn>, u32, u32),
 }
 
+/// How a nested srun ended, as its watcher judges it.
+enum Ended {
+    /// Its step existed: a failure is the family's (unless the job was ending anyway).
+    Created(ExitStatus),
+    /// Before its step existed: the spawn is refused with this.
+    Refused(String),
+    /// Nothing to say (the job was ending, or the srun could not be waited for).
+    Quietly,
+}
+
 impl Watcher {
     /// Polls the srun (signalling it only while it is known unreaped, so never another
-    /// process that took its pid), then reports a failure unless the job was ending.
+    /// process that took its pid) and acts on its end.
     fn run(mut self) {
-        let pid = self.process.id();
-        let mut termed = None;
-        let status = loop {
+        let started = Instant::now();
+        let mut termed: Option<Instant> = None;
+        let ended = loop {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let ending = st.ending.is_some();
+            let Some(spawn) = st.spawns.get_mut(&self.seq) else {
+                break Ended::Quietly;
+            };
             match self.process.try_wait() {
-                Ok(Some(status)) => {
-                    st.running.remove(&pid);
-                    break Some((status, st.ending.is_some()));
+                Ok(Some(status)) if spawn.created && !ending => break Ended::Created(status),
+                Ok(Some(status)) if !spawn.created => {
+                    break Ended::Refused(format!("its srun exited {}", exit_code(status)));
                 }
+                Ok(Some(_)) | Err(_) => break Ended::Quietly,
                 Ok(None) => {}
-                Err(_) => {
-                    st.running.remove(&pid);
-                    break None;
-                }
             }
-            if st.ending.is_some() {
+            let overdue = !spawn.created && started.elapsed() > CREATE_TIMEOUT;
+            if overdue {
+                spawn.answer(Err(format!(
+                    "its step was not created within {CREATE_TIMEOUT:?}"
+                )));
+            }
+            if ending || overdue || termed.is_some() {
                 let since = *termed.get_or_insert_with(|| {
-                    send_term(pid);
+                    send_term(self.process.id());
                     Instant::now()
                 });
                 if since.elapsed() > TERM_GRACE {
@@ -272,19 +437,36 @@ impl Watcher {
             drop(st);
             std::thread::sleep(POLL);
         };
-        if let Some((status, false)) = status
-            && !status.success()
-        {
-            self.fail(status);
+        let last = self.last_words.take().and_then(|t| t.join().ok());
+        match ended {
+            Ended::Created(status) if !status.success() => self.fail(status),
+            Ended::Refused(why) => {
+                let why = match last {
+                    Some(last) if !last.is_empty() => format!("{why}: {last}"),
+                    _ => why,
+                };
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(spawn) = st.spawns.get_mut(&self.seq) {
+                    spawn.answer(Err(why));
+                }
+            }
+            _ => {}
         }
     }
 
     /// The child failed: the family ends with its code, saying why.
     fn fail(&self, status: ExitStatus) {
         let code = exit_code(status);
+        let nspace = {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.spawns
+                .get(&self.seq)
+                .map(|s| s.nspace.clone())
+                .unwrap_or_default()
+        };
         let reason = format!(
-            "spawned job {} ({}) failed: its srun exited {code}",
-            self.nspace, self.what
+            "spawned job {nspace} ({}) failed: its srun exited {code}",
+            self.what
         );
         tracing::error!("{reason}");
         self.reports.keep(ExitReport {
@@ -369,6 +551,7 @@ mod tests {
         );
         let (name, hex) = &env[0];
         assert_eq!(name, plan::VAR_ORIGIN);
+        assert_eq!(env[1], (plan::USER_PROTOCOL.into(), "pmi".into()));
         let origin = plan::decode_origin(hex).unwrap();
         assert_eq!(origin.spawner, "7.0");
         assert_eq!(
@@ -386,26 +569,121 @@ mod tests {
         assert!(two.contains("2 programs"), "{two}");
     }
 
-    #[test]
-    fn a_child_srun_that_fails_ends_the_family_with_its_code() {
+    /// A fake srun: says its step exists (as `tell_spawner` does) unless told to fail
+    /// first, then exits with the code its arguments end with.
+    const FAKE_SRUN: &str = r#"#!/bin/bash
+code=${@: -1}
+if [[ $code == refuse ]]; then echo "srun: error: More processors requested than permitted" >&2; exit 1; fi
+read -r port seq ticket <<<"$GREEDY_MPI_TICKET"
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+echo "C $seq $ticket" >&3
+read -r answer <&3
+[[ $answer == K ]] || exit 99
+exit "$code"
+"#;
+
+    /// srun's listener serving spawns with `srun` as the nested srun; what a stepd asks.
+    struct Listener {
+        addr: std::net::SocketAddr,
+        secret: greedy_pmix::JobSecret,
+        nested: Arc<NestedSteps>,
+        reports: Reports,
+        kills: Arc<Mutex<Vec<(u32, u32)>>>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn listener() -> Listener {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let srun = dir.path().join("srun");
+        std::fs::write(&srun, FAKE_SRUN).unwrap();
+        std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let secret = greedy_pmix::JobSecret::generate();
+        let idle = Duration::from_secs(30);
+        let board = crate::rendezvous::SrunBoard::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "7.0",
+            &secret,
+            2,
+            idle,
+        )
+        .await
+        .unwrap();
+        let addr = board.local_addr().unwrap();
         let kills = Arc::new(Mutex::new(Vec::new()));
         let k = kills.clone();
         let parent = Parent {
+            srun,
             kill_step: Arc::new(move |job, step| {
                 k.lock().unwrap().push((job, step));
                 true
             }),
             ..parent()
         };
-        let reports = crate::rendezvous::test_reports();
-        let nested = NestedSteps::new(parent, reports.clone());
-        assert_eq!(nested.spawn(2, request(Family::Pmi, 1)), Ok("7.0@1".into()));
-        nested.finish(false);
-        let report = reports.earliest().expect("a failure report");
-        assert_eq!((report.node, report.code), (2, 1));
-        assert!(report.reason.contains("7.0@1") && report.reason.contains("./kid x3"));
-        assert_eq!(*kills.lock().unwrap(), [(7, 0)]);
-        let late = nested.spawn(0, request(Family::Pmi, 1)).unwrap_err();
+        let reports = board.reports();
+        let nested = Arc::new(NestedSteps::new(parent, addr.port(), reports.clone()));
+        board.serve_spawns(nested.clone());
+        tokio::spawn(board.serve());
+        Listener {
+            addr,
+            secret,
+            nested,
+            reports,
+            kills,
+            _dir: dir,
+        }
+    }
+
+    fn with_last_arg(arg: &str) -> SpawnRequest {
+        let mut r = request(Family::Pmi, 1);
+        r.apps[0].args = vec![arg.into()];
+        r
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spawn_is_answered_once_its_step_exists_and_a_later_failure_ends_the_family() {
+        let l = listener().await;
+        let ask = |arg: &'static str| {
+            let (addr, secret) = (l.addr, l.secret.clone());
+            async move {
+                let request = with_last_arg(arg);
+                crate::rendezvous::ask_spawn(addr, "7.0", &secret, 1, &request).await
+            }
+        };
+        assert_eq!(ask("0").await, Ok("7.0@1".into()));
+        // A step that does not fit: refused with srun's own words, the family lives on.
+        let refused = ask("refuse").await.unwrap_err();
+        assert!(
+            refused.contains("exited 1") && refused.contains("More processors"),
+            "{refused}"
+        );
+        assert_eq!(ask("7").await, Ok("7.0@3".into()));
+        let nested = l.nested.clone();
+        tokio::task::spawn_blocking(move || nested.finish(false))
+            .await
+            .unwrap();
+        let report = l.reports.earliest().expect("the failed child's report");
+        assert_eq!((report.node, report.code), (1, 7));
+        assert!(
+            report.reason.contains("7.0@3") && report.reason.contains("./kid x3"),
+            "{report:?}"
+        );
+        assert_eq!(*l.kills.lock().unwrap(), [(7, 0)]);
+        let late = ask("0").await.unwrap_err();
         assert!(late.contains("ending"), "{late}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stranger_cannot_say_a_step_exists() {
+        let l = listener().await;
+        assert!(
+            !l.nested
+                .holds(1, &greedy_pmix::JobSecret::generate().to_hex())
+        );
+        assert!(!l.nested.holds(1, "zz"));
+        let nested = l.nested.clone();
+        tokio::task::spawn_blocking(move || nested.finish(false))
+            .await
+            .unwrap();
     }
 }

@@ -43,8 +43,10 @@ pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
 /// ([`greedy_pmix::child::SpawnOrigin`], postcard, hex). Set in the nested srun's own
 /// environment, which srun copies into the launch env.
 pub const VAR_ORIGIN: &str = "GREEDY_MPI_ORIGIN";
+/// A nested srun's proof for its spawner (`port seq ticket`, [`crate::nested::tell_spawner`]).
+pub const VAR_TICKET: &str = "GREEDY_MPI_TICKET";
 /// Every private variable, removed from the job env in `prefork`.
-pub const PRIVATE_VARS: [&str; 10] = [
+pub const PRIVATE_VARS: [&str; 11] = [
     VAR_JOB,
     VAR_HOSTS,
     VAR_RANKS,
@@ -55,6 +57,7 @@ pub const PRIVATE_VARS: [&str; 10] = [
     VAR_SRUN,
     VAR_TIMEOUTS,
     VAR_ORIGIN,
+    VAR_TICKET,
 ];
 
 /// [`VAR_ORIGIN`]'s value for `origin`.

@@ -141,6 +141,8 @@ pub enum Line {
     Spawn(usize, String, String),
     /// `N node mac nspace` (started) or `E node mac reason` (refused).
     Spawned(usize, Result<String, String>, String),
+    /// `C seq ticket`: spawn `seq`'s nested srun created its step.
+    Created(u32, String),
 }
 
 impl Display for Line {
@@ -155,6 +157,7 @@ impl Display for Line {
             Line::Spawn(node, hex, mac) => write!(f, "S {node} {hex} {mac}"),
             Line::Spawned(node, Ok(nspace), mac) => write!(f, "N {node} {mac} {nspace}"),
             Line::Spawned(node, Err(reason), mac) => write!(f, "E {node} {mac} {reason}"),
+            Line::Created(seq, ticket) => write!(f, "C {seq} {ticket}"),
         }
     }
 }
@@ -206,6 +209,10 @@ pub fn parse(line: &str) -> Result<Line, String> {
         }
         Some("L") => Line::Lookup(node, it.next().ok_or_else(bad)?.to_string()),
         Some("W") => Line::Watch(node, it.next().ok_or_else(bad)?.to_string()),
+        Some("C") => {
+            let seq = u32::try_from(node).map_err(|_| bad())?;
+            Line::Created(seq, it.next().ok_or_else(bad)?.to_string())
+        }
         Some("S") => {
             let hex = it.next().filter(|h| !h.is_empty()).ok_or_else(bad)?;
             let mac = it.next().ok_or_else(bad)?;
@@ -297,21 +304,6 @@ impl Reports {
         );
         board.keep_exit(report, mac);
     }
-}
-
-/// Reports of a board nobody serves, for tests.
-#[cfg(test)]
-pub(crate) fn test_reports() -> Reports {
-    Reports(Arc::new(Board {
-        job: "7.0".into(),
-        secret: JobSecret::generate(),
-        n_nodes: 4,
-        addrs: Default::default(),
-        published: Notify::new(),
-        exit: Default::default(),
-        ended: Notify::new(),
-        spawner: Default::default(),
-    }))
 }
 
 /// srun's rendezvous listener; runs until the future [`SrunBoard::serve`] returns is dropped.
@@ -463,6 +455,7 @@ impl Board {
             Line::Spawn(node, hex, mac) => {
                 ok(*node) && verify(secret, job, *node, &spawn_statement(hex), mac)
             }
+            Line::Created(seq, ticket) => self.spawner.get().is_some_and(|s| s.holds(*seq, ticket)),
             Line::Answer(..) | Line::Spawned(..) => false,
         }
     }
@@ -500,8 +493,14 @@ impl Board {
                 .await;
                 (end.to_string(), false)
             }
+            Line::Created(seq, _) => {
+                if let Some(spawner) = self.spawner.get() {
+                    spawner.created(seq);
+                }
+                ("K".to_string(), true)
+            }
             Line::Spawn(node, hex, _) => {
-                let result = self.spawn(node, &hex).map_err(|why| one_line(&why));
+                let result = self.spawn(node, &hex).await.map_err(|why| one_line(&why));
                 let mac = mac(&self.secret, &self.job, node, &spawned_statement(&result));
                 (Line::Spawned(node, result, mac).to_string(), true)
             }
@@ -517,22 +516,32 @@ impl Board {
 impl Board {
     /// Starts what node `node`'s rank asked for (`hex`: its `SpawnRequest`): the child's
     /// namespace, or why not.
-    fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
+    async fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
         let request = auth::from_hex(hex)
             .and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok())
             .ok_or_else(|| format!("node {node} sent an undecodable spawn request"))?;
         match self.spawner.get() {
-            Some(spawner) => spawner.spawn(node, request),
+            Some(spawner) => (spawner.spawn(node, request).await)
+                .unwrap_or_else(|_| Err("srun dropped the spawn".into())),
             None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
         }
     }
 }
 
-/// What srun does with a rank's spawn request ([`crate::nested`]): starts it and names the
-/// child's namespace, or says why not. Called on srun's listener thread: it must not block.
+/// What srun does with a rank's spawn request ([`crate::nested`]): starts it, and answers
+/// with the child's namespace once it runs, or why not. Called on srun's listener thread: it
+/// must not block.
 pub trait Spawner: Send + Sync + std::fmt::Debug {
-    /// Starts `request`, which a rank on node `node` made.
-    fn spawn(&self, node: usize, request: SpawnRequest) -> Result<String, String>;
+    /// Starts `request`, which a rank on node `node` made; the answer comes later.
+    fn spawn(
+        &self,
+        node: usize,
+        request: SpawnRequest,
+    ) -> tokio::sync::oneshot::Receiver<Result<String, String>>;
+    /// Whether `ticket` is spawn `seq`'s (its nested srun says its step exists).
+    fn holds(&self, seq: u32, ticket: &str) -> bool;
+    /// Spawn `seq`'s step exists: answer its requester.
+    fn created(&self, seq: u32);
 }
 
 /// What a spawn request's `mac` covers besides the job and node.
@@ -895,12 +904,22 @@ mod tests {
     struct Echo;
 
     impl Spawner for Echo {
-        fn spawn(&self, node: usize, request: SpawnRequest) -> Result<String, String> {
-            match request.apps[0].program.as_str() {
+        fn spawn(
+            &self,
+            node: usize,
+            request: SpawnRequest,
+        ) -> tokio::sync::oneshot::Receiver<Result<String, String>> {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _ = tx.send(match request.apps[0].program.as_str() {
                 "./missing" => Err("no such\nprogram".into()),
                 p => Ok(format!("{p}@{node}")),
-            }
+            });
+            rx
         }
+        fn holds(&self, _: u32, _: &str) -> bool {
+            false
+        }
+        fn created(&self, _: u32) {}
     }
 
     #[tokio::test]

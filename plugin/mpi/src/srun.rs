@@ -235,7 +235,7 @@ fn listen(
         .map_err(|e| io("rendezvous listener", e))?
         .port();
     let reports = board.reports();
-    let nested = spawns.map(|parent| Arc::new(NestedSteps::new(parent, reports.clone())));
+    let nested = spawns.map(|parent| Arc::new(NestedSteps::new(parent, port, reports.clone())));
     if let Some(nested) = &nested {
         board.serve_spawns(nested.clone());
     }

@@ -1,0 +1,56 @@
+#!/bin/bash
+# MPI_Comm_spawn's latency under srun, mpi/greedy against Slurm's own mpi/pmi2, in one sitting,
+# on the emulated cluster of the machine's release (22.05). Both start the children as a nested
+# srun of the job (pmi2: src/plugins/mpi/pmi2/spawn.c; greedy: plugin/mpi/src/nested.rs). One
+# parent rank (PyPI MPICH 5.0.2, PMI-1, which Slurm's pmi2 plugin serves too) in a 5-node
+# allocation of 20 CPUs (4 per node: room for 16 children beside the parent, which pmi2's nested srun,
+# without --overlap, needs; the parent's step takes one CPU, --exact) spawns N children from MPI_COMM_SELF (tests/mpi/spawn_latency.c:
+# from the call to its return, which waits until every child has finished MPI_Init and
+# connected back), 4 spawns per job of which the last 3 count, the plugins alternating job by
+# job. Prints one row per N: each plugin's median spawn and the ratio.
+# usage: tests/slurm/spawn-bench.sh [JOBS] [N...]   (default 3 jobs, N = 1 16)
+set -euo pipefail
+
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+export GREEDY_TC_QUIET=1
+TAG=spawn-bench-srun
+jobs=${1:-3}
+shift || true
+sizes=("${@:-1 16}")
+read -r -a sizes <<<"${sizes[*]}"
+need_shared_target
+need_root
+RELEASE="" RELEASE_ROOT=""
+. "$ROOT/tests/slurm/mpi-build.sh"
+. "$ROOT/tests/mpi/mpich5.sh"
+EXE=$BINDIR/spawn-latency-mpich5
+"$MPICH5/bin/mpicc" -O1 -o "$EXE" "$ROOT/tests/mpi/spawn_latency.c" || fail "PyPI MPICH's mpicc"
+
+cluster_up --nodes 5 --slurm --plugindir "$PLUGDIR"
+eval "$("$TC" env)"
+WORK=$GREEDY_TC_SCRATCH/spawn-bench
+mkdir -p "$WORK"
+cd "$WORK"
+
+# job PLUGIN N: one job of 4 spawns; appends its rounds after the first to $WORK/PLUGIN-N.
+job() {
+  local plugin=$1 n=$2 out
+  out=$(timeout 120 salloc -Q -N5 -n20 srun --exact -n1 --mpi="$plugin" "$EXE" "$n" 4 2>&1) ||
+    fail "$plugin N=$n: exit $? ($out)"
+  grep -E "^spawn $n round [2-4] took" <<<"$out" | awk '{print $6}' >>"$WORK/$plugin-$n"
+  [[ $(grep -c "^spawn $n round [1-4] took" <<<"$out") == 4 ]] || fail "$plugin N=$n: $out"
+}
+median_ms() { sort -g "$1" | awk '{v[NR] = $1} END { printf "%.1f", v[int((NR + 1) / 2)] * 1000 }'; }
+
+echo "| N | mpi/greedy (ms) | mpi/pmi2 (ms) | greedy / pmi2 |"
+echo "|---|---|---|---|"
+for n in "${sizes[@]}"; do
+  rm -f "$WORK/greedy-$n" "$WORK/pmi2-$n"
+  for _ in $(seq "$jobs"); do
+    job greedy "$n"
+    job pmi2 "$n"
+  done
+  g=$(median_ms "$WORK/greedy-$n") p=$(median_ms "$WORK/pmi2-$n")
+  echo "| $n | $g | $p | $(awk -v g="$g" -v p="$p" 'BEGIN { printf "%.2fx", g / p }') |"
+done
