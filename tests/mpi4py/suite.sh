@@ -21,6 +21,9 @@
 #                  mpi_greedy.so built and installed as tests/slurm/mpi.sh does), mpi4py on Open
 #                  MPI 5; baseline pmix-ompi5: srun --mpi=pmix, Slurm's own plugin, on the same
 #                  cluster: whatever a site's users run under pmix must run under MpiDefault=greedy
+#   srun-mpich5    srun --mpi=greedy on the emulated cluster, mpi4py on PyPI's MPICH 5 (PMI-1:
+#                  spawn as a nested step of the job); baseline hydra-mpich5 (Slurm's own pmi2
+#                  would need free CPUs beside the parents for every spawn)
 #
 # Test selection: by default the modules that touch what a launcher provides: spawn and dynproc
 # (PMIx_Spawn, publish/lookup, connect), the world and its communicators (comm, comm_inter,
@@ -61,12 +64,12 @@ while (($#)); do
     --np) np=${2:?--np needs N} && shift ;;
     --timeout) per_test=${2:?--timeout needs seconds} && shift ;;
     --keep) keep=1 ;;
-    greedy-ompi5 | greedy-ompi4 | greedy-mpich5 | session-ompi5 | srun-ompi5) configs+=("$1") ;;
-    *) echo "usage: $0 [--all] [--hangs] [--np N] [--timeout S] [--keep] [greedy-ompi5|greedy-ompi4|greedy-mpich5|session-ompi5|srun-ompi5]…" >&2; exit 2 ;;
+    greedy-ompi5 | greedy-ompi4 | greedy-mpich5 | session-ompi5 | srun-ompi5 | srun-mpich5) configs+=("$1") ;;
+    *) echo "usage: $0 [--all] [--hangs] [--np N] [--timeout S] [--keep] [greedy-ompi5|greedy-ompi4|greedy-mpich5|session-ompi5|srun-ompi5|srun-mpich5]…" >&2; exit 2 ;;
   esac
   shift
 done
-((${#configs[@]})) || configs=(greedy-ompi5 greedy-ompi4 greedy-mpich5 session-ompi5 srun-ompi5)
+((${#configs[@]})) || configs=(greedy-ompi5 greedy-ompi4 greedy-mpich5 session-ompi5 srun-ompi5 srun-mpich5)
 # test_rma's slowest tests take over 10 s on a loaded machine (one-sided over TCP).
 ((all)) && per_test=${per_test:-60}
 per_test=${per_test:-20}
@@ -92,7 +95,7 @@ loopback_rsh "$work"
 hosts=$(loopback_hosts "$np" 1)
 
 baseline_of() {
-  [[ $1 != srun-* ]] || { echo "pmix-${1#*-}"; return; }
+  [[ $1 != srun-ompi5 ]] || { echo pmix-ompi5; return; }
   case ${1#*-} in
     ompi5) echo prte-ompi5 ;;
     ompi4) echo mpirun-ompi4 ;;

@@ -14,6 +14,10 @@
 #   nofit      MPICH, one parent in a job of one CPU spawns 9 children (tests/mpi/spawn_latency.c):
 #              Slurm refuses the nested step, the parent gets an MPI error at once and ends
 #              (exit 1), srun relays Slurm's reason
+#   pool       mpi4py's MPIPoolExecutor (tests/mpi4py/pool.py) maps a function over 1,000 items
+#              on the workers it spawns, UNIVERSE_SIZE - 1 = 3: srun -n1 in an allocation of 4
+#              CPUs (the universe is the job's CPUs). The machine's release only (the venv's
+#              Python is the machine's)
 #   ompi       Open MPI (PMIx), one parent: the spawn fails at once with an error in the
 #              program (not served under srun yet) and the job ends 0 (with two parents Open
 #              MPI 4.1's other rank would wait for the root forever: comm_spawn.c@v4.1.5 skips
@@ -54,13 +58,13 @@ cd "$WORK"
 JOB_RE='slurmstepd|/spawn'
 . "$ROOT/tests/cluster/leftovers.sh"
 
-# run NAME TIMEOUT SRUN-ARGS... : sets RC, OUT, ERR, SECS
+# run NAME TIMEOUT CMD... : sets RC, OUT, ERR, SECS
 run() {
   local name=$1 limit=$2 t0
   shift 2
   t0=$(ms)
   set +e
-  timeout -k 5 "$limit" srun "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
   RC=$?
   set -e
   SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
@@ -76,22 +80,22 @@ spawned() { # NAME: both parents spawned, both children checked, exit 3
   [[ $(grep -c "^rank [01] of 2: spawned 2$" <<<"$OUT") == 2 ]] || fail "$1: expected 2 parents spawning: $OUT $ERR"
   no_leftovers "$1"
 }
-run spawn 120 -N2 -n2 --mpi=greedy "$SPAWN"
+run spawn 120 srun -N2 -n2 --mpi=greedy "$SPAWN"
 spawned spawn
 pass "MPICH: srun -N2 -n2 --mpi=greedy: 2 parents spawn 2 children as a nested step, both ways checked, in ${SECS}s"
 
-run impi 120 -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
+run impi 120 srun -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
 spawned impi
 pass "Intel MPI: the same, in ${SECS}s"
 
-run die 60 -N2 -n2 --mpi=greedy "$SPAWN" --children-die
+run die 60 srun -N2 -n2 --mpi=greedy "$SPAWN" --children-die
 ((RC == 7)) || fail "die: the children exited 7 but srun exited $RC: $OUT $ERR"
 grep -q "spawned job .*@1 .*failed" <<<"$ERR" || fail "die: srun does not name the spawned job: $ERR"
 (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "die: took ${SECS}s: $ERR"
 no_leftovers die
 pass "MPICH: children exiting 7 before MPI_Init: srun exits 7 in ${SECS}s naming the spawned job, nothing left"
 
-run nofit 60 -N1 -n1 --mpi=greedy "$BINDIR/spawn-latency-mpich5" 9 1
+run nofit 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-latency-mpich5" 9 1
 ((RC == 1)) || fail "nofit: srun exited $RC, not the parent's 1: $OUT $ERR"
 grep -q "^spawn 9 round 1 failed" <<<"$OUT" || fail "nofit: the parent got no spawn error: $OUT $ERR"
 grep -q "More processors requested than permitted" <<<"$ERR" || fail "nofit: srun does not say why: $ERR"
@@ -99,7 +103,17 @@ grep -q "More processors requested than permitted" <<<"$ERR" || fail "nofit: sru
 no_leftovers nofit
 pass "MPICH: 9 children in a job of one CPU: the parent gets an MPI error in ${SECS}s, srun relays Slurm's reason"
 
-run ompi 60 -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
+if [[ -z $RELEASE ]]; then
+  # In srun's environment: the workers get srun's, as under Hydra and Slurm's pmi2.
+  run pool 120 env MPI4PY_LIBMPI="$MPICH5/lib/libmpi.so.12" salloc -Q -N2 -n4 srun -n1 --mpi=greedy \
+    "$IMPI/bin/python" "$ROOT/tests/mpi4py/pool.py" 1000
+  ((RC == 0)) || fail "pool: exit $RC: $OUT $ERR"
+  grep -q "^pool: 1000 of 1000 results right from 3 workers" <<<"$OUT" || fail "pool: $OUT $ERR"
+  no_leftovers pool
+  pass "MPICH: MPIPoolExecutor mapped 1,000 items on 3 spawned workers (the job's 4 CPUs less the parent) in ${SECS}s"
+fi
+
+run ompi 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
 ((RC == 0)) || fail "ompi: srun exited $RC: $OUT $ERR"
 grep -q "^rank 0 of 1: spawn error class" <<<"$OUT" || fail "ompi: the parent got no spawn error: $OUT $ERR"
 no_leftovers ompi

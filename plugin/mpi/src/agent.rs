@@ -557,6 +557,9 @@ fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
     config.overlay.shutdown_linger = SHUTDOWN_LINGER;
     config.pmi.fence_timeout = plan.fence_timeout;
     config.pmi.origin = plan.origin.clone();
+    if let Some(cpus) = plan.universe {
+        config.set_universe(cpus);
+    }
     // The PMIx directory is handed to the job's user (PmixServer::start chowns it).
     config.pmix.owner = job_owner(plan);
     // slurmstepd binds each task after prefork: each task hook says where its task runs,
@@ -952,6 +955,7 @@ mod tests {
             fence_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_millis(500),
             origin: None,
+            universe: None,
         }
     }
 

@@ -45,8 +45,11 @@ pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
 pub const VAR_ORIGIN: &str = "GREEDY_MPI_ORIGIN";
 /// A nested srun's proof for its spawner (`port seq ticket`, [`crate::nested::tell_spawner`]).
 pub const VAR_TICKET: &str = "GREEDY_MPI_TICKET";
+/// The job's CPUs, as srun's environment gives them (`SLURM_JOB_CPUS_PER_NODE`): what
+/// `MPI_UNIVERSE_SIZE` tells the ranks, the processes the job and those it spawns may have.
+pub const VAR_UNIVERSE: &str = "GREEDY_MPI_UNIVERSE";
 /// Every private variable, removed from the job env in `prefork`.
-pub const PRIVATE_VARS: [&str; 11] = [
+pub const PRIVATE_VARS: [&str; 12] = [
     VAR_JOB,
     VAR_HOSTS,
     VAR_RANKS,
@@ -58,7 +61,20 @@ pub const PRIVATE_VARS: [&str; 11] = [
     VAR_TIMEOUTS,
     VAR_ORIGIN,
     VAR_TICKET,
+    VAR_UNIVERSE,
 ];
+
+/// The CPUs of a job from Slurm's `SLURM_JOB_CPUS_PER_NODE` (`4(x5),2`: 22); `None` if the
+/// text is not that.
+pub fn job_cpus(text: &str) -> Option<u32> {
+    text.split(',').try_fold(0u32, |sum, part| {
+        let (cpus, times) = match part.split_once("(x") {
+            Some((cpus, rest)) => (cpus, rest.strip_suffix(')')?.parse::<u32>().ok()?),
+            None => (part, 1),
+        };
+        sum.checked_add(cpus.parse::<u32>().ok()?.checked_mul(times)?)
+    })
+}
 
 /// [`VAR_ORIGIN`]'s value for `origin`.
 pub fn encode_origin(origin: &greedy_pmix::child::SpawnOrigin) -> String {
@@ -283,6 +299,8 @@ pub struct StepPlan {
     pub shutdown_timeout: Duration,
     /// Where the step came from if another step's rank spawned it ([`VAR_ORIGIN`]).
     pub origin: Option<greedy_pmix::child::SpawnOrigin>,
+    /// The job's CPUs ([`VAR_UNIVERSE`]), if srun said.
+    pub universe: Option<u32>,
 }
 
 /// srun's listener, from the job env: `SLURM_SRUN_COMM_HOST` (slurmd's view of srun's
@@ -323,6 +341,7 @@ struct OwnFields {
     /// Join, fence, shutdown.
     timeouts: [Duration; 3],
     origin: Option<greedy_pmix::child::SpawnOrigin>,
+    universe: Option<u32>,
 }
 
 impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
@@ -501,6 +520,13 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
                 })?),
                 None => None,
             };
+        let universe = match (self.get)(VAR_UNIVERSE) {
+            Some(n) => Some(
+                n.parse()
+                    .map_err(|_| self.bad(VAR_UNIVERSE, &n, "not a number of CPUs".into()))?,
+            ),
+            None => None,
+        };
         Ok(OwnFields {
             secret,
             model,
@@ -509,6 +535,7 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             rendezvous,
             timeouts,
             origin,
+            universe,
         })
     }
 
@@ -618,6 +645,7 @@ impl StepPlan {
             fence_timeout,
             shutdown_timeout,
             origin: own.origin,
+            universe: own.universe,
         })
     }
 

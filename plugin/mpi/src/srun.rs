@@ -118,7 +118,12 @@ impl Client {
             nested,
         };
         let through_srun = plan::rendezvous_through_srun(cfg, resv_ports_in_env);
-        let env = plan::prelaunch_env(layout, &secret, cfg, protocol, port, through_srun);
+        let mut env = plan::prelaunch_env(layout, &secret, cfg, protocol, port, through_srun);
+        // srun sets it for the job it runs in (srun_job.c@22.05.8 `_set_env_vars`, or salloc's).
+        let universe = std::env::var("SLURM_JOB_CPUS_PER_NODE").ok();
+        if let Some(cpus) = universe.as_deref().and_then(plan::job_cpus) {
+            env.push((plan::VAR_UNIVERSE, cpus.to_string()));
+        }
         Ok((client, env))
     }
 

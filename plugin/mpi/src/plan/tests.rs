@@ -58,6 +58,15 @@ fn plan(env: &HashMap<String, String>) -> Result<StepPlan, String> {
 }
 
 #[test]
+fn a_jobs_cpus_are_read_from_slurms_text() {
+    assert_eq!(job_cpus("4(x5),2"), Some(22));
+    assert_eq!(job_cpus("1"), Some(1));
+    for bad in ["", "4(x)", "x", "4(x5", "4294967295(x2)"] {
+        assert_eq!(job_cpus(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
 fn ranks_round_trip_compactly() {
     let check = |ranks: Vec<Vec<u32>>, text: &str| {
         assert_eq!(encode_ranks(&ranks), text);
