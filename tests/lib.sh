@@ -49,6 +49,20 @@ ms() {
   local t=${EPOCHREALTIME/./}
   echo $((t / 1000))
 }
+# run_timed NAME TIMEOUT CMD...: CMD, stdin /dev/null, under a TIMEOUT-second guard, its output
+# kept in $WORK/NAME.out and .err; sets RC, OUT, ERR and SECS.
+run_timed() {
+  local name=$1 limit=$2 t0
+  shift 2
+  t0=$(ms)
+  set +e
+  timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  RC=$?
+  set -e
+  SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
+  OUT=$(cat "$WORK/$name.out")
+  ERR=$(cat "$WORK/$name.err")
+}
 need_root() { [[ $EUID -eq 0 ]] || fail "must run as root"; }
 need_shared_target() {
   [[ $CARGO_TARGET_DIR != /tmp/* ]] || fail "CARGO_TARGET_DIR under /tmp is not visible to the hosts"

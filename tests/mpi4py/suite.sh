@@ -121,8 +121,8 @@ launcher_of() {
     hydra-*) echo "$MPICH5/bin/mpiexec -launcher fork -hosts ${hosts//:1/} -n $np" ;;
     greedy-*) echo "$GREEDYRUN --rsh $work/localsh -H $hosts --progress 0 --oversubscribe -n $np" ;;
     session-*) echo "env GREEDY_SESSION=$session $GREEDYRUN --progress 0 --oversubscribe -n $np" ;;
-    pmix-*) echo "srun --mpi=pmix -N $np -n $np" ;;
-    srun-*) echo "srun --mpi=greedy -N $np -n $np" ;;
+    pmix-*) echo "srun --mpi=pmix --exclusive -N $np -n $np" ;;
+    srun-*) echo "srun --mpi=greedy --exclusive -N $np -n $np" ;;
   esac
 }
 
@@ -132,8 +132,13 @@ launch() {
   local -a env launcher
   read -ra env <<<"$(libmpi_env "${config#*-}")"
   # Between emulated hosts TCP runs over their own interfaces, not the loopback.
-  [[ $config != srun-* && $config != pmix-* ]] ||
+  # Each emulated host has its own /tmp, where mpi4py's spawn tests write the script their
+  # children run (on whichever node Slurm places them): a directory every host sees instead.
+  if [[ $config == srun-* || $config == pmix-* ]]; then
     mapfile -t env < <(printf '%s\n' "${env[@]}" | grep -v '_if_include=')
+    mkdir -p "$work/tmp"
+    env+=("TMPDIR=$work/tmp")
+  fi
   read -ra launcher <<<"$(launcher_of "$config")"
   # A whole round's backstop, should a rank hang outside any test (MPI_Init, MPI_Finalize).
   timeout -k 10 "${GREEDY_MPI4PY_ROUND_TIMEOUT:-600}" env "${env[@]}" "${launcher[@]}" \

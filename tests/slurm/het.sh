@@ -49,19 +49,6 @@ cd "$WORK"
 JOB_RE='slurmstepd|wireup'
 . "$ROOT/tests/cluster/leftovers.sh"
 
-# run NAME TIMEOUT CMD... : sets RC, OUT, ERR, SECS
-run() {
-  local name=$1 limit=$2 t0
-  shift 2
-  t0=$(ms)
-  set +e
-  timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
-  RC=$?
-  set -e
-  SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
-  OUT=$(cat "$WORK/$name.out")
-  ERR=$(cat "$WORK/$name.err")
-}
 # world NAME N: srun exited 0 and ranks 0..N-1 each said "rank R of N: ok" exactly once.
 world() {
   local name=$1 n=$2 r
@@ -97,7 +84,7 @@ for client in "${HET_CLIENTS[@]}"; do
   het_cmd "$client"
   sized 5
   for i in $(seq "${HET_REPEAT:-1}"); do
-    run "het-$client" 120 srun --mpi=greedy -w n3 -N1 -n2 "${P[@]}" : \
+    run_timed "het-$client" 120 srun --mpi=greedy -w n3 -N1 -n2 "${P[@]}" : \
       -w 'n[1-2]' -N2 -n3 "${P[@]}"
     world "het-$client ($i)" 5
   done
@@ -106,26 +93,26 @@ done
 
 het_cmd "${HET_CLIENTS[0]}"
 sized 5
-run het-default 120 srun -w n3 -N1 -n2 "${P[@]}" : -w 'n[1-2]' -N2 -n3 "${P[@]}"
+run_timed het-default 120 srun -w n3 -N1 -n2 "${P[@]}" : -w 'n[1-2]' -N2 -n3 "${P[@]}"
 world het-default 5
 grep -q "mpi/greedy" "$SLOG"/slurmd-n3.log || fail "het-default: n3's slurmd log has no mpi/greedy line"
 pass "${HET_CLIENTS[0]}: the same with no --mpi (MpiDefault=greedy): one world of 5 in ${SECS}s"
 
 sized 7
-run het-three 120 srun --mpi=greedy -w n5 -N1 -n2 "${P[@]}" : \
+run_timed het-three 120 srun --mpi=greedy -w n5 -N1 -n2 "${P[@]}" : \
   -w 'n[1-2]' -N2 -n4 "${P[@]}" : -w n4 -N1 -n1 "${P[@]}"
 world het-three 7
 pass "${HET_CLIENTS[0]}: three components (n5 : n[1-2] : n4): one world of 7 in ${SECS}s"
 
 sized 5
 # A het allocation, then one srun over both components (tasks per component from salloc).
-run het-salloc 120 salloc -w n4 -N1 -n2 : -w 'n[5-6]' -N2 -n3 \
+run_timed het-salloc 120 salloc -w n4 -N1 -n2 : -w 'n[5-6]' -N2 -n3 \
   srun --het-group=0,1 --mpi=greedy "${P[@]}"
 world het-salloc 5
 pass "${HET_CLIENTS[0]}: salloc -n2 : -n3, srun --het-group=0,1: one world of 5 in ${SECS}s"
 
 # Two components of one step inside a plain allocation.
-run het-local 120 salloc -N3 --exclusive -w 'n[1-3]' srun --mpi=greedy -N1 -n2 "${P[@]}" : \
+run_timed het-local 120 salloc -N3 --exclusive -w 'n[1-3]' srun --mpi=greedy -N1 -n2 "${P[@]}" : \
   -N2 -n3 "${P[@]}"
 world het-local 5
 pass "${HET_CLIENTS[0]}: srun -N1 -n2 : -N2 -n3 in one 3-node allocation: one world of 5 in ${SECS}s"
@@ -133,7 +120,7 @@ pass "${HET_CLIENTS[0]}: srun -N1 -n2 : -N2 -n3 in one 3-node allocation: one wo
 for client in "${HET_CLIENTS[@]:0:2}"; do
   het_cmd "$client"
   prog=("${CMD[@]}")
-  run "het-abort-$client" 90 srun --mpi=greedy -w n3 -N1 -n2 "${prog[@]}" abort-after-init=3:3 : \
+  run_timed "het-abort-$client" 90 srun --mpi=greedy -w n3 -N1 -n2 "${prog[@]}" abort-after-init=3:3 : \
     -w 'n[1-2]' -N2 -n3 "${prog[@]}" abort-after-init=3:3
   ((RC == 3)) || fail "het-abort-$client: MPI_Abort(3) in rank 3 but srun exited $RC: $ERR"
   grep -Eq "mpi/greedy: job ended with exit code 3: component 1 on n[12]: .*rank 3" <<<"$ERR" ||
@@ -148,7 +135,7 @@ done
 # worth of components, and one of n5, n6 holds ranks of both. Backfill may keep such a job
 # queued ("able to allocate each component on a different node" first, heterogeneous_jobs
 # docs): then the case is reported as not run.
-run het-shared 45 srun --mpi=greedy -x 'n[1-4]' -N2 -n2 "${CMD[@]}" : -x 'n[1-4]' -N1 -n1 "${CMD[@]}"
+run_timed het-shared 45 srun --mpi=greedy -x 'n[1-4]' -N2 -n2 "${CMD[@]}" : -x 'n[1-4]' -N1 -n1 "${CMD[@]}"
 if grep -q "queued and waiting for resources" <<<"$ERR" && ((RC == 124 || RC == 143)); then
   echo "$TAG: not run: Slurm kept a het job with a shared node queued: $ERR"
 else

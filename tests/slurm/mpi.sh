@@ -105,16 +105,9 @@ slurmds_alive() {
 # run NAME TIMEOUT SRUN-ARGS... : sets RC, OUT, ERR, SECS (srun's own timeout as a guard)
 SRUN_CMD=(srun)
 run() {
-  local name=$1 limit=$2 t0
+  local name=$1 limit=$2
   shift 2
-  t0=$(ms)
-  set +e
-  timeout -k 5 "$limit" "${SRUN_CMD[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
-  RC=$?
-  set -e
-  SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
-  OUT=$(cat "$WORK/$name.out")
-  ERR=$(cat "$WORK/$name.err")
+  run_timed "$name" "$limit" "${SRUN_CMD[@]}" "$@"
 }
 # What slurmd and the stepds said about the last job, for a failure message: srun's stderr
 # alone did not show why a job took 63 s (CI run 19).

@@ -9,6 +9,9 @@
 #   spawn      MPICH, srun -N2 -n2: the parents spawn 2 children, which get their parents'
 #              token and send back their ranks ("children ok"); srun exits 3 (the parents')
 #   impi       the same with Intel MPI (impi-rt 2021, its PMI-1 client)
+#   multiple   MPICH, MPI_Comm_spawn_multiple (tests/mpi/spawn_multiple.c across n2 n3) in a
+#              3-node allocation: 2 copies of the first program on n2 and 1 of the second on n3
+#              (info "host"), one nested step, each child told its program's appnum
 #   die        MPICH, the children exit 7 before MPI_Init (they never connect back): srun
 #              exits 7 within 30 s naming the spawned job, nothing left on any host
 #   nofit      MPICH, one parent in a job of one CPU spawns 9 children (tests/mpi/spawn_latency.c):
@@ -44,6 +47,8 @@ SPAWN=$BINDIR/spawn-mpich5
 "$MPICH5/bin/mpicc" -O1 -o "$SPAWN" "$ROOT/tests/mpi/spawn.c" || fail "PyPI MPICH's mpicc"
 "$MPICH5/bin/mpicc" -O1 -o "$BINDIR/spawn-latency-mpich5" "$ROOT/tests/mpi/spawn_latency.c" ||
   fail "PyPI MPICH's mpicc"
+"$MPICH5/bin/mpicc" -O1 -o "$BINDIR/spawn-multiple-mpich5" "$ROOT/tests/mpi/spawn_multiple.c" ||
+  fail "PyPI MPICH's mpicc"
 impi_venv
 gcc -O1 -I"$IMPI/include" -o "$BINDIR/spawn-impi" "$ROOT/tests/mpi/spawn.c" \
   -L"$IMPI/lib" -lmpi -Wl,-rpath,"$IMPI/lib" || fail "gcc with Intel MPI"
@@ -58,19 +63,6 @@ cd "$WORK"
 JOB_RE='slurmstepd|/spawn'
 . "$ROOT/tests/cluster/leftovers.sh"
 
-# run NAME TIMEOUT CMD... : sets RC, OUT, ERR, SECS
-run() {
-  local name=$1 limit=$2 t0
-  shift 2
-  t0=$(ms)
-  set +e
-  timeout -k 5 "$limit" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
-  RC=$?
-  set -e
-  SECS=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
-  OUT=$(cat "$WORK/$name.out")
-  ERR=$(cat "$WORK/$name.err")
-}
 
 spawned() { # NAME: both parents spawned, both children checked, exit 3
   ((RC == 3)) || fail "$1: srun exited $RC, not the parents' 3: $OUT $ERR"
@@ -80,22 +72,30 @@ spawned() { # NAME: both parents spawned, both children checked, exit 3
   [[ $(grep -c "^rank [01] of 2: spawned 2$" <<<"$OUT") == 2 ]] || fail "$1: expected 2 parents spawning: $OUT $ERR"
   no_leftovers "$1"
 }
-run spawn 120 srun -N2 -n2 --mpi=greedy "$SPAWN"
+run_timed spawn 120 srun -N2 -n2 --mpi=greedy "$SPAWN"
 spawned spawn
 pass "MPICH: srun -N2 -n2 --mpi=greedy: 2 parents spawn 2 children as a nested step, both ways checked, in ${SECS}s"
 
-run impi 120 srun -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
+run_timed impi 120 srun -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
 spawned impi
 pass "Intel MPI: the same, in ${SECS}s"
 
-run die 60 srun -N2 -n2 --mpi=greedy "$SPAWN" --children-die
+run_timed multiple 120 salloc -Q -N3 -n9 srun -N2 -n2 --mpi=greedy "$BINDIR/spawn-multiple-mpich5" across n2 n3
+((RC == 0)) || fail "multiple: exit $RC: $OUT $ERR"
+for seen in "child 0 app 0 on n2" "child 1 app 0 on n2" "child 2 app 1 on n3"; do
+  grep -q "^parent: $seen$" <<<"$OUT" || fail "multiple: no \"parent: $seen\": $OUT $ERR"
+done
+no_leftovers multiple
+pass "MPICH: MPI_Comm_spawn_multiple, 2 + 1 children each on its program's host, one nested step, in ${SECS}s"
+
+run_timed die 60 srun -N2 -n2 --mpi=greedy "$SPAWN" --children-die
 ((RC == 7)) || fail "die: the children exited 7 but srun exited $RC: $OUT $ERR"
 grep -q "spawned job .*@1 .*failed" <<<"$ERR" || fail "die: srun does not name the spawned job: $ERR"
 (($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "die: took ${SECS}s: $ERR"
 no_leftovers die
 pass "MPICH: children exiting 7 before MPI_Init: srun exits 7 in ${SECS}s naming the spawned job, nothing left"
 
-run nofit 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-latency-mpich5" 9 1
+run_timed nofit 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-latency-mpich5" 9 1
 ((RC == 1)) || fail "nofit: srun exited $RC, not the parent's 1: $OUT $ERR"
 grep -q "^spawn 9 round 1 failed" <<<"$OUT" || fail "nofit: the parent got no spawn error: $OUT $ERR"
 grep -q "More processors requested than permitted" <<<"$ERR" || fail "nofit: srun does not say why: $ERR"
@@ -105,7 +105,7 @@ pass "MPICH: 9 children in a job of one CPU: the parent gets an MPI error in ${S
 
 if [[ -z $RELEASE ]]; then
   # In srun's environment: the workers get srun's, as under Hydra and Slurm's pmi2.
-  run pool 120 env MPI4PY_LIBMPI="$MPICH5/lib/libmpi.so.12" salloc -Q -N2 -n4 srun -n1 --mpi=greedy \
+  run_timed pool 120 env MPI4PY_LIBMPI="$MPICH5/lib/libmpi.so.12" salloc -Q -N2 -n4 srun -n1 --mpi=greedy \
     "$IMPI/bin/python" "$ROOT/tests/mpi4py/pool.py" 1000
   ((RC == 0)) || fail "pool: exit $RC: $OUT $ERR"
   grep -q "^pool: 1000 of 1000 results right from 3 workers" <<<"$OUT" || fail "pool: $OUT $ERR"
@@ -113,7 +113,7 @@ if [[ -z $RELEASE ]]; then
   pass "MPICH: MPIPoolExecutor mapped 1,000 items on 3 spawned workers (the job's 4 CPUs less the parent) in ${SECS}s"
 fi
 
-run ompi 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
+run_timed ompi 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
 ((RC == 0)) || fail "ompi: srun exited $RC: $OUT $ERR"
 grep -q "^rank 0 of 1: spawn error class" <<<"$OUT" || fail "ompi: the parent got no spawn error: $OUT $ERR"
 no_leftovers ompi

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use greedy_pmix::WallTime;
-use greedy_pmix::child::{self, SpawnOrigin, SpawnRequest};
+use greedy_pmix::child::{self, SpawnApp, SpawnOrigin, SpawnRequest};
 use greedy_pmix::family::Family;
 use tokio::sync::oneshot;
 
@@ -156,8 +156,18 @@ impl NestedSteps {
         let nspace = child::nspace(&self.parent.name, seq);
         let nested = command(request, &self.parent, &nspace)?;
         let ticket = greedy_pmix::JobSecret::generate();
+        let (tail, multi_prog) = match nested.programs {
+            Programs::One(argv) => (argv, None),
+            Programs::Many(conf) => {
+                let file = ConfFile::write(&conf, seq)?;
+                (vec![file.path().display().to_string()], Some(file))
+            }
+        };
         let mut srun = Command::new(&self.parent.srun);
         srun.args(&nested.args)
+            .args(multi_prog.as_ref().map(|_| "--multi-prog"))
+            .arg("--")
+            .args(&tail)
             .envs(nested.env)
             .env(
                 plan::VAR_TICKET,
@@ -171,6 +181,7 @@ impl NestedSteps {
         let last_words = relay_stderr(process.stderr.take());
         let watcher = Watcher {
             process,
+            _multi_prog: multi_prog,
             seq,
             node,
             what: describe(request),
@@ -248,14 +259,28 @@ impl Spawner for NestedSteps {
 /// How a nested srun is run.
 #[derive(Debug, PartialEq, Eq)]
 pub struct NestedCommand {
-    /// Its arguments.
+    /// srun's options.
     pub args: Vec<String>,
     /// Variables on top of this srun's environment.
     pub env: Vec<(String, String)>,
+    /// What its tasks run.
+    pub programs: Programs,
 }
 
-/// The nested srun for `request` of `parent`'s rank, the child named `nspace`. One program
-/// only; PMI only.
+/// What a nested step's tasks run.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Programs {
+    /// One program: its argv.
+    One(Vec<String>),
+    /// Several (`MPI_Comm_spawn_multiple`): srun's `--multi-prog` configuration, one line per
+    /// program over its ranks.
+    Many(String),
+}
+
+/// The nested srun for `request` of `parent`'s rank, the child named `nspace`; PMI only.
+/// Several programs run as one step through `--multi-prog`; when every program names its
+/// hosts, each rank goes to its program's (`--distribution=arbitrary`), else Slurm places all
+/// of them on the hosts named, or anywhere in the allocation.
 pub fn command(
     request: &SpawnRequest,
     parent: &Parent,
@@ -268,43 +293,118 @@ pub fn command(
             request.family
         ));
     }
-    let [app] = request.apps.as_slice() else {
-        return Err(format!(
-            "spawn of {} programs at once (MPI_Comm_spawn_multiple) under srun is not served",
-            request.apps.len()
-        ));
-    };
+    let apps = &request.apps;
+    let first = apps.first().ok_or("a spawn of no program")?;
+    if apps.iter().any(|a| a.cwd != first.cwd) {
+        return Err("programs with different working directories in one spawn under srun".into());
+    }
+    let total: u32 = apps.iter().map(|a| a.maxprocs).sum();
     let mut args = vec![
         format!("--jobid={}", parent.job_id),
         "--overlap".into(),
         "--mpi=greedy".into(),
-        format!("--ntasks={}", app.maxprocs),
+        format!("--ntasks={total}"),
         format!("--job-name={nspace}"),
     ];
-    if !app.hosts.is_empty() {
-        args.push(format!("--nodelist={}", app.hosts.join(",")));
-    }
-    if let Some(cwd) = &app.cwd {
+    args.extend(placement(apps));
+    if let Some(cwd) = &first.cwd {
         args.push(format!("--chdir={cwd}"));
     }
-    args.push("--".into());
-    args.push(app.program.clone());
-    args.extend(app.args.iter().cloned());
+    let app_starts = apps
+        .iter()
+        .scan(0, |next, a| {
+            Some(std::mem::replace(next, *next + a.maxprocs))
+        })
+        .collect();
+    let programs = match apps.as_slice() {
+        [app] => Programs::One(
+            std::iter::once(&app.program)
+                .chain(&app.args)
+                .cloned()
+                .collect(),
+        ),
+        _ => Programs::Many(multi_prog(apps)?),
+    };
     let origin = SpawnOrigin {
         spawner: parent.name.clone(),
         preput: request.preput.clone(),
-        app_starts: vec![0],
+        app_starts,
     };
-    let mut env = app.env.clone();
+    let mut env: Vec<(String, String)> = apps.iter().flat_map(|a| a.env.clone()).collect();
     env.push((plan::VAR_ORIGIN.into(), plan::encode_origin(&origin)));
     // The children run the parents' MPI: the step serves PMI alone, without starting the
     // PMIx and netlrts servers it would not use.
     env.push((plan::USER_PROTOCOL.into(), Protocol::Pmi.to_string()));
-    if let Some(path) = &app.path {
+    let paths: Vec<&str> = apps.iter().filter_map(|a| a.path.as_deref()).collect();
+    if !paths.is_empty() {
         let inherited = std::env::var("PATH").unwrap_or_default();
-        env.push(("PATH".into(), format!("{path}:{inherited}")));
+        env.push(("PATH".into(), format!("{}:{inherited}", paths.join(":"))));
     }
-    Ok(NestedCommand { args, env })
+    Ok(NestedCommand {
+        args,
+        env,
+        programs,
+    })
+}
+
+/// srun's placement options for `apps`: each rank on its program's hosts in turn when every
+/// program names some, else the hosts named, if any.
+fn placement(apps: &[SpawnApp]) -> Vec<String> {
+    if apps.len() > 1 && apps.iter().all(|a| !a.hosts.is_empty()) {
+        let per_rank: Vec<&str> = apps
+            .iter()
+            .flat_map(|a| a.hosts.iter().cycle().take(a.maxprocs as usize))
+            .map(String::as_str)
+            .collect();
+        return vec![
+            format!("--nodelist={}", per_rank.join(",")),
+            "--distribution=arbitrary".into(),
+        ];
+    }
+    let mut hosts: Vec<&str> = apps
+        .iter()
+        .flat_map(|a| &a.hosts)
+        .map(String::as_str)
+        .collect();
+    hosts.dedup();
+    match hosts.is_empty() {
+        true => Vec::new(),
+        false => vec![format!("--nodelist={}", hosts.join(","))],
+    }
+}
+
+/// srun's `--multi-prog` configuration for `apps`: `first-last program args…` per program,
+/// every word escaped for its parser (slurmstepd's multi_prog.c@22.05.8: a backslash takes
+/// the next character as it is; `%t` and `%o` would be replaced).
+fn multi_prog(apps: &[SpawnApp]) -> Result<String, String> {
+    let mut conf = String::new();
+    let mut first = 0;
+    for app in apps {
+        let last = first + app.maxprocs - 1;
+        let words = std::iter::once(&app.program).chain(&app.args);
+        let escaped: Result<Vec<String>, String> = words.map(|w| escape_word(w)).collect();
+        conf.push_str(&format!("{first}-{last} {}\n", escaped?.join(" ")));
+        first = last + 1;
+    }
+    Ok(conf)
+}
+
+/// One word for a `--multi-prog` line: `''` when empty, else each character that is not
+/// plainly safe behind a backslash. A newline cannot be said there.
+fn escape_word(word: &str) -> Result<String, String> {
+    if word.contains(['\n', '\r']) {
+        return Err(format!(
+            "{word:?}: a line break in a program's words under srun"
+        ));
+    }
+    if word.is_empty() {
+        return Ok("''".into());
+    }
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c);
+    Ok(word
+        .chars()
+        .flat_map(|c| (!safe(c)).then_some('\\').into_iter().chain([c]))
+        .collect())
 }
 
 /// In a nested srun (its environment has [`plan::VAR_TICKET`]): tells the spawning srun that
@@ -377,9 +477,43 @@ fn relay_stderr(
         .ok()
 }
 
+/// A nested srun's `--multi-prog` configuration: a private file in the temporary directory,
+/// removed when dropped (srun reads it as it starts).
+struct ConfFile(PathBuf);
+
+impl ConfFile {
+    fn write(conf: &str, seq: u32) -> Result<ConfFile, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let random = &greedy_pmix::JobSecret::generate().to_hex()[..16];
+        let name = format!("greedy-spawn-{}-{seq}-{random}.conf", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        file.write_all(conf.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(ConfFile(path))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ConfFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Looks after one nested srun until it ends.
 struct Watcher {
     process: Child,
+    /// Its `--multi-prog` file, kept until it ends.
+    _multi_prog: Option<ConfFile>,
     seq: u32,
     node: usize,
     what: String,
@@ -532,8 +666,11 @@ mod tests {
 
     #[test]
     fn a_pmi_spawn_is_a_nested_overlapping_step_of_the_job_told_its_origin() {
-        let NestedCommand { args, env } =
-            command(&request(Family::Pmi, 1), &parent(), "7.0@1").unwrap();
+        let NestedCommand {
+            args,
+            env,
+            programs,
+        } = command(&request(Family::Pmi, 1), &parent(), "7.0@1").unwrap();
         assert_eq!(
             args,
             [
@@ -544,11 +681,9 @@ mod tests {
                 "--job-name=7.0@1",
                 "--nodelist=n1,n2",
                 "--chdir=/work",
-                "--",
-                "./kid",
-                "a b"
             ]
         );
+        assert_eq!(programs, Programs::One(vec!["./kid".into(), "a b".into()]));
         let (name, hex) = &env[0];
         assert_eq!(name, plan::VAR_ORIGIN);
         assert_eq!(env[1], (plan::USER_PROTOCOL.into(), "pmi".into()));
@@ -562,11 +697,49 @@ mod tests {
     }
 
     #[test]
-    fn pmix_and_several_programs_are_refused_saying_why() {
+    fn several_programs_are_one_multi_prog_step_each_rank_on_its_programs_hosts() {
+        let mut r = request(Family::Pmi, 2);
+        r.apps[1].maxprocs = 1;
+        r.apps[1].hosts = vec!["n3".into()];
+        r.apps[1].args = vec!["50% it's".into(), "".into()];
+        let nested = command(&r, &parent(), "7.0@2").unwrap();
+        assert!(nested.args.contains(&"--ntasks=4".to_string()));
+        assert!(nested.args.contains(&"--nodelist=n1,n2,n1,n3".to_string()));
+        assert!(
+            nested
+                .args
+                .contains(&"--distribution=arbitrary".to_string())
+        );
+        let Programs::Many(conf) = nested.programs else {
+            panic!("one program")
+        };
+        assert_eq!(conf, "0-2 ./kid a\\ b\n3-3 ./kid 50\\%\\ it\\'s ''\n");
+        let origin = plan::decode_origin(&nested.env[0].1).unwrap();
+        assert_eq!(origin.app_starts, [0, 3]);
+        // Without hosts for every program Slurm places them all.
+        r.apps[1].hosts.clear();
+        let nested = command(&r, &parent(), "7.0@3").unwrap();
+        assert!(nested.args.contains(&"--nodelist=n1,n2".to_string()));
+        assert!(!nested.args.iter().any(|a| a.starts_with("--distribution")));
+        r.apps[1].args = vec!["two\nlines".into()];
+        assert!(
+            command(&r, &parent(), "7.0@4")
+                .unwrap_err()
+                .contains("line break")
+        );
+        r.apps[1].args.clear();
+        r.apps[1].cwd = None;
+        assert!(
+            command(&r, &parent(), "7.0@5")
+                .unwrap_err()
+                .contains("working directories")
+        );
+    }
+
+    #[test]
+    fn pmix_is_refused_saying_why() {
         let pmix = command(&request(Family::Pmix, 1), &parent(), "7.0@1").unwrap_err();
         assert!(pmix.contains("greedyrun"), "{pmix}");
-        let two = command(&request(Family::Pmi, 2), &parent(), "7.0@1").unwrap_err();
-        assert!(two.contains("2 programs"), "{two}");
     }
 
     /// A fake srun: says its step exists (as `tell_spawner` does) unless told to fail
