@@ -76,7 +76,8 @@ run_timed spawn 120 srun -N2 -n2 --mpi=greedy "$SPAWN"
 spawned spawn
 pass "MPICH: srun -N2 -n2 --mpi=greedy: 2 parents spawn 2 children as a nested step, both ways checked, in ${SECS}s"
 
-run_timed impi 120 srun -N2 -n2 --mpi=greedy env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi "$BINDIR/spawn-impi"
+# In srun's environment: the children get srun's (a parent's own `env` is not theirs).
+run_timed impi 120 env FI_PROVIDER=tcp I_MPI_FABRICS=shm:ofi srun -N2 -n2 --mpi=greedy "$BINDIR/spawn-impi"
 spawned impi
 pass "Intel MPI: the same, in ${SECS}s"
 

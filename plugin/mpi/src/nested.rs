@@ -37,6 +37,7 @@ use greedy_pmix::child::{self, SpawnApp, SpawnOrigin, SpawnRequest};
 use greedy_pmix::family::Family;
 use tokio::sync::oneshot;
 
+use crate::agent::KillStepFn;
 use crate::plan::{self, Protocol};
 use crate::rendezvous::{ExitReport, Reports, Spawner};
 
@@ -49,9 +50,6 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a nested srun waits for its spawner's word that it heard of the step.
 const TELL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Kills every task of step (job, step); false if slurmctld refused.
-pub type KillStepFn = dyn Fn(u32, u32) -> bool + Send + Sync;
 
 /// The parent step, as the nested sruns need it.
 pub struct Parent {
@@ -92,7 +90,7 @@ struct State {
     spawns: HashMap<u32, Spawn>,
     /// Set at `client_fini` when the job was aborted: the watchers end their sruns from then
     /// on, and their exits fail nothing.
-    ending: Option<Instant>,
+    ending: bool,
     /// `client_fini` has begun: no more spawns.
     closed: bool,
 }
@@ -136,9 +134,7 @@ impl NestedSteps {
         {
             let mut st = self.lock();
             st.closed = true;
-            if aborted {
-                st.ending = Some(Instant::now());
-            }
+            st.ending = aborted;
         }
         let watchers =
             std::mem::take(&mut *self.watchers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -541,7 +537,7 @@ impl Watcher {
         let mut termed: Option<Instant> = None;
         let ended = loop {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let ending = st.ending.is_some();
+            let ending = st.ending;
             let Some(spawn) = st.spawns.get_mut(&self.seq) else {
                 break Ended::Quietly;
             };

@@ -4,8 +4,9 @@
 //! a nested step ([`crate::nested`]).
 
 use crate::Error;
+use crate::agent::KillStepFn;
 use crate::config::MpiConfig;
-use crate::nested::{KillStepFn, NestedSteps, Parent};
+use crate::nested::{NestedSteps, Parent};
 use crate::plan::{self, Protocol};
 use crate::rendezvous::{ExitReport, Reports, SrunBoard};
 use greedy_sys::slurm::StepLayout;
