@@ -95,6 +95,11 @@ struct State {
     closed: bool,
 }
 
+/// The shared state, also after a panic elsewhere (nothing in it is left half-changed).
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// One spawn's nested srun, as srun's listener and its watcher see it.
 #[derive(Debug)]
 struct Spawn {
@@ -144,7 +149,7 @@ impl NestedSteps {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Starts spawn `seq`'s nested srun and its watcher.
@@ -155,7 +160,7 @@ impl NestedSteps {
         let (tail, multi_prog) = match nested.programs {
             Programs::One(argv) => (argv, None),
             Programs::Many(conf) => {
-                let file = ConfFile::write(&conf, seq)?;
+                let file = multi_prog_file(&conf, seq)?;
                 (vec![file.path().display().to_string()], Some(file))
             }
         };
@@ -473,43 +478,24 @@ fn relay_stderr(
         .ok()
 }
 
-/// A nested srun's `--multi-prog` configuration: a private file in the temporary directory,
-/// removed when dropped (srun reads it as it starts).
-struct ConfFile(PathBuf);
-
-impl ConfFile {
-    fn write(conf: &str, seq: u32) -> Result<ConfFile, String> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let random = &greedy_pmix::JobSecret::generate().to_hex()[..16];
-        let name = format!("greedy-spawn-{}-{seq}-{random}.conf", std::process::id());
-        let path = std::env::temp_dir().join(name);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        file.write_all(conf.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(ConfFile(path))
-    }
-
-    fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for ConfFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// A nested srun's `--multi-prog` configuration: a private (0600) file in the temporary
+/// directory, removed when dropped (srun reads it as it starts).
+fn multi_prog_file(conf: &str, seq: u32) -> Result<tempfile::NamedTempFile, String> {
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!("greedy-spawn-{seq}-"))
+        .suffix(".conf")
+        .tempfile()
+        .map_err(|e| format!("cannot make a --multi-prog file: {e}"))?;
+    file.write_all(conf.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", file.path().display()))?;
+    Ok(file)
 }
 
 /// Looks after one nested srun until it ends.
 struct Watcher {
     process: Child,
     /// Its `--multi-prog` file, kept until it ends.
-    _multi_prog: Option<ConfFile>,
+    _multi_prog: Option<tempfile::NamedTempFile>,
     seq: u32,
     node: usize,
     what: String,
@@ -536,7 +522,7 @@ impl Watcher {
         let started = Instant::now();
         let mut termed: Option<Instant> = None;
         let ended = loop {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = lock(&self.state);
             let ending = st.ending;
             let Some(spawn) = st.spawns.get_mut(&self.seq) else {
                 break Ended::Quietly;
@@ -575,7 +561,7 @@ impl Watcher {
                     Some(last) if !last.is_empty() => format!("{why}: {last}"),
                     _ => why,
                 };
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = lock(&self.state);
                 if let Some(spawn) = st.spawns.get_mut(&self.seq) {
                     spawn.answer(Err(why));
                 }
@@ -588,7 +574,7 @@ impl Watcher {
     fn fail(&self, status: ExitStatus) {
         let code = exit_code(status);
         let nspace = {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = lock(&self.state);
             st.spawns
                 .get(&self.seq)
                 .map(|s| s.nspace.clone())

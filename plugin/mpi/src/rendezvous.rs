@@ -22,11 +22,15 @@
 //!   answered `N <node> <mac> <nspace>` once srun started it as a nested step
 //!   ([`crate::nested`]) or `E <node> <mac> <reason>` (`mac` over `spawned <nspace>` or
 //!   `refused <reason>`) ([`ask_spawn`]).
+//! - `C <seq> <ticket>`: spawn `seq`'s nested srun says Slurm created its step (nested srun →
+//!   srun, from its `client_prelaunch`), answered `K`; `ticket` is a random secret of that
+//!   spawn alone, given to that srun only ([`crate::nested::tell_spawner`]).
 //!
 //! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
 //! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <at> <reason>`):
-//! srun accepts only lines from holders of the secret, and a stepd
-//! accepts only answers srun signed, so no stranger can insert an address or an exit code.
+//! srun accepts only lines from holders of the secret (a `C` line: of that spawn's ticket),
+//! and a stepd accepts only answers srun signed, so no stranger can insert an address, an
+//! exit code or a spawn.
 //! (The overlay authenticates every link again; this only keeps strangers from making the join
 //! time out.) The secret never travels here.
 //!
@@ -263,19 +267,6 @@ struct Board {
     spawner: std::sync::OnceLock<Arc<dyn Spawner>>,
 }
 
-impl Board {
-    /// Keeps `report` (signed `mac`) if it is the earliest so far, and wakes the watchers.
-    fn keep_exit(&self, report: ExitReport, mac: String) {
-        {
-            let mut kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
-            if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
-                *kept = Some((report, mac));
-            }
-        }
-        self.ended.notify_waiters();
-    }
-}
-
 /// srun's view of the exit reports of a [`SrunBoard`], kept after the board is dropped.
 #[derive(Debug, Clone)]
 pub struct Reports(Arc<Board>);
@@ -443,6 +434,30 @@ async fn serve_conn(
 }
 
 impl Board {
+    /// Starts what node `node`'s rank asked for (`hex`: its `SpawnRequest`): the child's
+    /// namespace, or why not.
+    async fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
+        let request = auth::from_hex(hex)
+            .and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok())
+            .ok_or_else(|| format!("node {node} sent an undecodable spawn request"))?;
+        match self.spawner.get() {
+            Some(spawner) => (spawner.spawn(node, request).await)
+                .unwrap_or_else(|_| Err("srun dropped the spawn".into())),
+            None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
+        }
+    }
+
+    /// Keeps `report` (signed `mac`) if it is the earliest so far, and wakes the watchers.
+    fn keep_exit(&self, report: ExitReport, mac: String) {
+        {
+            let mut kept = self.exit.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.as_ref().is_none_or(|(k, _)| report.at < k.at) {
+                *kept = Some((report, mac));
+            }
+        }
+        self.ended.notify_waiters();
+    }
+
     /// Whether `line` is one a stepd of this step signed for one of its nodes.
     fn signed(&self, line: &Line) -> bool {
         let (secret, job) = (&self.secret, self.job.as_str());
@@ -510,21 +525,6 @@ impl Board {
             .await
             .map_err(|e| e.to_string())?;
         Ok(stay)
-    }
-}
-
-impl Board {
-    /// Starts what node `node`'s rank asked for (`hex`: its `SpawnRequest`): the child's
-    /// namespace, or why not.
-    async fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
-        let request = auth::from_hex(hex)
-            .and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok())
-            .ok_or_else(|| format!("node {node} sent an undecodable spawn request"))?;
-        match self.spawner.get() {
-            Some(spawner) => (spawner.spawn(node, request).await)
-                .unwrap_or_else(|_| Err("srun dropped the spawn".into())),
-            None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
-        }
     }
 }
 
