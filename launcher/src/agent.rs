@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{SinkExt, StreamExt, stream::Stream as FrameStream};
 use greedy_pmix::{
     JobSecret, WallTime, node::NodeService, node::job_end::EndPolicy, rendezvous::Memory,
     rendezvous::Rendezvous,
@@ -40,7 +40,7 @@ use crate::{
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
     proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, TaskId, Up},
-    session::JobAgents,
+    session::{JobAgents, JobShare},
     signals, spawn, stdio, wireup,
 };
 
@@ -130,7 +130,7 @@ where
         let _ = up_w.flush().await;
         let _ = up_w.get_mut().shutdown().await;
     });
-    let code = Agent::new(start, up_tx)
+    let code = Agent::new(start, up_tx, None)
         .run(&mut down)
         .instrument(span)
         .await;
@@ -146,6 +146,29 @@ where
     Ok(code)
 }
 
+/// Runs the agent of one job of a session in the session agent's own process: `down` from
+/// the session agent, `up` to it, sharing its guard and PMIx server (`share`); returns the
+/// exit code a greedyd would have.
+pub(crate) async fn run_in(
+    start: Start,
+    mut down: mpsc::UnboundedReceiver<Down>,
+    up: mpsc::Sender<Up>,
+    share: JobShare,
+) -> i32 {
+    let node = start.node_idx;
+    if let Err(what) = start.check() {
+        let code = crate::status::code::LAUNCHER;
+        let _ = up.send(Up::Failed { node, code, what }).await;
+        return 1;
+    }
+    let span = info_span!("job", job = %start.job_id, node, host = %start.hosts[node as usize]);
+    let mut down = futures_util::stream::poll_fn(move |cx| down.poll_recv(cx).map(|d| d.map(Ok)));
+    Agent::new(start, up, Some(share))
+        .run(&mut down)
+        .instrument(span)
+        .await
+}
+
 struct Agent {
     start: Start,
     node: u32,
@@ -154,6 +177,8 @@ struct Agent {
     /// The ranks', tasks' and jobs' process groups while they are still theirs: only these
     /// are ever signalled.
     groups: signals::OwnGroups,
+    /// For a session's job run in the session agent's process: what it shares with it.
+    share: Option<JobShare>,
 }
 
 /// Writes stdin chunks to the stdin rank as it reads them, and says so for each (greedyrun's
@@ -175,7 +200,7 @@ async fn feed_stdin(
 }
 
 impl Agent {
-    fn new(start: Start, up: mpsc::Sender<Up>) -> Agent {
+    fn new(start: Start, up: mpsc::Sender<Up>, share: Option<JobShare>) -> Agent {
         // Start::check made both timeouts durations.
         let grace = Duration::from_secs_f64(start.grace_s);
         Agent {
@@ -183,7 +208,8 @@ impl Agent {
             start,
             up,
             grace,
-            groups: signals::OwnGroups::default(),
+            groups: share.as_ref().map(|s| s.groups.clone()).unwrap_or_default(),
+            share,
         }
     }
 
@@ -201,10 +227,7 @@ impl Agent {
 
     /// The agent's life: hello, launch subtree, guard, wire-up, ranks, main loop, teardown,
     /// bye; returns the exit code.
-    async fn run<R: tokio::io::AsyncRead + Unpin>(
-        self,
-        down: &mut FramedRead<R, ChildCodec>,
-    ) -> i32 {
+    async fn run<S: FrameStream<Item = Result<Down, Error>> + Unpin>(self, down: &mut S) -> i32 {
         let _ = self.up.send(Up::Hello { node: self.node }).await;
         let hello_timeout = Duration::from_secs_f64(self.start.hello_timeout_s.max(0.001));
         // The launch subtree first: it is on the critical path of everyone below.
@@ -279,8 +302,11 @@ impl Agent {
     }
 
     /// Starts the guard that kills this host's ranks if the agent dies; `None`, said once,
-    /// when it cannot start.
+    /// when it cannot start. A session's job shares its session agent's.
     async fn start_guard(&self) -> Option<GuardHandle> {
+        if let Some(share) = &self.share {
+            return share.guard.as_ref().map(GuardHandle::share);
+        }
         match std::env::current_exe().and_then(|exe| GuardHandle::start(&exe, self.grace)) {
             Ok(g) => Some(g),
             Err(e) => {
@@ -309,7 +335,8 @@ impl Agent {
             board: board.clone(),
         };
         let leave = CancellationToken::new();
-        match wireup::start(&self.start, rdv, hello_timeout, &leave, bound).await {
+        let shared = self.share.as_ref().map(|s| (&s.pmix, s.names.clone()));
+        match wireup::start(&self.start, rdv, hello_timeout, &leave, bound, shared).await {
             Ok(s) => {
                 let end = Arc::new(wireup::AgentEnd {
                     node: self.node,
@@ -796,7 +823,7 @@ struct Running {
     /// this host has the same id as its ended run, never the same group while that one is
     /// listed).
     tasks: HashMap<u32, u32>,
-    /// A session's jobs, each run by a greedyd of its own on this host.
+    /// A session's jobs, each run in this process beside it.
     jobs: JobAgents,
     /// The local ranks' spawn requests, from the wire-up service (`None` without one).
     spawns: Option<mpsc::Receiver<greedy_pmix::child::PendingSpawn>>,
@@ -835,7 +862,7 @@ impl Running {
             agent.node,
             agent.grace,
             agent.up.clone(),
-            agent.groups.clone(),
+            wireup::SharedPmix::new(&agent.start),
         );
         Running {
             agent,
@@ -874,9 +901,9 @@ impl Running {
     }
 
     /// The main loop, until the parent says to end or is gone.
-    async fn serve<R: tokio::io::AsyncRead + Unpin>(
+    async fn serve<S: FrameStream<Item = Result<Down, Error>> + Unpin>(
         &mut self,
-        down: &mut FramedRead<R, ChildCodec>,
+        down: &mut S,
     ) -> End {
         loop {
             let end = tokio::select! {
@@ -890,7 +917,7 @@ impl Running {
                     None
                 },
                 job = self.jobs.ended(), if !self.jobs.is_empty() => {
-                    self.on_job_ended(job).await;
+                    self.on_job_ended(job);
                     None
                 },
                 Some(pgid) = self.task_rx.recv() => {
@@ -955,7 +982,7 @@ impl Running {
                 "a task for a job that runs ranks: ignored"
             ),
             Cmd::JobStart { job, nodes, start } if tasks => {
-                self.jobs.start(job, &nodes, *start, &mut self.guard).await;
+                self.jobs.start(job, &nodes, *start, self.guard.as_ref());
             }
             Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
             Cmd::ForJob { job, cmd } => self.jobs.deliver(job, cmd),
@@ -985,6 +1012,7 @@ impl Running {
                 self.live += self.children.start(child, &mut fork).await;
             }
             Cmd::KillChild { child } => self.children.kill(child, &self.agent),
+            Cmd::Names { ticket, response } => self.jobs.names_answered(ticket, response),
         }
         None
     }
@@ -1044,10 +1072,8 @@ impl Running {
     }
 
     /// A session's job ended on this host.
-    async fn on_job_ended(&mut self, job: u32) {
-        if let (Some(pgid), Some(g)) = (self.jobs.forget(job), self.guard.as_mut()) {
-            g.unwatch(pgid).await;
-        }
+    fn on_job_ended(&mut self, job: u32) {
+        self.jobs.forget(job);
     }
 
     /// A task ended, its group `pgid`.
@@ -1071,8 +1097,8 @@ impl Running {
             Cmd::Teardown
         };
         self.fanout.route(None, cmd).await;
-        // A session's jobs end as if their remote shells were lost: each greedyd tears its
-        // ranks down within the grace period.
+        // A session's jobs end as if their remote shells were lost: each tears its ranks down
+        // within the grace period.
         self.jobs.end_all(self.agent.grace + SUBTREE_LINGER).await;
         self.end_processes().await;
         if let Some(service) = self.wireup.service.take() {

@@ -7,8 +7,11 @@
 //! writes `pgid N` for each rank it starts and `done` when it has reaped them all. EOF without
 //! `done` means the agent died: the guard sends SIGTERM to every group, SIGKILL after GRACE,
 //! and exits. (`PR_SET_PDEATHSIG` would need `pre_exec`, i.e. unsafe code, in the launcher.)
+//! A session's agent runs its jobs in its own process, and they share its guard
+//! ([`GuardHandle::share`]); each job's handle makes the guard forget the job's groups at its end.
 
 use std::{
+    collections::HashSet,
     io::{BufRead, Write},
     process::Stdio,
     time::Duration,
@@ -16,7 +19,9 @@ use std::{
 
 use tokio::{
     io::AsyncWriteExt,
-    process::{Child, ChildStdin, Command},
+    process::{Child, Command},
+    sync::mpsc,
+    task::JoinHandle,
 };
 
 use crate::signals;
@@ -42,11 +47,17 @@ pub fn run(grace: Duration) {
     let _ = std::io::stderr().flush();
 }
 
-/// The agent's handle on its guard.
+/// The agent's handle on its guard; [`GuardHandle::share`] hands a job run in this process (a
+/// session's) a handle on the same guard.
 #[derive(Debug)]
 pub struct GuardHandle {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    /// Lines for the guard's stdin, written in order by one task.
+    lines: mpsc::UnboundedSender<String>,
+    /// The guard and its writer, for the owner only: a shared handle cannot release it.
+    owned: Option<(Child, JoinHandle<()>)>,
+    /// A shared handle's groups still watched, forgotten by the guard at its `done`: the
+    /// guard outlives the job, and a group number freed later may become a stranger's.
+    watched: HashSet<u32>,
 }
 
 impl GuardHandle {
@@ -60,32 +71,66 @@ impl GuardHandle {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(GuardHandle { child, stdin })
+        let mut stdin = child.stdin.take().expect("piped");
+        let (lines, mut rx) = mpsc::unbounded_channel::<String>();
+        let writer = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                let written = stdin
+                    .write_all(line.as_bytes())
+                    .await
+                    .and(stdin.flush().await);
+                // After `done` the guard exits: shared handles may still hold the channel.
+                if written.is_err() || line == "done\n" {
+                    break;
+                }
+            }
+        });
+        Ok(GuardHandle {
+            lines,
+            owned: Some((child, writer)),
+            watched: HashSet::new(),
+        })
+    }
+
+    /// A handle on the same guard for a job this agent runs in its own process; its
+    /// [`GuardHandle::done`] leaves the guard running.
+    pub fn share(&self) -> GuardHandle {
+        GuardHandle {
+            lines: self.lines.clone(),
+            owned: None,
+            watched: HashSet::new(),
+        }
     }
 
     /// Tells the guard about a rank's process group.
     pub async fn watch(&mut self, pgid: u32) {
-        if let Some(stdin) = &mut self.stdin {
-            let _ = stdin.write_all(format!("pgid {pgid}\n").as_bytes()).await;
-            let _ = stdin.flush().await;
+        if self.owned.is_none() {
+            self.watched.insert(pgid);
         }
+        let _ = self.lines.send(format!("pgid {pgid}\n"));
     }
 
     /// A task's process group is gone: the guard forgets it.
     pub async fn unwatch(&mut self, pgid: u32) {
-        if let Some(stdin) = &mut self.stdin {
-            let _ = stdin.write_all(format!("gone {pgid}\n").as_bytes()).await;
-            let _ = stdin.flush().await;
-        }
+        self.watched.remove(&pgid);
+        let _ = self.lines.send(format!("gone {pgid}\n"));
     }
 
-    /// Every rank is reaped: release the guard and reap it.
-    pub async fn done(mut self) {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.write_all(b"done\n").await;
-            let _ = stdin.flush().await;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+    /// Every rank is reaped: release the guard and reap it (a shared handle: the guard
+    /// forgets this handle's groups).
+    pub async fn done(self) {
+        let Some((mut child, writer)) = self.owned else {
+            for pgid in self.watched {
+                let _ = self.lines.send(format!("gone {pgid}\n"));
+            }
+            return;
+        };
+        let _ = self.lines.send("done\n".into());
+        drop(self.lines);
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let _ = writer.await;
+            let _ = child.wait().await;
+        })
+        .await;
     }
 }

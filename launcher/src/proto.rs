@@ -22,13 +22,14 @@ use tokio_util::codec::{Decoder, Encoder};
 use greedy_pmix::{
     JobSecret,
     child::{ChildJob, SpawnApp, SpawnRequest},
+    names,
 };
 use greedy_tree::LaunchModel;
 
 use crate::Error;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -233,8 +234,8 @@ pub enum Cmd {
         command: String,
     },
     /// A session's job ([`crate::session`]): the target hosts listed in `nodes` (the job's
-    /// host `i` is the session's host `nodes[i]`) each start a greedyd of their own for it,
-    /// given `start` as their Start with their index in `nodes`.
+    /// host `i` is the session's host `nodes[i]`) each run an agent of the job in their own
+    /// process, given `start` as its Start with their index in `nodes`.
     JobStart {
         /// The job's number in the session.
         job: u32,
@@ -243,15 +244,15 @@ pub enum Cmd {
         /// The job, as greedyrun made it.
         start: Box<Start>,
     },
-    /// A command for the greedyd of a session's job on the target host.
+    /// A command for the agent of a session's job on the target host.
     ForJob {
         /// The job's number in the session.
         job: u32,
         /// The command.
         cmd: JobCmd,
     },
-    /// End a session's job on the target host as a lost remote shell would: its greedyd's
-    /// stdin is closed (it tears its ranks down), and it is killed if it is still there 5 s
+    /// End a session's job on the target host as a lost remote shell would: its agent's
+    /// commands end (it tears its ranks down), and what is left of its ranks is killed 5 s
     /// after the grace period.
     EndJob {
         /// The job's number in the session.
@@ -288,6 +289,13 @@ pub enum Cmd {
         id: u32,
         /// The namespace, or the refusal.
         result: Result<String, String>,
+    },
+    /// The session's answer to name request `ticket` of the target host ([`Up::Names`]).
+    Names {
+        /// The request's number on its host.
+        ticket: u64,
+        /// The answer.
+        response: names::Response,
     },
 }
 
@@ -537,6 +545,17 @@ pub enum Up {
         end: RankEnd,
         /// From its fork to its end, in microseconds.
         wall_us: u64,
+    },
+    /// A session's host asks the session's name table, for a job of the session whose name
+    /// service is there (its node 0): answered by [`Cmd::Names`], so that separate jobs on one
+    /// session find each other's names.
+    Names {
+        /// The session host asking.
+        node: u32,
+        /// The request's number on that host.
+        ticket: u64,
+        /// The request (checked by the job's node 0).
+        request: names::Request,
     },
     /// A local rank asks to spawn a job (`MPI_Comm_spawn`): greedyrun places it and answers
     /// with [`Cmd::SpawnAnswer`] (the requester waits for it).

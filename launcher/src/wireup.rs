@@ -11,18 +11,19 @@
 //! ([`NodeService::watch_end`]); [`AgentEnd`] is greedyd's part of it: the abort goes up, and
 //! greedyrun ends the job.
 
-use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use greedy_pmix::{
     AbortInfo, JobSpec,
     charm::server::{OUTPUT_CAPACITY, Output},
     family::Family,
+    names::SharedTable,
     node::{
         NodeConfig, NodeService,
         job_end::{JobEnd, Kill},
     },
     peer::JobProcesses,
-    pmix::Binding,
+    pmix::{Binding, PmixHost},
     rendezvous::{Memory, Rendezvous},
 };
 use tokio::sync::mpsc;
@@ -81,6 +82,62 @@ impl Rendezvous for PipeRendezvous {
     }
 }
 
+/// A session agent's one PMIx server for every job it runs on this host (libpmix allows one
+/// per process), started by the first job that serves PMIx here and finalized when the agent
+/// ends; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SharedPmix {
+    /// The server's own namespace, host name and node id: the session's.
+    name: String,
+    hostname: String,
+    nodeid: u32,
+    started: Arc<tokio::sync::OnceCell<Result<(PmixHost, PathBuf), String>>>,
+}
+
+impl SharedPmix {
+    /// Nothing started yet, for the session agent started by `start`.
+    pub fn new(start: &Start) -> SharedPmix {
+        let node = start.node_idx;
+        SharedPmix {
+            name: format!("greedy-{}", start.job_id),
+            hostname: start.hosts.get(node as usize).cloned().unwrap_or_default(),
+            nodeid: node,
+            started: Arc::default(),
+        }
+    }
+
+    /// The server, started now with `config`'s settings (in a fresh private directory under
+    /// its scratch directory) if no job started it before.
+    async fn host(&self, config: &NodeConfig) -> Result<PmixHost, String> {
+        let started = self.started.get_or_init(|| async {
+            let dir = greedy_pmix::pmix::private_dir(&config.scratch, "greedy-pmix.")
+                .map_err(|e| format!("creating the PMIx directory: {e}"))?;
+            let host_config = config.pmix.shared_host_config(
+                dir.clone(),
+                self.hostname.clone(),
+                self.nodeid,
+                self.name.clone(),
+            );
+            PmixHost::start(host_config)
+                .map(|h| (h, dir.clone()))
+                .map_err(|e| {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    e.to_string()
+                })
+        });
+        started.await.clone().map(|(host, _)| host)
+    }
+
+    /// Finalizes the server, if a job started it, and removes its directory. The agent is
+    /// ending: a finalize that takes more than 2 s is left behind rather than delaying its bye.
+    pub async fn shutdown(&self) {
+        if let Some(Ok((host, dir))) = self.started.get() {
+            host.shutdown_within(Duration::from_secs(2)).await;
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// The greedy-pmix job description of this agent.
 pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
     Ok(JobSpec {
@@ -95,7 +152,8 @@ pub fn job_spec(start: &Start) -> Result<JobSpec, Error> {
 
 /// Starts this node's wire-up service (the families of `start.pmi`) and returns while it joins
 /// the overlay in the background; the ranks can be forked at once. `bound` says where each
-/// local rank is bound (PMIx tells the ranks).
+/// local rank is bound (PMIx tells the ranks). A session's job (`session`) is served on the
+/// host's one PMIx server, and its names are the session's.
 ///
 /// The overlay listens on the address this host's name resolves to (it must be reachable by
 /// the other hosts, so not loopback); the join is bounded by `join_timeout` (`--timeout`).
@@ -106,6 +164,7 @@ pub async fn start(
     join_timeout: Duration,
     leave: &CancellationToken,
     bound: &BTreeMap<u32, Vec<u32>>,
+    session: Option<(&SharedPmix, Arc<dyn SharedTable>)>,
 ) -> Result<NodeService, Error> {
     let spec = job_spec(start)?;
     let host = &start.hosts[start.node_idx as usize];
@@ -140,6 +199,14 @@ pub async fn start(
     }
     // MPICH ranks read the node's topology from a file rather than each probing the hardware.
     config.pmi.topology_dir = Some(config.scratch.clone());
+    // A session's job: the host's one PMIx server, and the session's name table.
+    if let Some((shared, names)) = session {
+        config.names = Some(names);
+        if config.families.contains(&Family::Pmix) {
+            let pmix = shared.host(&config).await;
+            config.pmix_host = Some(pmix.map_err(|e| Error::Plan(format!("{host}: {e}")))?);
+        }
+    }
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
     tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)

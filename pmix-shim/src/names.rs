@@ -180,6 +180,17 @@ impl Response {
 /// Names a request the caller must answer: node 0's server keeps the overlay request under it.
 pub type Ticket = u64;
 
+/// A name table kept outside the job for several jobs at once (a session's, so that separate
+/// jobs find each other's names): node 0 hands it every request of its job's ranks instead of
+/// keeping a table of its own.
+pub trait SharedTable: std::fmt::Debug + Send + Sync + 'static {
+    /// Carries out `request` (checked already); its answer, once there is one.
+    fn ask(
+        &self,
+        request: Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+}
+
 /// One published key.
 #[derive(Debug)]
 struct Entry {
@@ -416,6 +427,20 @@ impl Table {
             }
         }
         out
+    }
+
+    /// Removes every key published by an owner `gone` says has ended (on a table shared by
+    /// several jobs, the keys of a job that ended, as its own table would have gone with it).
+    pub fn forget_owners(&mut self, gone: impl Fn(&Owner) -> bool) {
+        let keys: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.owner.as_ref().is_some_and(&gone))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.remove(&key);
+        }
     }
 
     /// The waiting lookups whose deadline has passed at `now`, answered with the keys never

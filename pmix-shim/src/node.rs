@@ -41,9 +41,10 @@ use crate::{
     child::{ChildJob, PendingSpawn, Spawns},
     departures::Departures,
     family::Family,
+    names::SharedTable,
     overlay::{Overlay, OverlayConfig},
     peer::JobProcesses,
-    pmix::{PmixConfig, PmixServer},
+    pmix::{PmixConfig, PmixHost, PmixServer},
     rendezvous::Rendezvous,
     server::{PmiConfig, PmiServer},
 };
@@ -79,6 +80,11 @@ pub struct NodeConfig {
     pub scratch: PathBuf,
     /// The netlrts server's settings.
     pub charm: CharmConfig,
+    /// A PMIx server this process already runs for other jobs (a session's agent: one per
+    /// host for every job); `None`: the job's own, started with it and finalized with it.
+    pub pmix_host: Option<PmixHost>,
+    /// A name table shared with other jobs (a session's); `None`: node 0 keeps the job's own.
+    pub names: Option<Arc<dyn SharedTable>>,
 }
 
 /// The families asked for cannot be served on the node's address.
@@ -119,6 +125,8 @@ impl NodeConfig {
             },
             scratch: std::env::temp_dir(),
             charm: CharmConfig::new(advertise, admit),
+            pmix_host: None,
+            names: None,
         })
     }
 }
@@ -164,7 +172,8 @@ struct Inner {
 #[derive(Debug, Default)]
 struct Servers {
     pmi: Option<PmiServer>,
-    pmix: Option<(PmixServer, PathBuf)>,
+    /// The job's namespace, and the directory to remove with it when the server is its own.
+    pmix: Option<(PmixServer, Option<PathBuf>)>,
     charm: Option<CharmServer>,
 }
 
@@ -186,7 +195,9 @@ impl Servers {
         }
         if let Some((pmix, dir)) = &self.pmix {
             pmix.shutdown().await;
-            let _ = std::fs::remove_dir_all(dir);
+            if let Some(dir) = dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
         if let Some(charm) = &self.charm {
             charm.shutdown().await;
@@ -214,6 +225,9 @@ impl NodeService {
             });
         }
         let overlay = Overlay::begin(job, config.overlay.clone(), rendezvous, leave).await?;
+        if let Some(table) = &config.names {
+            crate::node0::forward_names(job, &overlay, table.clone());
+        }
         let departures = Departures::default();
         let spawns = Spawns::default();
         let mut servers = Servers::default();
@@ -256,6 +270,14 @@ impl NodeService {
                     );
                     servers.pmi = Some(pmi.await?);
                 }
+                Family::Pmix if servers.pmix.is_none() && config.pmix_host.is_some() => {
+                    let host = config.pmix_host.clone().expect("guarded");
+                    let ns = config.pmix.namespace_config();
+                    let (departures, spawns) = (departures.clone(), spawns.clone());
+                    let pmix =
+                        PmixServer::serve_on(host, job, overlay.clone(), ns, departures, spawns);
+                    servers.pmix = Some((pmix.await?, None));
+                }
                 Family::Pmix if servers.pmix.is_none() => {
                     // PMIx's rendezvous files and the job's session directories, private to
                     // this node's service (several nodes of a job may share a machine): fresh,
@@ -280,7 +302,7 @@ impl NodeService {
                     )
                     .await;
                     match pmix {
-                        Ok(pmix) => servers.pmix = Some((pmix, dir)),
+                        Ok(pmix) => servers.pmix = Some((pmix, Some(dir))),
                         Err(e) => {
                             let _ = std::fs::remove_dir_all(&dir);
                             return Err(e);

@@ -42,6 +42,41 @@ pub(crate) fn spawn(
     }
 }
 
+/// On node 0, hands every name request of the job's ranks to `table` (kept outside the job)
+/// instead of a table of its own; elsewhere, nothing. Call it before the servers start, which
+/// then find the queue taken.
+pub(crate) fn forward_names(job: &JobSpec, overlay: &Overlay, table: Arc<dyn names::SharedTable>) {
+    if job.node_idx != names::NAMES_NODE {
+        return;
+    }
+    let Some(mut incoming) = overlay.incoming(Service::Names) else {
+        return;
+    };
+    let span = info_span!("node0", job = %job.job_id);
+    tokio::spawn(
+        async move {
+            // Ends with the overlay, which drops the queue's sender.
+            while let Some(req) = incoming.recv().await {
+                let request = match names::decode_request(&req.body) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        req.respond(Err(why)).await;
+                        continue;
+                    }
+                };
+                debug!(from = req.from, ?request, "name service, shared table");
+                // A lookup may wait for its keys: each request is answered on its own.
+                let answer = table.ask(request);
+                tokio::spawn(async move {
+                    let response = answer.await;
+                    req.respond(Ok(names::encode_response(&response))).await;
+                });
+            }
+        }
+        .instrument(span),
+    );
+}
+
 /// A sans-I/O service answering tickets, some of them later.
 trait Service0: Send + 'static {
     /// Carries out one request; the answers it completes.

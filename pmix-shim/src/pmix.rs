@@ -250,6 +250,27 @@ impl PmixConfig {
         }
     }
 
+    /// The settings of a server this process runs for several jobs (a session's agent), in
+    /// `tmpdir`, on host `hostname` (node `nodeid` of the session), named `server_nspace`.
+    pub fn shared_host_config(
+        &self,
+        tmpdir: PathBuf,
+        hostname: String,
+        nodeid: u32,
+        server_nspace: String,
+    ) -> HostConfig {
+        HostConfig {
+            tmpdir,
+            hostname,
+            nodeid,
+            server_nspace,
+            owner: self.owner,
+            admit: self.admit.clone(),
+            finalize_timeout: self.finalize_timeout,
+            groups: self.groups,
+        }
+    }
+
     /// The settings of one namespace.
     pub fn namespace_config(&self) -> NamespaceConfig {
         NamespaceConfig {
@@ -828,6 +849,26 @@ impl PmixServer {
             host.shutdown().await;
         }
         opened
+    }
+
+    /// Serves `job`'s namespace on `host`, a server this process runs for several jobs (a
+    /// session's agent), sharing the node's record of who spoke what and its way to the
+    /// embedder's spawner; [`PmixServer::shutdown`] deregisters it and leaves `host` running.
+    pub(crate) async fn serve_on(
+        host: PmixHost,
+        job: &JobSpec,
+        overlay: Overlay,
+        config: NamespaceConfig,
+        departures: Departures,
+        spawns: Spawns,
+    ) -> Result<PmixServer, Error> {
+        let spec = NamespaceSpec::of_job(job)?;
+        let ties = Ties {
+            departures,
+            spawns,
+            ..Ties::default()
+        };
+        Self::open(host, false, &spec, overlay, config, ties).await
     }
 
     /// Registers namespace `ns` with `host` and starts its tasks (the fence loop, the

@@ -8,7 +8,10 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::queue::{JobFrames, JobQueue, job_queue};
+use super::{
+    names::NameDesk,
+    queue::{JobFrames, JobQueue, job_queue},
+};
 use crate::{
     proto::{Start, Up},
     slots::Slots,
@@ -67,6 +70,8 @@ impl Board {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     pub(super) job: u32,
+    /// The job's namespace (its job id).
+    nspace: String,
     pub(super) nodes: Vec<u32>,
     need: Vec<(u32, u32)>,
     pub(super) waits: bool,
@@ -80,6 +85,8 @@ pub struct JobBoard {
     inner: Mutex<Board>,
     /// Told when waiting jobs were let in or refused.
     changed: Notify,
+    /// The name table every job on the session shares.
+    names: Mutex<NameDesk>,
 }
 
 impl JobBoard {
@@ -96,7 +103,14 @@ impl JobBoard {
                 refused: HashMap::new(),
             }),
             changed: Notify::new(),
+            names: Mutex::default(),
         })
+    }
+
+    /// The session's name table.
+    pub(crate) fn names(&self) -> std::sync::MutexGuard<'_, NameDesk> {
+        // Each request is one update of the table: a poisoned lock still holds a whole one.
+        self.names.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn board(&self) -> std::sync::MutexGuard<'_, Board> {
@@ -263,6 +277,7 @@ impl JobBoard {
         }
         Ok(Ticket {
             job,
+            nspace: start.job_id.clone(),
             nodes,
             need,
             waits,
@@ -363,8 +378,9 @@ impl JobBoard {
         Ok(ranks)
     }
 
-    /// `ticket`'s job ended: its slots are free again.
+    /// `ticket`'s job ended: its slots are free again, and the names it published gone.
     pub(crate) fn release(&self, ticket: &Ticket) {
+        self.names().job_ended(&ticket.nspace);
         self.update(|b| {
             if let Some(e) = b.jobs.remove(&ticket.job) {
                 b.slots.release(&ticket.need, e.ending);

@@ -9,16 +9,20 @@
 //! - **The session** ([`JobBoard`], [`serve_job`]) reserves the slots, sends the job down its
 //!   tree ([`crate::proto::Cmd::JobStart`]), routes the client's commands to the job's hosts
 //!   ([`crate::proto::Cmd::ForJob`]) and the job's frames ([`crate::proto::Up::Job`]) back to the client.
-//! - **Each agent** ([`JobAgents`]) starts a greedyd of its own for its part of the job and
-//!   gives it the job's Start on its stdin, exactly as a remote shell would have: so wire-up,
-//!   stdio, signals, exit codes and teardown are a fresh launch's, and a job that fails takes
-//!   only its own greedyd with it. Closing that greedyd's stdin is losing its remote shell.
+//! - **Each agent** ([`JobAgents`]) runs its part of the job itself: an agent of the job's own
+//!   inside its process (`agent::run_in`), given the job's Start as a remote shell would give
+//!   it, so wire-up, stdio, signals, exit codes and teardown are a fresh launch's, with no
+//!   process started but the ranks. The job's agent shares the session agent's guard and the
+//!   host's one PMIx server ([`crate::wireup::SharedPmix`]); its overlay, PMI and Charm++
+//!   servers, process groups and abort are its own, so a job that fails ends only itself.
+//!   Dropping its command channel is losing its remote shell.
 //!
 //! The session itself is `greedyrun --start-session`: a task stream daemon whose clients
 //! submit streams and attach jobs.
 //!
 //! Files: `client` (greedyrun's side of a job), `control` (the control connection's request
 //! line and frames), `board` and `queue` (the session's slots, its jobs and their frames),
+//! `names` (the one name table of the session's jobs),
 //! `serve` (the session's side of one job), `agent` (each agent's side), `dispatch` (which
 //! host runs which task), `streams` (the task streams being run and their events: a session's,
 //! or greedyrun's own `--tasks` stream), `daemon` (the session's loop).
@@ -29,13 +33,15 @@ pub(crate) mod client;
 pub(crate) mod control;
 pub(crate) mod daemon;
 pub(crate) mod dispatch;
+pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod serve;
 pub(crate) mod streams;
 
-pub use agent::JobAgents;
+pub use agent::{JobAgents, JobShare};
 pub use board::JobBoard;
 pub use client::{Attached, attach, connect_own};
 pub use control::{job_request, stream_request};
+pub use names::AskSession;
 pub use queue::JobQueue;
 pub use serve::{job_frame, serve_job};

@@ -670,6 +670,17 @@ impl<'a> Streams<'a> {
                 escape(&what)
             )),
             Up::Job { job, frame } => job_frame(&self.board, job, &frame),
+            Up::Names {
+                node,
+                ticket,
+                request,
+            } => {
+                let answers = self
+                    .board
+                    .names()
+                    .ask(node, ticket, request, Instant::now());
+                self.send_names(answers).await;
+            }
             Up::Bye { .. }
             | Up::Output { .. }
             | Up::Exit { .. }
@@ -783,10 +794,20 @@ impl<'a> Streams<'a> {
         }
     }
 
+    /// Sends the session name table's answers to the hosts that asked.
+    async fn send_names(&self, answers: Vec<super::names::Answer>) {
+        for (node, ticket, response) in answers {
+            let cmd = Cmd::Names { ticket, response };
+            self.fanout.route(Some(node), cmd).await;
+        }
+    }
+
     /// The loop's tick: the launch deadline, a session's idleness, the streams' clients and
-    /// progress lines, the end deadline.
+    /// progress lines, the end deadline, the name table's waiting lookups.
     pub(crate) async fn on_tick(&mut self) {
         let now = Instant::now();
+        let late = self.board.names().expire(now);
+        self.send_names(late).await;
         if !self.launch_over && now >= self.launch_deadline {
             self.launch_over = true;
             let n = self.plan.hosts.len();

@@ -373,7 +373,7 @@ impl PmixHost {
     }
 
     /// As [`PmixHost::shutdown`], waiting at most `limit`.
-    pub(crate) async fn shutdown_within(&self, limit: Duration) {
+    pub async fn shutdown_within(&self, limit: Duration) {
         let server = self
             .inner
             .server
