@@ -400,21 +400,9 @@ fn assert_spawns_returned_at_once(stdout: &str) {
 #[test]
 fn mpich_spawn_is_refused_at_once() {
     let (d, local, _) = shells();
-    let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
-    let exe = d.path().join("spawn-mpich5");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/spawn.c");
-    let built = Command::new(format!("{mpich5}/bin/mpicc"))
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
-    );
+    let exe = mpich5_program(d.path(), "spawn");
     let t0 = Instant::now();
-    let out = run_mpich(&local, &[&exe.display().to_string()]);
+    let out = run_mpich(&local, &[&exe]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{} {stdout}", text(&out.stderr));
     // MPI_ERR_OTHER from PMI_Spawn_multiple's failure, on the root and the others alike.
@@ -425,6 +413,24 @@ fn mpich_spawn_is_refused_at_once() {
     );
     assert_spawns_returned_at_once(&stdout);
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
+/// tests/mpi/NAME.c built in `dir` with the `mpicc` of PyPI's MPICH 5 (tests/mpi/mpich5.sh
+/// installs it).
+fn mpich5_program(dir: &Path, name: &str) -> String {
+    let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
+    let exe = dir.join(format!("{name}-mpich5"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
+    let built = Command::new(format!("{mpich5}/bin/mpicc"))
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(
+        built.is_ok_and(|s| s.success()),
+        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
+    );
+    exe.display().to_string()
 }
 
 /// PyPI's Open MPI 5 (tests/mpi/clients.sh installs it): its prefix, and tests/mpi/NAME.c
@@ -1602,19 +1608,7 @@ fn separate_jobs_on_a_session_find_each_others_names_and_connect() {
     let (d, local) = common::shell();
     let socket = two_host_session(&local, 2, "60");
     let _end = EndsSession(socket.clone());
-    let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
-    let exe = d.path().join("rendezvous-mpich5");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mpi/rendezvous.c");
-    let built = Command::new(format!("{mpich5}/bin/mpicc"))
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
-    );
-    let exe = exe.display().to_string();
+    let exe = mpich5_program(d.path(), "rendezvous");
     let name = format!("greedy-test-{}", std::process::id());
     // UCX's address with every transport and interface of this machine is longer than
     // MPICH's port name (MPI_Open_port: "no space for port_name tag"): these few fit.

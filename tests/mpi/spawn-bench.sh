@@ -4,7 +4,8 @@
 # its Hydra mpiexec; and the persistent runners: greedyrun on a session (started once, with
 # 65 slots on the pseudo-host) for both, vs PRRTE's DVM (`prte` started once, each job
 # `prterun --dvm`, tests/launcher/prrte-dvm-fix.c preloaded as session-bench.sh does) for Open
-# MPI. One parent rank on one loopback pseudo-host spawns N children
+# MPI (whose prterun, on a DVM, spells --map-by as --mapby). One parent rank on one loopback
+# pseudo-host spawns N children
 # (tests/mpi/spawn_latency.c: from the call to its return, which waits until every child has
 # finished MPI_Init and connected back), 4 spawns per job, the launchers alternating job by job;
 # both may oversubscribe (a round's children may still be ending when the next spawns). Prints
@@ -57,7 +58,7 @@ job() {
     native-mpich5) cmd=("$MPICH5/bin/mpiexec" -n 1 "$exe") ;;
     session-ompi5) cmd=(env "${ompi[@]}" GREEDY_SESSION="$session" "$G" --progress 0 --pmi pmix --oversubscribe -n 1 "$exe") ;;
     session-mpich5) cmd=(env GREEDY_SESSION="$session" "$G" --progress 0 --oversubscribe -n 1 "$exe") ;;
-    dvm-ompi5) cmd=(env "${ompi[@]}" LD_PRELOAD="$work/prrte-dvm-fix.so" "$OMPI5/bin/prterun" --dvm "file:$work/dvm.uri" --map-by :oversubscribe -n 1 "$exe") ;;
+    dvm-ompi5) cmd=(env "${ompi[@]}" LD_PRELOAD="$work/prrte-dvm-fix.so" PRTE_PREFIX="$OMPI5" "$OMPI5/bin/prterun" --dvm "file:$work/dvm.uri" --mapby :oversubscribe -n 1 "$exe") ;;
   esac
   out=$(timeout 300 "${cmd[@]}" "$n" 4 </dev/null) || fail "$launcher $lib N=$n: exit $? ($out)"
   awk '/round [2-9] took/ {print $(NF-1)}' <<<"$out" >>"$work/$launcher-$lib-$n"
