@@ -15,8 +15,8 @@ use std::{
 };
 
 use common::{
-    EndsSession, GREEDYRUN, alive, greedyrun, interrupt, session_process, session_socket, shell,
-    text, two_host_session, wait_alive,
+    EndsSession, GREEDYRUN, alive, greedyrun, interrupt, mpi_build, session_process,
+    session_socket, shell, text, two_host_session, wait_alive,
 };
 
 /// A temp dir with the fake remote shells.
@@ -319,19 +319,8 @@ fn wireup_program(dir: &Path, flavour: &str) -> String {
 
 /// tests/mpi/NAME.c built in `dir` with Debian's `mpicc.FLAVOUR`.
 fn mpi_program(dir: &Path, name: &str, flavour: &str) -> String {
-    let exe = dir.join(format!("{name}-{flavour}"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
-    let built = Command::new(format!("mpicc.{flavour}"))
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "mpicc.{flavour} (scripts/install-deps installs Debian's MPICH and Open MPI)"
-    );
-    exe.display().to_string()
+    let from = "scripts/install-deps installs Debian's MPICH and Open MPI";
+    mpi_build(&format!("mpicc.{flavour}"), &[], dir, name, flavour, from)
 }
 
 /// Debian's MPICH (PMI-1 over PMI_PORT) wires up through greedy-pmix across three agents.
@@ -419,37 +408,32 @@ fn mpich_spawn_is_refused_at_once() {
 /// installs it).
 fn mpich5_program(dir: &Path, name: &str) -> String {
     let mpich5 = std::env::var("GREEDY_MPICH5").unwrap_or("/var/tmp/greedy-mpich5".into());
-    let exe = dir.join(format!("{name}-mpich5"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
-    let built = Command::new(format!("{mpich5}/bin/mpicc"))
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "{mpich5}/bin/mpicc (tests/mpi/mpich5.sh installs PyPI's MPICH 5)"
-    );
-    exe.display().to_string()
+    let from = "tests/mpi/mpich5.sh installs PyPI's MPICH 5";
+    mpi_build(
+        &format!("{mpich5}/bin/mpicc"),
+        &[],
+        dir,
+        name,
+        "mpich5",
+        from,
+    )
 }
 
 /// PyPI's Open MPI 5 (tests/mpi/clients.sh installs it): its prefix, and tests/mpi/NAME.c
 /// built in `dir` with its `mpicc`.
 fn ompi5_program(dir: &Path, name: &str) -> (String, String) {
     let ompi5 = std::env::var("GREEDY_OMPI5").unwrap_or("/var/tmp/greedy-ompi5".into());
-    let exe = dir.join(format!("{name}-ompi5"));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
-    let built = Command::new(format!("{ompi5}/bin/mpicc"))
-        .env("OPAL_PREFIX", &ompi5)
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status();
-    assert!(
-        built.is_ok_and(|s| s.success()),
-        "{ompi5}/bin/mpicc (tests/mpi/clients.sh installs PyPI's Open MPI 5)"
+    let from = "tests/mpi/clients.sh installs PyPI's Open MPI 5";
+    let env = [("OPAL_PREFIX", ompi5.as_str())];
+    let exe = mpi_build(
+        &format!("{ompi5}/bin/mpicc"),
+        &env,
+        dir,
+        name,
+        "ompi5",
+        from,
     );
-    (ompi5, exe.display().to_string())
+    (ompi5, exe)
 }
 
 /// A job of 4 ranks on three agents running `program` (`VAR=value… PROGRAM ARGS…`) on Open MPI 5

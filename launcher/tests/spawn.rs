@@ -14,7 +14,7 @@ mod common;
 
 use std::{
     path::Path,
-    process::{Command, Output, Stdio},
+    process::{Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -67,20 +67,10 @@ fn ompi41() -> Library {
 impl Library {
     /// Builds tests/mpi/`name`.c into `dir`.
     fn build(&self, dir: &Path, name: &str) -> String {
-        let exe = dir.join(format!("{name}-{}", self.name));
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
-        let built = Command::new(&self.mpicc)
-            .envs(self.env.iter().filter_map(|v| v.split_once('=')))
-            .args(["-O1", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .status();
-        assert!(
-            built.is_ok_and(|s| s.success()),
-            "{} (tests/mpi/clients.sh installs the PyPI libraries, scripts/install-deps Debian's)",
-            self.mpicc
-        );
-        exe.display().to_string()
+        let env: Vec<(&str, &str)> = self.env.iter().filter_map(|v| v.split_once('=')).collect();
+        let from =
+            "tests/mpi/clients.sh installs the PyPI libraries, scripts/install-deps Debian's";
+        common::mpi_build(&self.mpicc, &env, dir, name, self.name, from)
     }
 
     /// greedyrun `args`, then the library's variables and `command` through `env`.

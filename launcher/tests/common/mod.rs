@@ -22,6 +22,28 @@ pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// tests/mpi/NAME.c built in `dir` as `NAME-SUFFIX` with `mpicc` (run with `env`); `from` says
+/// what installs that compiler, for the failure message.
+pub(crate) fn mpi_build(
+    mpicc: &str,
+    env: &[(&str, &str)],
+    dir: &Path,
+    name: &str,
+    suffix: &str,
+    from: &str,
+) -> String {
+    let exe = dir.join(format!("{name}-{suffix}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/mpi/{name}.c"));
+    let built = Command::new(mpicc)
+        .envs(env.iter().copied())
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status();
+    assert!(built.is_ok_and(|s| s.success()), "{mpicc} ({from})");
+    exe.display().to_string()
+}
+
 /// A fake remote shell `localsh` in `dir`: it ignores the host and runs the agent here.
 pub(crate) fn localsh(dir: &Path) -> PathBuf {
     let sh = dir.join("localsh");
