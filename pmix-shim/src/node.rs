@@ -257,7 +257,6 @@ impl NodeService {
         charm_output: mpsc::Sender<Output>,
         servers: &mut Servers,
     ) -> Result<(), Error> {
-        let me = job.node_idx;
         for family in &config.families {
             match family {
                 Family::Pmi if servers.pmi.is_none() => {
@@ -270,44 +269,9 @@ impl NodeService {
                     );
                     servers.pmi = Some(pmi.await?);
                 }
-                Family::Pmix if servers.pmix.is_none() && config.pmix_host.is_some() => {
-                    let host = config.pmix_host.clone().expect("guarded");
-                    let ns = config.pmix.namespace_config();
-                    let (departures, spawns) = (departures.clone(), spawns.clone());
-                    let pmix =
-                        PmixServer::serve_on(host, job, overlay.clone(), ns, departures, spawns);
-                    servers.pmix = Some((pmix.await?, None));
-                }
                 Family::Pmix if servers.pmix.is_none() => {
-                    // PMIx's rendezvous files and the job's session directories, private to
-                    // this node's service (several nodes of a job may share a machine): fresh,
-                    // 0700, with an unguessable name, so nothing can have been planted there.
-                    let dir = crate::pmix::private_dir(&config.scratch, "greedy-pmix.").map_err(
-                        |source| Error::Io {
-                            node: me,
-                            what: "creating the PMIx directory",
-                            source,
-                        },
-                    )?;
-                    let pmix_config = PmixConfig {
-                        tmpdir: dir.clone(),
-                        ..config.pmix.clone()
-                    };
-                    let pmix = PmixServer::start_on(
-                        job,
-                        overlay.clone(),
-                        pmix_config,
-                        departures.clone(),
-                        spawns.clone(),
-                    )
-                    .await;
-                    match pmix {
-                        Ok(pmix) => servers.pmix = Some((pmix, Some(dir))),
-                        Err(e) => {
-                            let _ = std::fs::remove_dir_all(&dir);
-                            return Err(e);
-                        }
-                    }
+                    let ties = (departures.clone(), spawns.clone());
+                    servers.pmix = Some(Self::start_pmix(job, config, overlay, ties).await?);
                 }
                 Family::Charm if servers.charm.is_none() => {
                     let charm = CharmServer::start_on(
@@ -323,6 +287,42 @@ impl NodeService {
             }
         }
         Ok(())
+    }
+
+    /// The job's PMIx namespace: on the process's server when the embedder runs one for
+    /// several jobs, else on a server of its own in a fresh private directory (removed with it).
+    async fn start_pmix(
+        job: &JobSpec,
+        config: &NodeConfig,
+        overlay: &Overlay,
+        (departures, spawns): (Departures, Spawns),
+    ) -> Result<(PmixServer, Option<PathBuf>), Error> {
+        if let Some(host) = &config.pmix_host {
+            let ns = config.pmix.namespace_config();
+            let served =
+                PmixServer::serve_on(host.clone(), job, overlay.clone(), ns, departures, spawns);
+            return Ok((served.await?, None));
+        }
+        // PMIx's rendezvous files and the job's session directories, private to this node's
+        // service (several nodes of a job may share a machine): fresh, 0700, with an
+        // unguessable name, so nothing can have been planted there.
+        let dir = crate::pmix::private_dir(&config.scratch, "greedy-pmix.").map_err(|source| {
+            Error::Io {
+                node: job.node_idx,
+                what: "creating the PMIx directory",
+                source,
+            }
+        })?;
+        let pmix_config = PmixConfig {
+            tmpdir: dir.clone(),
+            ..config.pmix.clone()
+        };
+        let started =
+            PmixServer::start_on(job, overlay.clone(), pmix_config, departures, spawns).await;
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok((started?, Some(dir)))
     }
 
     /// The overlay this node belongs to (its abort watch, its join).

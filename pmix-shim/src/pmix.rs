@@ -238,16 +238,12 @@ impl PmixConfig {
     /// (host name, node id and the server's own namespace from `job`).
     pub fn host_config(&self, job: &JobSpec) -> HostConfig {
         let me = job.node_idx;
-        HostConfig {
-            tmpdir: self.tmpdir.clone(),
-            hostname: job.hosts.get(me).cloned().unwrap_or_default(),
-            nodeid: me as u32,
-            server_nspace: format!("greedy-{}", job.job_id),
-            owner: self.owner,
-            admit: self.admit.clone(),
-            finalize_timeout: self.finalize_timeout,
-            groups: self.groups,
-        }
+        self.shared_host_config(
+            self.tmpdir.clone(),
+            job.hosts.get(me).cloned().unwrap_or_default(),
+            me as u32,
+            format!("greedy-{}", job.job_id),
+        )
     }
 
     /// The settings of a server this process runs for several jobs (a session's agent), in
@@ -559,6 +555,17 @@ struct Ties {
     neighbours: usize,
 }
 
+impl Ties {
+    /// A job's own namespace's ties: the node's record of who spoke what and its spawner.
+    fn family(departures: Departures, spawns: Spawns) -> Ties {
+        Ties {
+            departures,
+            spawns,
+            ..Ties::default()
+        }
+    }
+}
+
 fn lock_children(shared: &Shared) -> MutexGuard<'_, HashMap<String, PmixServer>> {
     shared.children.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -839,11 +846,7 @@ impl PmixServer {
         let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
         let ns = config.namespace_config();
-        let ties = Ties {
-            departures,
-            spawns,
-            ..Ties::default()
-        };
+        let ties = Ties::family(departures, spawns);
         let opened = Self::open(host.clone(), true, &spec, overlay, ns, ties).await;
         if opened.is_err() {
             host.shutdown().await;
@@ -863,11 +866,7 @@ impl PmixServer {
         spawns: Spawns,
     ) -> Result<PmixServer, Error> {
         let spec = NamespaceSpec::of_job(job)?;
-        let ties = Ties {
-            departures,
-            spawns,
-            ..Ties::default()
-        };
+        let ties = Ties::family(departures, spawns);
         Self::open(host, false, &spec, overlay, config, ties).await
     }
 

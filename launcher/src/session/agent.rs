@@ -110,25 +110,15 @@ impl JobAgents {
             let mut bye = false;
             let returned = loop {
                 tokio::select! {
-                    Some(msg) = rx.recv() => {
-                        bye |= matches!(msg, Up::Bye { .. });
-                        let _ = up.send(Up::Job { job, frame: encode(&msg) }).await;
-                    }
+                    Some(msg) = rx.recv() => bye |= forward(&up, job, msg).await,
                     returned = &mut agent => break returned,
                 }
             };
             while let Ok(msg) = rx.try_recv() {
-                bye |= matches!(msg, Up::Bye { .. });
-                let _ = up
-                    .send(Up::Job {
-                        job,
-                        frame: encode(&msg),
-                    })
-                    .await;
+                bye |= forward(&up, job, msg).await;
             }
             if !bye {
-                let frame = encode(&lost(i, ended_how(returned)));
-                let _ = up.send(Up::Job { job, frame }).await;
+                forward(&up, job, lost(i, ended_how(returned))).await;
             }
             let _ = ended.send(job).await;
         });
@@ -196,6 +186,18 @@ impl JobAgents {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
+}
+
+/// Relays `msg` of `job`'s agent up as [`Up::Job`]; whether it was its bye.
+async fn forward(up: &mpsc::Sender<Up>, job: u32, msg: Up) -> bool {
+    let bye = matches!(msg, Up::Bye { .. });
+    let _ = up
+        .send(Up::Job {
+            job,
+            frame: encode(&msg),
+        })
+        .await;
+    bye
 }
 
 /// SIGKILL to every group still the job's.
