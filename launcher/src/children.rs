@@ -24,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use greedy_pmix::child::{ChildApp, ChildJob, SpawnApp, SpawnRequest};
+use greedy_pmix::child::{ChildJob, SpawnApp, SpawnRequest};
 
 use crate::proto::Cmd;
 
@@ -349,39 +349,8 @@ impl Children {
 
     /// The child job every node learns for `request`, numbered `child`, placed as `ranks`.
     fn child_job(&self, child: u32, request: &SpawnRequest, ranks: Vec<Vec<u32>>) -> ChildJob {
-        let mut first_rank = 0;
-        let apps = (request.apps.iter())
-            .map(|a| {
-                let mut env = a.env.clone();
-                if let Some(dir) = &a.path {
-                    let rest = self
-                        .path
-                        .as_deref()
-                        .map_or(String::new(), |p| format!(":{p}"));
-                    env.push(("PATH".into(), format!("{dir}{rest}")));
-                }
-                let argv = std::iter::once(&a.program)
-                    .chain(&a.args)
-                    .cloned()
-                    .collect();
-                let app = ChildApp {
-                    first_rank,
-                    argv,
-                    env,
-                    cwd: a.cwd.clone(),
-                };
-                first_rank += a.maxprocs;
-                app
-            })
-            .collect();
-        ChildJob {
-            nspace: greedy_pmix::child::nspace(&self.job_id, child),
-            parent: request.parent.clone(),
-            requester: request.requester,
-            ranks,
-            apps,
-            preput: request.preput.clone(),
-        }
+        let nspace = greedy_pmix::child::nspace(&self.job_id, child);
+        ChildJob::new(nspace, request, ranks, self.path.as_deref())
     }
 
     /// `node` added child `child`, or failed to: once every node did, its ranks start.

@@ -117,6 +117,46 @@ pub struct ChildApp {
 }
 
 impl ChildJob {
+    /// The child `nspace` for `request`, placed as `ranks` (by overlay node); an app's `path`
+    /// goes in front of `inherited_path` in its `PATH`.
+    pub fn new(
+        nspace: String,
+        request: &SpawnRequest,
+        ranks: Vec<Vec<u32>>,
+        inherited_path: Option<&str>,
+    ) -> ChildJob {
+        let mut first_rank = 0;
+        let apps = (request.apps.iter())
+            .map(|a| {
+                let mut env = a.env.clone();
+                if let Some(dir) = &a.path {
+                    let rest = inherited_path.map_or(String::new(), |p| format!(":{p}"));
+                    env.push(("PATH".into(), format!("{dir}{rest}")));
+                }
+                let argv = std::iter::once(&a.program)
+                    .chain(&a.args)
+                    .cloned()
+                    .collect();
+                let app = ChildApp {
+                    first_rank,
+                    argv,
+                    env,
+                    cwd: a.cwd.clone(),
+                };
+                first_rank += a.maxprocs;
+                app
+            })
+            .collect();
+        ChildJob {
+            nspace,
+            parent: request.parent.clone(),
+            requester: request.requester,
+            ranks,
+            apps,
+            preput: request.preput.clone(),
+        }
+    }
+
     /// How many ranks it has.
     pub fn n_ranks(&self) -> u32 {
         self.ranks.iter().map(|r| r.len() as u32).sum()

@@ -14,7 +14,7 @@ use crate::AbortInfo;
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"GRDY";
 /// The overlay format version; bump on any change to [`Message`].
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// Bytes before the body: magic, version, length.
 pub const HEADER_LEN: usize = 10;
 /// Largest body accepted before a peer has proved the job secret: the handshake frames are
@@ -32,6 +32,9 @@ pub enum Service {
     /// Node 0's coordinator of collectives over a subset of the nodes (PMIx fences over
     /// some of the ranks, connect, disconnect: [`crate::group`]).
     Group,
+    /// Every node's service of the family's spawned jobs: a child job to serve beside the job
+    /// ([`crate::node::NodeService::add_child_everywhere`]).
+    Children,
 }
 
 /// Which link a connecting agent asks for.

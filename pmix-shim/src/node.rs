@@ -28,12 +28,15 @@ use std::{
     os::fd::OwnedFd,
     path::PathBuf,
     sync::Arc,
+    time::Duration,
 };
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug};
+
+use crate::frame::Service;
 
 use crate::{
     Error, JobSpec,
@@ -239,14 +242,43 @@ impl NodeService {
             overlay.shutdown().await;
             return Err(e);
         }
-        Ok(NodeService {
+        let service = NodeService {
             inner: Arc::new(Inner {
                 overlay,
                 departures,
                 servers,
                 spawns,
             }),
-        })
+        };
+        service.serve_children();
+        Ok(service)
+    }
+
+    /// Serves the children another node of the family asks this one to add
+    /// ([`NodeService::add_child_everywhere`]) until the overlay ends. Holds the service
+    /// weakly: the task never keeps it alive.
+    fn serve_children(&self) {
+        let Some(mut incoming) = self.inner.overlay.incoming(Service::Children) else {
+            return;
+        };
+        let service = Arc::downgrade(&self.inner);
+        tokio::spawn(
+            async move {
+                while let Some(req) = incoming.recv().await {
+                    let Some(inner) = service.upgrade() else {
+                        req.respond(Err("the node is shutting down".into())).await;
+                        continue;
+                    };
+                    let service = NodeService { inner };
+                    let added = match postcard::from_bytes::<ChildJob>(&req.body) {
+                        Ok(child) => service.add_child(&child).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(format!("undecodable child job: {e}")),
+                    };
+                    req.respond(added.map(|()| bytes::Bytes::new())).await;
+                }
+            }
+            .in_current_span(),
+        );
     }
 
     async fn start_servers(
@@ -453,6 +485,45 @@ impl NodeService {
         Ok(())
     }
 
+    /// Serves spawned job `child` on every node of the overlay: here, and through each other
+    /// node's service ([`crate::frame::Service::Children`]); returns once every node has, or
+    /// with the first failure (naming its node). For embedders without a launcher above the
+    /// nodes (a Slurm step): start no rank of the child before it returns.
+    pub async fn add_child_everywhere(
+        &self,
+        child: &ChildJob,
+        limit: Duration,
+    ) -> Result<(), Error> {
+        let overlay = &self.inner.overlay;
+        let me = self.inner.overlay.node_idx();
+        let body =
+            bytes::Bytes::from(postcard::to_stdvec(child).map_err(|e| Error::InvalidJob {
+                job: child.nspace.clone(),
+                reason: format!("cannot encode the child job: {e}"),
+            })?);
+        let others = (0..child.ranks.len()).filter(|&n| n != me).map(|n| {
+            let body = body.clone();
+            async move {
+                let answer = overlay
+                    .request_within(n, Service::Children, body, limit)
+                    .await;
+                match answer {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(Error::InvalidJob {
+                        job: child.nspace.clone(),
+                        reason: format!("node {n} could not serve it: {e}"),
+                    }),
+                }
+            }
+        });
+        let (here, there) = tokio::join!(
+            self.add_child(child),
+            futures_util::future::join_all(others)
+        );
+        here?;
+        there.into_iter().collect()
+    }
+
     /// What local `rank` of child namespace `nspace` needs: as [`NodeService::env_for`].
     pub async fn child_env(
         &self,
@@ -474,6 +545,21 @@ impl NodeService {
             }
         }
         Ok(wireup)
+    }
+
+    /// [`NodeService::child_env`] for a child served by PMIx alone, whose ranks another process
+    /// forks (a step of their own under Slurm): they cannot inherit a PMI socket from here.
+    pub async fn child_pmix_env(&self, nspace: &str, rank: u32) -> Result<RankWireup, Error> {
+        let Some((pmix, _)) = &self.inner.servers.pmix else {
+            return Err(Error::InvalidJob {
+                job: nspace.to_string(),
+                reason: "this node serves no PMIx".into(),
+            });
+        };
+        Ok(RankWireup {
+            env: pmix.child_env(nspace, rank).await?,
+            ..RankWireup::default()
+        })
     }
 
     /// The launcher reports that local `rank` of child namespace `nspace` exited with `code`:

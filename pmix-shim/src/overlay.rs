@@ -180,6 +180,8 @@ struct Queues {
     names: mpsc::Sender<Incoming>,
     /// The subset-collective coordinator ([`Service::Group`]).
     group: mpsc::Sender<Incoming>,
+    /// Spawned jobs to serve ([`Service::Children`]).
+    children: mpsc::Sender<Incoming>,
 }
 
 impl Queues {
@@ -189,6 +191,7 @@ impl Queues {
             Service::Modex => &self.modex,
             Service::Names => &self.names,
             Service::Group => &self.group,
+            Service::Children => &self.children,
         }
     }
 }
@@ -379,6 +382,7 @@ impl Overlay {
         let (modex_tx, modex_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (names_tx, names_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (group_tx, group_rx) = mpsc::channel(INCOMING_CAPACITY);
+        let (children_tx, children_rx) = mpsc::channel(INCOMING_CAPACITY);
         let (join_tx, join_rx) = watch::channel(JoinState::Joining);
         let shutdown = leave.child_token();
         let tracker = TaskTracker::new();
@@ -406,6 +410,7 @@ impl Overlay {
                 modex: modex_tx,
                 names: names_tx,
                 group: group_tx,
+                children: children_tx,
             },
         );
         tracker.spawn(engine.run(requests_rx, events_rx).instrument(span.clone()));
@@ -421,6 +426,7 @@ impl Overlay {
                     (Service::Modex, modex_rx),
                     (Service::Names, names_rx),
                     (Service::Group, group_rx),
+                    (Service::Children, children_rx),
                 ])),
                 request_timeout: config.request_timeout,
                 shutdown,

@@ -114,6 +114,11 @@ impl JobProcesses {
         }
     }
 
+    /// The pid every admitted process descends from.
+    pub fn root(&self) -> u32 {
+        self.root
+    }
+
     /// [`JobProcesses::admit`] on tokio's blocking pool.
     pub async fn admit_async(
         &self,
@@ -370,5 +375,49 @@ mod tests {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|u| u.parse().ok())
             .unwrap()
+    }
+}
+
+/// The job's processes when they descend from several roots: the embedder's, and roots that
+/// join while the job runs (the slurmstepd of a step whose tasks are the job's spawned ranks).
+#[derive(Debug, Clone)]
+pub struct JobTrees {
+    first: JobProcesses,
+    more: std::sync::Arc<std::sync::Mutex<Vec<JobProcesses>>>,
+}
+
+impl JobTrees {
+    /// The processes of `first` alone, until others join.
+    pub fn new(first: JobProcesses) -> JobTrees {
+        JobTrees {
+            first,
+            more: Default::default(),
+        }
+    }
+
+    /// Admits the descendants of `procs`'s root as well.
+    pub fn join(&self, procs: JobProcesses) {
+        self.lock().push(procs);
+    }
+
+    /// No longer admits the descendants of `root` (unless it is the first).
+    pub fn leave(&self, root: u32) {
+        self.lock().retain(|p| p.root != root);
+    }
+
+    /// [`JobProcesses::admit`] for any of the trees: the first refusal when none admits.
+    pub fn admit(&self, peer: SocketAddr, local: SocketAddr) -> Result<SocketOwner, Refused> {
+        let first = self.first.admit(peer, local);
+        if first.is_ok() {
+            return first;
+        }
+        let more = self.lock().clone();
+        more.iter()
+            .find_map(|p| p.admit(peer, local).ok())
+            .map_or(first, Ok)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<JobProcesses>> {
+        self.more.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

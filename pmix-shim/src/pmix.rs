@@ -114,7 +114,12 @@ pub fn admit_nobody() -> Admit {
 /// Keeps out every other user (whom libpmix's own uid check lets in by trusting the bytes
 /// they send) and every process of the job's user outside the job.
 pub fn admit_job(procs: JobProcesses) -> Admit {
-    Arc::new(move |peer, local| match procs.admit(peer, local) {
+    admit_trees(crate::peer::JobTrees::new(procs))
+}
+
+/// [`admit_job`] for processes of several trees, some joining later.
+pub fn admit_trees(trees: crate::peer::JobTrees) -> Admit {
+    Arc::new(move |peer, local| match trees.admit(peer, local) {
         Ok(_) => true,
         Err(refused) => {
             debug!("PMIx connection refused: {refused}");

@@ -164,6 +164,43 @@ fn child_job(nspace: &str, parent: &str, nodes: usize, n: u32, argv: Vec<String>
     }
 }
 
+/// Without a launcher above the nodes (a Slurm step), the requester's node adds a child on
+/// every node itself: each then serves its ranks; a node that cannot is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_adds_a_child_on_every_node() {
+    let job = "everywhere";
+    let nodes = services(job, &[vec![0], vec![1], vec![2]]).await;
+    let child = child_job("everywhere@1", job, 3, 4, vec!["./kid".into()]);
+    let limit = Duration::from_secs(10);
+    nodes[1].add_child_everywhere(&child, limit).await.unwrap();
+    for r in 0..4u32 {
+        let node = &nodes[r as usize % 3];
+        let w = node.child_env(&child.nspace, r, Some(3)).await.unwrap();
+        assert_eq!(var(&w.env, "PMI_JOBID"), Some(child.nspace.as_str()));
+        assert_eq!(var(&w.env, "PMI_RANK"), Some(r.to_string().as_str()));
+    }
+    // A child placed on a fourth node, which the job does not have: refused, never a hang.
+    let beyond = child_job("everywhere@2", job, 4, 4, vec!["./kid".into()]);
+    let err = nodes[0]
+        .add_child_everywhere(&beyond, limit)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("4 rank lists"), "{err}");
+    // A node that cannot serve it (gone) is named.
+    nodes[2].shutdown().await;
+    let late = child_job("everywhere@3", job, 3, 3, vec!["./kid".into()]);
+    let quick = Duration::from_secs(1);
+    let err = nodes[0]
+        .add_child_everywhere(&late, quick)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("node 2 could not serve it"),
+        "{err}"
+    );
+    stop(&nodes).await;
+}
+
 /// A nested step under srun is a job of its own whose ranks are told what a child's are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_spawned_as_a_job_of_its_own_is_told_its_spawner_appnums_and_preput_keys() {

@@ -21,10 +21,11 @@
 #              on the workers it spawns, UNIVERSE_SIZE - 1 = 3: srun -n1 in an allocation of 4
 #              CPUs (the universe is the job's CPUs). The machine's release only (the venv's
 #              Python is the machine's)
-#   ompi       Open MPI (PMIx), one parent: the spawn fails at once with an error in the
-#              program (not served under srun yet) and the job ends 0 (with two parents Open
-#              MPI 4.1's other rank would wait for the root forever: comm_spawn.c@v4.1.5 skips
-#              the connect on the root only, whatever the launcher)
+#   ompi       Open MPI (PMIx), srun -N2 -n2: as spawn; the children's step hands its tasks
+#              to the parent step's stepds, which serve the child namespace beside the
+#              parents' (plugin/mpi/src/attach.rs)
+#   ompi-die   Open MPI, the children exit 7 before MPI_Init: srun exits 7 within 30 s naming
+#              the spawned job and its host, nothing left on any host
 # Env: CARGO_TARGET_DIR (default <repo>/target).
 set -euo pipefail
 
@@ -114,8 +115,13 @@ if [[ -z $RELEASE ]]; then
   pass "MPICH: MPIPoolExecutor mapped 1,000 items on 3 spawned workers (the job's 4 CPUs less the parent) in ${SECS}s"
 fi
 
-run_timed ompi 60 srun -N1 -n1 --mpi=greedy "$BINDIR/spawn-ompi"
-((RC == 0)) || fail "ompi: srun exited $RC: $OUT $ERR"
-grep -q "^rank 0 of 1: spawn error class" <<<"$OUT" || fail "ompi: the parent got no spawn error: $OUT $ERR"
-no_leftovers ompi
-pass "Open MPI: the spawn fails at once with an error in the program (PMIx spawn is not served under srun), the job ends 0 in ${SECS}s"
+run_timed ompi 120 srun -N2 -n2 --mpi=greedy "$BINDIR/spawn-ompi"
+spawned ompi
+pass "Open MPI: 2 parents spawn 2 children served by the parent step's PMIx servers, both ways checked, in ${SECS}s"
+
+run_timed ompi-die 60 srun -N2 -n2 --mpi=greedy "$BINDIR/spawn-ompi" --children-die
+((RC == 7)) || fail "ompi-die: the children exited 7 but srun exited $RC: $OUT $ERR"
+grep -q "spawned job .*@1 rank 0 on n1 exited with code 7" <<<"$ERR" || fail "ompi-die: srun does not name the spawned rank: $ERR"
+(($(awk -v s="$SECS" 'BEGIN { print (s < 30) }'))) || fail "ompi-die: took ${SECS}s: $ERR"
+no_leftovers ompi-die
+pass "Open MPI: children exiting 7 before MPI_Init: srun exits 7 in ${SECS}s naming the spawned rank and host, nothing left"

@@ -41,7 +41,9 @@ use greedy_pmix::child::PendingSpawn;
 use greedy_pmix::family::Family;
 use greedy_pmix::node::job_end::{EndPolicy, JobEnd, Kill};
 use greedy_pmix::node::{NodeConfig, NodeService};
-use greedy_pmix::peer::JobProcesses;
+use greedy_pmix::peer::{JobProcesses, JobTrees};
+
+use crate::attach::Attachments;
 use greedy_pmix::pmix::Binding;
 use greedy_pmix::rendezvous::{Fixed, Rendezvous};
 use greedy_pmix::{AbortInfo, WallTime};
@@ -103,6 +105,23 @@ pub struct TaskTable {
 }
 
 impl TaskTable {
+    /// The table of a step whose tasks another process serves ([`crate::attach`]): no PMI
+    /// socket, no registration to wait for; the reader of the task records.
+    pub fn served_elsewhere(
+        ranks: HashMap<u32, RankSlot>,
+        job_uid: u32,
+    ) -> std::io::Result<(TaskTable, std::io::PipeReader)> {
+        let (reader, notify) = std::io::pipe()?;
+        let table = TaskTable {
+            ranks,
+            job_uid,
+            notify,
+            registered: None,
+            charm_stdio: None,
+        };
+        Ok((table, reader))
+    }
+
     /// Tells the agent that `rank`'s task has been forked (it holds its socket now), so
     /// slurmstepd can close its own copy, and where the task may run (slurmstepd bound it
     /// before releasing it to the hooks). One `write(2)`: atomic on a pipe.
@@ -237,6 +256,10 @@ pub struct Agent {
     /// Watches for the job's abort; on the node it started on, it reports to srun and kills
     /// the step, which shutdown lets finish (the other nodes' tasks may run on otherwise).
     abort_watch: Option<JoinHandle<()>>,
+    /// PMIx steps: where the steps its ranks spawn attach their tasks.
+    attachments: Option<Attachments>,
+    /// How long the step's end waits for spawned steps still attached (`GreedyFenceTimeout`).
+    children_wait: Duration,
     /// Local tasks that have not exited yet.
     running: tokio::sync::watch::Sender<usize>,
 }
@@ -313,7 +336,12 @@ impl Agent {
         // From here on a failure must stop what runs: `agent` does so when dropped.
         let mut agent = Agent::new(plan)?;
         let rt = agent.runtime.as_ref().expect("set by Agent::new");
-        let mut config = node_config(plan, my_ip)?;
+        // The step's tasks, and the tasks of the steps it spawns, which attach later.
+        let trees = JobTrees::new(JobProcesses::descendants_of(
+            std::process::id(),
+            plan.job_uid,
+        ));
+        let mut config = node_config(plan, my_ip, &trees)?;
         let register_timeout = config.pmix.register_timeout;
         let local = &plan.ranks[plan.node_idx];
         let (out_tx, out_rx) = tokio::sync::mpsc::channel(OUTPUT_CAPACITY);
@@ -327,7 +355,17 @@ impl Agent {
             .map_err(shim)?;
         agent.service = Some(service.clone());
         if let Some(requests) = service.take_spawns() {
-            rt.spawn(forward_spawns(requests, plan.clone()).instrument(span.clone()));
+            let forward = forward_spawns(requests, plan.clone(), service.clone());
+            rt.spawn(forward.instrument(span.clone()));
+        }
+        if plan.protocol.families().contains(&Family::Pmix) {
+            let _rt = rt.enter();
+            let _span = span.enter();
+            // Without it only a PMIx spawn fails (its step cannot attach), saying why.
+            match Attachments::start(plan, service.clone(), trees) {
+                Ok(a) => agent.attachments = Some(a),
+                Err(e) => warn!("mpi/greedy: spawned steps cannot attach here: {e}"),
+            }
         }
         let stdio = charm_stdio.as_ref().map(|(_, stdio)| stdio.clone());
         agent.abort_watch = Some(agent.watch_end(plan, hooks, stdio.clone(), &span));
@@ -376,6 +414,8 @@ impl Agent {
             leave: CancellationToken::new(),
             exits: TaskTracker::new(),
             abort_watch: None,
+            attachments: None,
+            children_wait: plan.fence_timeout,
             running: tokio::sync::watch::Sender::new(plan.ranks[plan.node_idx].len()),
         })
     }
@@ -462,6 +502,17 @@ impl Agent {
                 leave.cancel();
             }
         });
+        if let Some(attachments) = self.attachments.take() {
+            // Spawned ranks still running need this node's PMIx server; not after an abort,
+            // which ends them too.
+            let aborted = overlay.aborted().borrow().is_some();
+            let wait = if aborted {
+                Duration::ZERO
+            } else {
+                self.children_wait
+            };
+            rt.block_on(attachments.finish(wait));
+        }
         let fences = service.fences();
         let exits = self.exits.clone();
         exits.close();
@@ -518,14 +569,28 @@ fn step_rendezvous(plan: &StepPlan, hooks: &Hooks) -> Result<StepRendezvous, Err
     })
 }
 
+/// How long adding a PMIx child on every node of the step may take.
+const ADD_CHILD_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Local ranks' spawn requests, each asked of srun, which starts it as a nested step
-/// ([`crate::nested`]), and answered as srun says.
-async fn forward_spawns(mut requests: tokio::sync::mpsc::Receiver<PendingSpawn>, plan: StepPlan) {
+/// ([`crate::nested`]; a PMIx child added on every node first, [`crate::attach`]), and
+/// answered as srun says.
+async fn forward_spawns(
+    mut requests: tokio::sync::mpsc::Receiver<PendingSpawn>,
+    plan: StepPlan,
+    service: NodeService,
+) {
     while let Some(pending) = requests.recv().await {
-        let plan = plan.clone();
+        let (plan, service) = (plan.clone(), service.clone());
         let ask = async move {
             let (job, node) = (&plan.kvsname, plan.node_idx);
-            match ask_spawn(plan.srun, job, &plan.secret, node, &pending.request).await {
+            let add = async |child| {
+                let added = service
+                    .add_child_everywhere(&child, ADD_CHILD_TIMEOUT)
+                    .await;
+                added.map_err(|e| e.to_string())
+            };
+            match ask_spawn(plan.srun, job, &plan.secret, node, &pending.request, add).await {
                 Ok(nspace) => pending.started(nspace),
                 Err(why) => pending.refused(why),
             }
@@ -534,8 +599,8 @@ async fn forward_spawns(mut requests: tokio::sync::mpsc::Receiver<PendingSpawn>,
     }
 }
 
-/// The node service's settings for `plan`, its overlay on `my_ip`.
-fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
+/// The node service's settings for `plan`, its overlay on `my_ip`; PMIx admits `trees`.
+fn node_config(plan: &StepPlan, my_ip: IpAddr, trees: &JobTrees) -> Result<NodeConfig, Error> {
     let node = plan.node();
     // Only the step's tasks (this slurmstepd's descendants, as the job's user) reach the
     // PMIx and netlrts endpoints at all.
@@ -546,6 +611,7 @@ fn node_config(plan: &StepPlan, my_ip: IpAddr) -> Result<NodeConfig, Error> {
             node: node.to_string(),
             reason: format!("{e} (its NodeAddr)"),
         })?;
+    config.pmix.admit = greedy_pmix::pmix::admit_trees(trees.clone());
     if let Choice::Ports { port } = plan.rendezvous {
         config.overlay.bind = SocketAddr::new(my_ip, port);
     }
@@ -956,6 +1022,7 @@ mod tests {
             shutdown_timeout: Duration::from_millis(500),
             origin: None,
             universe: None,
+            attach: None,
         }
     }
 

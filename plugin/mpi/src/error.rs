@@ -42,6 +42,16 @@ pub enum Error {
     /// An mpi.conf setting is wrong.
     #[error(transparent)]
     Conf(#[from] greedy_slurm::ConfError),
+    /// A spawned step's tasks could not be handed to the parent step ([`crate::attach`]).
+    #[error("{node}: cannot attach to step {parent}'s service: {reason}")]
+    Attach {
+        /// The node.
+        node: String,
+        /// The parent step, `J.S`.
+        parent: String,
+        /// Why.
+        reason: String,
+    },
     /// A node's address could not be found or resolved.
     #[error("{node}: address of {host}: {reason}")]
     Address {

@@ -12,6 +12,7 @@
 #![allow(unreachable_pub)]
 
 use crate::agent::{self, Agent, Hooks, RankSlot, TaskRecord, TaskTable};
+use crate::attach::Attached;
 use crate::config::MpiConfig;
 use crate::plan::{self, StepPlan};
 use crate::srun::Client;
@@ -42,6 +43,8 @@ pub static plugin_id: u32 = crate::PLUGIN_ID;
 
 /// This stepd's agent, from `prefork` to `fini`.
 static AGENT: Mutex<Option<Agent>> = Mutex::new(None);
+/// A spawned step's stepd: its tasks' hold on the parent step's service, until `fini`.
+static ATTACHED: Mutex<Option<Attached>> = Mutex::new(None);
 /// What the task hook reads after fork: set once in `prefork`, never locked.
 static TASKS: OnceLock<TaskTable> = OnceLock::new();
 
@@ -69,6 +72,10 @@ pub extern "C" fn fini() -> c_int {
         let agent = AGENT.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(agent) = agent {
             agent.shutdown();
+        }
+        let attached = ATTACHED.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(attached) = attached {
+            attached.shutdown();
         }
         SLURM_SUCCESS
     })
@@ -217,6 +224,19 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
             if slot.is_some() || TASKS.get().is_some() {
                 log::error("mpi/greedy: prefork called twice in one slurmstepd");
                 return SLURM_ERROR;
+            }
+            if let Some(attach) = &plan.attach {
+                return match Attached::start(&plan, attach) {
+                    Ok((attached, tasks)) => {
+                        *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some(attached);
+                        let _ = TASKS.set(tasks);
+                        SLURM_SUCCESS
+                    }
+                    Err(e) => {
+                        log::error(&format!("mpi/greedy: {e}"));
+                        SLURM_ERROR
+                    }
+                };
             }
             match Agent::start(&plan, &hooks) {
                 Ok((agent, tasks)) => {

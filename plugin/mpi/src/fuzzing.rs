@@ -50,6 +50,14 @@ pub fn rendezvous_line(data: &[u8]) {
             rendezvous::verify(secret, "1.0", *node, &statement, mac)
         }
         Line::Created(..) => false,
+        Line::Add(node, seq, mac, hex) => {
+            let statement = rendezvous::add_statement(*seq, hex);
+            rendezvous::verify(secret, "1.0", *node, &statement, mac)
+        }
+        Line::Added(node, seq, result, mac) => {
+            let statement = rendezvous::added_statement(*seq, result);
+            rendezvous::verify(secret, "1.0", *node, &statement, mac)
+        }
         Line::Spawned(node, result, mac) => {
             let statement = rendezvous::spawned_statement(result);
             rendezvous::verify(secret, "1.0", *node, &statement, mac)

@@ -7,8 +7,9 @@
 //! Reading order: [`plan`] (sans-I/O: srun's layout → private variables; a stepd's env → what
 //! it serves; which protocol), [`config`] (the `Greedy*` keys of Slurm's mpi.conf), [`rendezvous`]
 //! (how a stepd learns its overlay parent's address when the step has no reserved ports),
-//! [`srun`] (srun's side), [`nested`] (a rank's spawn as a nested step), [`agent`]
-//! (slurmstepd's side), [`logging`], then `exports.rs`
+//! [`srun`] (srun's side), [`nested`] (a rank's spawn as a nested step), [`attach`] (a PMIx
+//! child step's tasks served by the parent step), [`agent`] (slurmstepd's side), [`logging`],
+//! then `exports.rs`
 //! (the C entry points, thin trampolines into greedy-sys).
 //!
 //! ```
@@ -34,8 +35,8 @@
 //! **Non-goals:** no Slurm-internal struct beyond the documented hook arguments and the
 //! leading fields of the stepd's `stepd_step_rec_t` (ids, counts, uid, gid, node name, the het
 //! step's nodes and ranks: the authority a root stepd acts on, never the user's launch env), no
-//! srun-side forwarding of KVS data (srun only helps nodes find each other), no PMIx spawn
-//! (its children would need the parents' PMIx server), no node shared by two components of a
+//! srun-side forwarding of KVS data (srun only helps nodes find each other), no node shared by
+//! two components of a
 //! het step, no settings a stepd reads itself (srun reads mpi.conf's `Greedy*` keys
 //! and passes them to every node), no non-root PMIx jobs yet (libpmix's directory is not
 //! handed to the job's uid).
@@ -44,6 +45,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod attach;
 pub mod charm;
 pub mod choice;
 pub mod config;

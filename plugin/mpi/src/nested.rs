@@ -33,13 +33,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use greedy_pmix::WallTime;
-use greedy_pmix::child::{self, SpawnApp, SpawnOrigin, SpawnRequest};
+use greedy_pmix::child::{self, ChildJob, SpawnApp, SpawnOrigin, SpawnRequest};
 use greedy_pmix::family::Family;
 use tokio::sync::oneshot;
 
 use crate::agent::KillStepFn;
-use crate::plan::{self, Protocol};
-use crate::rendezvous::{ExitReport, Reports, Spawner};
+use crate::plan;
+use crate::rendezvous::{Answer, ExitReport, Reports, Spawner};
 
 /// How often a nested srun's watcher looks at it.
 const POLL: Duration = Duration::from_millis(50);
@@ -48,8 +48,9 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 /// How long a nested srun may take to create its step (Slurm retries a step that does not fit
 /// yet): then the spawn is refused and the srun ended.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a nested srun waits for its spawner's word that it heard of the step.
-const TELL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a nested srun waits for its spawner's word that it may launch (a PMIx child is
+/// added on every node of the parent step first, `agent::ADD_CHILD_TIMEOUT`).
+const TELL_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// The parent step, as the nested sruns need it.
 pub struct Parent {
@@ -59,6 +60,8 @@ pub struct Parent {
     pub job_id: u32,
     /// Its step id: the step killed when a child fails.
     pub step_id: u32,
+    /// Its hosts, in node-index order: where a PMIx spawn's children run.
+    pub hosts: Vec<String>,
     /// The srun to run (this process's own executable).
     pub srun: PathBuf,
     /// Asks slurmctld to kill a step.
@@ -106,17 +109,52 @@ struct Spawn {
     nspace: String,
     /// Its nested srun's proof that it speaks for this spawn.
     ticket: greedy_pmix::JobSecret,
-    /// The requester's answer, until it is given.
+    /// The requester's answer, while its connection waits for it.
     reply: Option<oneshot::Sender<Result<String, String>>>,
+    /// The answer given while no connection waited (a PMIx requester still adding).
+    outcome: Option<Result<String, String>>,
     /// Its step exists: from now on its failure is the family's.
     created: bool,
+    /// A PMIx child: whether the requester's node added it everywhere, once it says.
+    added: Option<bool>,
+    pmix: bool,
+    /// The nested srun's wait to launch its tasks (a PMIx child not yet added everywhere).
+    launch: Option<oneshot::Sender<bool>>,
 }
 
 impl Spawn {
+    /// Answers the requester (once).
     fn answer(&mut self, result: Result<String, String>) {
-        if let Some(reply) = self.reply.take() {
-            let _ = reply.send(result);
+        match self.reply.take() {
+            Some(reply) => {
+                let _ = reply.send(result);
+            }
+            None => {
+                self.outcome.get_or_insert(result);
+            }
         }
+    }
+
+    /// Where the requester's answer goes: given at once if there is one already.
+    fn await_answer(&mut self) -> oneshot::Receiver<Result<String, String>> {
+        let (tx, rx) = oneshot::channel();
+        match self.outcome.take() {
+            Some(result) => {
+                let _ = tx.send(result);
+            }
+            None => self.reply = Some(tx),
+        }
+        rx
+    }
+
+    /// The step exists and (a PMIx child) was added everywhere: it launches, and the
+    /// requester is answered.
+    fn go(&mut self) {
+        if let Some(launch) = self.launch.take() {
+            let _ = launch.send(true);
+        }
+        let nspace = self.nspace.clone();
+        self.answer(Ok(nspace));
     }
 }
 
@@ -152,10 +190,15 @@ impl NestedSteps {
         lock(&self.state)
     }
 
-    /// Starts spawn `seq`'s nested srun and its watcher.
-    fn start(&self, node: usize, seq: u32, request: &SpawnRequest) -> Result<Spawn, String> {
+    /// Starts spawn `seq`'s nested srun and its watcher; a PMIx spawn's child job.
+    fn start(
+        &self,
+        node: usize,
+        seq: u32,
+        request: &SpawnRequest,
+    ) -> Result<(Spawn, Option<ChildJob>), String> {
         let nspace = child::nspace(&self.parent.name, seq);
-        let nested = command(request, &self.parent, &nspace)?;
+        let nested = command(request, &self.parent, &nspace, node)?;
         let ticket = greedy_pmix::JobSecret::generate();
         let (tail, multi_prog) = match nested.programs {
             Programs::One(argv) => (argv, None),
@@ -203,36 +246,50 @@ impl NestedSteps {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(handle);
-        Ok(Spawn {
+        let spawn = Spawn {
             nspace,
             ticket,
             reply: None,
+            outcome: None,
             created: false,
-        })
+            added: None,
+            pmix: false,
+            launch: None,
+        };
+        Ok((spawn, nested.child))
     }
 }
 
 impl Spawner for NestedSteps {
-    fn spawn(
-        &self,
-        node: usize,
-        request: SpawnRequest,
-    ) -> oneshot::Receiver<Result<String, String>> {
+    fn spawn(&self, node: usize, request: SpawnRequest) -> oneshot::Receiver<Answer> {
         let (tx, rx) = oneshot::channel();
         // The lock is held while the srun starts, so its watcher finds the spawn recorded.
         let mut st = self.lock();
         if st.closed {
-            let _ = tx.send(Err("the job is ending".into()));
+            let _ = tx.send(Answer::Done(Err("the job is ending".into())));
             return rx;
         }
         let seq = st.spawns.len() as u32 + 1;
         match self.start(node, seq, &request) {
-            Ok(mut spawn) => {
-                spawn.reply = Some(tx);
+            Ok((mut spawn, Some(child))) => {
+                let _ = tx.send(Answer::Add(seq, child));
+                spawn.pmix = true;
                 st.spawns.insert(seq, spawn);
             }
+            Ok((mut spawn, None)) => {
+                let (reply, answer) = oneshot::channel();
+                spawn.reply = Some(reply);
+                st.spawns.insert(seq, spawn);
+                // The final answer comes when the step exists (or cannot).
+                tokio::spawn(async move {
+                    let result = answer
+                        .await
+                        .unwrap_or_else(|_| Err("srun dropped the spawn".into()));
+                    let _ = tx.send(Answer::Done(result));
+                });
+            }
             Err(why) => {
-                let _ = tx.send(Err(why));
+                let _ = tx.send(Answer::Done(Err(why)));
             }
         }
         rx
@@ -247,13 +304,50 @@ impl Spawner for NestedSteps {
             .is_some_and(|(spawn, theirs)| spawn.ticket.same_as(&theirs))
     }
 
-    fn created(&self, seq: u32) {
+    fn created(&self, seq: u32) -> oneshot::Receiver<bool> {
+        let (tx, rx) = oneshot::channel();
         let mut st = self.lock();
-        if let Some(spawn) = st.spawns.get_mut(&seq) {
-            spawn.created = true;
-            let nspace = spawn.nspace.clone();
-            spawn.answer(Ok(nspace));
+        let Some(spawn) = st.spawns.get_mut(&seq) else {
+            let _ = tx.send(false);
+            return rx;
+        };
+        spawn.created = true;
+        spawn.launch = Some(tx);
+        match (spawn.pmix, spawn.added) {
+            (false, _) | (true, Some(true)) => spawn.go(),
+            (true, Some(false)) => drop(spawn.launch.take()),
+            (true, None) => {}
         }
+        rx
+    }
+
+    fn added(
+        &self,
+        seq: u32,
+        result: Result<(), String>,
+    ) -> oneshot::Receiver<Result<String, String>> {
+        let mut st = self.lock();
+        let Some(spawn) = st
+            .spawns
+            .get_mut(&seq)
+            .filter(|s| s.pmix && s.added.is_none())
+        else {
+            let (tx, rx) = oneshot::channel();
+            let _ = tx.send(Err(format!("no PMIx spawn {seq} waits to be added")));
+            return rx;
+        };
+        let answer = spawn.await_answer();
+        spawn.added = Some(result.is_ok());
+        match result {
+            Err(why) => {
+                // Its srun, told not to launch, fails and ends; the requester hears why now.
+                drop(spawn.launch.take());
+                spawn.answer(Err(why));
+            }
+            Ok(()) if spawn.created => spawn.go(),
+            Ok(()) => {}
+        }
+        answer
     }
 }
 
@@ -266,6 +360,9 @@ pub struct NestedCommand {
     pub env: Vec<(String, String)>,
     /// What its tasks run.
     pub programs: Programs,
+    /// A PMIx spawn: the child job the parent step serves, on every node, before the nested
+    /// step launches.
+    pub child: Option<ChildJob>,
 }
 
 /// What a nested step's tasks run.
@@ -278,22 +375,18 @@ pub enum Programs {
     Many(String),
 }
 
-/// The nested srun for `request` of `parent`'s rank, the child named `nspace`; PMI only.
-/// Several programs run as one step through `--multi-prog`; when every program names its
-/// hosts, each rank goes to its program's (`--distribution=arbitrary`), else Slurm places all
-/// of them on the hosts named, or anywhere in the allocation.
+/// The nested srun for `request` of a rank on `parent`'s node `node`, the child named
+/// `nspace`. Several programs run as one step through `--multi-prog`. A PMI child is a job of
+/// its own: when every program names its hosts, each rank goes to its program's
+/// (`--distribution=arbitrary`), else Slurm places all of them on the hosts named, or anywhere
+/// in the allocation. A PMIx child is served by the parent step ([`crate::attach`]): each
+/// rank is placed on one of the parent's nodes here.
 pub fn command(
     request: &SpawnRequest,
     parent: &Parent,
     nspace: &str,
+    node: usize,
 ) -> Result<NestedCommand, String> {
-    if request.family != Family::Pmi {
-        return Err(format!(
-            "spawn under srun --mpi=greedy serves PMI-1/PMI-2 (MPICH, Intel MPI); {} spawn \
-             (Open MPI) needs greedyrun",
-            request.family
-        ));
-    }
     let apps = &request.apps;
     let first = apps.first().ok_or("a spawn of no program")?;
     if apps.iter().any(|a| a.cwd != first.cwd) {
@@ -307,16 +400,38 @@ pub fn command(
         format!("--ntasks={total}"),
         format!("--job-name={nspace}"),
     ];
-    args.extend(placement(apps));
+    let mut env: Vec<(String, String)> = apps.iter().flat_map(|a| a.env.clone()).collect();
+    let (child, protocol) = match request.family {
+        Family::Pmi => {
+            args.extend(placement(apps));
+            env.push((
+                plan::VAR_ORIGIN.into(),
+                plan::encode_origin(&origin(request, parent)),
+            ));
+            (None, plan::Protocol::Pmi)
+        }
+        Family::Pmix => {
+            let on = parent_nodes(apps, parent, node)?;
+            let hosts: Vec<&str> = on.iter().map(|&n| parent.hosts[n].as_str()).collect();
+            args.push(format!("--nodelist={}", hosts.join(",")));
+            args.push("--distribution=arbitrary".into());
+            let mut ranks = vec![Vec::new(); parent.hosts.len()];
+            for (rank, &n) in on.iter().enumerate() {
+                ranks[n].push(rank as u32);
+            }
+            let attach = plan::Attach {
+                parent_step: parent.step_id,
+                nspace: nspace.to_string(),
+            };
+            env.push((plan::VAR_ATTACH.into(), attach.encode()));
+            let child = ChildJob::new(nspace.to_string(), request, ranks, None);
+            (Some(child), plan::Protocol::Pmix)
+        }
+        Family::Charm => return Err("a spawn from a Charm++ process".into()),
+    };
     if let Some(cwd) = &first.cwd {
         args.push(format!("--chdir={cwd}"));
     }
-    let app_starts = apps
-        .iter()
-        .scan(0, |next, a| {
-            Some(std::mem::replace(next, *next + a.maxprocs))
-        })
-        .collect();
     let programs = match apps.as_slice() {
         [app] => Programs::One(
             std::iter::once(&app.program)
@@ -326,16 +441,8 @@ pub fn command(
         ),
         _ => Programs::Many(multi_prog(apps)?),
     };
-    let origin = SpawnOrigin {
-        spawner: parent.name.clone(),
-        preput: request.preput.clone(),
-        app_starts,
-    };
-    let mut env: Vec<(String, String)> = apps.iter().flat_map(|a| a.env.clone()).collect();
-    env.push((plan::VAR_ORIGIN.into(), plan::encode_origin(&origin)));
-    // The children run the parents' MPI: the step serves PMI alone, without starting the
-    // PMIx and netlrts servers it would not use.
-    env.push((plan::USER_PROTOCOL.into(), Protocol::Pmi.to_string()));
+    // The children run the parents' MPI: the step serves that family alone.
+    env.push((plan::USER_PROTOCOL.into(), protocol.to_string()));
     let paths: Vec<&str> = apps.iter().filter_map(|a| a.path.as_deref()).collect();
     if !paths.is_empty() {
         let inherited = std::env::var("PATH").unwrap_or_default();
@@ -345,7 +452,52 @@ pub fn command(
         args,
         env,
         programs,
+        child,
     })
+}
+
+/// What a PMI child is told of where it came from.
+fn origin(request: &SpawnRequest, parent: &Parent) -> SpawnOrigin {
+    let app_starts = (request.apps.iter())
+        .scan(0, |next, a| {
+            Some(std::mem::replace(next, *next + a.maxprocs))
+        })
+        .collect();
+    SpawnOrigin {
+        spawner: parent.name.clone(),
+        preput: request.preput.clone(),
+        app_starts,
+    }
+}
+
+/// The parent's node each rank of a PMIx child runs on: its program's hosts in turn when it
+/// names some (each must be one of the parent's nodes, which serve the child), else the
+/// parent's nodes in turn from the requester's.
+fn parent_nodes(apps: &[SpawnApp], parent: &Parent, node: usize) -> Result<Vec<usize>, String> {
+    let n_nodes = parent.hosts.len().max(1);
+    let (mut on, mut unnamed) = (Vec::new(), 0);
+    for app in apps {
+        let named: Vec<usize> = (app.hosts.iter())
+            .map(|h| {
+                (parent.hosts.iter().position(|p| p == h)).ok_or_else(|| {
+                    format!(
+                        "host {h}: a PMIx spawn under srun runs on the step's own nodes ({})",
+                        parent.hosts.join(",")
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        for i in 0..app.maxprocs as usize {
+            on.push(match named.is_empty() {
+                true => {
+                    unnamed += 1;
+                    (node + unnamed - 1) % n_nodes
+                }
+                false => named[i % named.len()],
+            });
+        }
+    }
+    Ok(on)
 }
 
 /// srun's placement options for `apps`: each rank on its program's hosts in turn when every
@@ -622,6 +774,7 @@ mod tests {
             name: "7.0".into(),
             job_id: 7,
             step_id: 0,
+            hosts: vec!["n1".into(), "n2".into(), "n3".into()],
             srun: "/bin/false".into(),
             kill_step: Arc::new(|_, _| true),
         }
@@ -652,7 +805,9 @@ mod tests {
             args,
             env,
             programs,
-        } = command(&request(Family::Pmi, 1), &parent(), "7.0@1").unwrap();
+            child,
+        } = command(&request(Family::Pmi, 1), &parent(), "7.0@1", 0).unwrap();
+        assert_eq!(child, None);
         assert_eq!(
             args,
             [
@@ -684,7 +839,7 @@ mod tests {
         r.apps[1].maxprocs = 1;
         r.apps[1].hosts = vec!["n3".into()];
         r.apps[1].args = vec!["50% it's".into(), "".into()];
-        let nested = command(&r, &parent(), "7.0@2").unwrap();
+        let nested = command(&r, &parent(), "7.0@2", 0).unwrap();
         assert!(nested.args.contains(&"--ntasks=4".to_string()));
         assert!(nested.args.contains(&"--nodelist=n1,n2,n1,n3".to_string()));
         assert!(
@@ -700,28 +855,68 @@ mod tests {
         assert_eq!(origin.app_starts, [0, 3]);
         // Without hosts for every program Slurm places them all.
         r.apps[1].hosts.clear();
-        let nested = command(&r, &parent(), "7.0@3").unwrap();
+        let nested = command(&r, &parent(), "7.0@3", 0).unwrap();
         assert!(nested.args.contains(&"--nodelist=n1,n2".to_string()));
         assert!(!nested.args.iter().any(|a| a.starts_with("--distribution")));
         r.apps[1].args = vec!["two\nlines".into()];
         assert!(
-            command(&r, &parent(), "7.0@4")
+            command(&r, &parent(), "7.0@4", 0)
                 .unwrap_err()
                 .contains("line break")
         );
         r.apps[1].args.clear();
         r.apps[1].cwd = None;
         assert!(
-            command(&r, &parent(), "7.0@5")
+            command(&r, &parent(), "7.0@5", 0)
                 .unwrap_err()
                 .contains("working directories")
         );
     }
 
     #[test]
-    fn pmix_is_refused_saying_why() {
-        let pmix = command(&request(Family::Pmix, 1), &parent(), "7.0@1").unwrap_err();
-        assert!(pmix.contains("greedyrun"), "{pmix}");
+    fn a_pmix_spawn_runs_on_the_parents_nodes_attached_to_them() {
+        let mut r = request(Family::Pmix, 2);
+        r.apps[1].maxprocs = 2;
+        r.apps[1].hosts = vec![];
+        let nested = command(&r, &parent(), "7.0@1", 1).unwrap();
+        // App 0 names n1 and n2 in turn; app 1 none: the parent's nodes in turn from the
+        // requester's (n2, n3).
+        assert!(
+            nested
+                .args
+                .contains(&"--nodelist=n1,n2,n1,n2,n3".to_string())
+        );
+        assert!(
+            nested
+                .args
+                .contains(&"--distribution=arbitrary".to_string())
+        );
+        let attach = (nested.env.iter())
+            .find(|(k, _)| k == plan::VAR_ATTACH)
+            .unwrap();
+        assert_eq!(
+            plan::Attach::decode(&attach.1).unwrap(),
+            plan::Attach {
+                parent_step: 0,
+                nspace: "7.0@1".into()
+            }
+        );
+        assert!(
+            nested
+                .env
+                .contains(&(plan::USER_PROTOCOL.into(), "pmix".into()))
+        );
+        assert!(nested.env.iter().all(|(k, _)| k != plan::VAR_ORIGIN));
+        let child = nested.child.unwrap();
+        assert_eq!(child.ranks, [vec![0, 2], vec![1, 3], vec![4]]);
+        assert_eq!((child.apps[1].first_rank, child.requester), (3, 1));
+        // A host outside the parent step cannot serve the child.
+        r.apps[0].hosts = vec!["n9".into()];
+        let outside = command(&r, &parent(), "7.0@2", 0).unwrap_err();
+        assert!(
+            outside.contains("n9") && outside.contains("n1,n2,n3"),
+            "{outside}"
+        );
     }
 
     /// A fake srun: says its step exists (as `tell_spawner` does) unless told to fail
@@ -802,7 +997,8 @@ exit "$code"
             let (addr, secret) = (l.addr, l.secret.clone());
             async move {
                 let request = with_last_arg(arg);
-                crate::rendezvous::ask_spawn(addr, "7.0", &secret, 1, &request).await
+                let add = async |_| Err("a PMI spawn has no child".to_string());
+                crate::rendezvous::ask_spawn(addr, "7.0", &secret, 1, &request, add).await
             }
         };
         assert_eq!(ask("0").await, Ok("7.0@1".into()));

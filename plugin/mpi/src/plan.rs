@@ -43,13 +43,17 @@ pub const VAR_TIMEOUTS: &str = "GREEDY_MPI_TIMEOUTS";
 /// ([`greedy_pmix::child::SpawnOrigin`], postcard, hex). Set in the nested srun's own
 /// environment, which srun copies into the launch env.
 pub const VAR_ORIGIN: &str = "GREEDY_MPI_ORIGIN";
+/// A step whose tasks are ranks of a PMIx job spawned by another step of the job
+/// (`<parent step id> <child namespace>`, [`crate::attach`]): its stepds serve nothing, and
+/// hand each task to the parent step's stepd on the node, which serves the child namespace.
+pub const VAR_ATTACH: &str = "GREEDY_MPI_ATTACH";
 /// A nested srun's proof for its spawner (`port seq ticket`, [`crate::nested::tell_spawner`]).
 pub const VAR_TICKET: &str = "GREEDY_MPI_TICKET";
 /// The job's CPUs, as srun's environment gives them (`SLURM_JOB_CPUS_PER_NODE`): what
 /// `MPI_UNIVERSE_SIZE` tells the ranks, the processes the job and those it spawns may have.
 pub const VAR_UNIVERSE: &str = "GREEDY_MPI_UNIVERSE";
 /// Every private variable, removed from the job env in `prefork`.
-pub const PRIVATE_VARS: [&str; 12] = [
+pub const PRIVATE_VARS: [&str; 13] = [
     VAR_JOB,
     VAR_HOSTS,
     VAR_RANKS,
@@ -62,6 +66,7 @@ pub const PRIVATE_VARS: [&str; 12] = [
     VAR_ORIGIN,
     VAR_TICKET,
     VAR_UNIVERSE,
+    VAR_ATTACH,
 ];
 
 /// The CPUs of a job from Slurm's `SLURM_JOB_CPUS_PER_NODE` (`4(x5),2`: 22); `None` if the
@@ -301,6 +306,36 @@ pub struct StepPlan {
     pub origin: Option<greedy_pmix::child::SpawnOrigin>,
     /// The job's CPUs ([`VAR_UNIVERSE`]), if srun said.
     pub universe: Option<u32>,
+    /// The step's tasks are a PMIx child of another step ([`VAR_ATTACH`]).
+    pub attach: Option<Attach>,
+}
+
+/// A step whose tasks another step serves ([`VAR_ATTACH`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attach {
+    /// The parent step (of the same job: the job id is Slurm's record of this step).
+    pub parent_step: u32,
+    /// The child namespace the tasks are ranks of.
+    pub nspace: String,
+}
+
+impl Attach {
+    /// [`VAR_ATTACH`]'s value.
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.parent_step, self.nspace)
+    }
+
+    /// [`VAR_ATTACH`]'s value read back.
+    pub fn decode(text: &str) -> Option<Attach> {
+        let (step, nspace) = text.split_once(' ')?;
+        let ok = !nspace.is_empty() && !nspace.contains(char::is_whitespace);
+        ok.then(|| {
+            Some(Attach {
+                parent_step: step.parse().ok()?,
+                nspace: nspace.to_string(),
+            })
+        })?
+    }
 }
 
 /// srun's listener, from the job env: `SLURM_SRUN_COMM_HOST` (slurmd's view of srun's
@@ -342,6 +377,7 @@ struct OwnFields {
     timeouts: [Duration; 3],
     origin: Option<greedy_pmix::child::SpawnOrigin>,
     universe: Option<u32>,
+    attach: Option<Attach>,
 }
 
 impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
@@ -527,6 +563,12 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             ),
             None => None,
         };
+        let attach = match (self.get)(VAR_ATTACH) {
+            Some(text) => Some(Attach::decode(&text).ok_or_else(|| {
+                self.bad(VAR_ATTACH, &text, "not `<parent step> <namespace>`".into())
+            })?),
+            None => None,
+        };
         Ok(OwnFields {
             secret,
             model,
@@ -536,6 +578,7 @@ impl<G: Fn(&str) -> Option<String>> StepEnv<G> {
             timeouts,
             origin,
             universe,
+            attach,
         })
     }
 
@@ -646,6 +689,7 @@ impl StepPlan {
             shutdown_timeout,
             origin: own.origin,
             universe: own.universe,
+            attach: own.attach,
         })
     }
 

@@ -22,9 +22,15 @@
 //!   answered `N <node> <mac> <nspace>` once srun started it as a nested step
 //!   ([`crate::nested`]) or `E <node> <mac> <reason>` (`mac` over `spawned <nspace>` or
 //!   `refused <reason>`) ([`ask_spawn`]).
+//!   A PMIx spawn ([`crate::attach`]) is answered first with `D <node> <seq> <mac> <hex>`
+//!   (`hex`: greedy-pmix's `ChildJob`; `mac` over `add <seq> <hex>`): the stepd adds the child
+//!   on every node of its step, then says `G <node> <seq> <mac>` (`mac` over `added <seq>`) or
+//!   `F <node> <seq> <mac> <reason>` (`mac` over `failed <seq> <reason>`) on the same
+//!   connection, which srun answers with the `N` or `E` above.
 //! - `C <seq> <ticket>`: spawn `seq`'s nested srun says Slurm created its step (nested srun →
-//!   srun, from its `client_prelaunch`), answered `K`; `ticket` is a random secret of that
-//!   spawn alone, given to that srun only ([`crate::nested::tell_spawner`]).
+//!   srun, from its `client_prelaunch`), answered `K` (for a PMIx spawn once the child was
+//!   added everywhere) or `R` (it was not); `ticket` is a random secret of that spawn alone,
+//!   given to that srun only ([`crate::nested::tell_spawner`]).
 //!
 //! `mac` is the hex of greedy-pmix's signed statement (`auth::sign`: HMAC-SHA256 under the
 //! step secret, labelled, over the job, the node and `<addr>` or `exit <code> <at> <reason>`):
@@ -53,7 +59,9 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use greedy_pmix::auth::{Admission, Gate, Unproven};
-use greedy_pmix::{JobSecret, WallTime, auth, child::SpawnRequest, rendezvous::Rendezvous};
+use greedy_pmix::child::{ChildJob, SpawnRequest};
+use greedy_pmix::{JobSecret, WallTime, auth, rendezvous::Rendezvous};
+use tokio::sync::oneshot;
 
 /// Longest line accepted: a command, a node index, an IPv6 socket address and a 64-digit MAC.
 pub const MAX_LINE: usize = 256;
@@ -147,6 +155,10 @@ pub enum Line {
     Spawned(usize, Result<String, String>, String),
     /// `C seq ticket`: spawn `seq`'s nested srun created its step.
     Created(u32, String),
+    /// `D node seq mac hex`: add child job `hex` of spawn `seq` on every node first.
+    Add(usize, u32, String, String),
+    /// `G node seq mac` (added) or `F node seq mac reason` (not).
+    Added(usize, u32, Result<(), String>, String),
 }
 
 impl Display for Line {
@@ -162,6 +174,9 @@ impl Display for Line {
             Line::Spawned(node, Ok(nspace), mac) => write!(f, "N {node} {mac} {nspace}"),
             Line::Spawned(node, Err(reason), mac) => write!(f, "E {node} {mac} {reason}"),
             Line::Created(seq, ticket) => write!(f, "C {seq} {ticket}"),
+            Line::Add(node, seq, mac, hex) => write!(f, "D {node} {seq} {mac} {hex}"),
+            Line::Added(node, seq, Ok(()), mac) => write!(f, "G {node} {seq} {mac}"),
+            Line::Added(node, seq, Err(why), mac) => write!(f, "F {node} {seq} {mac} {why}"),
         }
     }
 }
@@ -192,6 +207,25 @@ pub fn parse(line: &str) -> Result<Line, String> {
             let text = it.next().unwrap_or_default().to_string();
             let result = if started { Ok(text) } else { Err(text) };
             return Ok(Line::Spawned(node, result, mac.to_string()));
+        }
+    }
+    for prefix in ["D ", "G ", "F "] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            let mut it = rest.splitn(4, ' ');
+            let node = it.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+            let seq = it.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+            let mac = it
+                .next()
+                .filter(|m| !m.is_empty())
+                .ok_or_else(bad)?
+                .to_string();
+            let text = it.next().unwrap_or_default().to_string();
+            return Ok(match prefix {
+                "D " if !text.is_empty() => Line::Add(node, seq, mac, text),
+                "G " if text.is_empty() => Line::Added(node, seq, Ok(()), mac),
+                "F " => Line::Added(node, seq, Err(text), mac),
+                _ => return Err(bad()),
+            });
         }
     }
     let mut it = line.split(' ');
@@ -435,16 +469,27 @@ async fn serve_conn(
 
 impl Board {
     /// Starts what node `node`'s rank asked for (`hex`: its `SpawnRequest`): the child's
-    /// namespace, or why not.
-    async fn spawn(&self, node: usize, hex: &str) -> Result<String, String> {
-        let request = auth::from_hex(hex)
-            .and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok())
-            .ok_or_else(|| format!("node {node} sent an undecodable spawn request"))?;
+    /// namespace, why not, or (PMIx) the child the node must first add everywhere.
+    async fn spawn(&self, node: usize, hex: &str) -> Answer {
+        let request =
+            auth::from_hex(hex).and_then(|bytes| postcard::from_bytes::<SpawnRequest>(&bytes).ok());
+        let Some(request) = request else {
+            return Answer::Done(Err(format!(
+                "node {node} sent an undecodable spawn request"
+            )));
+        };
         match self.spawner.get() {
             Some(spawner) => (spawner.spawn(node, request).await)
-                .unwrap_or_else(|_| Err("srun dropped the spawn".into())),
-            None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
+                .unwrap_or_else(|_| Answer::Done(Err("srun dropped the spawn".into()))),
+            None => Answer::Done(Err(greedy_pmix::child::NOT_SERVED.to_string())),
         }
+    }
+
+    /// The signed final answer to node `node`'s spawn.
+    fn spawned(&self, node: usize, result: Result<String, String>) -> (String, bool) {
+        let result = result.map_err(|why| one_line(&why));
+        let mac = mac(&self.secret, &self.job, node, &spawned_statement(&result));
+        (Line::Spawned(node, result, mac).to_string(), true)
     }
 
     /// Keeps `report` (signed `mac`) if it is the earliest so far, and wakes the watchers.
@@ -471,7 +516,10 @@ impl Board {
                 ok(*node) && verify(secret, job, *node, &spawn_statement(hex), mac)
             }
             Line::Created(seq, ticket) => self.spawner.get().is_some_and(|s| s.holds(*seq, ticket)),
-            Line::Answer(..) | Line::Spawned(..) => false,
+            Line::Added(node, seq, result, mac) => {
+                ok(*node) && verify(secret, job, *node, &added_statement(*seq, result), mac)
+            }
+            Line::Answer(..) | Line::Spawned(..) | Line::Add(..) => false,
         }
     }
 
@@ -509,17 +557,31 @@ impl Board {
                 (end.to_string(), false)
             }
             Line::Created(seq, _) => {
-                if let Some(spawner) = self.spawner.get() {
-                    spawner.created(seq);
+                let go = match self.spawner.get() {
+                    Some(spawner) => spawner.created(seq).await.unwrap_or(false),
+                    None => false,
+                };
+                (if go { "K" } else { "R" }.to_string(), true)
+            }
+            Line::Spawn(node, hex, _) => match self.spawn(node, &hex).await {
+                Answer::Done(result) => self.spawned(node, result),
+                Answer::Add(seq, child) => {
+                    let hex = auth::to_hex(&postcard::to_stdvec(&child).unwrap_or_default());
+                    let mac = mac(&self.secret, &self.job, node, &add_statement(seq, &hex));
+                    (Line::Add(node, seq, mac, hex).to_string(), true)
                 }
-                ("K".to_string(), true)
+            },
+            Line::Added(node, seq, result, _) => {
+                let answer = match self.spawner.get() {
+                    Some(spawner) => (spawner.added(seq, result).await)
+                        .unwrap_or_else(|_| Err("srun dropped the spawn".into())),
+                    None => Err(greedy_pmix::child::NOT_SERVED.to_string()),
+                };
+                self.spawned(node, answer)
             }
-            Line::Spawn(node, hex, _) => {
-                let result = self.spawn(node, &hex).await.map_err(|why| one_line(&why));
-                let mac = mac(&self.secret, &self.job, node, &spawned_statement(&result));
-                (Line::Spawned(node, result, mac).to_string(), true)
+            Line::Answer(..) | Line::Spawned(..) | Line::Add(..) => {
+                return Err("unexpected answer line".into());
             }
-            Line::Answer(..) | Line::Spawned(..) => return Err("unexpected answer line".into()),
         };
         w.write_all(format!("{reply}\n").as_bytes())
             .await
@@ -528,25 +590,52 @@ impl Board {
     }
 }
 
+/// srun's answer to a spawn request.
+#[derive(Debug)]
+pub enum Answer {
+    /// The child's namespace once it runs, or why not.
+    Done(Result<String, String>),
+    /// (PMIx) Spawn `seq`: the requester's node adds this child on every node of the step
+    /// first, then says so ([`Spawner::added`]).
+    Add(u32, ChildJob),
+}
+
 /// What srun does with a rank's spawn request ([`crate::nested`]): starts it, and answers
 /// with the child's namespace once it runs, or why not. Called on srun's listener thread: it
 /// must not block.
 pub trait Spawner: Send + Sync + std::fmt::Debug {
     /// Starts `request`, which a rank on node `node` made; the answer comes later.
-    fn spawn(
-        &self,
-        node: usize,
-        request: SpawnRequest,
-    ) -> tokio::sync::oneshot::Receiver<Result<String, String>>;
+    fn spawn(&self, node: usize, request: SpawnRequest) -> oneshot::Receiver<Answer>;
     /// Whether `ticket` is spawn `seq`'s (its nested srun says its step exists).
     fn holds(&self, seq: u32, ticket: &str) -> bool;
-    /// Spawn `seq`'s step exists: answer its requester.
-    fn created(&self, seq: u32);
+    /// Spawn `seq`'s step exists: whether it may launch its tasks (a PMIx child once it was
+    /// added everywhere).
+    fn created(&self, seq: u32) -> oneshot::Receiver<bool>;
+    /// (PMIx) The requester's node added spawn `seq`'s child everywhere, or could not: the
+    /// final answer.
+    fn added(
+        &self,
+        seq: u32,
+        result: Result<(), String>,
+    ) -> oneshot::Receiver<Result<String, String>>;
 }
 
 /// What a spawn request's `mac` covers besides the job and node.
 pub(crate) fn spawn_statement(hex: &str) -> String {
     format!("spawn {hex}")
+}
+
+/// What a PMIx spawn's child job's `mac` covers besides the job and node.
+pub(crate) fn add_statement(seq: u32, hex: &str) -> String {
+    format!("add {seq} {hex}")
+}
+
+/// What the requester's word on adding the child covers besides the job and node.
+pub(crate) fn added_statement(seq: u32, result: &Result<(), String>) -> String {
+    match result {
+        Ok(()) => format!("added {seq}"),
+        Err(why) => format!("failed {seq} {why}"),
+    }
 }
 
 /// What a spawn answer's `mac` covers besides the job and node.
@@ -571,14 +660,20 @@ fn one_line(text: &str) -> String {
 }
 
 /// A stepd's spawn request to srun at `srun`, for a rank of node `node`: the child's
-/// namespace once srun started it, or why not.
-pub async fn ask_spawn(
+/// namespace once srun started it, or why not. A PMIx child is first handed to `add`, which
+/// serves it on every node of the step, before srun lets its step launch.
+pub async fn ask_spawn<F, Fut>(
     srun: SocketAddr,
     job: &str,
     secret: &JobSecret,
     node: usize,
     request: &SpawnRequest,
-) -> Result<String, String> {
+    add: F,
+) -> Result<String, String>
+where
+    F: FnOnce(ChildJob) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let bytes = postcard::to_stdvec(request).map_err(|e| format!("encode the request: {e}"))?;
     let hex = auth::to_hex(&bytes);
     if hex.len() + MAX_LINE > MAX_SPAWN_LINE {
@@ -588,9 +683,47 @@ pub async fn ask_spawn(
             (MAX_SPAWN_LINE - MAX_LINE) / 2
         ));
     }
-    let mac = mac(secret, job, node, &spawn_statement(&hex));
-    let answer = ask_srun(srun, &Line::Spawn(node, hex, mac)).await?;
-    match parse(answer.trim_end()) {
+    let signed = mac(secret, job, node, &spawn_statement(&hex));
+    let question = Line::Spawn(node, hex, signed);
+    let (answer, mut conn) = ask_srun_held(srun, &question, MAX_CHILD_LINE).await?;
+    let wrong = || format!("srun {srun} sent an unsigned or wrong answer");
+    let (seq, child) = match parse(answer.trim_end()) {
+        Ok(Line::Add(n, seq, mac, hex))
+            if n == node && verify(secret, job, n, &add_statement(seq, &hex), &mac) =>
+        {
+            let child = auth::from_hex(&hex).and_then(|b| postcard::from_bytes(&b).ok());
+            (seq, child.ok_or_else(wrong)?)
+        }
+        other => return spawn_result(other, &answer, srun, secret, job, node),
+    };
+    let added = add(child).await.map_err(|why| one_line(&why));
+    let mac = mac(secret, job, node, &added_statement(seq, &added));
+    let said = Line::Added(node, seq, added.clone(), mac);
+    let final_answer = conn
+        .say(&said, MAX_LINE)
+        .await
+        .map_err(|e| format!("ask srun {srun}: {e}"))?;
+    let result = spawn_result(
+        parse(final_answer.trim_end()),
+        &final_answer,
+        srun,
+        secret,
+        job,
+        node,
+    );
+    added.and(result)
+}
+
+/// The child's namespace or why not, from srun's signed answer `parsed` (of `answer`).
+fn spawn_result(
+    parsed: Result<Line, String>,
+    answer: &str,
+    srun: SocketAddr,
+    secret: &JobSecret,
+    job: &str,
+    node: usize,
+) -> Result<String, String> {
+    match parsed {
         Ok(Line::Spawned(n, result, mac))
             if n == node && verify(secret, job, n, &spawned_statement(&result), &mac) =>
         {
@@ -600,6 +733,9 @@ pub async fn ask_spawn(
         _ => Err(format!("srun {srun} sent an unsigned or wrong answer")),
     }
 }
+
+/// Longest line srun sends a stepd: a PMIx spawn's child job, in hex.
+const MAX_CHILD_LINE: usize = 4 * MAX_SPAWN_LINE;
 
 /// What `found` finds, once it finds something: checked again each time `notify` wakes its
 /// waiters (interest is registered before each check, so a wake in between is not missed).
@@ -624,12 +760,22 @@ const DROPPED_WITHIN: Duration = Duration::from_secs(1);
 /// one-line answer (empty if srun closed without one). srun drops a new connection at once
 /// while strangers fill its unproven slots: one dropped so is asked again, a few times.
 async fn ask_srun(srun: SocketAddr, question: &Line) -> Result<String, String> {
+    Ok(ask_srun_held(srun, question, MAX_LINE).await?.0)
+}
+
+/// [`ask_srun`], keeping the connection for more of the same dialogue; the answer at most
+/// `limit` bytes.
+async fn ask_srun_held(
+    srun: SocketAddr,
+    question: &Line,
+    limit: usize,
+) -> Result<(String, SrunConn), String> {
     let (mut backoff, mut attempt) = (Duration::from_millis(20), 1);
     loop {
         let started = Instant::now();
-        let answer = ask_once(srun, question).await;
+        let answer = ask_once(srun, question, limit).await;
         let dropped = match &answer {
-            Ok(answer) => answer.is_empty(),
+            Ok((answer, _)) => answer.is_empty(),
             Err(e) => e.kind() != std::io::ErrorKind::ConnectionRefused,
         };
         if !dropped || attempt == ASK_ATTEMPTS || started.elapsed() > DROPPED_WITHIN {
@@ -640,15 +786,38 @@ async fn ask_srun(srun: SocketAddr, question: &Line) -> Result<String, String> {
     }
 }
 
-/// One attempt of [`ask_srun`].
-async fn ask_once(srun: SocketAddr, question: &Line) -> std::io::Result<String> {
-    let (r, mut w) = TcpStream::connect(srun).await?.into_split();
-    w.write_all(format!("{question}\n").as_bytes()).await?;
-    let mut answer = String::new();
-    BufReader::new(r.take(MAX_LINE as u64 + 1))
-        .read_line(&mut answer)
-        .await?;
-    Ok(answer)
+/// A stepd's connection to srun's listener.
+struct SrunConn {
+    r: BufReader<OwnedReadHalf>,
+    w: OwnedWriteHalf,
+}
+
+impl SrunConn {
+    /// Says `line`; srun's one-line answer, at most `limit` bytes (empty if it closed).
+    async fn say(&mut self, line: &Line, limit: usize) -> std::io::Result<String> {
+        self.w.write_all(format!("{line}\n").as_bytes()).await?;
+        let mut answer = String::new();
+        (&mut self.r)
+            .take(limit as u64 + 1)
+            .read_line(&mut answer)
+            .await?;
+        Ok(answer)
+    }
+}
+
+/// One attempt of [`ask_srun_held`].
+async fn ask_once(
+    srun: SocketAddr,
+    question: &Line,
+    limit: usize,
+) -> std::io::Result<(String, SrunConn)> {
+    let (r, w) = TcpStream::connect(srun).await?.into_split();
+    let mut conn = SrunConn {
+        r: BufReader::new(r),
+        w,
+    };
+    let answer = conn.say(question, limit).await?;
+    Ok((answer, conn))
 }
 
 /// A stepd's report of how the job ended, to srun at `srun`; returns once srun recorded it.
@@ -852,6 +1021,9 @@ mod tests {
             "L 1 m extra",
             "W 1",
             "W 1 m x",
+            "D 1 2 m",
+            "G 1 2 m extra",
+            "G 1 x m",
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
@@ -864,6 +1036,9 @@ mod tests {
             format!("S 1 00ff {m}"),
             format!("N 1 {m} 7.0@1"),
             format!("E 1 {m} no such program"),
+            format!("D 1 2 {m} 00ff"),
+            format!("G 1 2 {m}"),
+            format!("F 1 2 {m} node 3 could not"),
         ] {
             assert_eq!(parse(&line).unwrap().to_string(), line);
         }
@@ -899,27 +1074,45 @@ mod tests {
         (addr, reports, tokio::spawn(board.serve()))
     }
 
-    /// Starts nothing; answers each request with its program, or refuses `./missing`.
+    /// Starts nothing; answers each request with its program, or refuses `./missing`; a PMIx
+    /// request is first handed back to be added (child namespace `seq7`), then answered
+    /// with the program, or refused with the adder's reason.
     #[derive(Debug)]
     struct Echo;
 
     impl Spawner for Echo {
-        fn spawn(
-            &self,
-            node: usize,
-            request: SpawnRequest,
-        ) -> tokio::sync::oneshot::Receiver<Result<String, String>> {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let _ = tx.send(match request.apps[0].program.as_str() {
-                "./missing" => Err("no such\nprogram".into()),
-                p => Ok(format!("{p}@{node}")),
+        fn spawn(&self, node: usize, request: SpawnRequest) -> oneshot::Receiver<Answer> {
+            let (tx, rx) = oneshot::channel();
+            let program = request.apps[0].program.clone();
+            let _ = tx.send(match (request.family, program.as_str()) {
+                (greedy_pmix::family::Family::Pmix, _) => {
+                    let child = ChildJob::new("seq7".into(), &request, vec![vec![0]], None);
+                    Answer::Add(7, child)
+                }
+                (_, "./missing") => Answer::Done(Err("no such\nprogram".into())),
+                (_, p) => Answer::Done(Ok(format!("{p}@{node}"))),
             });
             rx
         }
         fn holds(&self, _: u32, _: &str) -> bool {
             false
         }
-        fn created(&self, _: u32) {}
+        fn created(&self, _: u32) -> oneshot::Receiver<bool> {
+            oneshot::channel().1
+        }
+        fn added(
+            &self,
+            seq: u32,
+            result: Result<(), String>,
+        ) -> oneshot::Receiver<Result<String, String>> {
+            let (tx, rx) = oneshot::channel();
+            let _ = tx.send(result.map(|()| format!("added {seq}")));
+            rx
+        }
+    }
+
+    async fn no_add(_: ChildJob) -> Result<(), String> {
+        panic!("a PMI spawn has no child to add")
     }
 
     #[tokio::test]
@@ -954,15 +1147,32 @@ mod tests {
         let _ = served.set(board.board.clone());
         let serve = tokio::spawn(board.serve());
         // Nobody serves spawns yet.
-        let refused = ask_spawn(addr, "5.1", secret, 2, &request("./kid")).await;
+        let refused = ask_spawn(addr, "5.1", secret, 2, &request("./kid"), no_add).await;
         assert_eq!(refused, Err(greedy_pmix::child::NOT_SERVED.into()));
         let _ = served.get().unwrap().spawner.set(Arc::new(Echo));
-        let started = ask_spawn(addr, "5.1", secret, 2, &request("./kid")).await;
+        let started = ask_spawn(addr, "5.1", secret, 2, &request("./kid"), no_add).await;
         assert_eq!(started, Ok("./kid@2".into()));
-        let missing = ask_spawn(addr, "5.1", secret, 1, &request("./missing")).await;
+        let missing = ask_spawn(addr, "5.1", secret, 1, &request("./missing"), no_add).await;
         assert_eq!(missing, Err("no such program".into()));
+        // PMIx: the child comes back to be added first; the answer follows the adder's word.
+        let mut pmix = request("./kid");
+        pmix.family = greedy_pmix::family::Family::Pmix;
+        let seen = std::sync::Mutex::new(None);
+        let add = async |child: ChildJob| {
+            *seen.lock().unwrap() = Some(child.nspace);
+            Ok(())
+        };
+        assert_eq!(
+            ask_spawn(addr, "5.1", secret, 1, &pmix, add).await,
+            Ok("added 7".into())
+        );
+        assert_eq!(seen.lock().unwrap().take().as_deref(), Some("seq7"));
+        let fail = async |_| Err("node 2 could\nnot".to_string());
+        let failed = ask_spawn(addr, "5.1", secret, 1, &pmix, fail).await;
+        assert_eq!(failed, Err("node 2 could not".into()));
         // A stranger's request is not answered, nor started.
-        let stranger = ask_spawn(addr, "5.1", &key(b"another secret!!"), 1, &request("./x")).await;
+        let (wrong, x) = (key(b"another secret!!"), request("./x"));
+        let stranger = ask_spawn(addr, "5.1", &wrong, 1, &x, no_add).await;
         assert!(stranger.unwrap_err().contains("without an answer"));
         serve.abort();
     }

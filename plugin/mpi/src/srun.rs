@@ -150,8 +150,16 @@ impl Client {
 fn spawn_parent(layout: &StepLayout, kill_step: Arc<KillStepFn>) -> Result<Parent, Error> {
     let srun =
         std::env::current_exe().map_err(|e| Error::io("srun")("find srun's own executable", e))?;
+    let hosts = greedy_tree::hostlist::expand_at_most(&layout.node_list, layout.ranks.len())
+        .map_err(|e| Error::Malformed {
+            node: "srun".into(),
+            var: "step node list",
+            value: layout.node_list.clone(),
+            reason: e.to_string(),
+        })?;
     Ok(Parent {
         name: plan::client_step_name(layout),
+        hosts,
         job_id: layout.job_id,
         step_id: layout.step_id,
         srun,
