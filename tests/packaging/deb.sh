@@ -159,7 +159,7 @@ slurmds_alive() {
 # --- install ----------------------------------------------------------------------------------
 INSTALLED=1
 system dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/install.log")"
-files=("$PLUGINDIR/mpi_greedy.so" /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-tree
+files=("$PLUGINDIR/mpi_greedy.so" /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-guard /usr/bin/greedy-tree
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree
   /usr/share/fish/vendor_completions.d/greedyd.fish)
 # No route plugins from 23.11 (topology/greedy instead); the release roots keep no

@@ -106,7 +106,7 @@ pass "$NVR: Requires slurm = $SLURM; ${SOS[*]} (plugin_version $NUMBER) in $PLUG
 
 # --- greedy-tools -----------------------------------------------------------------------------
 LIST=$(rpm -qpl "$TOOLS_RPM" 2>/dev/null)
-for f in /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-tree /usr/share/man/man1/greedyrun.1.gz \
+for f in /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-guard /usr/bin/greedy-tree /usr/share/man/man1/greedyrun.1.gz \
   /usr/share/man/man8/greedyd.8.gz /usr/share/man/man1/greedy-tree.1.gz /usr/share/man/man1/greedy-tree-plan.1.gz \
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/site-functions/_greedy-tree \
   /usr/share/fish/vendor_completions.d/greedyd.fish; do

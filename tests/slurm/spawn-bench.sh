@@ -11,6 +11,12 @@
 # has no --overlap and asks for every node of the job (SLURM_JOB_NUM_NODES) with its memory,
 # the parent's node included, so with more children than free nodes it waits forever
 # ("Requested nodes are busy").
+# Then Open MPI (Debian's 4.1, PMIx, over ob1 with self,vader,tcp as tests/mpi/spawn-bench.sh;
+# left to choose, each child probes UCX first, 200 ms a spawn), the same program and jobs: mpi/greedy against Slurm's own
+# mpi/pmix, which serves no spawn (its jobs are shown as "refused" when the program's spawn
+# fails): greedy's children run on the parent step's node, served by its stepd
+# (plugin/mpi/src/attach.rs), so more children than that node's CPUs do not fit (the program
+# gets MPI_ERR_SPAWN; shown as "no room").
 # usage: tests/slurm/spawn-bench.sh [JOBS] [N...]   (default 3 jobs, N = 1 4 16)
 set -euo pipefail
 
@@ -29,6 +35,7 @@ RELEASE="" RELEASE_ROOT=""
 . "$ROOT/tests/mpi/mpich5.sh"
 EXE=$BINDIR/spawn-latency-mpich5
 "$MPICH5/bin/mpicc" -O1 -o "$EXE" "$ROOT/tests/mpi/spawn_latency.c" || fail "PyPI MPICH's mpicc"
+build_mpi_prog "$ROOT/tests/mpi/spawn_latency.c" spawn-latency
 
 cluster_up --nodes 5 --slurm --plugindir "$PLUGDIR"
 eval "$("$TC" env)"
@@ -36,12 +43,15 @@ WORK=$GREEDY_TC_SCRATCH/spawn-bench
 mkdir -p "$WORK"
 cd "$WORK"
 
-# job PLUGIN N: one job of 4 spawns; appends its rounds after the first to $WORK/PLUGIN-N. A
-# pmi2 job that does not end within 60 s is left out (above); greedy's must end.
+# job PLUGIN N [EXE]: one job of 4 spawns; appends its rounds after the first to
+# $WORK/PLUGIN-N. A pmi2 job that does not end within 60 s is left out (above), as is a pmix job
+# whose spawn fails; greedy's must end.
 job() {
-  local plugin=$1 n=$2 out rc=0
-  out=$(timeout 60 salloc -Q -N5 -n20 srun --exact -n1 --mpi="$plugin" "$EXE" "$n" 4 2>&1) || rc=$?
-  if ((rc == 124)) && [[ $plugin == pmi2 ]]; then
+  local plugin=$1 n=$2 exe=${3:-$EXE} out rc=0
+  out=$(timeout 60 salloc -Q -N5 -n20 srun --exact -n1 --mpi="$plugin" "$exe" "$n" 4 2>&1) || rc=$?
+  if { ((rc == 124)) && [[ $plugin == pmi2 ]]; } ||
+    { [[ $plugin == pmix ]] && grep -q "^spawn $n round 1 failed" <<<"$out"; } ||
+    { [[ $exe != "$EXE" ]] && grep -q "More processors requested than permitted" <<<"$out"; }; then
     return
   fi
   ((rc == 0)) || fail "$plugin N=$n: exit $rc ($out)"
@@ -63,4 +73,18 @@ for n in "${sizes[@]}"; do
   done
   g=$(median_ms "$WORK/greedy-$n") p=$(median_ms "$WORK/pmi2-$n")
   echo "| $n | $g | $p | $(awk -v g="$g" -v p="$p" 'BEGIN { if (p + 0 > 0) printf "%.2fx", g / p; else print "—" }') |"
+done
+
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
+echo
+echo "| N | Open MPI, mpi/greedy (ms) | Open MPI, mpi/pmix (ms) |"
+echo "|---|---|---|"
+for n in "${sizes[@]}"; do
+  rm -f "$WORK/greedy-$n" "$WORK/pmix-$n"
+  for _ in $(seq "$jobs"); do
+    job greedy "$n" "$BINDIR/spawn-latency-ompi"
+    job pmix "$n" "$BINDIR/spawn-latency-ompi"
+  done
+  g=$(median_ms "$WORK/greedy-$n") p=$(median_ms "$WORK/pmix-$n")
+  echo "| $n | ${g/no spawn/no room} | ${p/no spawn/refused} |"
 done

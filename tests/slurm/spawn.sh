@@ -24,6 +24,7 @@
 #   ompi       Open MPI (PMIx), srun -N2 -n2: as spawn; the children's step hands its tasks
 #              to the parent step's stepds, which serve the child namespace beside the
 #              parents' (plugin/mpi/src/attach.rs)
+#   pool-ompi  mpi4py's MPIPoolExecutor as pool, on PyPI's Open MPI 5 (PMIx spawn)
 #   ompi-die   Open MPI, the children exit 7 before MPI_Init: srun exits 7 within 30 s naming
 #              the spawned job and its host, nothing left on any host
 # Env: CARGO_TARGET_DIR (default <repo>/target).
@@ -113,6 +114,18 @@ if [[ -z $RELEASE ]]; then
   grep -q "^pool: 1000 of 1000 results right from 3 workers" <<<"$OUT" || fail "pool: $OUT $ERR"
   no_leftovers pool
   pass "MPICH: MPIPoolExecutor mapped 1,000 items on 3 spawned workers (the job's 4 CPUs less the parent) in ${SECS}s"
+fi
+
+if [[ -z $RELEASE ]]; then
+  ompi5_venv
+  read -ra ompi5_env <<<"$(libmpi_env ompi5)"
+  mapfile -t ompi5_env < <(printf '%s\n' "${ompi5_env[@]}" | grep -v '_if_include=')
+  run_timed pool-ompi 120 env "${ompi5_env[@]}" salloc -Q -N2 -n4 srun -n1 --mpi=greedy \
+    "$IMPI/bin/python" "$ROOT/tests/mpi4py/pool.py" 1000
+  ((RC == 0)) || fail "pool-ompi: exit $RC: $OUT $ERR"
+  grep -q "^pool: 1000 of 1000 results right from 3 workers" <<<"$OUT" || fail "pool-ompi: $OUT $ERR"
+  no_leftovers pool-ompi
+  pass "Open MPI 5: MPIPoolExecutor mapped 1,000 items on 3 spawned workers in ${SECS}s"
 fi
 
 run_timed ompi 120 srun -N2 -n2 --mpi=greedy "$BINDIR/spawn-ompi"

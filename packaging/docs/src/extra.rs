@@ -127,6 +127,11 @@ the agent's log filter, in RUST_LOG syntax (e.g. \fBdebug\fR or
 \fBgreedy_launcher=debug\fR); default \fBerror\fR. Logs go to stderr, which greedyrun prints
 as notes. greedyd reads its own environment, the one the remote shell gives it: use
 \fBgreedyrun \-\-agent "env GREEDY_LOG=debug /usr/bin/greedyd"\fR.
+.SH FILES
+.TP
+.B greedy\-guard
+beside greedyd (\fB/usr/bin/greedy\-guard\fR): the small process each greedyd starts to end
+its ranks if greedyd itself is killed; without it greedyd runs a copy of itself instead.
 .SH "EXIT STATUS"
 greedyd reports ranks' ends to greedyrun over its standard output; its own status only
 tells the remote shell whether its part ended normally (0) or not. It is 1 when it could not

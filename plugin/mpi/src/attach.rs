@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use greedy_pmix::node::NodeService;
-use greedy_pmix::peer::{JobProcesses, JobTrees};
+use greedy_pmix::peer::JobTrees;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -139,7 +139,6 @@ impl Attachments {
         };
         let parent = Parent {
             job_id: plan.job_id,
-            job_uid: plan.job_uid,
             service,
             trees,
             attached: attachments.attached.clone(),
@@ -182,7 +181,6 @@ impl Drop for Attachments {
 /// What serving the child stepds needs.
 struct Parent {
     job_id: u32,
-    job_uid: u32,
     service: NodeService,
     trees: JobTrees,
     attached: tokio::sync::watch::Sender<usize>,
@@ -231,8 +229,7 @@ impl Parent {
         if welcome.is_err() {
             return write_async(&mut stream, &Welcome(welcome)).await;
         }
-        self.trees
-            .join(JobProcesses::descendants_of(pid, self.job_uid));
+        self.trees.join(pid);
         self.attached.send_modify(|n| *n += 1);
         if write_async(&mut stream, &Welcome(welcome)).await.is_ok() {
             while let Ok(said) = read_async(&mut stream).await {

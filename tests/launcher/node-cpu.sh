@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# What a job costs each host's launcher daemon, in CPU: greedyd against Hydra's
+# hydra_pmi_proxy, side by side in one sitting (the regression guard of lean nodes; run by hand
+# before a release, not in CI). H loopback pseudo-hosts on this machine (the fake remote shell of
+# tests/launcher/loopback.sh, no network delay, no ssh), one rank per host, J jobs per
+# configuration, the configurations alternating job by job:
+#   greedy      greedyrun, every wire-up family served (the default)
+#   greedy-pmi  greedyrun --pmi pmi1 (PMI-1 alone, what Hydra serves)
+#   greedy-none greedyrun --pmi none
+#   hydra       PyPI MPICH 5.0.2's mpiexec.hydra -launcher rsh through the same fake shell
+#   greedy-old  with --old DIR: DIR/greedyrun (and the greedyd beside it), every family served,
+#               to compare two builds in one sitting
+# The fake remote shell puts each host's daemon into a cpuacct cgroup of its configuration
+# before it execs it, so the cgroup holds exactly the daemons and what they start (greedyd's
+# guard, the ranks, the remote shells greedyd starts for its tree children); the front end
+# (greedyrun, mpiexec, and the remote shells mpiexec starts until each moves) is in a cgroup of
+# its own. Prints per configuration the daemons' CPU ms per host per job (cgroup usage over
+# hosts and jobs; the ranks are the same program everywhere) and its ratio to Hydra's, the
+# front end's and the whole job's per host, and the median wall per job.
+# usage: tests/launcher/node-cpu.sh [--hosts H] [--jobs J] [--program "ARGV"] [--old DIR] [CONFIG...]
+#   (default 128 hosts, 5 jobs, /bin/true, every configuration)
+set -euo pipefail
+
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+TAG=node-cpu
+hosts=128 jobs=5 program=/bin/true old=""
+configs=()
+while (($#)); do
+  case $1 in
+    --hosts) hosts=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --program) program=$2; shift 2 ;;
+    --old) old=$2; shift 2 ;;
+    greedy | greedy-pmi | greedy-none | hydra) configs+=("$1"); shift ;;
+    *) echo "usage: $0 [--hosts H] [--jobs J] [--program ARGV] [greedy|greedy-pmi|greedy-none|hydra]..." >&2; exit 2 ;;
+  esac
+done
+((${#configs[@]})) || configs=(greedy greedy-pmi greedy-none hydra)
+[[ -z $old ]] || { [[ -x $old/greedyrun ]] || fail "--old $old: no greedyrun there"; configs+=(greedy-old); }
+need_root
+. "$ROOT/tests/mpi/mpich5.sh"
+. "$ROOT/tests/launcher/loopback.sh"
+loopback_bench node-cpu
+read -ra argv <<<"$program"
+
+CG=/sys/fs/cgroup/cpuacct/greedy-node-cpu.$$
+[[ -d /sys/fs/cgroup/cpuacct ]] || fail "no cpuacct cgroup hierarchy at /sys/fs/cgroup/cpuacct"
+cleanup_cgroups() {
+  for d in "$CG"/*/; do [[ -d $d ]] && rmdir "$d" 2>/dev/null; done
+  rmdir "$CG" 2>/dev/null || true
+  loopback_cleanup
+}
+trap cleanup_cgroups EXIT
+mkdir -p "$CG"
+for c in "${configs[@]}"; do
+  mkdir -p "$CG/$c" "$CG/$c-front"
+  # The fake remote shell of configuration c: into its cgroup, then the daemon.
+  printf '#!/bin/sh\necho $$ >%s/cgroup.procs\nshift\nexec sh -c "exec $*"\n' "$CG/$c" >"$work/rsh-$c"
+  chmod +x "$work/rsh-$c"
+done
+hostlist=$(loopback_hosts "$hosts" 1)
+tr , '\n' <<<"$hostlist" >"$work/hosts"
+
+# run CONFIG: one job; its wall ms on stdout.
+run() {
+  local c=$1 t0 rc=0
+  local -a cmd
+  case $c in
+    greedy) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 -n "$hosts") ;;
+    greedy-old) cmd=("$old/greedyrun" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 -n "$hosts") ;;
+    greedy-pmi) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi pmi1 -n "$hosts") ;;
+    greedy-none) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi none -n "$hosts") ;;
+    hydra) cmd=("$MPICH5/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$work/rsh-$c"
+      -f "$work/hosts" -n "$hosts" -ppn 1) ;;
+  esac
+  t0=$(ms)
+  sh -c 'echo $$ >"$0"; exec "$@"' "$CG/$c-front/cgroup.procs" "${cmd[@]}" "${argv[@]}" \
+    </dev/null >/dev/null 2>"$work/err" || rc=$?
+  ((rc == 0)) || fail "$c: exit $rc: $(tail -3 "$work/err")"
+  echo $(($(ms) - t0))
+}
+
+declare -A walls
+for _ in $(seq "$jobs"); do
+  for c in "${configs[@]}"; do
+    walls[$c]+="$(run "$c") "
+  done
+done
+
+echo "$hosts hosts, $jobs jobs each, one rank per host running ${argv[*]}:"
+echo "| configuration | daemons: CPU ms per host per job | / Hydra's | front end: per host | whole job: per host | / Hydra's | median wall ms per job |"
+echo "|---|---|---|---|---|---|---|"
+per_host() { awk -v n=$((hosts * jobs)) '{printf "%.2f", $1 / 1e6 / n}' "$1/cpuacct.usage"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.2fx", a / b; else print "—" }'; }
+hydra_cpu="" hydra_all=""
+if [[ -d $CG/hydra ]]; then
+  hydra_cpu=$(per_host "$CG/hydra")
+  hydra_all=$(awk -v a="$hydra_cpu" -v b="$(per_host "$CG/hydra-front")" 'BEGIN {printf "%.2f", a + b}')
+fi
+for c in "${configs[@]}"; do
+  cpu=$(per_host "$CG/$c") front=$(per_host "$CG/$c-front")
+  all=$(awk -v a="$cpu" -v b="$front" 'BEGIN {printf "%.2f", a + b}')
+  wall=$(tr ' ' '\n' <<<"${walls[$c]}" | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  echo "| $c | $cpu | $(ratio "$cpu" "$hydra_cpu") | $front | $all | $(ratio "$all" "$hydra_all") | $wall |"
+done
