@@ -225,22 +225,19 @@ pub extern "C" fn mpi_p_slurmstepd_prefork(
                 log::error("mpi/greedy: prefork called twice in one slurmstepd");
                 return SLURM_ERROR;
             }
-            if let Some(attach) = &plan.attach {
-                return match Attached::start(&plan, attach) {
-                    Ok((attached, tasks)) => {
-                        *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some(attached);
-                        let _ = TASKS.set(tasks);
-                        SLURM_SUCCESS
-                    }
-                    Err(e) => {
-                        log::error(&format!("mpi/greedy: {e}"));
-                        SLURM_ERROR
-                    }
-                };
-            }
-            match Agent::start(&plan, &hooks) {
-                Ok((agent, tasks)) => {
+            // A spawned PMIx step's tasks are served by the parent step's stepd.
+            let started = match &plan.attach {
+                Some(attach) => Attached::start(&plan, attach).map(|(attached, tasks)| {
+                    *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some(attached);
+                    tasks
+                }),
+                None => Agent::start(&plan, &hooks).map(|(agent, tasks)| {
                     *slot = Some(agent);
+                    tasks
+                }),
+            };
+            match started {
+                Ok(tasks) => {
                     let _ = TASKS.set(tasks);
                     SLURM_SUCCESS
                 }

@@ -150,16 +150,9 @@ impl Client {
 fn spawn_parent(layout: &StepLayout, kill_step: Arc<KillStepFn>) -> Result<Parent, Error> {
     let srun =
         std::env::current_exe().map_err(|e| Error::io("srun")("find srun's own executable", e))?;
-    let hosts = greedy_tree::hostlist::expand_at_most(&layout.node_list, layout.ranks.len())
-        .map_err(|e| Error::Malformed {
-            node: "srun".into(),
-            var: "step node list",
-            value: layout.node_list.clone(),
-            reason: e.to_string(),
-        })?;
     Ok(Parent {
         name: plan::client_step_name(layout),
-        hosts,
+        hosts: step_hosts(layout)?,
         job_id: layout.job_id,
         step_id: layout.step_id,
         srun,
@@ -167,16 +160,22 @@ fn spawn_parent(layout: &StepLayout, kill_step: Arc<KillStepFn>) -> Result<Paren
     })
 }
 
+/// The step's hosts in node-index order, from srun's node list.
+fn step_hosts(layout: &StepLayout) -> Result<Vec<String>, Error> {
+    greedy_tree::hostlist::expand_at_most(&layout.node_list, layout.ranks.len()).map_err(|e| {
+        Error::Malformed {
+            node: "srun".into(),
+            var: "step node list",
+            value: layout.node_list.clone(),
+            reason: e.to_string(),
+        }
+    })
+}
+
 /// Refuses a het step with a node in two components (srun's node list then names it twice):
 /// each component runs its own slurmstepd there, and an overlay has one node service per node.
 fn check_het_nodes(layout: &StepLayout) -> Result<(), Error> {
-    let hosts = greedy_tree::hostlist::expand_at_most(&layout.node_list, layout.ranks.len())
-        .map_err(|e| Error::Malformed {
-            node: "srun".into(),
-            var: "het step node list",
-            value: layout.node_list.clone(),
-            reason: e.to_string(),
-        })?;
+    let hosts = step_hosts(layout)?;
     match plan::het::shared_node(&hosts, &layout.ranks, None) {
         Some((host, components)) => Err(Error::SharedNode {
             node: "srun".into(),
