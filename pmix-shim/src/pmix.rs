@@ -580,25 +580,6 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Before a rank's `PMIx_Abort` kills the job: lets the answers to logs being declined go out
-/// (at most [`LOGS_OUT_MAX`]) and gives their clients a moment to print them, so that Open
-/// MPI's `MPI_Abort` message, logged just before its abort, reaches the user.
-async fn let_declined_logs_out() {
-    let started = tokio::time::Instant::now();
-    if greedy_sys::pmix::server::logs_declining() == 0 {
-        return;
-    }
-    while greedy_sys::pmix::server::logs_declining() > 0 && started.elapsed() < LOGS_OUT_MAX {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    tokio::time::sleep(LOG_PRINT_MARGIN).await;
-}
-
-/// The longest an abort waits for declined logs' answers to go out.
-const LOGS_OUT_MAX: Duration = Duration::from_millis(500);
-/// How long a client whose log was declined is given to print it before the abort goes on.
-const LOG_PRINT_MARGIN: Duration = Duration::from_millis(100);
-
 impl Bridge {
     /// Aborts the job on the overlay; `done`, if given, completes once this node has the
     /// abort on its way (at most [`ABORT_ON_ITS_WAY`] later).
@@ -606,12 +587,8 @@ impl Bridge {
         let overlay = self.overlay.clone();
         warn!(?rank, code, "aborting job: {reason}");
         let info = AbortInfo::new(self.job.node_idx, rank, code, reason);
-        let asked = done.is_some();
         self.tracker.spawn_on(
             async move {
-                if asked {
-                    let_declined_logs_out().await;
-                }
                 let mut aborted = overlay.aborted();
                 overlay.abort(info).await;
                 if let Some(done) = done {

@@ -40,7 +40,7 @@ use std::any::Any;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, mpsc};
 use std::time::Duration;
 
@@ -332,26 +332,9 @@ unsafe extern "C" fn on_log(
     // Not completed (the client's non-blocking log never answered) if no thread can start:
     // dropping it here would answer on this thread.
     let done = std::mem::ManuallyDrop::new(OpDone { cbfunc, cbdata });
-    LOGS_DECLINING.fetch_add(1, Ordering::SeqCst);
-    let spawned = std::thread::Builder::new()
+    let _ = std::thread::Builder::new()
         .name("greedy-pmix-log".into())
-        .spawn(move || {
-            std::mem::ManuallyDrop::into_inner(done).complete(Status::NOT_SUPPORTED);
-            LOGS_DECLINING.fetch_sub(1, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        LOGS_DECLINING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Logs declined whose answer has not gone back to libpmix yet ([`on_log`]).
-static LOGS_DECLINING: AtomicUsize = AtomicUsize::new(0);
-
-/// How many clients' logs ([`on_log`]) are being declined right now: a client prints such a
-/// message itself once the answer reaches it, and Open MPI 5 logs its `MPI_Abort` message just
-/// before it calls `PMIx_Abort`, so the host lets these answers go out before it kills.
-pub fn logs_declining() -> usize {
-    LOGS_DECLINING.load(Ordering::SeqCst)
+        .spawn(move || std::mem::ManuallyDrop::into_inner(done).complete(Status::NOT_SUPPORTED));
 }
 
 /// `client_connected`: a notification in PMIx 4.2 (cbfunc NULL).
