@@ -199,6 +199,9 @@ pub async fn start(
     }
     // MPICH ranks read the node's topology from a file rather than each probing the hardware.
     config.pmi.topology_dir = Some(config.scratch.clone());
+    // Open MPI's error messages (PMIx_Log) reach greedyrun as the rank's output even when
+    // the rank is killed right after (MPI_Abort).
+    config.pmix_log_to_output = true;
     // A session's job: the host's one PMIx server, and the session's name table.
     if let Some((shared, names)) = session {
         config.names = Some(names);
@@ -208,7 +211,7 @@ pub async fn start(
         }
     }
     let (out_tx, out_rx) = mpsc::channel::<Output>(OUTPUT_CAPACITY);
-    tokio::spawn(forward_charm_output(out_rx, rendezvous.up.clone()));
+    tokio::spawn(forward_service_output(out_rx, rendezvous.up.clone()));
     Ok(NodeService::start(&spec, config, rendezvous, leave, out_tx).await?)
 }
 
@@ -251,8 +254,9 @@ impl JobEnd for AgentEnd {
     }
 }
 
-/// Sends netlrts clients' prints up the tree as the ranks' own output.
-async fn forward_charm_output(mut out_rx: mpsc::Receiver<Output>, up: mpsc::Sender<Up>) {
+/// Sends netlrts clients' prints and PMIx ranks' logged messages up the tree as the ranks'
+/// own output.
+async fn forward_service_output(mut out_rx: mpsc::Receiver<Output>, up: mpsc::Sender<Up>) {
     while let Some(o) = out_rx.recv().await {
         // The rank's own stdio pipes carry its end of output already.
         if o.is_end() {

@@ -471,8 +471,9 @@ fn openmpi5_spawn_fails_at_once_on_every_rank() {
 }
 
 /// Open MPI 5's error messages reach the user: it sends them to the PMIx server
-/// (`PMIx_Log`), which declines so that the rank prints them itself (libpmix alone would
-/// drop them). `MPI_Abort` of rank 2 ends the job with its code and Open MPI's own words.
+/// (`PMIx_Log`), which greedyd relays as the rank's stderr (declined, the rank would print
+/// them itself, after the abort's kill had begun, and under load not at all; libpmix alone
+/// would drop them). `MPI_Abort` of rank 2 ends the job with its code and Open MPI's own words.
 #[test]
 fn openmpi5_error_messages_reach_the_user() {
     let (d, local, _) = shells();

@@ -88,6 +88,10 @@ pub struct NodeConfig {
     pub pmix_host: Option<PmixHost>,
     /// A name table shared with other jobs (a session's); `None`: node 0 keeps the job's own.
     pub names: Option<Arc<dyn SharedTable>>,
+    /// PMIx ranks' logged messages for their standard error go out with the netlrts prints
+    /// as the rank's own output (an embedder that relays that output, greedyd); `false`:
+    /// declined, and the rank prints them itself ([`crate::pmix::NamespaceConfig::log_output`]).
+    pub pmix_log_to_output: bool,
 }
 
 /// The families asked for cannot be served on the node's address.
@@ -130,6 +134,7 @@ impl NodeConfig {
             charm: CharmConfig::new(advertise, admit),
             pmix_host: None,
             names: None,
+            pmix_log_to_output: false,
         })
     }
 }
@@ -303,7 +308,8 @@ impl NodeService {
                 }
                 Family::Pmix if servers.pmix.is_none() => {
                     let ties = (departures.clone(), spawns.clone());
-                    servers.pmix = Some(Self::start_pmix(job, config, overlay, ties).await?);
+                    let log = (config.pmix_log_to_output).then(|| charm_output.clone());
+                    servers.pmix = Some(Self::start_pmix(job, config, overlay, ties, log).await?);
                 }
                 Family::Charm if servers.charm.is_none() => {
                     let charm = CharmServer::start_on(
@@ -328,9 +334,13 @@ impl NodeService {
         config: &NodeConfig,
         overlay: &Overlay,
         (departures, spawns): (Departures, Spawns),
+        log_output: Option<mpsc::Sender<Output>>,
     ) -> Result<(PmixServer, Option<PathBuf>), Error> {
         if let Some(host) = &config.pmix_host {
-            let ns = config.pmix.namespace_config();
+            let ns = crate::pmix::NamespaceConfig {
+                log_output,
+                ..config.pmix.namespace_config()
+            };
             let served =
                 PmixServer::serve_on(host.clone(), job, overlay.clone(), ns, departures, spawns);
             return Ok((served.await?, None));
@@ -349,8 +359,9 @@ impl NodeService {
             tmpdir: dir.clone(),
             ..config.pmix.clone()
         };
+        let ties = (departures, spawns);
         let started =
-            PmixServer::start_on(job, overlay.clone(), pmix_config, departures, spawns).await;
+            PmixServer::start_on(job, overlay.clone(), pmix_config, ties, log_output).await;
         if started.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -279,6 +279,7 @@ impl PmixConfig {
             exit_grace: self.exit_grace,
             binding: self.binding.clone(),
             universe: self.universe,
+            log_output: None,
         }
     }
 }
@@ -295,6 +296,10 @@ pub struct NamespaceConfig {
     pub binding: Binding,
     /// As [`PmixConfig::universe`].
     pub universe: Option<u32>,
+    /// Where a rank's logged messages for its standard error go as its own output (Open MPI's
+    /// error messages, `PMIx_Log`); `None`: declined, and the rank prints them itself. Only the
+    /// job's own ranks' (a spawned child's ranks are numbered apart from the job's).
+    pub log_output: Option<mpsc::Sender<crate::charm::server::Output>>,
 }
 
 /// Variables that make Open MPI 4.1 accept a PMIx direct launch (an empty value is replaced by
@@ -545,6 +550,8 @@ struct Bridge {
     fences: mpsc::Sender<FenceReq>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// As [`NamespaceConfig::log_output`].
+    log_output: Option<mpsc::Sender<crate::charm::server::Output>>,
 }
 
 /// What a namespace shares with the rest of its family on this node.
@@ -613,6 +620,36 @@ impl Handler for Bridge {
         if let Some((gone, reason)) = gone {
             self.abort_job(Some(gone), 1, reason, None);
         }
+    }
+
+    /// A message for the rank's standard error goes out as the rank's own output, ahead of
+    /// anything the rank does next (Open MPI logs its `MPI_Abort` message just before it
+    /// aborts, and would print it only once the log is declined, racing the kill).
+    fn log(&self, proc_: Proc, stderr: Option<String>, done: OpDone) {
+        let (Some(out), Some(mut text)) = (self.log_output.clone(), stderr) else {
+            return greedy_sys::pmix::server::decline_log(done);
+        };
+        if text.is_empty() || proc_.nspace != self.job.job_id {
+            return greedy_sys::pmix::server::decline_log(done);
+        }
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        let output = crate::charm::server::Output {
+            rank: proc_.rank,
+            stderr: true,
+            data: bytes::Bytes::from(text),
+        };
+        self.tracker.spawn_on(
+            async move {
+                let status = match out.send(output).await {
+                    Ok(()) => Status::SUCCESS,
+                    Err(_) => Status::NOT_SUPPORTED,
+                };
+                done.complete(status);
+            },
+            &self.runtime,
+        );
     }
 
     fn client_finalized(&self, proc_: Proc, done: OpDone) {
@@ -829,28 +866,26 @@ impl PmixServer {
         overlay: Overlay,
         config: PmixConfig,
     ) -> Result<PmixServer, Error> {
-        Self::start_on(
-            job,
-            overlay,
-            config,
-            Departures::default(),
-            Spawns::default(),
-        )
-        .await
+        let ties = (Departures::default(), Spawns::default());
+        Self::start_on(job, overlay, config, ties, None).await
     }
 
     /// As [`PmixServer::start`], sharing the node's record of who spoke what and its way to
-    /// the embedder's spawner.
+    /// the embedder's spawner; the ranks' logged messages to `log_output`
+    /// ([`NamespaceConfig::log_output`]).
     pub(crate) async fn start_on(
         job: &JobSpec,
         overlay: Overlay,
         config: PmixConfig,
-        departures: Departures,
-        spawns: Spawns,
+        (departures, spawns): (Departures, Spawns),
+        log_output: Option<mpsc::Sender<crate::charm::server::Output>>,
     ) -> Result<PmixServer, Error> {
         let spec = NamespaceSpec::of_job(job)?;
         let host = PmixHost::start(config.host_config(job))?;
-        let ns = config.namespace_config();
+        let ns = NamespaceConfig {
+            log_output,
+            ..config.namespace_config()
+        };
         let ties = Ties::family(departures, spawns);
         let opened = Self::open(host.clone(), true, &spec, overlay, ns, ties).await;
         if opened.is_err() {
@@ -1275,6 +1310,7 @@ impl Shared {
             fences,
             shutdown: self.shutdown.clone(),
             tracker: self.tracker.clone(),
+            log_output: (self.config.log_output.clone()).filter(|_| self.child.is_none()),
         })
     }
 

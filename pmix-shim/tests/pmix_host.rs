@@ -92,6 +92,7 @@ fn namespace_config() -> NamespaceConfig {
         exit_grace: Duration::from_millis(500),
         binding: Binding::Known(Default::default()),
         universe: None,
+        log_output: None,
     }
 }
 

@@ -217,6 +217,7 @@ impl PmixServer {
             exit_grace: inner.config.exit_grace,
             binding: Binding::Known(BTreeMap::new()),
             universe: inner.config.universe,
+            log_output: None,
         };
         // The family's processes here so far: the job's and its earlier children's.
         let earlier: usize = (lock_children(inner).values())

@@ -187,6 +187,13 @@ impl Handler for Routes {
         }
     }
 
+    fn log(&self, proc_: Proc, stderr: Option<String>, done: OpDone) {
+        match self.of_proc(&proc_, "log") {
+            Some(h) => h.log(proc_, stderr, done),
+            None => greedy_sys::pmix::server::decline_log(done),
+        }
+    }
+
     fn abort(
         &self,
         proc_: Proc,

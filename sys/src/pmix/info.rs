@@ -119,6 +119,8 @@ pub mod key {
         HOST = PMIX_HOST;
         /// `pmix.wdir` (string): a spawned app's working directory.
         WDIR = PMIX_WDIR;
+        /// `pmix.log.stderr` (string): a message a client logs for the standard error.
+        LOG_STDERR = PMIX_LOG_STDERR;
         /// `pmix.grp.actxid` (bool): a group construct asks the host for a context id.
         GROUP_ASSIGN_CONTEXT_ID = PMIX_GROUP_ASSIGN_CONTEXT_ID;
         /// `pmix.grp.ctxid` (size): the context id the host assigned a group.

@@ -61,6 +61,13 @@ pub trait Handler: Send + Sync + 'static {
     }
     /// A client called `PMIx_Finalize`; it stays blocked until `done` completes.
     fn client_finalized(&self, proc_: Proc, done: OpDone);
+    /// A client's `PMIx_Log`; `stderr` is the message it asks to be printed on standard error
+    /// (`PMIX_LOG_STDERR`), if any. By default declined ([`decline_log`]), so that the client
+    /// prints it itself. Called with libpmix's lock held: complete `done` on another thread.
+    fn log(&self, proc_: Proc, stderr: Option<String>, done: OpDone) {
+        let _ = (proc_, stderr);
+        decline_log(done);
+    }
     /// A client called `PMIx_Abort(status, msg, targets)`; `targets` `None` means the whole
     /// namespace.
     fn abort(
@@ -313,25 +320,44 @@ fn host_module(serve_groups: bool) -> raw::pmix_server_module_t {
     }
 }
 
-/// `log`: declined, so that the client prints the message itself, on its own stderr (which
-/// the launcher labels by rank). Open MPI 5 sends every error message there (`PMIx_Log_nb`,
-/// opal/util/show_help.c `local_delivery`@v5.0.8) and prints it only when the log fails; with
-/// the entry NULL, libpmix 4.2 drops the message and answers success (its `stdfd` channel
-/// writes only in gateway servers, plog_stdfd.c@v4.2.2 l.114). The answer comes from another
-/// thread: libpmix calls this with the lock its completion takes held (plog_base_stubs.c
-/// `pmix_plog_base_log`), so answering here would deadlock its progress thread.
+/// `log`: handed to the handler ([`Handler::log`]) with the message the client wants on its
+/// standard error. Open MPI 5 sends every error message there (`PMIx_Log_nb`,
+/// opal/util/show_help.c `local_delivery`@v5.0.8) and prints it itself only when the log fails;
+/// with the entry NULL, libpmix 4.2 drops the message and answers success (its `stdfd`
+/// channel writes only in gateway servers, plog_stdfd.c@v4.2.2 l.114). libpmix calls this
+/// with the lock its completion takes held (plog_base_stubs.c `pmix_plog_base_log`), so the
+/// answer must come from another thread.
 unsafe extern "C" fn on_log(
-    _client: *const raw::pmix_proc_t,
-    _data: *const raw::pmix_info_t,
-    _ndata: usize,
+    client: *const raw::pmix_proc_t,
+    data: *const raw::pmix_info_t,
+    ndata: usize,
     _directives: *const raw::pmix_info_t,
     _ndirs: usize,
     cbfunc: raw::pmix_op_cbfunc_t,
     cbdata: *mut c_void,
 ) {
-    // Not completed (the client's non-blocking log never answered) if no thread can start:
-    // dropping it here would answer on this thread.
-    let done = std::mem::ManuallyDrop::new(OpDone { cbfunc, cbdata });
+    let mut done = Some(OpDone { cbfunc, cbdata });
+    // SAFETY: PMIx passes a valid proc (or NULL) and `ndata` valid infos for the call.
+    let p = (!client.is_null()).then(|| unsafe { procs_from_raw(client, 1) });
+    // SAFETY: as above.
+    let stderr = unsafe { find_string(data, ndata, key::LOG_STDERR) };
+    if let Some(p) = p.and_then(|p| p.into_iter().next()) {
+        forward("log", |h| {
+            if let Some(done) = done.take() {
+                h.log(p, stderr, done);
+            }
+        });
+    }
+    if let Some(done) = done {
+        decline_log(done);
+    }
+}
+
+/// Declines a client's log (`NOT_SUPPORTED`, the client then prints its message itself), on a
+/// thread of its own: libpmix holds the lock the completion takes while it asks. Not
+/// completed if no thread can start (answering here would deadlock).
+pub fn decline_log(done: OpDone) {
+    let done = std::mem::ManuallyDrop::new(done);
     let _ = std::thread::Builder::new()
         .name("greedy-pmix-log".into())
         .spawn(move || std::mem::ManuallyDrop::into_inner(done).complete(Status::NOT_SUPPORTED));
