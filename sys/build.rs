@@ -104,13 +104,13 @@ fn slurm_release() {
 #[cfg(feature = "pmix")]
 mod pmix {
     use std::env;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
-    /// Where libpmix's headers and library are, and the directory the built objects look for
-    /// `libpmix.so.2` in at run time.
+    /// Where libpmix's headers are, and the path the built objects load libpmix from at run
+    /// time (`dlopen`, on first use: a process that serves no PMIx never maps it).
     struct Pmix {
         include_paths: Vec<PathBuf>,
-        rpaths: Vec<PathBuf>,
+        library: PathBuf,
     }
 
     /// `PMIX_INCLUDE_DIR` (a `:`-separated list) and `PMIX_LIB_DIR` (both, e.g. a release
@@ -124,53 +124,135 @@ mod pmix {
         let include = env::var_os("PMIX_INCLUDE_DIR");
         let lib = env::var_os("PMIX_LIB_DIR").map(PathBuf::from);
         let rpath = env::var_os("PMIX_RPATH").map(PathBuf::from);
-        match (include, lib) {
+        let (include_paths, lib_dir) = match (include, lib) {
             (Some(include), Some(lib)) => {
-                println!("cargo::rustc-link-search=native={}", lib.display());
-                println!("cargo::rustc-link-lib=dylib=pmix");
                 let include_paths: Vec<PathBuf> = env::split_paths(&include).collect();
                 for dir in &include_paths {
                     println!("cargo::rerun-if-changed={}", dir.display());
                 }
-                Pmix {
-                    include_paths,
-                    rpaths: vec![rpath.unwrap_or(lib)],
-                }
+                (include_paths, lib)
             }
             (None, None) => {
-                let lib = pkg_config::Config::new()
-                    .atleast_version("4.2")
-                    .probe("pmix")
-                    .unwrap_or_else(|e| {
-                        panic!("greedy-sys: libpmix ≥ 4.2 not found ({e}); install libpmix-dev")
-                    });
-                Pmix {
-                    include_paths: lib.include_paths,
-                    rpaths: rpath.map_or(lib.link_paths, |r| vec![r]),
-                }
+                let lib = probe("pmix", "4.2", "libpmix-dev");
+                let dir = lib
+                    .link_paths
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "/usr/lib".into());
+                (lib.include_paths, dir)
             }
             _ => panic!("greedy-sys: set both PMIX_INCLUDE_DIR and PMIX_LIB_DIR, or neither"),
+        };
+        // Open MPI and the shim must load the same libpmix: keep its private directory.
+        let run_dir = rpath.unwrap_or_else(|| lib_dir.clone());
+        Pmix {
+            include_paths,
+            library: run_dir.join(soname(&lib_dir, "pmix")),
         }
     }
 
-    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h, with the hwloc calls that
-    /// load the topology the server is given and list its cores and packages (libpmix itself
-    /// depends on hwloc 2.x, whose ABI these calls have kept since 2.1); links libpmix and
-    /// libhwloc dynamically.
+    /// pkg-config's answer for `name` ≥ `version`, without link flags (the library is opened
+    /// at run time, not linked).
+    fn probe(name: &str, version: &str, package: &str) -> pkg_config::Library {
+        pkg_config::Config::new()
+            .atleast_version(version)
+            .cargo_metadata(false)
+            .probe(name)
+            .unwrap_or_else(|e| {
+                panic!("greedy-sys: lib{name} ≥ {version} not found ({e}); install {package}")
+            })
+    }
+
+    /// The name `dir/lib<name>.so` is loaded by at run time: its development link's target cut
+    /// after the major version (libtool's soname, `libpmix.so.2.6.2` → `libpmix.so.2`), so an
+    /// update of the runtime package keeps working.
+    fn soname(dir: &Path, name: &str) -> String {
+        let link = dir.join(format!("lib{name}.so"));
+        println!("cargo::rerun-if-changed={}", link.display());
+        let target = std::fs::read_link(&link).unwrap_or_else(|e| {
+            panic!(
+                "greedy-sys: {}: {e} (the development link of lib{name})",
+                link.display()
+            )
+        });
+        let file = target
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_else(|| {
+                panic!(
+                    "greedy-sys: {} points at {}",
+                    link.display(),
+                    target.display()
+                )
+            });
+        let stem = format!("lib{name}.so.");
+        let major = file
+            .strip_prefix(&stem)
+            .and_then(|v| v.split('.').next())
+            .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "greedy-sys: {} points at {file}: no major version",
+                    link.display()
+                )
+            });
+        format!("{stem}{major}")
+    }
+
+    /// Generates `$OUT_DIR/pmix.rs` from pmix.h and pmix_server.h and `$OUT_DIR/hwloc.rs` with
+    /// the hwloc calls that load the topology the server is given and list its cores and
+    /// packages (libpmix itself depends on hwloc 2.x, whose ABI these calls have kept since
+    /// 2.1). Neither library is linked: each binding is a struct of function pointers that
+    /// `pmix::library` fills by `dlopen` on first use, from the paths this exports
+    /// (`GREEDY_PMIX_LIBRARY`, `GREEDY_HWLOC_LIBRARY`).
     pub(super) fn bind() {
-        let lib = locate();
-        println!("cargo::rustc-link-lib=dylib=hwloc");
-        // Open MPI and the shim must load the same libpmix: keep its private directory.
-        for dir in &lib.rpaths {
-            println!("cargo::rustc-link-arg=-Wl,-rpath,{}", dir.display());
-        }
-        let mut builder = bindgen::Builder::default()
+        let pmix = locate();
+        let hwloc_dir = probe("hwloc", "2.1", "libhwloc-dev")
+            .link_paths
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "/usr/lib".into());
+        let hwloc = hwloc_dir.join(soname(&hwloc_dir, "hwloc"));
+        println!(
+            "cargo::rustc-env=GREEDY_PMIX_LIBRARY={}",
+            pmix.library.display()
+        );
+        println!("cargo::rustc-env=GREEDY_HWLOC_LIBRARY={}", hwloc.display());
+        let pmix_functions = [
+            "PMIx_Data_type_string",
+            "PMIx_Error_string",
+            "PMIx_Get",
+            "PMIx_Get_version",
+            "PMIx_Info_load",
+            "PMIx_Resolve_nodes",
+            "PMIx_Value_destruct",
+            "PMIx_Value_load",
+            "PMIx_generate_ppn",
+            "PMIx_generate_regex",
+            "PMIx_server_deregister_client",
+            "PMIx_server_deregister_nspace",
+            "PMIx_server_dmodex_request",
+            "PMIx_server_finalize",
+            "PMIx_server_generate_cpuset_string",
+            "PMIx_server_generate_locality_string",
+            "PMIx_server_init",
+            "PMIx_server_register_client",
+            "PMIx_server_register_nspace",
+            "PMIx_server_setup_fork",
+        ];
+        let builder = bindgen::Builder::default()
             // pmix.h has the value/info helpers, pmix_server.h the server API.
             .header_contents(
                 "greedy_pmix.h",
-                "#include <pmix.h>\n#include <pmix_server.h>\n#include <hwloc.h>\n",
+                "#include <pmix.h>\n#include <pmix_server.h>\n",
             )
-            .allowlist_function("PMIx_.*")
+            .allowlist_function(format!("({})", pmix_functions.join("|")))
+            .allowlist_type("pmix_.*")
+            .allowlist_var("PMIX_.*")
+            .dynamic_library_name("Pmix");
+        generate(builder, &pmix.include_paths, "pmix.rs");
+        let builder = bindgen::Builder::default()
+            .header_contents("greedy_hwloc.h", "#include <hwloc.h>\n")
             .allowlist_function(
                 "hwloc_topology_(init|load|destroy|set_io_types_filter|set_components|export_xml)",
             )
@@ -179,20 +261,28 @@ mod pmix {
             .allowlist_type("hwloc_type_filter_e")
             .allowlist_type("hwloc_obj_type_e")
             .allowlist_type("hwloc_topology_components_flag_e")
-            .allowlist_type("pmix_.*")
-            .allowlist_var("PMIX_.*")
+            .dynamic_library_name("Hwloc");
+        generate(builder, &[], "hwloc.rs");
+    }
+
+    /// Writes `builder`'s bindings to `$OUT_DIR/out`; a library's struct holds a pointer for
+    /// every function (missing one fails the load, not a later call).
+    fn generate(builder: bindgen::Builder, include_paths: &[PathBuf], out: &str) {
+        let mut builder = builder
+            .dynamic_link_require_all(true)
+            .wrap_unsafe_ops(true)
             .derive_default(true)
             // C comments would become (failing) doctests.
             .generate_comments(false)
             .layout_tests(true)
             .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
-        for dir in &lib.include_paths {
+        for dir in include_paths {
             builder = builder.clang_arg(format!("-I{}", dir.display()));
         }
         let bindings = builder
             .generate()
-            .unwrap_or_else(|e| panic!("greedy-sys: bindgen on pmix_server.h failed: {e}"));
-        let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("pmix.rs");
+            .unwrap_or_else(|e| panic!("greedy-sys: bindgen for {out} failed: {e}"));
+        let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join(out);
         bindings
             .write_to_file(&out)
             .unwrap_or_else(|e| panic!("greedy-sys: writing {}: {e}", out.display()));

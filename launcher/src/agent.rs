@@ -66,11 +66,11 @@ enum End {
     ParentGone,
 }
 
-/// Readies the process for the PMIx server and `--bind-to` (the host's topology, PMIx's
-/// store choice): call it while the process has one thread, since it sets variables in the
-/// environment (greedy-sys `pmix::server::prepare_process`).
+/// Readies the process for a PMIx server and `--bind-to`, which open libpmix and hwloc only
+/// when a job needs them: call it while the process has one thread, since it sets variables
+/// in the environment (greedy-sys `pmix::server::prepare_environment`).
 pub fn prepare_pmix() {
-    greedy_sys::pmix::server::prepare_process();
+    greedy_sys::pmix::server::prepare_environment();
 }
 
 /// Runs the agent on this process's stdin/stdout (started by a remote shell); returns the

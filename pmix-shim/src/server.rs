@@ -75,8 +75,9 @@ pub struct PmiConfig {
     /// Where to write this node's hardware topology as hwloc XML (in a private directory made
     /// there when a rank first asks, removed at shutdown), the file MPICH asks for as
     /// `PMI_hwloc_xmlfile` instead of probing the hardware in every rank, as Hydra gives it;
-    /// `None`: not served. The process must have loaded the topology already
-    /// (greedy-sys `prepare_process`).
+    /// `None`: not served. Loads the topology on the first ask: the process must have set
+    /// hwloc's environment beforehand (greedy-sys `prepare_environment`) or loaded it
+    /// (`prepare_process`).
     pub topology_dir: Option<std::path::PathBuf>,
     /// The job was spawned by another, which serves it as a job of its own (a nested step
     /// under srun): its ranks are told so (`PMI_SPAWNED`, `spawner-jobid`, appnums) and its

@@ -8,8 +8,9 @@
 #   greedy-pmi  greedyrun --pmi pmi1 (PMI-1 alone, what Hydra serves)
 #   greedy-none greedyrun --pmi none
 #   hydra       PyPI MPICH 5.0.2's mpiexec.hydra -launcher rsh through the same fake shell
-#   greedy-old  with --old DIR: DIR/greedyrun (and the greedyd beside it), every family served,
-#               to compare two builds in one sitting
+#   greedy-old, greedy-old-pmi, greedy-old-none
+#               with --old DIR: DIR/greedyrun (and the greedyd beside it) in each greedy
+#               configuration chosen, to compare two builds in one sitting
 # The fake remote shell puts each host's daemon into a cpuacct cgroup of its configuration
 # before it execs it, so the cgroup holds exactly the daemons and what they start (greedyd's
 # guard, the ranks, the remote shells greedyd starts for its tree children); the front end
@@ -37,7 +38,12 @@ while (($#)); do
   esac
 done
 ((${#configs[@]})) || configs=(greedy greedy-pmi greedy-none hydra)
-[[ -z $old ]] || { [[ -x $old/greedyrun ]] || fail "--old $old: no greedyrun there"; configs+=(greedy-old); }
+if [[ -n $old ]]; then
+  [[ -x $old/greedyrun ]] || fail "--old $old: no greedyrun there"
+  for c in "${configs[@]}"; do
+    [[ $c == greedy* ]] && configs+=("${c/greedy/greedy-old}")
+  done
+fi
 need_root
 . "$ROOT/tests/mpi/mpich5.sh"
 . "$ROOT/tests/launcher/loopback.sh"
@@ -64,13 +70,13 @@ tr , '\n' <<<"$hostlist" >"$work/hosts"
 
 # run CONFIG: one job; its wall ms on stdout.
 run() {
-  local c=$1 t0 rc=0
+  local c=$1 t0 rc=0 greedyrun=$BIN
   local -a cmd
-  case $c in
-    greedy) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 -n "$hosts") ;;
-    greedy-old) cmd=("$old/greedyrun" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 -n "$hosts") ;;
-    greedy-pmi) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi pmi1 -n "$hosts") ;;
-    greedy-none) cmd=("$BIN" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi none -n "$hosts") ;;
+  [[ $c != greedy-old* ]] || greedyrun=$old/greedyrun
+  case ${c/-old/} in
+    greedy) cmd=("$greedyrun" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 -n "$hosts") ;;
+    greedy-pmi) cmd=("$greedyrun" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi pmi1 -n "$hosts") ;;
+    greedy-none) cmd=("$greedyrun" --rsh "$work/rsh-$c" -H "$hostlist" --progress 0 --pmi none -n "$hosts") ;;
     hydra) cmd=("$MPICH5/bin/mpiexec.hydra" -launcher rsh -launcher-exec "$work/rsh-$c"
       -f "$work/hosts" -n "$hosts" -ppn 1) ;;
   esac

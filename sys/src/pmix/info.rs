@@ -271,8 +271,10 @@ impl std::fmt::Debug for InfoArray {
 }
 
 impl InfoArray {
-    /// Builds the array; fails on a string with an interior NUL or a PMIx load error.
+    /// Builds the array; fails on a string with an interior NUL, a PMIx load error, or a
+    /// libpmix that cannot be opened (`PMIX_ERR_INIT`).
     pub fn new(entries: &[(&CStr, Value)]) -> Result<InfoArray, Status> {
+        let pmix = super::library::pmix().map_err(|_| Status(raw::PMIX_ERR_INIT))?;
         // On failure, the entries loaded so far are destructed by Drop (a zeroed
         // pmix_value_t has type PMIX_UNDEF, whose destruct is a no-op).
         let mut built = InfoArray(
@@ -281,7 +283,7 @@ impl InfoArray {
                 .collect(),
         );
         for (slot, (k, v)) in built.0.iter_mut().zip(entries) {
-            load(slot, k, v)?;
+            load(pmix, slot, k, v)?;
         }
         Ok(built)
     }
@@ -309,23 +311,27 @@ impl InfoArray {
 
 impl Drop for InfoArray {
     fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let pmix = super::library::loaded();
         for info in self.0.iter_mut() {
             // SAFETY: each value was zeroed (PMIX_UNDEF, nothing to free) or loaded by
             // PMIx_Info_load, which allocated what it points to; destruct frees exactly that,
             // once, since the array is dropped once.
-            unsafe { raw::PMIx_Value_destruct(&mut info.value) };
+            unsafe { pmix.PMIx_Value_destruct(&mut info.value) };
         }
     }
 }
 
 /// Loads one entry with `PMIx_Info_load`, which copies the key and the value.
-fn load(slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> {
+fn load(pmix: &raw::Pmix, slot: &mut raw::pmix_info_t, k: &CStr, v: &Value) -> Result<(), Status> {
     let load_ptr = |slot: &mut raw::pmix_info_t, data: *const c_void, ty: u32| {
         // SAFETY: `slot` is a valid zeroed or previously unloaded pmix_info_t; `k` is
         // NUL-terminated; `data` points to a live value of the C type that `ty` names (see each
         // caller), which PMIx copies (strdup for strings, memcpy for numbers, a deep copy for
         // data arrays: bfrops_base_value_load) before returning.
-        check(unsafe { raw::PMIx_Info_load(slot, k.as_ptr(), data, ty as raw::pmix_data_type_t) })
+        check(unsafe { pmix.PMIx_Info_load(slot, k.as_ptr(), data, ty as raw::pmix_data_type_t) })
     };
     match v {
         Value::Bool(b) => load_ptr(slot, (b as *const bool).cast(), raw::PMIX_BOOL),

@@ -23,6 +23,7 @@ use crate::raw::pmix as raw;
 pub mod gate;
 pub mod group;
 pub mod info;
+pub mod library;
 pub mod pubsub;
 pub mod server;
 pub mod spawn;
@@ -61,9 +62,12 @@ impl Status {
 
     /// PMIx's own name for the code (`PMIx_Error_string`).
     pub fn name(self) -> String {
+        let Ok(pmix) = library::pmix() else {
+            return format!("PMIx status {}", self.0);
+        };
         // SAFETY: PMIx_Error_string accepts any code and returns a pointer to a static string
         // (pmix_error.c: a table of literals, "UNKNOWN STATUS" otherwise), never NULL.
-        let s = unsafe { raw::PMIx_Error_string(self.0) };
+        let s = unsafe { pmix.PMIx_Error_string(self.0) };
         if s.is_null() {
             return format!("PMIx status {}", self.0);
         }

@@ -47,6 +47,7 @@ use std::time::Duration;
 use super::gate::{self, GateError, Policy};
 use super::group::{GroupDone, GroupRequest, Groups};
 use super::info::{InfoArray, Regex, Value, find_bool, find_string, key};
+use super::library::{self, LoadError};
 use super::pubsub::{self, Datum, Directives, LookupDone, Published};
 use super::spawn::{App, SpawnDone};
 use super::{Proc, Status, check, take_c_string};
@@ -751,6 +752,8 @@ pub enum InitError {
     InsecureEnvironment(String),
     /// The accept gate could not be installed: serving PMIx unguarded is refused.
     Gate(GateError),
+    /// libpmix (or its hwloc) could not be opened.
+    Library(LoadError),
     /// PMIx refused (building the init info, or `PMIx_server_init`).
     Pmix(Status),
 }
@@ -763,6 +766,7 @@ impl std::fmt::Display for InitError {
             }
             InitError::InsecureEnvironment(why) => write!(f, "refusing to start PMIx: {why}"),
             InitError::Gate(e) => e.fmt(f),
+            InitError::Library(e) => e.fmt(f),
             InitError::Pmix(s) => write!(f, "PMIx_server_init: {s}"),
         }
     }
@@ -772,6 +776,7 @@ impl std::error::Error for InitError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             InitError::Gate(e) => Some(e),
+            InitError::Library(e) => Some(e),
             InitError::Pmix(s) => Some(s),
             _ => None,
         }
@@ -814,9 +819,24 @@ const SERVER_STORES: (&str, &str) = ("PMIX_MCA_gds", "hash");
 /// clears it for them; slurmstepd gives tasks the job's).
 pub fn prepare_process() {
     super::topology::Topology::this_machine();
-    let (name, value) = SERVER_STORES;
+    set_default(SERVER_STORES);
+}
+
+/// Readies a process that starts libpmix and hwloc later, if at all, from any thread (greedyd
+/// knows only from its job's Start whether it serves PMIx or binds ranks): sets
+/// [`SERVER_STORES`] and hwloc's plugin path ([`super::topology`]) in the environment, for
+/// the life of the process, unless the user set them, and opens nothing. Call it where no
+/// other thread exists yet; what the process starts must not inherit its environment.
+pub fn prepare_environment() {
+    set_default(SERVER_STORES);
+    set_default(super::topology::NO_PLUGINS);
+}
+
+/// Sets `name` to `value` unless the environment has it. Callers run where no other thread
+/// touches the environment (see theirs).
+fn set_default((name, value): (&str, &str)) {
     if std::env::var_os(name).is_none() {
-        // SAFETY: the caller runs this where no other thread touches the environment (above).
+        // SAFETY: the caller runs this where no other thread touches the environment.
         unsafe { std::env::set_var(name, value) };
     }
 }
@@ -824,10 +844,19 @@ pub fn prepare_process() {
 /// The process's PMIx server: initialised by [`Server::init`]; finalized by
 /// [`Server::finalize`] or [`Server::finalize_within`], or on drop, always on a thread of its
 /// own so that no caller can be held by it.
-#[derive(Debug)]
 pub struct Server {
+    /// libpmix's functions (open: the server exists).
+    pmix: &'static raw::Pmix,
     /// The init info (PMIx may keep pointers into it); `None` once finalize has started.
     init_info: Option<InfoArray>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("init_info", &self.init_info)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A bound client's place on its node, as PMIx tells it to the client and its local peers.
@@ -850,6 +879,7 @@ impl Server {
     /// stays on loopback (`PMIX_SERVER_REMOTE_CONNECTIONS` false).
     pub fn init(handler: Arc<dyn Handler>, config: &ServerConfig) -> Result<Server, InitError> {
         check_psec_env()?;
+        let pmix = library::pmix().map_err(InitError::Library)?;
         if INITIALIZED.swap(true, Ordering::SeqCst) {
             // PMIx keeps process-wide state: a second server (even after finalize) is refused.
             return Err(InitError::AlreadyInitialized);
@@ -880,12 +910,13 @@ impl Server {
         let n = init_info.len();
         // SAFETY: `module` lives forever; `init_info` holds `n` valid entries and lives in the
         // returned Server; the callbacks are `extern "C"` functions that never unwind.
-        let rc = unsafe { raw::PMIx_server_init(module, init_info.as_mut_ptr(), n) };
+        let rc = unsafe { pmix.PMIx_server_init(module, init_info.as_mut_ptr(), n) };
         if let Err(e) = check(rc) {
             *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
             return Err(InitError::Pmix(e));
         }
         let server = Server {
+            pmix,
             init_info: Some(init_info),
         };
         // PMIx_server_init may have loaded components: none may accept past the gate.
@@ -918,12 +949,13 @@ impl Server {
         let Some(init_info) = self.init_info.take() else {
             return;
         };
+        let pmix = self.pmix;
         let spawned = std::thread::Builder::new()
             .name("pmix-finalize".into())
             .spawn(move || {
                 // SAFETY: the server was initialised by `init`; this runs once (the info was
                 // taken above) and on a thread of its own, never from a PMIx callback.
-                let rc = unsafe { raw::PMIx_server_finalize() };
+                let rc = unsafe { pmix.PMIx_server_finalize() };
                 *HANDLER.write().unwrap_or_else(|p| p.into_inner()) = None;
                 drop(init_info);
                 done(Status(rc));
@@ -975,7 +1007,7 @@ impl Server {
             // points to `n` entries owned by `ctx`, which lives until `op_done` runs (moving
             // the InfoArray does not move its boxed entries).
             unsafe {
-                raw::PMIx_server_register_nspace(
+                self.pmix.PMIx_server_register_nspace(
                     ns.as_ptr(),
                     nlocalprocs as c_int,
                     ptr,
@@ -1001,7 +1033,10 @@ impl Server {
         let ptr = Box::into_raw(Box::new(ctx));
         // SAFETY: `ns` lives for the call; PMIx always calls `op_done` once with `ptr`
         // (pmix_server.c@v4.2.2: at once when not initialised, else after the thread shift).
-        unsafe { raw::PMIx_server_deregister_nspace(ns.as_ptr(), Some(op_done), ptr.cast()) };
+        unsafe {
+            self.pmix
+                .PMIx_server_deregister_nspace(ns.as_ptr(), Some(op_done), ptr.cast())
+        };
     }
 
     /// Registers a local client (before it is started) that will run as `owner` (uid, gid),
@@ -1024,7 +1059,14 @@ impl Server {
         Self::op_call(ctx, |cb, cbdata| {
             // SAFETY: `p` lives for the call (PMIx copies the name); no server object.
             unsafe {
-                raw::PMIx_server_register_client(&p, uid, gid, std::ptr::null_mut(), cb, cbdata)
+                self.pmix.PMIx_server_register_client(
+                    &p,
+                    uid,
+                    gid,
+                    std::ptr::null_mut(),
+                    cb,
+                    cbdata,
+                )
             }
         })
     }
@@ -1042,7 +1084,10 @@ impl Server {
         };
         let ptr = Box::into_raw(Box::new(ctx));
         // SAFETY: `p` lives for the call; PMIx always calls `op_done` once with `ptr`.
-        unsafe { raw::PMIx_server_deregister_client(&p, Some(op_done), ptr.cast()) };
+        unsafe {
+            self.pmix
+                .PMIx_server_deregister_client(&p, Some(op_done), ptr.cast())
+        };
     }
 
     /// The environment variables a registered client needs (`PMIx_server_setup_fork`), as
@@ -1053,7 +1098,7 @@ impl Server {
         let mut env: *mut *mut c_char = std::ptr::null_mut();
         // SAFETY: `p` lives for the call; `env` starts as an empty (NULL) argv that PMIx
         // extends with malloc'd strings (pmix_setenv), which we free below.
-        let rc = unsafe { raw::PMIx_server_setup_fork(&p, &mut env) };
+        let rc = unsafe { self.pmix.PMIx_server_setup_fork(&p, &mut env) };
         let mut out = Vec::new();
         if !env.is_null() {
             let mut i = 0;
@@ -1090,7 +1135,10 @@ impl Server {
         let ptr = Box::into_raw(Box::new(cb));
         // SAFETY: `p` lives for the call; `ptr` is reclaimed exactly once, by dmodex_done or
         // below when PMIx refuses at once (it then does not call back).
-        let rc = unsafe { raw::PMIx_server_dmodex_request(&p, Some(dmodex_done), ptr.cast()) };
+        let rc = unsafe {
+            self.pmix
+                .PMIx_server_dmodex_request(&p, Some(dmodex_done), ptr.cast())
+        };
         if rc != raw::PMIX_SUCCESS as i32 {
             // SAFETY: PMIx refused, so it will not call dmodex_done: `ptr` is still ours.
             drop(unsafe { Box::from_raw(ptr) });
@@ -1114,7 +1162,7 @@ impl Server {
         // SAFETY: `p`, `k` and `directives` live for the call; on success PMIx stores a
         // malloc'd value in `val` that we own and free below.
         let rc = unsafe {
-            raw::PMIx_Get(
+            self.pmix.PMIx_Get(
                 &p,
                 k.as_ptr(),
                 directives.as_mut_ptr(),
@@ -1126,7 +1174,7 @@ impl Server {
             // SAFETY: one malloc'd value PMIx handed us: free its contents, then itself (what
             // the PMIX_VALUE_RELEASE macro does).
             unsafe {
-                raw::PMIx_Value_destruct(val);
+                self.pmix.PMIx_Value_destruct(val);
                 libc::free(val.cast());
             }
         }
@@ -1142,14 +1190,16 @@ impl Server {
     /// (`PMIx_server_generate_locality_string`, `…_cpuset_string`), for the client's
     /// job-level data. Needs the server's topology (from `init`).
     pub fn locality_of(&self, cpus: &[u32]) -> Result<Locality, Status> {
+        // libpmix depends on this hwloc: it opens whenever the server does.
+        let hwloc = library::hwloc().map_err(|_| Status::ERROR)?;
         // SAFETY: allocates an empty bitmap we own (NULL if out of memory).
-        let bitmap = unsafe { raw::hwloc_bitmap_alloc() };
+        let bitmap = unsafe { hwloc.hwloc_bitmap_alloc() };
         if bitmap.is_null() {
             return Err(Status::ERROR);
         }
         for &cpu in cpus {
             // SAFETY: `bitmap` is ours and alive; setting a bit may grow it.
-            unsafe { raw::hwloc_bitmap_set(bitmap, cpu) };
+            unsafe { hwloc.hwloc_bitmap_set(bitmap, cpu) };
         }
         let set = raw::pmix_cpuset_t {
             source: c"hwloc".as_ptr().cast_mut(),
@@ -1166,10 +1216,10 @@ impl Server {
             // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
             unsafe { take_c_string(out) }.ok_or(Status::ERROR)
         };
-        let locality = describe(raw::PMIx_server_generate_locality_string);
-        let cpuset = describe(raw::PMIx_server_generate_cpuset_string);
+        let locality = describe(self.pmix.PMIx_server_generate_locality_string);
+        let cpuset = describe(self.pmix.PMIx_server_generate_cpuset_string);
         // SAFETY: allocated above; PMIx kept no reference to it.
-        unsafe { raw::hwloc_bitmap_free(bitmap) };
+        unsafe { hwloc.hwloc_bitmap_free(bitmap) };
         Ok(Locality {
             locality: locality?,
             cpuset: cpuset?,
@@ -1183,7 +1233,7 @@ impl Server {
         let mut list: *mut c_char = std::ptr::null_mut();
         // SAFETY: `ns` is NUL-terminated and lives for the call; on success PMIx stores a
         // malloc'd comma-separated string in `list` that we own.
-        check(unsafe { raw::PMIx_Resolve_nodes(ns.as_ptr(), &mut list) })?;
+        check(unsafe { self.pmix.PMIx_Resolve_nodes(ns.as_ptr(), &mut list) })?;
         // SAFETY: malloc'd NUL-terminated string (or NULL) owned by us.
         let list = unsafe { take_c_string(list) }.ok_or(Status::NOT_FOUND)?;
         Ok(list.split(',').map(str::to_string).collect())
@@ -1191,13 +1241,13 @@ impl Server {
 
     /// `PMIx_generate_regex` over a comma-separated host list: the `PMIX_NODE_MAP` value.
     pub fn generate_regex(&self, hosts: &str) -> Result<Regex, Status> {
-        Self::generate(hosts, raw::PMIx_generate_regex)
+        Self::generate(hosts, self.pmix.PMIx_generate_regex)
     }
 
     /// `PMIx_generate_ppn` over `r,r;r,r` (ranks per node, nodes in node-map order): the
     /// `PMIX_PROC_MAP` value.
     pub fn generate_ppn(&self, ranks: &str) -> Result<Regex, Status> {
-        Self::generate(ranks, raw::PMIx_generate_ppn)
+        Self::generate(ranks, self.pmix.PMIx_generate_ppn)
     }
 
     fn generate(

@@ -26,7 +26,8 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-use crate::raw::pmix as raw;
+use super::library;
+use crate::raw::hwloc as raw;
 
 /// A loaded hwloc topology that lives as long as the process and is never changed: PMIx keeps
 /// a pointer to it from `PMIx_server_init` on (`pmix_globals.external_topology`), and nobody
@@ -49,11 +50,13 @@ impl Topology {
     /// This machine's topology without I/O devices, loaded on first use; `None` if hwloc
     /// failed (the server then discovers its own, as it would anyway).
     ///
-    /// The first call sets `HWLOC_PLUGINS_PATH` in the process environment while hwloc
-    /// initialises (unless the user set it), and restores it: make it where no other thread
-    /// reads or writes the environment. greedyd makes it before its runtime starts; in
-    /// slurmstepd it is made by the mpi plugin's prefork, where Slurm's own mpi/pmix sets its
-    /// variables too (`pmixp_info.c`, `setenv` of `PMIX_*`/`UCX_*`).
+    /// Unless `HWLOC_PLUGINS_PATH` is set (by the user, or for the whole process by
+    /// [`super::server::prepare_environment`], as greedyd does before its runtime starts), the
+    /// first call sets it while hwloc initialises and removes it again: make that call where
+    /// no other thread reads or writes the environment. In slurmstepd it is made by the mpi
+    /// plugin's prefork, where Slurm's own mpi/pmix sets its variables too (`pmixp_info.c`,
+    /// `setenv` of `PMIX_*`/`UCX_*`), and there the variable must not outlive it: Slurm's own
+    /// plugins in that process may want hwloc's.
     pub fn this_machine() -> Option<Topology> {
         static LOADED: OnceLock<Option<Topology>> = OnceLock::new();
         *LOADED.get_or_init(load_without_io)
@@ -77,20 +80,21 @@ impl Topology {
             Grain::Core => raw::hwloc_obj_type_t_HWLOC_OBJ_CORE,
             Grain::Package => raw::hwloc_obj_type_t_HWLOC_OBJ_PACKAGE,
         };
+        let hwloc = opened();
         let topo: raw::hwloc_topology_t = self.as_ptr().cast();
         // SAFETY: `topo` is a loaded topology that lives for ever (Topology's invariant);
         // these calls only read it.
-        let depth = unsafe { raw::hwloc_get_type_depth(topo, kind) };
+        let depth = unsafe { hwloc.hwloc_get_type_depth(topo, kind) };
         if depth < 0 {
             // Unknown, or spread over several depths: nothing to bind to reliably.
             return Vec::new();
         }
         // SAFETY: as above, with a depth hwloc just gave.
-        let n = unsafe { raw::hwloc_get_nbobjs_by_depth(topo, depth) };
+        let n = unsafe { hwloc.hwloc_get_nbobjs_by_depth(topo, depth) };
         (0..n)
             .filter_map(|i| {
                 // SAFETY: `i` < the number of objects at `depth`; only read.
-                let obj = unsafe { raw::hwloc_get_obj_by_depth(topo, depth, i) };
+                let obj = unsafe { hwloc.hwloc_get_obj_by_depth(topo, depth, i) };
                 // SAFETY: NULL or an object that lives with the topology, which lives for ever;
                 // its cpuset (possibly NULL) is only read.
                 let set = unsafe { obj.as_ref() }?.cpuset;
@@ -99,11 +103,11 @@ impl Topology {
                 }
                 let mut cpus = Vec::new();
                 // SAFETY: `set` is the object's own bitmap, valid while the topology lives.
-                let mut cpu = unsafe { raw::hwloc_bitmap_first(set) };
+                let mut cpu = unsafe { hwloc.hwloc_bitmap_first(set) };
                 while let Ok(c) = u32::try_from(cpu) {
                     cpus.push(c);
                     // SAFETY: as above; -1 ends the walk.
-                    cpu = unsafe { raw::hwloc_bitmap_next(set, cpu) };
+                    cpu = unsafe { hwloc.hwloc_bitmap_next(set, cpu) };
                 }
                 Some(cpus)
             })
@@ -119,10 +123,11 @@ impl Topology {
         use std::os::unix::ffi::OsStrExt;
         let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let hwloc = opened();
         let topo: raw::hwloc_topology_t = self.as_ptr().cast();
         // SAFETY: `topo` is a loaded topology that lives for ever and is only read; `c_path` is
         // a NUL-terminated string that outlives the call.
-        let rc = unsafe { raw::hwloc_topology_export_xml(topo, c_path.as_ptr(), 0) };
+        let rc = unsafe { hwloc.hwloc_topology_export_xml(topo, c_path.as_ptr(), 0) };
         match rc {
             0 => Ok(()),
             _ => Err(std::io::Error::last_os_error()),
@@ -131,12 +136,18 @@ impl Topology {
 }
 
 /// Where hwloc looks for plugins while [`Topology::this_machine`] initialises it: nowhere.
-const NO_PLUGINS: (&str, &str) = (
+pub(crate) const NO_PLUGINS: (&str, &str) = (
     "HWLOC_PLUGINS_PATH",
     "/nonexistent/greedy-loads-no-hwloc-plugins",
 );
 
+/// hwloc's functions where a [`Topology`] exists, which only an opened hwloc made.
+fn opened() -> &'static raw::Hwloc {
+    library::hwloc().expect("a Topology exists only once hwloc opened")
+}
+
 fn load_without_io() -> Option<Topology> {
+    let hwloc = library::hwloc().ok()?;
     let mut topo: raw::hwloc_topology_t = std::ptr::null_mut();
     let (name, nowhere) = NO_PLUGINS;
     let users_choice = std::env::var_os(name);
@@ -146,7 +157,7 @@ fn load_without_io() -> Option<Topology> {
         unsafe { std::env::set_var(name, nowhere) };
     }
     // SAFETY: `topo` is an out-parameter hwloc fills on success.
-    let init = unsafe { raw::hwloc_topology_init(&mut topo) };
+    let init = unsafe { hwloc.hwloc_topology_init(&mut topo) };
     if users_choice.is_none() {
         // SAFETY: as above.
         unsafe { std::env::remove_var(name) };
@@ -159,17 +170,17 @@ fn load_without_io() -> Option<Topology> {
     // component name is a NUL-terminated literal. Blacklisting may fail on an hwloc without an
     // `x86` component, which changes nothing.
     let loaded = unsafe {
-        raw::hwloc_topology_set_components(
+        hwloc.hwloc_topology_set_components(
             topo,
             raw::hwloc_topology_components_flag_e_HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST as _,
             c"x86".as_ptr(),
         );
-        raw::hwloc_topology_set_io_types_filter(topo, filter) == 0
-            && raw::hwloc_topology_load(topo) == 0
+        hwloc.hwloc_topology_set_io_types_filter(topo, filter) == 0
+            && hwloc.hwloc_topology_load(topo) == 0
     };
     if !loaded {
         // SAFETY: initialised above, never handed out.
-        unsafe { raw::hwloc_topology_destroy(topo) };
+        unsafe { hwloc.hwloc_topology_destroy(topo) };
         return None;
     }
     NonNull::new(topo.cast()).map(Topology)
