@@ -202,6 +202,8 @@ pub async fn start(
     // Open MPI's error messages (PMIx_Log) reach greedyrun as the rank's output even when
     // the rank is killed right after (MPI_Abort).
     config.pmix_log_to_output = true;
+    // greedyd exits once its job (or its session) ends: libpmix is left to the exit.
+    config.pmix.leave_to_exit = true;
     // A session's job: the host's one PMIx server, and the session's name table.
     if let Some((shared, names)) = session {
         config.names = Some(names);

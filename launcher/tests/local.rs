@@ -102,6 +102,19 @@ fn output_exit_code_and_teardown_of_the_rest() {
 }
 
 #[test]
+fn a_finished_job_serving_every_family_ends_at_once() {
+    // Every family served (PMIx started on each agent): an agent leaves as soon as its ranks
+    // are done, never by the 3 s it waits at most for its output to drain.
+    let (_d, local, _) = shells();
+    let (out, took) = run(
+        &local,
+        &["-H", "localhost,127.0.0.2", "-n", "2", "/bin/true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+}
+
+#[test]
 fn stdin_reaches_rank_zero_only() {
     let (_d, local, _) = shells();
     let mut child = greedyrun(

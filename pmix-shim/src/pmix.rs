@@ -164,6 +164,9 @@ pub struct PmixConfig {
     pub register_timeout: Duration,
     /// How long [`PmixServer::shutdown`] waits for `PMIx_server_finalize`.
     pub finalize_timeout: Duration,
+    /// The process exits once the job ends (greedyd): the server is left to the exit, neither
+    /// deregistering the namespace nor finalized ([`HostConfig::leave_to_exit`]).
+    pub leave_to_exit: bool,
     /// How long an exit before `PMIx_Finalize` waits before it aborts the job, so that a
     /// cause already on its way wins: when one rank calls `MPI_Abort` and exits, its peers
     /// often die of SIGPIPE on the broken TCP links before the abort reaches their nodes.
@@ -215,6 +218,7 @@ impl std::fmt::Debug for PmixConfig {
             .field("tmpdir", &self.tmpdir)
             .field("register_timeout", &self.register_timeout)
             .field("finalize_timeout", &self.finalize_timeout)
+            .field("leave_to_exit", &self.leave_to_exit)
             .field("exit_grace", &self.exit_grace)
             .field("owner", &self.owner)
             .field("binding", &self.binding)
@@ -230,6 +234,7 @@ impl PmixConfig {
             tmpdir,
             register_timeout: Duration::from_secs(30),
             finalize_timeout: Duration::from_secs(10),
+            leave_to_exit: false,
             exit_grace: Duration::from_millis(500),
             owner: None,
             admit: admit_nobody(),
@@ -268,6 +273,7 @@ impl PmixConfig {
             owner: self.owner,
             admit: self.admit.clone(),
             finalize_timeout: self.finalize_timeout,
+            leave_to_exit: self.leave_to_exit,
             groups: self.groups,
         }
     }
@@ -1206,6 +1212,12 @@ impl PmixServer {
             return;
         }
         drop(server);
+        if inner.owns_host && inner.host.config().leave_to_exit {
+            // Nothing of libpmix's to wait for; the namespace's handler (and what it holds,
+            // such as the ranks' output channel) goes now.
+            inner.host.unroute(&inner.job.job_id);
+            return inner.host.shutdown().await;
+        }
         let limit = inner.host.config().finalize_timeout;
         let started = tokio::time::Instant::now();
         // Deregistering the namespace first makes PMIx drop the job's clients and data

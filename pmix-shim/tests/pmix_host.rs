@@ -158,6 +158,7 @@ fn start_host(me: usize, dir: &Path) -> PmixHost {
         owner: None,
         admit: admit_job(JobProcesses::of_this_process().unwrap()),
         finalize_timeout: Duration::from_secs(2),
+        leave_to_exit: false,
         groups: Default::default(),
     })
     .expect("PMIx host starts")

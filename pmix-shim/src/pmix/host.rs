@@ -65,6 +65,9 @@ pub struct HostConfig {
     pub admit: Admit,
     /// How long [`PmixHost::shutdown`] waits for `PMIx_server_finalize`.
     pub finalize_timeout: Duration,
+    /// The process exits once the host is shut down: leave libpmix to the exit instead of
+    /// finalizing it (greedy-sys `Server::leave_to_exit`).
+    pub leave_to_exit: bool,
     /// When PMIx groups are served ([`Groups`]: by default only with a libpmix whose answer
     /// every client reads).
     pub groups: Groups,
@@ -79,6 +82,7 @@ impl std::fmt::Debug for HostConfig {
             .field("server_nspace", &self.server_nspace)
             .field("owner", &self.owner)
             .field("finalize_timeout", &self.finalize_timeout)
+            .field("leave_to_exit", &self.leave_to_exit)
             .finish_non_exhaustive()
     }
 }
@@ -379,7 +383,8 @@ impl PmixHost {
             .await
     }
 
-    /// As [`PmixHost::shutdown`], waiting at most `limit`.
+    /// As [`PmixHost::shutdown`], waiting at most `limit`; with
+    /// [`HostConfig::leave_to_exit`], returns at once and leaves the server to the exit.
     pub async fn shutdown_within(&self, limit: Duration) {
         let server = self
             .inner
@@ -388,6 +393,9 @@ impl PmixHost {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         let Some(server) = server else { return };
+        if self.inner.config.leave_to_exit {
+            return server.leave_to_exit();
+        }
         let server = match Arc::try_unwrap(server) {
             Ok(s) => s,
             // A PMIx_Get of a cancelled direct-modex answer still holds it: whoever drops it
