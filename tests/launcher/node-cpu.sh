@@ -12,14 +12,16 @@
 #               with --old DIR: DIR/greedyrun (and the greedyd beside it) in each greedy
 #               configuration chosen, to compare two builds in one sitting
 # The fake remote shell puts each host's daemon into a cpuacct cgroup of its configuration
-# before it execs it, so the cgroup holds exactly the daemons and what they start (greedyd's
-# guard, the ranks, the remote shells greedyd starts for its tree children); the front end
-# (greedyrun, mpiexec, and the remote shells mpiexec starts until each moves) is in a cgroup of
-# its own. Prints per configuration the daemons' CPU ms per host per job (cgroup usage over
-# hosts and jobs; the ranks are the same program everywhere) and its ratio to Hydra's, the
-# front end's and the whole job's per host, and the median wall per job.
-# usage: tests/launcher/node-cpu.sh [--hosts H] [--jobs J] [--program "ARGV"] [--old DIR] [CONFIG...]
-#   (default 128 hosts, 5 jobs, /bin/true, every configuration)
+# before it execs it, so the cgroup holds exactly the daemons and what they start but the
+# ranks (greedyd's guard, the remote shells greedyd starts for its tree children); each rank
+# moves itself into a cgroup of the configuration's ranks before it execs the program (a
+# one-line sh wrapper, the same everywhere); the front end (greedyrun, mpiexec, and the remote
+# shells mpiexec starts until each moves) is in a cgroup of its own. Prints per configuration
+# the daemons', the ranks' and the whole job's CPU ms per host per job (cgroup usage over hosts
+# and jobs) with their ratios to Hydra's, the front end's, and the median wall per job.
+# usage: tests/launcher/node-cpu.sh [--hosts H] [--jobs J] [--program "ARGV"|mpich-hello] [--old DIR] [CONFIG...]
+#   (default 128 hosts, 5 jobs, /bin/true, every configuration; mpich-hello: tests/mpi/wireup.c
+#   built with PyPI's MPICH 5)
 set -euo pipefail
 
 # shellcheck source=../lib.sh
@@ -48,6 +50,11 @@ need_root
 . "$ROOT/tests/mpi/mpich5.sh"
 . "$ROOT/tests/launcher/loopback.sh"
 loopback_bench node-cpu
+if [[ $program == mpich-hello ]]; then
+  # tests/mpi/wireup.c (MPI_Init, an allreduce, a barrier) built with PyPI's MPICH 5.
+  "$MPICH5/bin/mpicc" -O1 -o "$work/wireup-mpich5" "$ROOT/tests/mpi/wireup.c" || fail "mpicc failed"
+  program=$work/wireup-mpich5
+fi
 read -ra argv <<<"$program"
 
 CG=/sys/fs/cgroup/cpuacct/greedy-node-cpu.$$
@@ -60,10 +67,11 @@ cleanup_cgroups() {
 trap cleanup_cgroups EXIT
 mkdir -p "$CG"
 for c in "${configs[@]}"; do
-  mkdir -p "$CG/$c" "$CG/$c-front"
+  mkdir -p "$CG/$c" "$CG/$c-ranks" "$CG/$c-front"
   # The fake remote shell of configuration c: into its cgroup, then the daemon.
   printf '#!/bin/sh\necho $$ >%s/cgroup.procs\nshift\nexec sh -c "exec $*"\n' "$CG/$c" >"$work/rsh-$c"
-  chmod +x "$work/rsh-$c"
+  printf '#!/bin/sh\necho $$ >%s/cgroup.procs\nexec "$@"\n' "$CG/$c-ranks" >"$work/rank-$c"
+  chmod +x "$work/rsh-$c" "$work/rank-$c"
 done
 hostlist=$(loopback_hosts "$hosts" 1)
 tr , '\n' <<<"$hostlist" >"$work/hosts"
@@ -81,7 +89,7 @@ run() {
       -f "$work/hosts" -n "$hosts" -ppn 1) ;;
   esac
   t0=$(ms)
-  sh -c 'echo $$ >"$0"; exec "$@"' "$CG/$c-front/cgroup.procs" "${cmd[@]}" "${argv[@]}" \
+  sh -c 'echo $$ >"$0"; exec "$@"' "$CG/$c-front/cgroup.procs" "${cmd[@]}" "$work/rank-$c" "${argv[@]}" \
     </dev/null >/dev/null 2>"$work/err" || rc=$?
   ((rc == 0)) || fail "$c: exit $rc: $(tail -3 "$work/err")"
   echo $(($(ms) - t0))
@@ -95,18 +103,21 @@ for _ in $(seq "$jobs"); do
 done
 
 echo "$hosts hosts, $jobs jobs each, one rank per host running ${argv[*]}:"
-echo "| configuration | daemons: CPU ms per host per job | / Hydra's | front end: per host | whole job: per host | / Hydra's | median wall ms per job |"
-echo "|---|---|---|---|---|---|---|"
+echo "| configuration | daemons: CPU ms per host per job | / Hydra's | ranks: per host | / Hydra's | front end: per host | whole job: per host | / Hydra's | median wall ms per job |"
+echo "|---|---|---|---|---|---|---|---|---|"
 per_host() { awk -v n=$((hosts * jobs)) '{printf "%.2f", $1 / 1e6 / n}' "$1/cpuacct.usage"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.2fx", a / b; else print "—" }'; }
-hydra_cpu="" hydra_all=""
-if [[ -d $CG/hydra ]]; then
-  hydra_cpu=$(per_host "$CG/hydra")
-  hydra_all=$(awk -v a="$hydra_cpu" -v b="$(per_host "$CG/hydra-front")" 'BEGIN {printf "%.2f", a + b}')
-fi
+sum() { awk -v a="$1" -v b="$2" -v c="$3" 'BEGIN {printf "%.2f", a + b + c}'; }
+# figures CONFIG: its daemons', ranks', front end's and whole job's CPU per host
+figures() {
+  local d r f
+  d=$(per_host "$CG/$1") r=$(per_host "$CG/$1-ranks") f=$(per_host "$CG/$1-front")
+  echo "$d $r $f $(sum "$d" "$r" "$f")"
+}
+hydra=(— — — —)
+[[ ! -d $CG/hydra ]] || read -ra hydra <<<"$(figures hydra)"
 for c in "${configs[@]}"; do
-  cpu=$(per_host "$CG/$c") front=$(per_host "$CG/$c-front")
-  all=$(awk -v a="$cpu" -v b="$front" 'BEGIN {printf "%.2f", a + b}')
+  read -r cpu ranks front all <<<"$(figures "$c")"
   wall=$(tr ' ' '\n' <<<"${walls[$c]}" | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
-  echo "| $c | $cpu | $(ratio "$cpu" "$hydra_cpu") | $front | $all | $(ratio "$all" "$hydra_all") | $wall |"
+  echo "| $c | $cpu | $(ratio "$cpu" "${hydra[0]}") | $ranks | $(ratio "$ranks" "${hydra[1]}") | $front | $all | $(ratio "$all" "${hydra[3]}") | $wall |"
 done
