@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::raw::{hwloc as raw_hwloc, pmix as raw_pmix};
+use crate::raw::pmix::{self as raw_pmix, hwloc as raw_hwloc};
 
 /// Why a library could not be opened: its path and the loader's words.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -843,7 +843,7 @@ fn set_default((name, value): (&str, &str)) {
 
 /// The process's PMIx server: initialised by [`Server::init`]; finalized by
 /// [`Server::finalize`] or [`Server::finalize_within`], or on drop, always on a thread of its
-/// own so that no caller can be held by it.
+/// own so that no caller can be held by it; never, once [`Server::leave_to_exit`] was called.
 pub struct Server {
     /// libpmix's functions (open: the server exists).
     pmix: &'static raw::Pmix,

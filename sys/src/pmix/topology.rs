@@ -27,7 +27,7 @@ use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 use super::library;
-use crate::raw::hwloc as raw;
+use crate::raw::pmix::hwloc as raw;
 
 /// A loaded hwloc topology that lives as long as the process and is never changed: PMIx keeps
 /// a pointer to it from `PMIx_server_init` on (`pmix_globals.external_topology`), and nobody

@@ -1,8 +1,6 @@
 //! Raw C declarations, exactly as the C headers define them.
 
 #[cfg(feature = "pmix")]
-pub mod hwloc;
-#[cfg(feature = "pmix")]
 pub mod pmix;
 #[cfg(feature = "slurm")]
 pub mod slurm;
