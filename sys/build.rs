@@ -133,12 +133,7 @@ mod pmix {
                 (include_paths, lib)
             }
             (None, None) => {
-                let lib = probe("pmix", "4.2", "libpmix-dev");
-                let dir = lib
-                    .link_paths
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| "/usr/lib".into());
+                let (lib, dir) = probe("pmix", "4.2", "libpmix-dev");
                 (lib.include_paths, dir)
             }
             _ => panic!("greedy-sys: set both PMIX_INCLUDE_DIR and PMIX_LIB_DIR, or neither"),
@@ -152,15 +147,22 @@ mod pmix {
     }
 
     /// pkg-config's answer for `name` ≥ `version`, without link flags (the library is opened
-    /// at run time, not linked).
-    fn probe(name: &str, version: &str, package: &str) -> pkg_config::Library {
-        pkg_config::Config::new()
+    /// at run time, not linked), and the library's directory: its `-L`, else the package's
+    /// `libdir` (pkg-config leaves the system directories out of `-L`).
+    fn probe(name: &str, version: &str, package: &str) -> (pkg_config::Library, PathBuf) {
+        let lib = pkg_config::Config::new()
             .atleast_version(version)
             .cargo_metadata(false)
             .probe(name)
             .unwrap_or_else(|e| {
                 panic!("greedy-sys: lib{name} ≥ {version} not found ({e}); install {package}")
-            })
+            });
+        let dir = lib.link_paths.first().cloned().unwrap_or_else(|| {
+            pkg_config::get_variable(name, "libdir")
+                .map(PathBuf::from)
+                .unwrap_or_else(|e| panic!("greedy-sys: no library directory for {name}: {e}"))
+        });
+        (lib, dir)
     }
 
     /// The name `dir/lib<name>.so` is loaded by at run time: its development link's target cut
@@ -207,11 +209,7 @@ mod pmix {
     /// (`GREEDY_PMIX_LIBRARY`, `GREEDY_HWLOC_LIBRARY`).
     pub(super) fn bind() {
         let pmix = locate();
-        let hwloc_dir = probe("hwloc", "2.1", "libhwloc-dev")
-            .link_paths
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "/usr/lib".into());
+        let (_, hwloc_dir) = probe("hwloc", "2.1", "libhwloc-dev");
         let hwloc = hwloc_dir.join(soname(&hwloc_dir, "hwloc"));
         println!(
             "cargo::rustc-env=GREEDY_PMIX_LIBRARY={}",

@@ -314,7 +314,7 @@ impl Drop for InfoArray {
         if self.0.is_empty() {
             return;
         }
-        let pmix = super::library::loaded();
+        let pmix = super::library::pmix_loaded();
         for info in self.0.iter_mut() {
             // SAFETY: each value was zeroed (PMIX_UNDEF, nothing to free) or loaded by
             // PMIx_Info_load, which allocated what it points to; destruct frees exactly that,

@@ -59,8 +59,14 @@ pub fn hwloc() -> Result<&'static raw_hwloc::Hwloc, LoadError> {
 
 /// libpmix's functions where libpmix was necessarily opened before: in what libpmix called or
 /// handed us (callbacks, completions, its values), or a [`super::server::Server`]'s methods.
-pub(crate) fn loaded() -> &'static raw_pmix::Pmix {
+pub(crate) fn pmix_loaded() -> &'static raw_pmix::Pmix {
     pmix().expect("libpmix is open wherever libpmix calls us or a Server exists")
+}
+
+/// libhwloc's functions where hwloc was necessarily opened before: a
+/// [`super::topology::Topology`]'s methods (only an opened hwloc made one).
+pub(crate) fn hwloc_loaded() -> &'static raw_hwloc::Hwloc {
+    hwloc().expect("a Topology exists only once hwloc opened")
 }
 
 fn open<T>(
@@ -84,8 +90,9 @@ mod tests {
     #[test]
     fn both_libraries_open_and_stay_open() {
         let pmix = pmix().expect("libpmix opens");
-        assert!(std::ptr::eq(pmix, loaded()));
-        hwloc().expect("libhwloc opens");
+        assert!(std::ptr::eq(pmix, pmix_loaded()));
+        let hwloc = hwloc().expect("libhwloc opens");
+        assert!(std::ptr::eq(hwloc, hwloc_loaded()));
     }
 
     #[test]

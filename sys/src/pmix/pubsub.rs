@@ -82,7 +82,7 @@ impl Datum {
                 raw::PMIX_SIZE => Datum::Size(v.data.size as u64),
                 _ => {
                     // SAFETY: PMIx returns a static string for every type number.
-                    let name = super::library::loaded().PMIx_Data_type_string(v.type_);
+                    let name = super::library::pmix_loaded().PMIx_Data_type_string(v.type_);
                     let name = if name.is_null() {
                         format!("type {ty}")
                     } else {
@@ -97,7 +97,7 @@ impl Datum {
 
     /// Loads the value into `slot` (`PMIx_Value_load` copies it into PMIx-allocated memory).
     fn load(&self, slot: &mut raw::pmix_value_t) -> Result<(), Status> {
-        let pmix = super::library::loaded();
+        let pmix = super::library::pmix_loaded();
         let mut load = |data: *const c_void, ty: u32| {
             // SAFETY: `slot` is zeroed (PMIX_UNDEF); `data` points to a live value of the C
             // type `ty` names (a char* itself for strings), which PMIx copies before returning.
@@ -361,7 +361,7 @@ impl LookupDone {
         // SAFETY: PMIx's pair for this lookup, used once; `ptr[..n]` lives until the call
         // returns, and libpmix's lookup_cbfunc packs it before returning (module doc).
         unsafe { f(status.0, ptr, n, self.cbdata) };
-        let pmix = super::library::loaded();
+        let pmix = super::library::pmix_loaded();
         for p in pdata.iter_mut() {
             // SAFETY: each value is zeroed or loaded by PMIx_Value_load; freed once here.
             unsafe { pmix.PMIx_Value_destruct(&mut p.value) };
@@ -425,7 +425,7 @@ mod tests {
             // SAFETY: just loaded.
             assert_eq!(unsafe { Datum::from_raw(&v) }.unwrap(), d);
             // SAFETY: loaded by PMIx_Value_load, freed once.
-            unsafe { super::super::library::loaded().PMIx_Value_destruct(&mut v) };
+            unsafe { super::super::library::pmix_loaded().PMIx_Value_destruct(&mut v) };
         }
     }
 

@@ -80,7 +80,7 @@ impl Topology {
             Grain::Core => raw::hwloc_obj_type_t_HWLOC_OBJ_CORE,
             Grain::Package => raw::hwloc_obj_type_t_HWLOC_OBJ_PACKAGE,
         };
-        let hwloc = opened();
+        let hwloc = library::hwloc_loaded();
         let topo: raw::hwloc_topology_t = self.as_ptr().cast();
         // SAFETY: `topo` is a loaded topology that lives for ever (Topology's invariant);
         // these calls only read it.
@@ -123,7 +123,7 @@ impl Topology {
         use std::os::unix::ffi::OsStrExt;
         let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let hwloc = opened();
+        let hwloc = library::hwloc_loaded();
         let topo: raw::hwloc_topology_t = self.as_ptr().cast();
         // SAFETY: `topo` is a loaded topology that lives for ever and is only read; `c_path` is
         // a NUL-terminated string that outlives the call.
@@ -140,11 +140,6 @@ pub(crate) const NO_PLUGINS: (&str, &str) = (
     "HWLOC_PLUGINS_PATH",
     "/nonexistent/greedy-loads-no-hwloc-plugins",
 );
-
-/// hwloc's functions where a [`Topology`] exists, which only an opened hwloc made.
-fn opened() -> &'static raw::Hwloc {
-    library::hwloc().expect("a Topology exists only once hwloc opened")
-}
 
 fn load_without_io() -> Option<Topology> {
     let hwloc = library::hwloc().ok()?;
