@@ -9,6 +9,7 @@
 //! (bounded) → `Bye` up → exit.
 
 mod children;
+mod cores;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -41,7 +42,9 @@ use crate::{
     guard::GuardHandle,
     proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, TaskId, Up},
     session::{JobAgents, JobShare},
-    signals, spawn, stdio, wireup,
+    signals, spawn, stdio,
+    task_spec::{Run, TaskSpec},
+    wireup,
 };
 
 /// Frames queued towards the parent. Rank output waits when the parent pipe is slow, which
@@ -364,24 +367,32 @@ impl Agent {
         }
     }
 
-    /// The CPUs each local rank is bound to (`--bind-to`: the host's n-th core or package for
-    /// its n-th rank, round-robin); empty when they are not bound, or when hwloc cannot say
-    /// (then said once, and the ranks run unbound).
-    async fn bound_cpus(&self) -> BTreeMap<u32, Vec<u32>> {
+    /// The CPUs of each of this host's cores or packages (`--bind-to`); `None` when ranks and
+    /// tasks are not bound, or when hwloc cannot say (then said once, and they run unbound).
+    async fn bind_units(&self) -> Option<Vec<Vec<u32>>> {
         use greedy_sys::pmix::topology::{Grain, Topology};
         let grain = match self.start.bind {
-            BindTo::None => return BTreeMap::new(),
+            BindTo::None => return None,
             BindTo::Core => Grain::Core,
             BindTo::Socket => Grain::Package,
         };
         let sets = Topology::this_machine().map_or_else(Vec::new, |t| t.cpus_by(grain));
         if sets.is_empty() {
             self.note(format!(
-                "--bind-to: hwloc found no {grain:?} on this host; ranks run unbound"
+                "--bind-to: hwloc found no {grain:?} on this host; ranks and tasks run unbound"
             ))
             .await;
-            return BTreeMap::new();
+            return None;
         }
+        Some(sets)
+    }
+
+    /// The CPUs each local rank is bound to (`--bind-to`: the host's n-th core or package for
+    /// its n-th rank, round-robin); empty when they are not bound.
+    async fn bound_cpus(&self) -> BTreeMap<u32, Vec<u32>> {
+        let Some(sets) = self.bind_units().await else {
+            return BTreeMap::new();
+        };
         let local = &self.start.ranks[self.node as usize];
         local
             .iter()
@@ -408,23 +419,31 @@ impl Agent {
         env
     }
 
-    /// Forks task `id` (`command`'s words, or `sh -c command`: [`crate::tasks::argv_of`], in
-    /// the job's environment, `GREEDY_TASK` its number);
-    /// reports its output and its end up, and its process group to `ended` (and a count to
-    /// `exits`) once it ended.
+    /// Forks task `id` as `spec` says (a command's words, or `sh -c command`:
+    /// [`crate::tasks::argv_of`]; or its argv), in the job's environment with the task's
+    /// variables over it, `GREEDY_TASK` its number, in its working directory, its stdio from
+    /// and to its files if it names them; reports its output and its end up, and its process
+    /// group to `ended` (and a count to `exits`) once it ended.
     /// Its process group, or `None` if it could not start (its end is reported at once).
     async fn spawn_task(
         &self,
         id: TaskId,
-        command: String,
+        spec: TaskSpec,
+        cpus: Option<&[u32]>,
         guard: &mut Option<GuardHandle>,
         exits: &mpsc::Sender<u32>,
         ended: &mpsc::Sender<u32>,
     ) -> Option<u32> {
         let mut env = self.job_env();
+        env.retain(|(k, _)| !spec.env.contains_key(k));
+        env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         env.push(("GREEDY_TASK".to_string(), id.line.to_string()));
+        if let Some(cpus) = cpus {
+            let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
+            env.push(("GREEDY_CPUS".into(), list.join(",")));
+        }
         let started = tokio::time::Instant::now();
-        let mut child = match self.task_child(&env, command) {
+        let mut child = match self.task_child(&env, spec, cpus) {
             Ok(child) => child,
             Err(e) => {
                 self.task_not_started(id, &e).await;
@@ -436,26 +455,9 @@ impl Agent {
         if let Some(g) = guard.as_mut() {
             g.watch(pgid).await;
         }
-        let out = tokio::spawn(stdio::forward_as(
-            child.stdout.take().expect("piped"),
-            self.up.clone(),
-            self.start.unbuffered,
-            move |data| Up::TaskOutput {
-                id,
-                stream: Stream::Stdout,
-                data,
-            },
-        ));
-        let err = tokio::spawn(stdio::forward_as(
-            child.stderr.take().expect("piped"),
-            self.up.clone(),
-            self.start.unbuffered,
-            move |data| Up::TaskOutput {
-                id,
-                stream: Stream::Stderr,
-                data,
-            },
-        ));
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let out = self.forward_task_output(id, out, Stream::Stdout);
+        let err = self.forward_task_output(id, err, Stream::Stderr);
         let ending = TaskEnding {
             id,
             node: self.node,
@@ -474,22 +476,69 @@ impl Agent {
         Some(pgid)
     }
 
-    /// Forks a task's `command` in `env`: its words, or `sh -c command`.
-    fn task_child(&self, env: &[(String, String)], command: String) -> std::io::Result<Child> {
-        let spec = |argv| spawn::RankSpec {
+    /// Forwards task `id`'s `pipe` up as its `stream`, to its end; nothing for a task whose
+    /// stream goes to a file of its own.
+    fn forward_task_output<R>(&self, id: TaskId, pipe: Option<R>, stream: Stream) -> JoinHandle<()>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    {
+        let Some(pipe) = pipe else {
+            return tokio::spawn(async {});
+        };
+        tokio::spawn(stdio::forward_as(
+            pipe,
+            self.up.clone(),
+            self.start.unbuffered,
+            move |data| Up::TaskOutput { id, stream, data },
+        ))
+    }
+
+    /// Forks task `spec` in `env`: its argv, or its command's words, or `sh -c command`;
+    /// in its working directory (relative to the job's), which must exist; its stdio files
+    /// relative to that.
+    fn task_child(
+        &self,
+        env: &[(String, String)],
+        spec: TaskSpec,
+        cpus: Option<&[u32]>,
+    ) -> std::io::Result<Child> {
+        let job_cwd = std::path::Path::new(&self.start.cwd);
+        let cwd = match &spec.cwd {
+            Some(dir) => {
+                let cwd = job_cwd.join(dir);
+                if !cwd.is_dir() {
+                    let what = format!("working directory {}: not a directory", cwd.display());
+                    return Err(std::io::Error::new(std::io::ErrorKind::NotFound, what));
+                }
+                cwd
+            }
+            None => job_cwd.to_path_buf(),
+        };
+        let files = spawn::StdioFiles {
+            stdin: spec.stdin.as_ref().map(|p| cwd.join(p)),
+            stdout: spec.stdout.as_ref().map(|p| cwd.join(p)),
+            stderr: spec.stderr.as_ref().map(|p| cwd.join(p)),
+        };
+        let cwd = cwd.to_string_lossy();
+        let rank = |argv| spawn::RankSpec {
             argv,
             env,
-            cwd: &self.start.cwd,
+            cwd: &cwd,
             stdin: false,
             inherit: None,
-            cpus: None,
+            cpus,
+            files: Some(&files),
+        };
+        let command = match spec.run {
+            Run::Argv(argv) => return spawn::spawn(rank(&argv)),
+            Run::Shell(command) => command,
         };
         let argv = crate::tasks::argv_of(&command);
         let shell = ["/bin/sh".to_string(), "-c".to_string(), command];
         // A plain line whose program cannot be run goes through the shell, for its message
         // and its code.
-        match spawn::spawn(spec(&argv)) {
-            Err(_) if argv[..] != shell[..] => spawn::spawn(spec(&shell)),
+        match spawn::spawn(rank(&argv)) {
+            Err(_) if argv[..] != shell[..] => spawn::spawn(rank(&shell)),
             spawned => spawned,
         }
     }
@@ -507,7 +556,7 @@ impl Agent {
 
     /// Says why task `id` did not start, and reports its end.
     async fn task_not_started(&self, id: TaskId, e: &std::io::Error) {
-        self.note(format!("task {}: cannot run /bin/sh: {e}", id.line))
+        self.note(format!("task {}: not started: {e}", id.line))
             .await;
         let end = RankEnd::NotStarted;
         let _ = self
@@ -558,6 +607,7 @@ impl Agent {
                 stdin: wants_stdin,
                 inherit,
                 cpus,
+                files: None,
             };
             match spawn::spawn(spec) {
                 Ok(mut child) => {
@@ -823,6 +873,9 @@ struct Running {
     /// this host has the same id as its ended run, never the same group while that one is
     /// listed).
     tasks: HashMap<u32, u32>,
+    /// The cores tasks are bound to (`--bind-to`; none when unbound), known from the first
+    /// task on.
+    task_cores: Option<cores::TaskCores>,
     /// A session's jobs, each run in this process beside it.
     jobs: JobAgents,
     /// The local ranks' spawn requests, from the wire-up service (`None` without one).
@@ -879,6 +932,7 @@ impl Running {
             task_tx,
             task_rx,
             tasks: HashMap::new(),
+            task_cores: None,
             jobs,
             spawns,
             children: children::ChildRanks::default(),
@@ -975,7 +1029,7 @@ impl Running {
             }
             Cmd::Shutdown => return Some(End::Shutdown),
             Cmd::Teardown => return Some(End::Teardown),
-            Cmd::Task { id, command } if tasks => self.start_task(id, command).await,
+            Cmd::Task { id, spec } if tasks => self.start_task(id, *spec).await,
             Cmd::Task { id, .. } => warn!(
                 stream = id.stream,
                 line = id.line,
@@ -1018,14 +1072,30 @@ impl Running {
     }
 
     /// Forks a task of a stream.
-    async fn start_task(&mut self, id: TaskId, command: String) {
-        let pgid = self
-            .agent
-            .spawn_task(id, command, &mut self.guard, &self.exit_tx, &self.task_tx)
+    async fn start_task(&mut self, id: TaskId, spec: TaskSpec) {
+        if self.task_cores.is_none() {
+            let units = self.agent.bind_units().await.unwrap_or_default();
+            self.task_cores = Some(cores::TaskCores::new(units));
+        }
+        let k = u32::try_from(spec.slots()).unwrap_or(u32::MAX);
+        let picked = self.task_cores.as_ref().and_then(|c| c.pick(k));
+        let cpus = picked.as_ref().map(|(_, cpus)| cpus.as_slice());
+        let pgid = (self.agent)
+            .spawn_task(
+                id,
+                spec,
+                cpus,
+                &mut self.guard,
+                &self.exit_tx,
+                &self.task_tx,
+            )
             .await;
         if let Some(pgid) = pgid {
             self.tasks.insert(pgid, id.stream);
             self.live += 1;
+            if let (Some(held), Some((cores, _))) = (self.task_cores.as_mut(), picked) {
+                held.hold(pgid, cores);
+            }
         }
     }
 
@@ -1081,6 +1151,9 @@ impl Running {
         // What the task left running in its group ends with it: a stream of thousands of
         // tasks must not pile up their background processes.
         if self.tasks.remove(&pgid).is_some() {
+            if let Some(held) = self.task_cores.as_mut() {
+                held.release(pgid);
+            }
             self.agent.groups.kill_and_forget(pgid);
             if let Some(g) = self.guard.as_mut() {
                 g.unwatch(pgid).await;

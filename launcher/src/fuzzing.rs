@@ -21,6 +21,7 @@ pub const TARGETS: &[Target] = &[
     ("proto_up", proto_up),
     ("session_request", session_request),
     ("session_job", session_job),
+    ("task_line", task_line),
 ];
 
 /// A session's control connection's first line, as the session reads it: no panic, and what
@@ -32,15 +33,32 @@ pub fn session_request(data: &[u8]) {
             retries,
             tag,
             progress_ms,
+            defaults,
         },
     ) = crate::tasks::parse_request(&line)
     {
         let progress = Duration::from_millis(progress_ms);
         let sent = format!(
             "greedy-session 1 {}",
-            crate::tasks::stream_request(retries, tag, progress)
+            crate::tasks::stream_request(retries, defaults, tag, progress)
         );
         assert_eq!(crate::tasks::parse_request(&sent), Some(request));
+    }
+}
+
+/// A line of a task stream, as greedyrun reads it: no panic; what parses has at least one
+/// rank and core, a program, and travels down the tree as itself.
+pub fn task_line(data: &[u8]) {
+    let line = String::from_utf8_lossy(data);
+    let defaults = crate::task_spec::Defaults::default();
+    if let Ok(spec) = crate::task_spec::parse(&line, &defaults) {
+        assert!(spec.ranks >= 1 && spec.cores_per_rank >= 1 && spec.slots() >= 1);
+        if let crate::task_spec::Run::Argv(argv) = &spec.run {
+            assert!(!argv[0].is_empty());
+        }
+        let wire = postcard::to_allocvec(&spec).expect("encodes");
+        let back: crate::task_spec::TaskSpec = postcard::from_bytes(&wire).expect("decodes");
+        assert_eq!(back, spec);
     }
 }
 

@@ -58,6 +58,7 @@ pub mod spawn;
 pub mod ssh;
 pub mod status;
 pub mod stdio;
+pub mod task_spec;
 pub mod tasks;
 pub mod terminal;
 pub mod wireup;

@@ -27,6 +27,7 @@ use greedy_pmix::{
 use greedy_tree::LaunchModel;
 
 use crate::Error;
+use crate::task_spec::TaskSpec;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
 pub const PROTOCOL_VERSION: u32 = 15;
@@ -225,13 +226,13 @@ pub enum Cmd {
         /// The stream whose tasks end.
         stream: u32,
     },
-    /// Run task `id` on the target host: `sh -c command` in the job's environment and
-    /// working directory, its own process group, stdin /dev/null.
+    /// Run task `id` on the target host as `spec` says, over the job's environment and
+    /// working directory, in its own process group (stdin /dev/null unless it names a file).
     Task {
         /// The task.
         id: TaskId,
-        /// The shell command line.
-        command: String,
+        /// What it runs, checked by greedyrun.
+        spec: Box<TaskSpec>,
     },
     /// A session's job ([`crate::session`]): the target hosts listed in `nodes` (the job's
     /// host `i` is the session's host `nodes[i]`) each run an agent of the job in their own

@@ -118,24 +118,35 @@ impl Slots {
         false
     }
 
-    /// A slot for a task: its host, or `None` if none is free.
-    pub fn take_for_task(&mut self) -> Option<u32> {
+    /// `k` slots of one host for a task: the first host in the queue with `k` free, or
+    /// `None`. The host's other queue entries stay: each is checked when it is taken.
+    pub fn take_for_task(&mut self, k: u32) -> Option<u32> {
         if !self.has_free_for_task() {
             return None;
         }
-        let h = self.queue.pop_front().expect("checked");
+        let i = (self.queue.iter()).position(|&h| self.free_for_tasks(h as usize) >= k)?;
+        let h = self.queue.remove(i).expect("found");
         self.queued[h as usize] -= 1;
-        self.tasks[h as usize] += 1;
+        self.tasks[h as usize] += k;
         Some(h)
     }
 
-    /// A task on `h` ended: its slot is free again (for a waiting job first).
-    pub fn task_ended(&mut self, h: u32) {
+    /// A task of `k` slots on `h` ended: they are free again (for a waiting job first).
+    pub fn task_ended(&mut self, h: u32, k: u32) {
         let h = h as usize;
         if let Some(t) = self.tasks.get_mut(h) {
-            *t = t.saturating_sub(1);
+            *t = t.saturating_sub(k);
             self.top_up(h);
         }
+    }
+
+    /// The most slots a host not lost has: a task needing more can never run.
+    pub fn largest(&self) -> u32 {
+        (0..self.len())
+            .filter(|&h| !self.lost[h])
+            .map(|h| self.slots[h])
+            .max()
+            .unwrap_or(0)
     }
 
     /// Slots of `h` no running job holds: what a job may ask for there (waiting for tasks or
@@ -251,12 +262,12 @@ mod tests {
     #[test]
     fn tasks_rotate_over_hosts_and_free_on_end() {
         let mut s = all_up(vec![1, 2]);
-        assert_eq!(s.take_for_task(), Some(0));
-        assert_eq!(s.take_for_task(), Some(1));
-        assert_eq!(s.take_for_task(), Some(1));
-        assert_eq!(s.take_for_task(), None);
-        s.task_ended(0);
-        assert_eq!(s.take_for_task(), Some(0));
+        assert_eq!(s.take_for_task(1), Some(0));
+        assert_eq!(s.take_for_task(1), Some(1));
+        assert_eq!(s.take_for_task(1), Some(1));
+        assert_eq!(s.take_for_task(1), None);
+        s.task_ended(0, 1);
+        assert_eq!(s.take_for_task(1), Some(0));
         assert_eq!(s.held(), (0, 3));
     }
 
@@ -264,27 +275,27 @@ mod tests {
     fn a_waiting_job_gets_the_slots_tasks_free_and_tasks_get_the_rest() {
         let mut s = all_up(vec![2, 2]);
         for _ in 0..4 {
-            s.take_for_task().unwrap();
+            s.take_for_task(1).unwrap();
         }
         let need = [(0, 2)];
         assert!(!s.fits_now(&need));
         assert_eq!(s.for_jobs(0), 2, "a job may wait for the tasks' slots");
         s.wait(&need);
         assert_eq!(s.for_jobs(0), 0, "a second job waits behind it");
-        s.task_ended(0);
-        s.task_ended(1);
+        s.task_ended(0, 1);
+        s.task_ended(1, 1);
         // Host 0's slot is the job's, host 1's a task's.
-        assert_eq!(s.take_for_task(), Some(1));
-        assert_eq!(s.take_for_task(), None);
-        s.task_ended(0);
+        assert_eq!(s.take_for_task(1), Some(1));
+        assert_eq!(s.take_for_task(1), None);
+        s.task_ended(0, 1);
         assert!(s.fits_now(&need));
         s.stop_waiting(&need);
         s.hold(&need);
-        assert_eq!(s.take_for_task(), None, "the job holds host 0");
+        assert_eq!(s.take_for_task(1), None, "the job holds host 0");
         s.release(&need, false);
-        assert_eq!(s.take_for_task(), Some(0));
-        assert_eq!(s.take_for_task(), Some(0));
-        assert_eq!(s.take_for_task(), None);
+        assert_eq!(s.take_for_task(1), Some(0));
+        assert_eq!(s.take_for_task(1), Some(0));
+        assert_eq!(s.take_for_task(1), None);
     }
 
     #[test]
@@ -296,8 +307,8 @@ mod tests {
         }
         assert!(s.queue.len() <= 3, "{} queued", s.queue.len());
         s.hold(&[(0, 2)]);
-        assert_eq!(s.take_for_task(), Some(0));
-        assert_eq!(s.take_for_task(), None);
+        assert_eq!(s.take_for_task(1), Some(0));
+        assert_eq!(s.take_for_task(1), None);
     }
 
     #[test]
@@ -314,7 +325,7 @@ mod tests {
         );
         assert!(!s.tasks_on(&second));
         assert_eq!(
-            s.take_for_task(),
+            s.take_for_task(1),
             Some(1),
             "the slot it never held is a task's"
         );
@@ -325,7 +336,7 @@ mod tests {
         s.stop_waiting(&second);
         s.hold(&second);
         assert_eq!((s.for_jobs(0), s.for_jobs(1)), (1, 2));
-        let mut took = [s.take_for_task(), s.take_for_task(), s.take_for_task()];
+        let mut took = [s.take_for_task(1), s.take_for_task(1), s.take_for_task(1)];
         took.sort();
         assert_eq!(took, [None, Some(0), Some(1)], "one slot left on each host");
     }
@@ -336,7 +347,7 @@ mod tests {
         s.host_up(0);
         assert!(!s.stranded(false));
         s.hosts_lost(0..1);
-        assert_eq!(s.take_for_task(), None);
+        assert_eq!(s.take_for_task(1), None);
         assert!(!s.stranded(false), "host 1 may still come up");
         assert!(s.stranded(true));
         assert_eq!((s.total(), s.lost_hosts()), (1, 1));

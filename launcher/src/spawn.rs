@@ -8,7 +8,11 @@
 //! (`--bind-to`) inherits the affinity of the thread that forks it, which is set for that one
 //! synchronous spawn and restored after.
 
-use std::{os::unix::process::ExitStatusExt, process::ExitStatus, process::Stdio};
+use std::{
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+};
 
 use command_fds::{CommandFdExt, FdMapping};
 use tokio::process::{Child, Command};
@@ -31,21 +35,51 @@ pub struct RankSpec<'a> {
     pub inherit: Option<(std::os::fd::OwnedFd, i32)>,
     /// The CPUs the rank is bound to, if it is.
     pub cpus: Option<&'a [u32]>,
+    /// Files its stdio comes from and goes to instead of pipes (a task's).
+    pub files: Option<&'a StdioFiles>,
 }
 
-/// Starts a rank in its own process group; stdout and stderr are pipes.
+/// Files a task's stdin, stdout and stderr are instead of /dev/null and pipes to the agent.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StdioFiles {
+    /// Read as stdin.
+    pub stdin: Option<PathBuf>,
+    /// Created (or truncated) for stdout.
+    pub stdout: Option<PathBuf>,
+    /// Created (or truncated) for stderr.
+    pub stderr: Option<PathBuf>,
+}
+
+/// `path` opened for the child, or an error that names it.
+fn open(path: &Path, write: bool) -> std::io::Result<Stdio> {
+    let file = match write {
+        true => std::fs::File::create(path),
+        false => std::fs::File::open(path),
+    };
+    file.map(Stdio::from)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Starts a rank in its own process group; stdout and stderr are pipes unless
+/// [`RankSpec::files`] names files for them.
 pub fn spawn(spec: RankSpec<'_>) -> std::io::Result<Child> {
+    let files = spec.files.cloned().unwrap_or_default();
+    let stdin = match (&files.stdin, spec.stdin) {
+        (Some(p), _) => open(p, false)?,
+        (None, true) => Stdio::piped(),
+        (None, false) => Stdio::null(),
+    };
+    let out = |file: &Option<PathBuf>| {
+        file.as_deref()
+            .map_or(Ok(Stdio::piped()), |p| open(p, true))
+    };
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdin(stdin)
+        .stdout(out(&files.stdout)?)
+        .stderr(out(&files.stderr)?)
         .process_group(0);
     // A missing working directory (not every host mounts it) falls back to the agent's, with
     // the rank still started, rather than failing a job over a cosmetic difference.
@@ -108,6 +142,7 @@ mod tests {
             stdin: false,
             inherit: None,
             cpus: None,
+            files: None,
         };
         let env = spec.env;
         let mut child = spawn(spec).unwrap();
@@ -127,6 +162,7 @@ mod tests {
             stdin: false,
             inherit: None,
             cpus: None,
+            files: None,
         };
         let status = spawn(spec).unwrap().wait().await.unwrap();
         assert_eq!(end_of(status), RankEnd::Signaled(15));
@@ -149,6 +185,7 @@ mod tests {
             stdin: false,
             inherit: Some((theirs.into(), 3)),
             cpus: None,
+            files: None,
         };
         let mut child = spawn(spec).unwrap();
         let mut out = String::new();
@@ -182,6 +219,7 @@ mod tests {
             stdin: false,
             inherit: None,
             cpus: Some(&[cpu]),
+            files: None,
         };
         let out = spawn(spec).unwrap().wait_with_output().await.unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

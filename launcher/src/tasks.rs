@@ -1,10 +1,12 @@
-//! Task streams (`greedyrun --tasks FILE|-`): one shell command per line, run in the hosts'
-//! slots across the launch tree, each reported exactly once.
+//! Task streams (`greedyrun --tasks FILE|-`): one task per line (a command, or a JSON
+//! description: [`crate::task_spec`]), run in the hosts' slots across the launch tree, each
+//! reported exactly once.
 //!
 //! The agents start no ranks (`Start::tasks`); greedyrun reads a line only when a slot is
-//! free, sends it to that host (`Cmd::Task`, routed down the tree), and the host's agent runs
-//! it as `sh -c LINE` (or, for a line of plain words, those words directly: [`argv_of`]) in
-//! the job's environment and working directory and reports its output
+//! free and no earlier task waits for room, places it on a host with its slots free, sends it
+//! there (`Cmd::Task`, routed down the tree), and the host's agent runs it (a command as
+//! `sh -c LINE`, or for a line of plain words those words directly: [`argv_of`]) in the job's
+//! environment and working directory with the task's own over them, and reports its output
 //! and its end (`Up::TaskOutput`, `Up::TaskEnd`). A task that fails is run again, up to
 //! `--task-retries` more times; the tasks of a host that is lost run again elsewhere. Each
 //! task's final end is one JSON line in `--results FILE`. Memory is bounded by the number of
@@ -39,6 +41,7 @@ pub use crate::session::dispatch::{Dispatcher, Done, Ended, Task};
 use crate::session::streams::{Current, Read, Streams};
 use crate::session::{JobBoard, daemon};
 use crate::status::code;
+use crate::task_spec::Defaults;
 use crate::terminal::escape;
 
 /// Where a stream comes from: a file, stdin, or the clients of a session.
@@ -67,6 +70,8 @@ pub struct TaskOptions {
     pub results: Option<PathBuf>,
     /// Runs again of a failed task.
     pub retries: u32,
+    /// What a plain line's task gets.
+    pub defaults: Defaults,
 }
 
 /// Where the run's streams come from, once open.
@@ -155,7 +160,14 @@ async fn open<'a>(
         },
         _ => Box::new(tokio::io::stdin()),
     };
-    let own = Current::local(input, results, to, cfg.tag_output, cfg.progress);
+    let own = Current::local(
+        input,
+        results,
+        to,
+        opts.defaults,
+        cfg.tag_output,
+        cfg.progress,
+    );
     Ok(Input::Own(own))
 }
 

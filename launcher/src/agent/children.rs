@@ -191,6 +191,7 @@ impl ChildRanks {
             stdin: false,
             inherit,
             cpus: None,
+            files: None,
         };
         let program = &app.argv[0];
         let process = spawn::spawn(spec)

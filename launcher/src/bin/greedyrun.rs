@@ -17,6 +17,7 @@ use greedy_launcher::{
     proto::{BindTo, PmiMode},
     ssh,
     status::code,
+    task_spec::Defaults,
     tasks::{self, Source, TaskOptions},
 };
 use greedy_tree::{LaunchModel, Topology};
@@ -160,7 +161,8 @@ pub(crate) struct Args {
     oversubscribe: bool,
 
     /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
-    /// the rank sees its CPUs in GREEDY_CPUS).
+    /// the rank sees its CPUs in GREEDY_CPUS); with --tasks, each task to as many of its
+    /// host's cores or packages as it takes slots, held by no other running task.
     #[arg(long = "bind-to", value_enum, default_value_t = Bind::None)]
     bind_to: Bind,
 
@@ -208,9 +210,10 @@ pub(crate) struct Args {
     #[arg(long)]
     calibrate: bool,
 
-    /// Run a stream of tasks instead of a program: one command per line of FILE (`-`: stdin),
-    /// each in a free slot of the hosts (`GREEDY_TASK` its line number); a line of plain words
-    /// runs as those words, one with shell syntax as `sh -c LINE`.
+    /// Run a stream of tasks instead of a program: one task per line of FILE (`-`: stdin),
+    /// each in free slots of the hosts (`GREEDY_TASK` its line number); a line of plain words
+    /// runs as those words, one with shell syntax as `sh -c LINE`, a JSON object as it
+    /// describes (docs/many-task.md, docs/task.schema.json).
     /// With GREEDY_SESSION set, on that session's hosts (no host option needed).
     #[arg(long, value_name = "FILE|-", conflicts_with = "calibrate")]
     tasks: Option<String>,
@@ -223,6 +226,16 @@ pub(crate) struct Args {
     /// With --tasks: run a task that fails up to K more times.
     #[arg(long, default_value_t = 0, value_name = "K", requires = "tasks")]
     task_retries: u32,
+
+    /// With --tasks: ranks of a plain line's task (a JSON line says its own).
+    #[arg(long, default_value_t = 1, value_name = "R", requires = "tasks",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    task_ranks: u32,
+
+    /// With --tasks: cores (slots, on one host) of each rank of a plain line's task.
+    #[arg(long, default_value_t = 1, value_name = "C", requires = "tasks",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    task_cores: u32,
 
     /// Start the agents on the hosts and keep them: prints `export GREEDY_SESSION=…` for
     /// `eval`. While GREEDY_SESSION is set, `greedyrun PROG` and `greedyrun --tasks` run on
@@ -524,6 +537,7 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                 },
                 results: None,
                 retries: 0,
+                defaults: Defaults::default(),
             }),
             (Some(source), _, None) => Mode::Tasks(TaskOptions {
                 source: if source == "-" {
@@ -533,11 +547,20 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                 },
                 results: args.results.clone(),
                 retries: args.task_retries,
+                defaults: task_defaults(args),
             }),
             (None, true, None) => Mode::Calibrate,
             (None, false, None) => Mode::Job,
         },
     )
+}
+
+/// What a plain line of a stream gets.
+fn task_defaults(args: &Args) -> Defaults {
+    Defaults {
+        ranks: args.task_ranks,
+        cores_per_rank: args.task_cores,
+    }
 }
 
 impl From<Pmi> for PmiMode {
@@ -658,7 +681,12 @@ fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
                 return Some(code::USAGE);
             }
         };
-        tasks::stream_request(args.task_retries, args.tag_output, progress)
+        tasks::stream_request(
+            args.task_retries,
+            task_defaults(args),
+            args.tag_output,
+            progress,
+        )
     } else {
         return None;
     };
@@ -1050,6 +1078,8 @@ mod tests {
             "r.json",
             "--task-retries",
             "2",
+            "--task-cores",
+            "2",
         ])
         .unwrap();
         let Mode::Tasks(opts) = mode else {
@@ -1057,6 +1087,7 @@ mod tests {
         };
         assert!(matches!(opts.source, Source::Stdin), "{:?}", opts.source);
         assert_eq!(opts.retries, 2);
+        assert_eq!((opts.defaults.ranks, opts.defaults.cores_per_rank), (1, 2));
         assert_eq!(opts.results, Some(PathBuf::from("r.json")));
         assert_eq!(cfg.plan.pmi, PmiMode::None);
         assert_eq!(cfg.stdin_rank, None);

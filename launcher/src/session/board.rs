@@ -141,14 +141,20 @@ impl JobBoard {
         self.board().slots.has_free_for_task()
     }
 
-    /// A slot for a task: its host, or `None`.
-    pub fn take_task_slot(&self) -> Option<u32> {
-        self.board().slots.take_for_task()
+    /// `k` slots of one host for a task: its host, or `None`.
+    pub fn take_task_slots(&self, k: u32) -> Option<u32> {
+        self.board().slots.take_for_task(k)
     }
 
-    /// A task on `node` ended: its slot goes to a job waiting for it, else to the next task.
-    pub fn task_ended(&self, node: u32) {
-        self.update(|b| b.slots.task_ended(node));
+    /// A task of `k` slots on `node` ended: they go to a job waiting for them, else to the
+    /// next task.
+    pub fn task_ended(&self, node: u32, k: u32) {
+        self.update(|b| b.slots.task_ended(node, k));
+    }
+
+    /// The most slots a host not lost has.
+    pub fn largest_host(&self) -> u32 {
+        self.board().slots.largest()
     }
 
     /// Slots of the hosts not lost; hosts lost; whether no host is left that could run
@@ -548,7 +554,7 @@ mod tests {
     async fn a_job_waits_for_the_slots_of_tasks_which_take_none_of_them_meanwhile() {
         let board = JobBoard::new(vec!["a".into(), "b".into()], vec![2, 1]);
         (0..2).for_each(|i| board.host_up(i));
-        let on: Vec<u32> = (0..3).map(|_| board.take_task_slot().unwrap()).collect();
+        let on: Vec<u32> = (0..3).map(|_| board.take_task_slots(1).unwrap()).collect();
         assert_eq!(on, [0, 0, 1], "a task stream fills every slot");
         // A job asks for a's two slots: the tasks hold them, so it waits.
         assert_eq!(board.free(), [("a".into(), 2), ("b".into(), 1)]);
@@ -565,37 +571,37 @@ mod tests {
             })
         };
         // Slots freed on a go to the job, not to the next task; b's to the next task.
-        board.task_ended(0);
-        board.task_ended(1);
-        assert_eq!(board.take_task_slot(), Some(1));
-        assert_eq!(board.take_task_slot(), None);
+        board.task_ended(0, 1);
+        board.task_ended(1, 1);
+        assert_eq!(board.take_task_slots(1), Some(1));
+        assert_eq!(board.take_task_slots(1), None);
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "one of a's slots is still a task's");
-        board.task_ended(0);
+        board.task_ended(0, 1);
         let t = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("let in once both slots were free")
             .unwrap()
             .unwrap();
         assert_eq!(board.running(), (1, 2, 0));
-        assert_eq!(board.take_task_slot(), None, "the job holds a");
+        assert_eq!(board.take_task_slots(1), None, "the job holds a");
         board.release(&t);
-        assert_eq!(board.take_task_slot(), Some(0));
+        assert_eq!(board.take_task_slots(1), Some(0));
     }
 
     #[test]
     fn a_waiting_job_that_gives_up_or_loses_its_host_frees_what_it_waited_for() {
         let board = JobBoard::new(vec!["a".into(), "b".into()], vec![1, 1]);
         (0..2).for_each(|i| board.host_up(i));
-        assert_eq!(board.take_task_slot(), Some(0));
+        assert_eq!(board.take_task_slots(1), Some(0));
         let start = job(&["a"], &[1]);
         let t = board.reserve(&start).unwrap();
         assert!(t.waits);
         board.give_up(&t);
-        board.task_ended(0);
-        assert_eq!(board.take_task_slot(), Some(1));
+        board.task_ended(0, 1);
+        assert_eq!(board.take_task_slots(1), Some(1));
         assert_eq!(
-            board.take_task_slot(),
+            board.take_task_slots(1),
             Some(0),
             "nobody waits for a any more"
         );

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::io::BufReader;
 
+use crate::task_spec::Defaults;
+
 /// How long either side of a control connection waits for the other's next step of the
 /// handshake (hosts, the job, its start).
 pub(crate) const HANDSHAKE: Duration = Duration::from_secs(10);
@@ -40,12 +42,13 @@ pub(crate) type LineSource =
 /// What a client asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Request {
-    /// Run the stream that follows, with these retries, tagging, and a progress line every
-    /// `progress_ms` (0: none).
+    /// Run the stream that follows, with these retries, tagging, a progress line every
+    /// `progress_ms` (0: none), and these ranks and cores for its plain lines.
     Tasks {
         retries: u32,
         tag: bool,
         progress_ms: u64,
+        defaults: Defaults,
     },
     /// Say how the session is.
     Status,
@@ -67,7 +70,8 @@ pub(crate) async fn read_request(lines: &mut LineSource) -> Option<Request> {
     parse_request(&line)
 }
 
-/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1 progress_ms=MS`,
+/// A client's first line: `greedy-session 1 tasks retries=K tag=0|1 progress_ms=MS ranks=R
+/// cores=C`,
 /// `… status`, `… job`, `… end`; `None` for anything else.
 pub(crate) fn parse_request(line: &str) -> Option<Request> {
     let rest = line.strip_prefix(HELLO)?.trim();
@@ -78,11 +82,14 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
         "job" => Some(Request::Job),
         "tasks" => {
             let (mut retries, mut tag, mut progress_ms) = (0, false, 0);
+            let mut defaults = Defaults::default();
             for w in words {
                 match w.split_once('=')? {
                     ("retries", k) => retries = k.parse().ok()?,
                     ("tag", t) => tag = t == "1",
                     ("progress_ms", p) => progress_ms = p.parse().ok()?,
+                    ("ranks", r) => defaults.ranks = r.parse().ok().filter(|&r| r > 0)?,
+                    ("cores", c) => defaults.cores_per_rank = c.parse().ok().filter(|&c| c > 0)?,
                     _ => return None,
                 }
             }
@@ -90,6 +97,7 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
                 retries,
                 tag,
                 progress_ms,
+                defaults,
             })
         }
         _ => None,
@@ -102,11 +110,13 @@ pub fn job_request() -> String {
 }
 
 /// The request line of a stream for a session (`progress`: the period of its progress line).
-pub fn stream_request(retries: u32, tag: bool, progress: Duration) -> String {
+pub fn stream_request(retries: u32, defaults: Defaults, tag: bool, progress: Duration) -> String {
     format!(
-        "tasks retries={retries} tag={} progress_ms={}",
+        "tasks retries={retries} tag={} progress_ms={} ranks={} cores={}",
         u8::from(tag),
-        progress.as_millis()
+        progress.as_millis(),
+        defaults.ranks,
+        defaults.cores_per_rank
     )
 }
 
@@ -121,7 +131,12 @@ mod tests {
                 retries: r,
                 tag: t,
                 progress_ms: p,
+                defaults: Defaults::default(),
             })
+        };
+        let wide = Defaults {
+            ranks: 2,
+            cores_per_rank: 4,
         };
         assert_eq!(
             parse_request("greedy-session 1 status"),
@@ -132,9 +147,21 @@ mod tests {
         assert_eq!(
             parse_request(&format!(
                 "{HELLO} {}",
-                stream_request(3, true, Duration::from_secs(2))
+                stream_request(3, Defaults::default(), true, Duration::from_secs(2))
             )),
             tasks(3, true, 2000)
+        );
+        assert_eq!(
+            parse_request(&format!(
+                "{HELLO} {}",
+                stream_request(0, wide, false, Duration::ZERO)
+            )),
+            Some(Request::Tasks {
+                retries: 0,
+                tag: false,
+                progress_ms: 0,
+                defaults: wide
+            })
         );
         assert_eq!(parse_request("greedy-session 1 tasks"), tasks(0, false, 0));
         for bad in [
@@ -143,6 +170,7 @@ mod tests {
             "greedy-session 2 status",
             "greedy-session 1 tasks retries=-1",
             "greedy-session 1 tasks nice=5",
+            "greedy-session 1 tasks cores=0",
             "greedy-session 1 reboot",
         ] {
             assert_eq!(parse_request(bad), None, "{bad:?}");

@@ -142,9 +142,10 @@ impl Daemon<'_> {
                 retries,
                 tag,
                 progress_ms,
+                defaults,
             }) => {
                 let progress = Duration::from_millis(progress_ms);
-                self.streams.open(feed, lines, retries, tag, progress);
+                (self.streams).open(feed, lines, retries, defaults, tag, progress);
             }
             Some(Request::Status) => self.status(feed).await,
             Some(Request::End) => self.end(feed).await,

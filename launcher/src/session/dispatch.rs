@@ -7,16 +7,24 @@ use std::sync::Arc;
 
 use super::board::JobBoard;
 use crate::proto::{RankEnd, TaskId};
+use crate::task_spec::TaskSpec;
 
-/// A line of a stream: its stream and line number, and its command.
+/// A line of a stream: its stream and line number, and what it asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
     /// Its stream and line (from 1: the task's name in results and messages).
     pub id: TaskId,
-    /// The shell command line.
-    pub command: String,
+    /// What the line asks for.
+    pub spec: TaskSpec,
     /// Runs so far that ended in failure (a retry has `attempt` ≥ 1).
     pub failures: u32,
+}
+
+impl Task {
+    /// Slots the task takes on its host.
+    pub fn slots(&self) -> u32 {
+        u32::try_from(self.spec.slots()).unwrap_or(u32::MAX)
+    }
 }
 
 /// A task's final end, reported once.
@@ -48,7 +56,8 @@ struct InFlight {
 pub struct Dispatcher {
     board: Arc<JobBoard>,
     in_flight: HashMap<TaskId, InFlight>,
-    /// Tasks to run before the next line: retries and the tasks of lost hosts.
+    /// Tasks to run before the next line, the first waiting for room before any other:
+    /// retries, the tasks of lost hosts, and a task whose slots were not free when read.
     again: VecDeque<(Task, u32)>,
     /// Each open stream's runs again of a failed task.
     retries: HashMap<u32, u32>,
@@ -61,7 +70,7 @@ pub struct Dispatcher {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Ended {
     /// Its final end.
-    Done(Done),
+    Done(Box<Done>),
     /// It failed and runs again.
     Retry,
     /// Not the run in flight (a lost host's late report after the task moved on): ignored.
@@ -102,23 +111,52 @@ impl Dispatcher {
         dropped.into_iter().map(|(t, _)| t).collect()
     }
 
-    /// Whether a slot is free for a task.
+    /// Whether a new line may be read: no task waits to run first and a slot is free.
     pub fn has_free_slot(&self) -> bool {
-        self.board.has_free_task_slot()
+        self.again.is_empty() && self.board.has_free_task_slot()
     }
 
-    /// The next task that must run before a new line: a retry or a lost host's task.
-    pub fn take_again(&mut self) -> Option<(Task, u32)> {
-        self.again.pop_front()
-    }
-
-    /// Puts `task` (run `runs` times before) in a free slot: the host to send it to.
-    /// Call only when [`Dispatcher::has_free_slot`].
-    pub fn assign(&mut self, task: Task, runs: u32) -> u32 {
-        let host = self.board.take_task_slot().expect("a free slot");
+    /// The first task waiting to run, placed if its slots are free on one host now: it and
+    /// its host. Nothing behind it passes it.
+    pub fn place_again(&mut self) -> Option<(Task, u32)> {
+        let k = self.again.front()?.0.slots();
+        let host = self.board.take_task_slots(k)?;
+        let (task, runs) = self.again.pop_front().expect("the front");
+        let placed = task.clone();
         self.in_flight
             .insert(task.id, InFlight { host, task, runs });
+        Some((placed, host))
+    }
+
+    /// The first task waiting to run, taken out if it needs more slots than any host left
+    /// has (it can never run).
+    pub fn take_unplaceable(&mut self) -> Option<Task> {
+        let k = self.again.front()?.0.slots();
+        (k > self.board.largest_host()).then(|| self.again.pop_front().expect("the front").0)
+    }
+
+    /// Puts `task` (run `runs` times before) on a host with its slots free: the host to send
+    /// it to, or `None` while they are not (it waits first in line, [`Dispatcher::place_again`]).
+    pub fn assign(&mut self, task: Task, runs: u32) -> Option<u32> {
+        let host = match self.again.is_empty() {
+            true => self.board.take_task_slots(task.slots()),
+            false => None,
+        };
+        match host {
+            Some(host) => {
+                self.in_flight
+                    .insert(task.id, InFlight { host, task, runs });
+            }
+            None => self.again.push_back((task, runs)),
+        }
         host
+    }
+
+    /// Task `id`, just placed, is not sent after all: its slots are free again.
+    pub fn forget(&mut self, id: TaskId) {
+        if let Some(f) = self.in_flight.remove(&id) {
+            self.board.task_ended(f.host, f.task.slots());
+        }
     }
 
     /// Task `id` ended on `host`.
@@ -132,23 +170,24 @@ impl Dispatcher {
             mut task,
             runs,
         } = self.in_flight.remove(&id).expect("checked");
-        self.board.task_ended(host);
+        self.board.task_ended(host, task.slots());
         let runs = runs + 1;
-        let retries = self.retries.get(&id.stream).copied().unwrap_or(0);
+        let stream_retries = self.retries.get(&id.stream).copied().unwrap_or(0);
+        let retries = task.spec.retries.unwrap_or(stream_retries);
         let cancelled = end.failed() && self.cancelled.contains(&id.stream);
         if end.failed() && !cancelled && task.failures < retries {
             task.failures += 1;
             self.again.push_back((task, runs));
             return Ended::Retry;
         }
-        Ended::Done(Done {
+        Ended::Done(Box::new(Done {
             task,
             host,
             end,
             wall_us,
             runs,
             cancelled,
-        })
+        }))
     }
 
     /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there runs
@@ -162,7 +201,7 @@ impl Dispatcher {
             .collect();
         for id in &moved {
             let f = self.in_flight.remove(id).expect("listed");
-            self.board.task_ended(f.host);
+            self.board.task_ended(f.host, f.task.slots());
             self.again.push_front((f.task, f.runs));
         }
         moved.len()
@@ -198,6 +237,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_spec::Defaults;
 
     /// Line `line` of stream 0.
     fn id(line: u64) -> TaskId {
@@ -207,7 +247,7 @@ mod tests {
     fn task(line: u64) -> Task {
         Task {
             id: id(line),
-            command: format!("cmd {line}"),
+            spec: TaskSpec::plain(format!("cmd {line}"), &Defaults::default()),
             failures: 0,
         }
     }
@@ -236,7 +276,7 @@ mod tests {
         board.host_up(1);
         board.host_up(0);
         board.host_up(0); // a second hello adds nothing
-        let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0)).collect();
+        let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0).unwrap()).collect();
         assert_eq!(hosts, [1, 1, 0]);
         assert!(!d.has_free_slot());
         let Ended::Done(done) = d.ended(1, id(2), RankEnd::Exited(0), 7) else {
@@ -246,7 +286,7 @@ mod tests {
             (done.task.id, done.host, done.runs, done.wall_us),
             (id(2), 1, 1, 7)
         );
-        assert_eq!(d.assign(task(4), 0), 1);
+        assert_eq!(d.assign(task(4), 0), Some(1));
     }
 
     #[test]
@@ -255,12 +295,11 @@ mod tests {
         board.host_up(0);
         d.assign(task(1), 0);
         assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
-        let (t, runs) = d.take_again().unwrap();
-        assert_eq!((t.failures, runs), (1, 1));
-        d.assign(t, runs);
+        assert!(!d.has_free_slot(), "the retry goes first");
+        let (t, host) = d.place_again().unwrap();
+        assert_eq!((t.failures, host), (1, 0));
         assert_eq!(d.ended(0, id(1), RankEnd::Signaled(9), 1), Ended::Retry);
-        let (t, runs) = d.take_again().unwrap();
-        d.assign(t, runs);
+        d.place_again().unwrap();
         let Ended::Done(done) = d.ended(0, id(1), RankEnd::Exited(3), 1) else {
             panic!()
         };
@@ -276,15 +315,15 @@ mod tests {
         for h in 0..3 {
             board.host_up(h);
         }
-        let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0)).collect();
+        let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0).unwrap()).collect();
         assert_eq!(on, [0, 0, 1, 1, 2]);
         // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
         assert_eq!(lose(&board, &mut d, 1..3), 3);
         assert!(!d.has_free_slot());
         assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
-        let (moved, _) = d.take_again().unwrap();
+        let (moved, host) = d.place_again().unwrap();
         assert!([3, 4, 5].contains(&moved.id.line));
-        assert_eq!(d.assign(moved.clone(), 0), 0);
+        assert_eq!(host, 0);
         // The lost host's report of it comes late: not its end.
         assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
         assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
@@ -309,7 +348,7 @@ mod tests {
         }
         let b = |line| Task {
             id: TaskId { stream: 1, line },
-            command: "b".into(),
+            spec: TaskSpec::plain("b".into(), &Defaults::default()),
             failures: 0,
         };
         d.assign(task(1), 0);
@@ -327,7 +366,7 @@ mod tests {
         assert_eq!(dropped.iter().map(|t| t.id).collect::<Vec<_>>(), [id(1)]);
         assert!(d.idle(0));
         assert!(!d.idle(1));
-        assert!(d.take_again().is_none());
+        assert!(d.place_again().is_none());
         assert!(
             d.ended(1, TaskId { stream: 1, line: 2 }, RankEnd::Exited(0), 1)
                 .is_done()
@@ -354,8 +393,40 @@ mod tests {
             Ended::Done(done) => assert!(!done.cancelled),
             other => panic!("{other:?}"),
         }
-        assert!(d.take_again().is_none());
+        assert!(d.place_again().is_none());
         assert!(d.idle(0));
+    }
+
+    /// A task of several cores waits first in line for a host with that many free; nothing
+    /// passes it; one that needs more than any host has is taken out.
+    #[test]
+    fn a_multi_core_task_waits_first_in_line_for_one_host_with_room() {
+        let (mut d, board) = dispatcher(vec![2, 3], 0);
+        board.host_up(0);
+        board.host_up(1);
+        let wide = |line, cores| Task {
+            spec: TaskSpec::plain(
+                "w".into(),
+                &Defaults {
+                    ranks: 1,
+                    cores_per_rank: cores,
+                },
+            ),
+            ..task(line)
+        };
+        assert_eq!(d.assign(wide(1, 3), 0), Some(1));
+        assert_eq!(d.assign(task(2), 0), Some(0));
+        // Host 0 has one slot left, host 1 none: the next 2-core task waits.
+        assert_eq!(d.assign(wide(3, 2), 0), None);
+        assert!(!d.has_free_slot(), "no line passes the waiting task");
+        assert!(d.place_again().is_none());
+        assert!(d.ended(0, id(2), RankEnd::Exited(0), 1).is_done());
+        assert_eq!(d.place_again().map(|(t, h)| (t.id, h)), Some((id(3), 0)));
+        assert!(d.take_unplaceable().is_none());
+        assert_eq!(d.assign(wide(4, 4), 0), None);
+        assert_eq!(d.take_unplaceable().map(|t| t.id), Some(id(4)));
+        assert!(d.ended(1, id(1), RankEnd::Exited(0), 1).is_done());
+        assert!(d.has_free_slot());
     }
 
     impl Ended {

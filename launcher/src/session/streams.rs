@@ -24,13 +24,16 @@ use crate::{
     proto::{Cmd, RankEnd, Stream, TaskId, Up},
     status::code,
     stdio::Tagger,
+    task_spec::{self, Defaults, TaskSpec},
     terminal::escape,
 };
 
 /// One result line: the task's number, host, exit code (128 + signal for a signal, 127 if it
 /// could not start), its last run's wall time, when it ended (seconds since the stream
-/// started, so tasks/s over time can be drawn), its runs and its command.
+/// started, so tasks/s over time can be drawn), its runs, its command and its name if it has
+/// one.
 fn result_line(done: &Done, host: &str, end_s: f64) -> String {
+    let spec = &done.task.spec;
     let mut line = serde_json::json!({
         "task": done.task.id.line,
         "host": host,
@@ -38,8 +41,11 @@ fn result_line(done: &Done, host: &str, end_s: f64) -> String {
         "wall_s": done.wall_us as f64 / 1e6,
         "end_s": (end_s * 1e3).round() / 1e3,
         "runs": done.runs,
-        "command": done.task.command,
+        "command": spec.run.display(),
     });
+    if let Some(name) = &spec.name {
+        line["name"] = name.as_str().into();
+    }
     if done.cancelled {
         line["cancelled"] = true.into();
     }
@@ -281,6 +287,8 @@ pub(crate) struct Current {
     dropped: bool,
     /// Lines of its tasks that were cancelled unfinished (reported once, at its end).
     cancelled: Vec<u64>,
+    /// What its plain lines' tasks get.
+    defaults: Defaults,
 }
 
 impl Current {
@@ -290,6 +298,7 @@ impl Current {
         input: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
         results: Option<std::io::BufWriter<std::fs::File>>,
         to: mpsc::Sender<Read>,
+        defaults: Defaults,
         tag: bool,
         progress: Duration,
     ) -> Current {
@@ -299,12 +308,13 @@ impl Current {
             stdout: tokio::io::stdout(),
             stdout_closed: false,
         };
-        Current::new(feed, reader, tag, progress)
+        Current::new(feed, reader, defaults, tag, progress)
     }
 
     fn new(
         feed: Feed,
         reader: tokio_util::task::AbortOnDropHandle<()>,
+        defaults: Defaults,
         tag: bool,
         progress: Duration,
     ) -> Current {
@@ -322,6 +332,7 @@ impl Current {
             next_progress: Instant::now() + progress,
             dropped: false,
             cancelled: Vec::new(),
+            defaults,
         }
     }
 
@@ -354,28 +365,39 @@ impl Current {
         self.feed.finish(code).await;
     }
 
-    /// The line just read is not UTF-8 text: it fails, named with its number, unrun; the
-    /// rest of the stream runs.
-    async fn undecodable(&mut self, bytes: &[u8]) {
-        let text = String::from_utf8_lossy(bytes);
+    /// The task of line `line` (its `command`) is not run, for `why`: it fails, named with its
+    /// number; the rest of the stream runs.
+    async fn not_run(&mut self, line: u64, command: &str, why: &str) {
         self.done += 1;
         self.failed += 1;
         if self.exit_code == 0 {
             self.exit_code = 1;
         }
-        let said = format!(
-            "task {}: not run, the line is not UTF-8 text: {}",
-            self.line_no,
-            escape(&text)
-        );
+        let said = format!("task {line}: not run, {why}: {}", escape(command));
         self.feed.say(said).await;
-        let line = serde_json::json!({
-            "task": self.line_no, "host": null, "exit": null, "wall_s": 0.0,
+        let result = serde_json::json!({
+            "task": line, "host": null, "exit": null, "wall_s": 0.0,
             "end_s": (self.t0.elapsed().as_secs_f64() * 1e3).round() / 1e3,
-            "runs": 0, "command": text, "error": "not UTF-8",
+            "runs": 0, "command": command, "error": why,
         });
-        self.feed.result(&format!("{line}\n")).await;
+        self.feed.result(&format!("{result}\n")).await;
     }
+}
+
+/// Why a stream cannot run `spec` on hosts whose largest has `largest` slots, if it cannot.
+fn cannot_run(spec: &TaskSpec, largest: u32) -> Option<String> {
+    if spec.ranks > 1 || spec.mpi {
+        return Some("tasks of several ranks or of MPI are not run by streams yet".into());
+    }
+    if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
+        return Some("staging \"inputs\" and \"outputs\" is not done by streams yet".into());
+    }
+    (spec.slots() > u64::from(largest)).then(|| {
+        format!(
+            "it needs {} slots on one host and the largest host has {largest}",
+            spec.slots()
+        )
+    })
 }
 
 /// Prints one of greedyrun's own diagnostic lines.
@@ -469,6 +491,7 @@ impl<'a> Streams<'a> {
         feed: Feed,
         lines: LineSource,
         retries: u32,
+        defaults: Defaults,
         tag: bool,
         progress: Duration,
     ) {
@@ -476,7 +499,7 @@ impl<'a> Streams<'a> {
         self.next_stream += 1;
         self.dispatch.open_stream(stream, retries);
         let reader = read_lines(stream, lines, self.line_tx.clone());
-        let cur = Current::new(feed, reader, tag, progress);
+        let cur = Current::new(feed, reader, defaults, tag, progress);
         self.streams.insert(stream, cur);
     }
 
@@ -493,10 +516,18 @@ impl<'a> Streams<'a> {
         want_line
     }
 
-    /// Retries and lost hosts' tasks into the free slots.
+    /// Tasks waiting to run (retries, lost hosts' tasks, a task whose slots were not free)
+    /// into free slots, in order; the first that can never fit fails.
     async fn run_again(&mut self) {
-        while !self.ending && self.dispatch.has_free_slot() {
-            let Some((task, runs)) = self.dispatch.take_again() else {
+        while !self.ending {
+            if let Some(task) = self.dispatch.take_unplaceable() {
+                let why = format!("no host left has the {} slots it needs", task.slots());
+                if let Some(cur) = self.streams.get_mut(&task.id.stream) {
+                    (cur.not_run(task.id.line, &task.spec.run.display(), &why)).await;
+                }
+                continue;
+            }
+            let Some((task, to)) = self.dispatch.place_again() else {
                 break;
             };
             if !self.streams.contains_key(&task.id.stream) {
@@ -504,11 +535,11 @@ impl<'a> Streams<'a> {
                     "task {} of a stream that has ended: dropped",
                     task.id.line
                 ));
+                self.dispatch.forget(task.id);
                 continue;
             }
-            let (id, command) = (task.id, task.command.clone());
-            let to = self.dispatch.assign(task, runs);
-            self.fanout.route(Some(to), Cmd::Task { id, command }).await;
+            let (id, spec) = (task.id, Box::new(task.spec));
+            self.fanout.route(Some(to), Cmd::Task { id, spec }).await;
         }
     }
 
@@ -555,7 +586,11 @@ impl<'a> Streams<'a> {
             cur.feed.say(said).await;
             for task in left.iter().filter(|t| t.id.stream == stream) {
                 cur.feed
-                    .say(format!("task {} not run: {}", task.id.line, task.command))
+                    .say(format!(
+                        "task {} not run: {}",
+                        task.id.line,
+                        task.spec.label()
+                    ))
                     .await;
             }
             cur.exit_code = code::LAUNCHER;
@@ -591,23 +626,34 @@ impl<'a> Streams<'a> {
         match line {
             Ok(Some(Err(bytes))) => {
                 cur.line_no += 1;
-                cur.undecodable(&bytes).await;
+                let text = String::from_utf8_lossy(&bytes);
+                cur.not_run(cur.line_no, &text, "the line is not UTF-8 text")
+                    .await;
             }
             Ok(Some(Ok(line))) => {
                 cur.line_no += 1;
-                if !line.trim().is_empty() {
-                    let id = TaskId {
-                        stream,
-                        line: cur.line_no,
-                    };
-                    let command = line.clone();
-                    let task = Task {
-                        id,
-                        command: line,
-                        failures: 0,
-                    };
-                    let to = self.dispatch.assign(task, 0);
-                    self.fanout.route(Some(to), Cmd::Task { id, command }).await;
+                if line.trim().is_empty() {
+                    return;
+                }
+                let spec = match task_spec::parse(&line, &cur.defaults) {
+                    Ok(spec) => spec,
+                    Err(e) => return cur.not_run(cur.line_no, &line, &e.to_string()).await,
+                };
+                if let Some(why) = cannot_run(&spec, self.board.largest_host()) {
+                    return cur.not_run(cur.line_no, &spec.run.display(), &why).await;
+                }
+                let id = TaskId {
+                    stream,
+                    line: cur.line_no,
+                };
+                let task = Task {
+                    id,
+                    spec: spec.clone(),
+                    failures: 0,
+                };
+                if let Some(to) = self.dispatch.assign(task, 0) {
+                    let spec = Box::new(spec);
+                    self.fanout.route(Some(to), Cmd::Task { id, spec }).await;
                 }
             }
             Ok(None) => cur.stop_reading(),
@@ -724,7 +770,7 @@ impl<'a> Streams<'a> {
                         id.line,
                         host(plan, d.host),
                         d.end.code(),
-                        d.task.command
+                        d.task.spec.label()
                     );
                     cur.feed.say(text).await;
                 }
@@ -912,7 +958,10 @@ mod tests {
         let d = Done {
             task: Task {
                 id: TaskId { stream: 3, line: 7 },
-                command: "echo \"a\tb\"".into(),
+                spec: TaskSpec {
+                    name: Some("n-7".into()),
+                    ..TaskSpec::plain("echo \"a\tb\"".into(), &Defaults::default())
+                },
                 failures: 0,
             },
             host: 0,
@@ -928,5 +977,6 @@ mod tests {
         assert_eq!(v["wall_s"], 1.5);
         assert_eq!(v["command"], "echo \"a\tb\"");
         assert_eq!(v["host"], "n1");
+        assert_eq!(v["name"], "n-7");
     }
 }
