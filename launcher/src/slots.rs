@@ -118,13 +118,20 @@ impl Slots {
         false
     }
 
-    /// `k` slots of one host for a task: the first host in the queue with `k` free, or
-    /// `None`. The host's other queue entries stay: each is checked when it is taken.
-    pub fn take_for_task(&mut self, k: u32) -> Option<u32> {
+    /// Whether a task could take a slot now on a host other than `avoid`.
+    pub fn has_free_for_task_beside(&mut self, avoid: Option<u32>) -> bool {
+        self.has_free_for_task()
+            && (self.queue.iter()).any(|&h| Some(h) != avoid && self.free_for_tasks(h as usize) > 0)
+    }
+
+    /// `k` slots of one host other than `avoid` for a task: the first host in the queue with
+    /// `k` free, or `None`. The host's other queue entries stay: each is checked when taken.
+    pub fn take_for_task(&mut self, k: u32, avoid: Option<u32>) -> Option<u32> {
         if !self.has_free_for_task() {
             return None;
         }
-        let i = (self.queue.iter()).position(|&h| self.free_for_tasks(h as usize) >= k)?;
+        let fits = |h: u32| Some(h) != avoid && self.free_for_tasks(h as usize) >= k;
+        let i = self.queue.iter().position(|&h| fits(h))?;
         let h = self.queue.remove(i).expect("found");
         self.queued[h as usize] -= 1;
         self.tasks[h as usize] += k;
@@ -138,6 +145,15 @@ impl Slots {
             *t = t.saturating_sub(k);
             self.top_up(h);
         }
+    }
+
+    /// The host a task of `k` slots waits for: of the usable hosts with `k` slots, the one
+    /// with the most free for tasks (the lowest of equals).
+    pub fn most_free(&self, k: u32) -> Option<u32> {
+        (0..self.len())
+            .filter(|&h| self.usable(h) && self.slots[h] >= k)
+            .max_by_key(|&h| (self.free_for_tasks(h), std::cmp::Reverse(h)))
+            .map(|h| h as u32)
     }
 
     /// The most slots a host not lost has: a task needing more can never run.
@@ -262,12 +278,12 @@ mod tests {
     #[test]
     fn tasks_rotate_over_hosts_and_free_on_end() {
         let mut s = all_up(vec![1, 2]);
-        assert_eq!(s.take_for_task(1), Some(0));
-        assert_eq!(s.take_for_task(1), Some(1));
-        assert_eq!(s.take_for_task(1), Some(1));
-        assert_eq!(s.take_for_task(1), None);
+        assert_eq!(s.take_for_task(1, None), Some(0));
+        assert_eq!(s.take_for_task(1, None), Some(1));
+        assert_eq!(s.take_for_task(1, None), Some(1));
+        assert_eq!(s.take_for_task(1, None), None);
         s.task_ended(0, 1);
-        assert_eq!(s.take_for_task(1), Some(0));
+        assert_eq!(s.take_for_task(1, None), Some(0));
         assert_eq!(s.held(), (0, 3));
     }
 
@@ -275,7 +291,7 @@ mod tests {
     fn a_waiting_job_gets_the_slots_tasks_free_and_tasks_get_the_rest() {
         let mut s = all_up(vec![2, 2]);
         for _ in 0..4 {
-            s.take_for_task(1).unwrap();
+            s.take_for_task(1, None).unwrap();
         }
         let need = [(0, 2)];
         assert!(!s.fits_now(&need));
@@ -285,17 +301,17 @@ mod tests {
         s.task_ended(0, 1);
         s.task_ended(1, 1);
         // Host 0's slot is the job's, host 1's a task's.
-        assert_eq!(s.take_for_task(1), Some(1));
-        assert_eq!(s.take_for_task(1), None);
+        assert_eq!(s.take_for_task(1, None), Some(1));
+        assert_eq!(s.take_for_task(1, None), None);
         s.task_ended(0, 1);
         assert!(s.fits_now(&need));
         s.stop_waiting(&need);
         s.hold(&need);
-        assert_eq!(s.take_for_task(1), None, "the job holds host 0");
+        assert_eq!(s.take_for_task(1, None), None, "the job holds host 0");
         s.release(&need, false);
-        assert_eq!(s.take_for_task(1), Some(0));
-        assert_eq!(s.take_for_task(1), Some(0));
-        assert_eq!(s.take_for_task(1), None);
+        assert_eq!(s.take_for_task(1, None), Some(0));
+        assert_eq!(s.take_for_task(1, None), Some(0));
+        assert_eq!(s.take_for_task(1, None), None);
     }
 
     #[test]
@@ -307,8 +323,8 @@ mod tests {
         }
         assert!(s.queue.len() <= 3, "{} queued", s.queue.len());
         s.hold(&[(0, 2)]);
-        assert_eq!(s.take_for_task(1), Some(0));
-        assert_eq!(s.take_for_task(1), None);
+        assert_eq!(s.take_for_task(1, None), Some(0));
+        assert_eq!(s.take_for_task(1, None), None);
     }
 
     #[test]
@@ -325,7 +341,7 @@ mod tests {
         );
         assert!(!s.tasks_on(&second));
         assert_eq!(
-            s.take_for_task(1),
+            s.take_for_task(1, None),
             Some(1),
             "the slot it never held is a task's"
         );
@@ -336,7 +352,11 @@ mod tests {
         s.stop_waiting(&second);
         s.hold(&second);
         assert_eq!((s.for_jobs(0), s.for_jobs(1)), (1, 2));
-        let mut took = [s.take_for_task(1), s.take_for_task(1), s.take_for_task(1)];
+        let mut took = [
+            s.take_for_task(1, None),
+            s.take_for_task(1, None),
+            s.take_for_task(1, None),
+        ];
         took.sort();
         assert_eq!(took, [None, Some(0), Some(1)], "one slot left on each host");
     }
@@ -347,7 +367,7 @@ mod tests {
         s.host_up(0);
         assert!(!s.stranded(false));
         s.hosts_lost(0..1);
-        assert_eq!(s.take_for_task(1), None);
+        assert_eq!(s.take_for_task(1, None), None);
         assert!(!s.stranded(false), "host 1 may still come up");
         assert!(s.stranded(true));
         assert_eq!((s.total(), s.lost_hosts()), (1, 1));

@@ -3,8 +3,8 @@
 //! reported exactly once.
 //!
 //! The agents start no ranks (`Start::tasks`); greedyrun reads a line only when a slot is
-//! free and no earlier task waits for room, places it on a host with its slots free, sends it
-//! there (`Cmd::Task`, routed down the tree), and the host's agent runs it (a command as
+//! free (beside the host an earlier task waits for), places it on a host with its slots free,
+//! sends it there (`Cmd::Task`, routed down the tree), and the host's agent runs it (a command as
 //! `sh -c LINE`, or for a line of plain words those words directly: [`argv_of`]) in the job's
 //! environment and working directory with the task's own over them, and reports its output
 //! and its end (`Up::TaskOutput`, `Up::TaskEnd`). A task that fails is run again, up to

@@ -913,12 +913,25 @@ mod tests {
             ["greedyrun", "--np", "4", "--ppn", "2", "--", "prog", "-np"]
         );
         // Parsl's MPI prefix (`mpiexec -n N -ppn P -hosts h1,h2`) and Open MPI's `-host`.
-        let (cfg, _) = parse(&["greedyrun", "-n", "4", "-ppn", "2", "-hosts", "a,b", "--", "x"])
-            .expect("Parsl's prefix");
+        let (cfg, _) = parse(&[
+            "greedyrun",
+            "-n",
+            "4",
+            "-ppn",
+            "2",
+            "-hosts",
+            "a,b",
+            "--",
+            "x",
+        ])
+        .expect("Parsl's prefix");
         assert_eq!(cfg.plan.hosts, ["a", "b"]);
         let (cfg, _) = parse(&["greedyrun", "-np", "3", "-host", "a,a,b", "--", "x"])
             .expect("Open MPI's -host");
-        assert_eq!(cfg.plan.ranks.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
+        assert_eq!(
+            cfg.plan.ranks.iter().map(Vec::len).collect::<Vec<_>>(),
+            [2, 1]
+        );
     }
 
     #[test]

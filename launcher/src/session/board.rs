@@ -141,15 +141,30 @@ impl JobBoard {
         self.board().slots.has_free_for_task()
     }
 
-    /// `k` slots of one host for a task: its host, or `None`.
-    pub fn take_task_slots(&self, k: u32) -> Option<u32> {
-        self.board().slots.take_for_task(k)
+    /// `k` slots of one host other than `avoid` for a task: its host, or `None`.
+    pub fn take_task_slots(&self, k: u32, avoid: Option<u32>) -> Option<u32> {
+        self.board().slots.take_for_task(k, avoid)
+    }
+
+    /// Whether a task could take a slot now on a host other than `avoid`.
+    pub fn has_free_task_slot_beside(&self, avoid: Option<u32>) -> bool {
+        self.board().slots.has_free_for_task_beside(avoid)
+    }
+
+    /// The host a task of `k` slots waits for ([`Slots::most_free`]).
+    pub fn most_free_host(&self, k: u32) -> Option<u32> {
+        self.board().slots.most_free(k)
     }
 
     /// A task of `k` slots on `node` ended: they go to a job waiting for them, else to the
     /// next task.
     pub fn task_ended(&self, node: u32, k: u32) {
         self.update(|b| b.slots.task_ended(node, k));
+    }
+
+    /// Whether `node` is up and not lost.
+    pub fn usable(&self, node: u32) -> bool {
+        self.board().slots.is_usable(node)
     }
 
     /// The most slots a host not lost has.
@@ -554,7 +569,9 @@ mod tests {
     async fn a_job_waits_for_the_slots_of_tasks_which_take_none_of_them_meanwhile() {
         let board = JobBoard::new(vec!["a".into(), "b".into()], vec![2, 1]);
         (0..2).for_each(|i| board.host_up(i));
-        let on: Vec<u32> = (0..3).map(|_| board.take_task_slots(1).unwrap()).collect();
+        let on: Vec<u32> = (0..3)
+            .map(|_| board.take_task_slots(1, None).unwrap())
+            .collect();
         assert_eq!(on, [0, 0, 1], "a task stream fills every slot");
         // A job asks for a's two slots: the tasks hold them, so it waits.
         assert_eq!(board.free(), [("a".into(), 2), ("b".into(), 1)]);
@@ -573,8 +590,8 @@ mod tests {
         // Slots freed on a go to the job, not to the next task; b's to the next task.
         board.task_ended(0, 1);
         board.task_ended(1, 1);
-        assert_eq!(board.take_task_slots(1), Some(1));
-        assert_eq!(board.take_task_slots(1), None);
+        assert_eq!(board.take_task_slots(1, None), Some(1));
+        assert_eq!(board.take_task_slots(1, None), None);
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "one of a's slots is still a task's");
         board.task_ended(0, 1);
@@ -584,24 +601,24 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(board.running(), (1, 2, 0));
-        assert_eq!(board.take_task_slots(1), None, "the job holds a");
+        assert_eq!(board.take_task_slots(1, None), None, "the job holds a");
         board.release(&t);
-        assert_eq!(board.take_task_slots(1), Some(0));
+        assert_eq!(board.take_task_slots(1, None), Some(0));
     }
 
     #[test]
     fn a_waiting_job_that_gives_up_or_loses_its_host_frees_what_it_waited_for() {
         let board = JobBoard::new(vec!["a".into(), "b".into()], vec![1, 1]);
         (0..2).for_each(|i| board.host_up(i));
-        assert_eq!(board.take_task_slots(1), Some(0));
+        assert_eq!(board.take_task_slots(1, None), Some(0));
         let start = job(&["a"], &[1]);
         let t = board.reserve(&start).unwrap();
         assert!(t.waits);
         board.give_up(&t);
         board.task_ended(0, 1);
-        assert_eq!(board.take_task_slots(1), Some(1));
+        assert_eq!(board.take_task_slots(1, None), Some(1));
         assert_eq!(
-            board.take_task_slots(1),
+            board.take_task_slots(1, None),
             Some(0),
             "nobody waits for a any more"
         );

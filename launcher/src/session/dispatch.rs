@@ -9,6 +9,10 @@ use super::board::JobBoard;
 use crate::proto::{RankEnd, TaskId};
 use crate::task_spec::TaskSpec;
 
+/// Most tasks read and waiting for room at once (retries and lost hosts' tasks may add to
+/// them): no line is read past it.
+const WAITING_MAX: usize = 8;
+
 /// A line of a stream: its stream and line number, and what it asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
@@ -56,9 +60,11 @@ struct InFlight {
 pub struct Dispatcher {
     board: Arc<JobBoard>,
     in_flight: HashMap<TaskId, InFlight>,
-    /// Tasks to run before the next line, the first waiting for room before any other:
-    /// retries, the tasks of lost hosts, and a task whose slots were not free when read.
+    /// Tasks waiting to run (retries, the tasks of lost hosts, tasks whose slots were not
+    /// free when read), in order; the first holds the host it waits for.
     again: VecDeque<(Task, u32)>,
+    /// The first waiting task and the host it waits for ([`Dispatcher::pin_held`]).
+    held: Option<(TaskId, u32)>,
     /// Each open stream's runs again of a failed task.
     retries: HashMap<u32, u32>,
     /// Streams cancelled (their client left, Ctrl-C, a closed stdout): nothing of them runs
@@ -84,6 +90,7 @@ impl Dispatcher {
             board,
             in_flight: HashMap::new(),
             again: VecDeque::new(),
+            held: None,
             retries: HashMap::new(),
             cancelled: Default::default(),
         }
@@ -100,6 +107,12 @@ impl Dispatcher {
         self.cancelled.remove(&stream);
     }
 
+    /// Pins the host the first waiting task waits for (kept while it waits there and the
+    /// host is usable, so a tie never moves it and undoes the room gathered).
+    fn pin_held(&mut self) {
+        self.held = self.again.front().map(|(t, _)| t.id).zip(self.held_host());
+    }
+
     /// Stream `stream` is cancelled: what was to run again is dropped and returned; what runs
     /// ends without a retry, as cancelled.
     pub fn cancel(&mut self, stream: u32) -> Vec<Task> {
@@ -111,17 +124,38 @@ impl Dispatcher {
         dropped.into_iter().map(|(t, _)| t).collect()
     }
 
-    /// Whether a new line may be read: no task waits to run first and a slot is free.
+    /// Whether a new line may be read: a slot is free beside the host the first waiting task
+    /// waits for, and few enough wait that memory stays bounded by the slots.
     pub fn has_free_slot(&self) -> bool {
-        self.again.is_empty() && self.board.has_free_task_slot()
+        self.again.len() < WAITING_MAX && self.board.has_free_task_slot_beside(self.held_host())
     }
 
-    /// The first task waiting to run, placed if its slots are free on one host now: it and
-    /// its host. Nothing behind it passes it.
+    /// The host the first waiting task waits for, if one waits: no other task starts there
+    /// until it has, so its free slots only grow and it starts once enough tasks there end.
+    fn held_host(&self) -> Option<u32> {
+        let front = &self.again.front()?.0;
+        match self.held {
+            Some((id, h)) if id == front.id && self.board.usable(h) => Some(h),
+            _ => self.board.most_free_host(front.slots()),
+        }
+    }
+
+    /// A waiting task placed: the first if its slots are free on one host now, else the first
+    /// behind it that fits beside the host the first waits for. It and its host.
     pub fn place_again(&mut self) -> Option<(Task, u32)> {
         let k = self.again.front()?.0.slots();
-        let host = self.board.take_task_slots(k)?;
-        let (task, runs) = self.again.pop_front().expect("the front");
+        let (i, host) = match self.board.take_task_slots(k, None) {
+            Some(host) => (0, host),
+            None => {
+                let held = self.held_host();
+                (1..self.again.len()).find_map(|i| {
+                    let k = self.again[i].0.slots();
+                    Some((i, self.board.take_task_slots(k, held)?))
+                })?
+            }
+        };
+        let (task, runs) = self.again.remove(i).expect("listed");
+        self.pin_held();
         let placed = task.clone();
         self.in_flight
             .insert(task.id, InFlight { host, task, runs });
@@ -135,19 +169,20 @@ impl Dispatcher {
         (k > self.board.largest_host()).then(|| self.again.pop_front().expect("the front").0)
     }
 
-    /// Puts `task` (run `runs` times before) on a host with its slots free: the host to send
-    /// it to, or `None` while they are not (it waits first in line, [`Dispatcher::place_again`]).
+    /// Puts `task` (run `runs` times before) on a host with its slots free, beside the host
+    /// a waiting task waits for: the host to send it to, or `None` while none has room (it
+    /// waits, in line, [`Dispatcher::place_again`]).
     pub fn assign(&mut self, task: Task, runs: u32) -> Option<u32> {
-        let host = match self.again.is_empty() {
-            true => self.board.take_task_slots(task.slots()),
-            false => None,
-        };
+        let host = self.board.take_task_slots(task.slots(), self.held_host());
         match host {
             Some(host) => {
                 self.in_flight
                     .insert(task.id, InFlight { host, task, runs });
             }
-            None => self.again.push_back((task, runs)),
+            None => {
+                self.again.push_back((task, runs));
+                self.pin_held();
+            }
         }
         host
     }
@@ -427,6 +462,35 @@ mod tests {
         assert_eq!(d.take_unplaceable().map(|t| t.id), Some(id(4)));
         assert!(d.ended(1, id(1), RankEnd::Exited(0), 1).is_done());
         assert!(d.has_free_slot());
+    }
+
+    /// While a 2-core task waits for the host with the most room, 1-core tasks behind it
+    /// start on the other hosts, never on that one; it starts once that host's task ends.
+    #[test]
+    fn small_tasks_backfill_beside_the_host_a_wide_task_waits_for() {
+        let (mut d, board) = dispatcher(vec![2, 2], 0);
+        board.host_up(0);
+        board.host_up(1);
+        let on: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0).unwrap()).collect();
+        assert_eq!(on, [0, 0, 1]);
+        let wide = Task {
+            spec: TaskSpec::plain(
+                "w".into(),
+                &Defaults {
+                    ranks: 1,
+                    cores_per_rank: 2,
+                },
+            ),
+            ..task(4)
+        };
+        assert_eq!(d.assign(wide, 0), None, "host 1 has one slot free");
+        assert!(!d.has_free_slot(), "host 1 is held for it, host 0 is full");
+        assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
+        assert!(d.has_free_slot(), "host 0 has room beside the held host");
+        assert_eq!(d.assign(task(5), 0), Some(0), "backfilled beside host 1");
+        assert!(d.place_again().is_none());
+        assert!(d.ended(1, id(3), RankEnd::Exited(0), 1).is_done());
+        assert_eq!(d.place_again().map(|(t, h)| (t.id, h)), Some((id(4), 1)));
     }
 
     impl Ended {
