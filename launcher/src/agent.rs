@@ -443,10 +443,14 @@ impl Agent {
             env.push(("GREEDY_CPUS".into(), list.join(",")));
         }
         let started = tokio::time::Instant::now();
+        let program = match &spec.run {
+            Run::Argv(argv) => argv[0].clone(),
+            Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
+        };
         let mut child = match self.task_child(&env, spec, cpus) {
             Ok(child) => child,
             Err(e) => {
-                self.task_not_started(id, &e).await;
+                self.task_not_started(id, &program, &e).await;
                 return None;
             }
         };
@@ -555,8 +559,8 @@ impl Agent {
     }
 
     /// Says why task `id` did not start, and reports its end.
-    async fn task_not_started(&self, id: TaskId, e: &std::io::Error) {
-        self.note(format!("task {}: not started: {e}", id.line))
+    async fn task_not_started(&self, id: TaskId, program: &str, e: &std::io::Error) {
+        self.note(format!("task {}: cannot run {program:?}: {e}", id.line))
             .await;
         let end = RankEnd::NotStarted;
         let _ = self

@@ -6,7 +6,7 @@ mod common;
 
 use std::{path::Path, process::Stdio};
 
-use common::{EndsSession, greedyrun, session_socket, shell, text};
+use common::{EndsSession, greedyrun, shell, text, two_host_session};
 
 /// The JSON lines of a `--results` file, by task line.
 fn results(path: &Path) -> std::collections::BTreeMap<u64, serde_json::Value> {
@@ -34,6 +34,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         r#"{"command":"true","ranks":2,"mpi":true}"#,
         r#"{"command":"true","cwd":"missing"}"#,
         r#"{"argv":["echo","a  b","$HOME"]}"#,
+        r#"{"argv":["./no-such-program"]}"#,
     ];
     std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
     let out = greedyrun(
@@ -68,7 +69,8 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         "task 5: not run, it needs 9 slots on one host and the largest host has 4",
         "task 6 on a ended with 3 after 2 runs: flaky",
         "task 7: not run, tasks of several ranks or of MPI are not run by streams yet",
-        "not a directory",
+        "task 8: cannot run \"true\": working directory",
+        "task 10: cannot run \"./no-such-program\": No such file",
     ] {
         assert!(stderr.contains(said), "{said:?} in {stderr}");
     }
@@ -82,7 +84,10 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         (res[&6]["runs"].as_u64(), res[&6]["exit"].as_i64()),
         (Some(2), Some(3))
     );
-    assert_eq!(res[&8]["exit"], 127);
+    assert_eq!(
+        (&res[&8]["exit"], &res[&10]["exit"]),
+        (&127.into(), &127.into())
+    );
     for bad in [4, 5, 7] {
         assert!(
             res[&bad]["error"].is_string() && res[&bad]["exit"].is_null(),
@@ -130,14 +135,7 @@ fn multi_core_tasks_never_share_a_hosts_slots() {
 #[test]
 fn a_session_stream_gets_its_clients_defaults() {
     let (d, local) = shell();
-    let out = std::process::Command::new(common::GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap(), "-H", "localhost:2"])
-        .args(["--start-session", "--idle-timeout", "60"])
-        .env_remove("GREEDY_SESSION")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let socket = session_socket(&out);
+    let socket = two_host_session(&local, 2, "60");
     let _ends = EndsSession(socket.clone());
     std::fs::write(d.path().join("tasks"), "true\n").unwrap();
     let out = greedyrun(&local, &["--task-cores", "3", "--tasks", "tasks"])
