@@ -634,22 +634,54 @@ const SINGLE_DASH_LONG: &[&str] = &[
     "-wdir",
 ];
 
-/// `-np`/`-ppn` are single-dash long options in mpirun/mpiexec; clap wants two dashes.
-fn mpirun_habits(argv: impl Iterator<Item = String>) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut passthrough = false;
-    for a in argv {
-        if !passthrough {
-            if a == "--" {
-                passthrough = true;
-            } else if SINGLE_DASH_LONG.contains(&a.as_str()) {
-                out.push(format!("-{a}"));
-                continue;
-            }
+/// `-np`/`-ppn` are single-dash long options in mpirun/mpiexec; clap wants two dashes. Only
+/// greedyrun's own words are rewritten: the first that is neither an option nor an option's
+/// value (or a `--`) starts the program, whose arguments are its own.
+fn mpirun_habits(mut argv: impl Iterator<Item = String>) -> Vec<String> {
+    let command = <Args as clap::CommandFactory>::command();
+    let mut out: Vec<String> = argv.next().into_iter().collect();
+    let mut values = 0;
+    for a in argv.by_ref() {
+        if values > 0 {
+            values -= 1;
+        } else if a == "--" || !a.starts_with('-') || a == "-" {
+            out.push(a);
+            break;
+        } else {
+            let a = match SINGLE_DASH_LONG.contains(&a.as_str()) {
+                true => format!("-{a}"),
+                false => a,
+            };
+            values = values_after(&command, &a);
+            out.push(a);
+            continue;
         }
         out.push(a);
     }
+    out.extend(argv);
     out
+}
+
+/// How many words after option word `word` are its values (0 for `--opt=VAL`, `-nVAL`, a flag
+/// or an unknown option: clap names the unknown).
+fn values_after(command: &clap::Command, word: &str) -> usize {
+    let arg = match word.strip_prefix("--") {
+        Some(long) if !long.contains('=') => command.get_arguments().find(|a| {
+            a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|v| v.contains(&long))
+        }),
+        Some(_) => None,
+        None => {
+            let mut chars = word.chars().skip(1);
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => command.get_arguments().find(|a| a.get_short() == Some(c)),
+                _ => None,
+            }
+        }
+    };
+    match arg {
+        Some(a) if a.get_action().takes_values() => a.get_num_args().map_or(1, |r| r.min_values()),
+        _ => 0,
+    }
 }
 
 /// Set in the environment of the process `--start-session` starts: the control socket it
@@ -911,6 +943,38 @@ mod tests {
         assert_eq!(
             mpirun_habits(argv.into_iter()),
             ["greedyrun", "--np", "4", "--ppn", "2", "--", "prog", "-np"]
+        );
+        // The program's own arguments stay as they are, with or without `--`; option values
+        // (two for -genv) are not taken for the program.
+        let argv = [
+            "greedyrun",
+            "-ppn",
+            "1",
+            "-genv",
+            "A",
+            "B",
+            "prog",
+            "-np",
+            "3",
+        ];
+        assert_eq!(
+            mpirun_habits(argv.iter().map(|s| s.to_string())),
+            [
+                "greedyrun",
+                "--ppn",
+                "1",
+                "--genv",
+                "A",
+                "B",
+                "prog",
+                "-np",
+                "3"
+            ]
+        );
+        let argv = ["greedyrun", "--tasks", "-", "-np", "2", "-n4", "x", "-ppn"];
+        assert_eq!(
+            mpirun_habits(argv.iter().map(|s| s.to_string())),
+            ["greedyrun", "--tasks", "-", "--np", "2", "-n4", "x", "-ppn"]
         );
         // Parsl's MPI prefix (`mpiexec -n N -ppn P -hosts h1,h2`) and Open MPI's `-host`.
         let (cfg, _) = parse(&[
