@@ -47,6 +47,12 @@ use crate::{
     wireup,
 };
 
+/// `GREEDY_CPUS`: the CPUs a bound rank or task runs on, as a comma list.
+fn cpus_variable(cpus: &[u32]) -> (String, String) {
+    let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
+    ("GREEDY_CPUS".into(), list.join(","))
+}
+
 /// Frames queued towards the parent. Rank output waits when the parent pipe is slow, which
 /// slows the rank (its pipe fills): back-pressure instead of loss.
 const UP_CAPACITY: usize = 1024;
@@ -438,18 +444,15 @@ impl Agent {
         env.retain(|(k, _)| !spec.env.contains_key(k));
         env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         env.push(("GREEDY_TASK".to_string(), id.line.to_string()));
-        if let Some(cpus) = cpus {
-            let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
-            env.push(("GREEDY_CPUS".into(), list.join(",")));
-        }
+        env.extend(cpus.map(cpus_variable));
         let started = tokio::time::Instant::now();
-        let program = match &spec.run {
-            Run::Argv(argv) => argv[0].clone(),
-            Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
-        };
-        let mut child = match self.task_child(&env, spec, cpus) {
+        let mut child = match self.task_child(&env, &spec, cpus) {
             Ok(child) => child,
             Err(e) => {
+                let program = match &spec.run {
+                    Run::Argv(argv) => argv[0].clone(),
+                    Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
+                };
                 self.task_not_started(id, &program, &e).await;
                 return None;
             }
@@ -503,7 +506,7 @@ impl Agent {
     fn task_child(
         &self,
         env: &[(String, String)],
-        spec: TaskSpec,
+        spec: &TaskSpec,
         cpus: Option<&[u32]>,
     ) -> std::io::Result<Child> {
         let job_cwd = std::path::Path::new(&self.start.cwd);
@@ -533,12 +536,12 @@ impl Agent {
             cpus,
             files: Some(&files),
         };
-        let command = match spec.run {
-            Run::Argv(argv) => return spawn::spawn(rank(&argv)),
+        let command = match &spec.run {
+            Run::Argv(argv) => return spawn::spawn(rank(argv)),
             Run::Shell(command) => command,
         };
-        let argv = crate::tasks::argv_of(&command);
-        let shell = ["/bin/sh".to_string(), "-c".to_string(), command];
+        let argv = crate::tasks::argv_of(command);
+        let shell = ["/bin/sh".to_string(), "-c".to_string(), command.clone()];
         // A plain line whose program cannot be run goes through the shell, for its message
         // and its code.
         match spawn::spawn(rank(&argv)) {
@@ -600,10 +603,7 @@ impl Agent {
             };
             let wants_stdin = self.start.stdin_rank == Some(rank);
             let cpus = bound.get(&rank).map(Vec::as_slice);
-            if let Some(cpus) = cpus {
-                let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
-                env.push(("GREEDY_CPUS".into(), list.join(",")));
-            }
+            env.extend(cpus.map(cpus_variable));
             let spec = spawn::RankSpec {
                 argv: self.start.argv_of(rank),
                 env: &env,
@@ -1081,8 +1081,7 @@ impl Running {
             let units = self.agent.bind_units().await.unwrap_or_default();
             self.task_cores = Some(cores::TaskCores::new(units));
         }
-        let k = u32::try_from(spec.slots()).unwrap_or(u32::MAX);
-        let picked = self.task_cores.as_ref().and_then(|c| c.pick(k));
+        let picked = (self.task_cores.as_ref()).and_then(|c| c.pick(spec.slot_count()));
         let cpus = picked.as_ref().map(|(_, cpus)| cpus.as_slice());
         let pgid = (self.agent)
             .spawn_task(

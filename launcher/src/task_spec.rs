@@ -83,6 +83,11 @@ impl TaskSpec {
         u64::from(self.ranks) * u64::from(self.cores_per_rank)
     }
 
+    /// [`TaskSpec::slots`] as the hosts count slots (no host has more than `u32::MAX`).
+    pub fn slot_count(&self) -> u32 {
+        u32::try_from(self.slots()).unwrap_or(u32::MAX)
+    }
+
     /// What the task is called in messages: its name, else its command.
     pub fn label(&self) -> String {
         self.name.clone().unwrap_or_else(|| self.run.display())

@@ -4,9 +4,25 @@
 
 mod common;
 
-use std::{path::Path, process::Stdio};
+use std::{
+    path::Path,
+    process::{Output, Stdio},
+};
 
 use common::{EndsSession, greedyrun, shell, text, two_host_session};
+
+/// Runs the stream of `lines` (written to `dir/tasks`) with `greedyrun ARGS --tasks tasks`
+/// in `dir`, through `local`.
+fn run_stream<S: AsRef<str>>(dir: &Path, local: &Path, lines: &[S], args: &[&str]) -> Output {
+    let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
+    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
+    greedyrun(local, args)
+        .args(["--tasks", "tasks"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
 
 /// The JSON lines of a `--results` file, by task line.
 fn results(path: &Path) -> std::collections::BTreeMap<u64, serde_json::Value> {
@@ -36,15 +52,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         r#"{"argv":["echo","a  b","$HOME"]}"#,
         r#"{"argv":["./no-such-program"]}"#,
     ];
-    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
-    let out = greedyrun(
-        &local,
-        &["-H", "a:4", "--tasks", "tasks", "--results", "res"],
-    )
-    .current_dir(dir)
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let out = run_stream(dir, &local, &lines, &["-H", "a:4", "--results", "res"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let sub = std::fs::canonicalize(dir.join("sub")).unwrap();
@@ -109,15 +117,7 @@ fn multi_core_tasks_never_share_a_hosts_slots() {
         r#"{{"command":"{}","cores_per_rank":1}}"#,
         task.replace('"', "\\\"")
     ));
-    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
-    let out = greedyrun(
-        &local,
-        &["-H", "a:5", "--task-cores", "2", "--tasks", "tasks"],
-    )
-    .current_dir(dir)
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let out = run_stream(dir, &local, &lines, &["-H", "a:5", "--task-cores", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let seen: Vec<u32> = std::fs::read_to_string(dir.join("seen"))
         .unwrap()
@@ -162,15 +162,7 @@ fn bound_tasks_never_share_a_core() {
     let claim = r#"c=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status); mkdir busy.$c || exit 9; echo $c >> cpus; sleep 0.2; rmdir busy.$c"#;
     let mut lines = vec![claim.to_string(); 6];
     lines.push(r#"{"argv":["sh","-c","echo $GREEDY_CPUS > wide"],"cores_per_rank":2}"#.into());
-    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
-    let out = greedyrun(
-        &local,
-        &["-H", "a:2", "--bind-to", "core", "--tasks", "tasks"],
-    )
-    .current_dir(dir)
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let out = run_stream(dir, &local, &lines, &["-H", "a:2", "--bind-to", "core"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let cpus = std::fs::read_to_string(dir.join("cpus")).unwrap();
     assert_eq!(cpus.lines().count(), 6, "{cpus}");

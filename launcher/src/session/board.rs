@@ -136,11 +136,6 @@ impl JobBoard {
         self.board().slots.host_up(node);
     }
 
-    /// Whether a task could take a slot now.
-    pub fn has_free_task_slot(&self) -> bool {
-        self.board().slots.has_free_for_task()
-    }
-
     /// `k` slots of one host other than `avoid` for a task: its host, or `None`.
     pub fn take_task_slots(&self, k: u32, avoid: Option<u32>) -> Option<u32> {
         self.board().slots.take_for_task(k, avoid)

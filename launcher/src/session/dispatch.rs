@@ -24,13 +24,6 @@ pub struct Task {
     pub failures: u32,
 }
 
-impl Task {
-    /// Slots the task takes on its host.
-    pub fn slots(&self) -> u32 {
-        u32::try_from(self.spec.slots()).unwrap_or(u32::MAX)
-    }
-}
-
 /// A task's final end, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
@@ -136,20 +129,20 @@ impl Dispatcher {
         let front = &self.again.front()?.0;
         match self.held {
             Some((id, h)) if id == front.id && self.board.usable(h) => Some(h),
-            _ => self.board.most_free_host(front.slots()),
+            _ => self.board.most_free_host(front.spec.slot_count()),
         }
     }
 
     /// A waiting task placed: the first if its slots are free on one host now, else the first
     /// behind it that fits beside the host the first waits for. It and its host.
     pub fn place_again(&mut self) -> Option<(Task, u32)> {
-        let k = self.again.front()?.0.slots();
+        let k = self.again.front()?.0.spec.slot_count();
         let (i, host) = match self.board.take_task_slots(k, None) {
             Some(host) => (0, host),
             None => {
                 let held = self.held_host();
                 (1..self.again.len()).find_map(|i| {
-                    let k = self.again[i].0.slots();
+                    let k = self.again[i].0.spec.slot_count();
                     Some((i, self.board.take_task_slots(k, held)?))
                 })?
             }
@@ -165,7 +158,7 @@ impl Dispatcher {
     /// The first task waiting to run, taken out if it needs more slots than any host left
     /// has (it can never run).
     pub fn take_unplaceable(&mut self) -> Option<Task> {
-        let k = self.again.front()?.0.slots();
+        let k = self.again.front()?.0.spec.slot_count();
         (k > self.board.largest_host()).then(|| self.again.pop_front().expect("the front").0)
     }
 
@@ -173,7 +166,9 @@ impl Dispatcher {
     /// a waiting task waits for: the host to send it to, or `None` while none has room (it
     /// waits, in line, [`Dispatcher::place_again`]).
     pub fn assign(&mut self, task: Task, runs: u32) -> Option<u32> {
-        let host = self.board.take_task_slots(task.slots(), self.held_host());
+        let host = self
+            .board
+            .take_task_slots(task.spec.slot_count(), self.held_host());
         match host {
             Some(host) => {
                 self.in_flight
@@ -190,7 +185,7 @@ impl Dispatcher {
     /// Task `id`, just placed, is not sent after all: its slots are free again.
     pub fn forget(&mut self, id: TaskId) {
         if let Some(f) = self.in_flight.remove(&id) {
-            self.board.task_ended(f.host, f.task.slots());
+            self.board.task_ended(f.host, f.task.spec.slot_count());
         }
     }
 
@@ -205,7 +200,7 @@ impl Dispatcher {
             mut task,
             runs,
         } = self.in_flight.remove(&id).expect("checked");
-        self.board.task_ended(host, task.slots());
+        self.board.task_ended(host, task.spec.slot_count());
         let runs = runs + 1;
         let stream_retries = self.retries.get(&id.stream).copied().unwrap_or(0);
         let retries = task.spec.retries.unwrap_or(stream_retries);
@@ -236,7 +231,7 @@ impl Dispatcher {
             .collect();
         for id in &moved {
             let f = self.in_flight.remove(id).expect("listed");
-            self.board.task_ended(f.host, f.task.slots());
+            self.board.task_ended(f.host, f.task.spec.slot_count());
             self.again.push_front((f.task, f.runs));
         }
         moved.len()

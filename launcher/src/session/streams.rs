@@ -521,7 +521,10 @@ impl<'a> Streams<'a> {
     async fn run_again(&mut self) {
         while !self.ending {
             if let Some(task) = self.dispatch.take_unplaceable() {
-                let why = format!("no host left has the {} slots it needs", task.slots());
+                let why = format!(
+                    "no host left has the {} slots it needs",
+                    task.spec.slot_count()
+                );
                 if let Some(cur) = self.streams.get_mut(&task.id.stream) {
                     (cur.not_run(task.id.line, &task.spec.run.display(), &why)).await;
                 }
