@@ -607,7 +607,7 @@ impl<'a> Head<'a> {
     /// Rank `rank` of spawned child `child` ended (or was never started).
     fn on_child_exit(&mut self, child: u32, rank: u32, end: RankEnd, at: WallTime) -> Verdict {
         let verdict = match self.children.child_ended(child, rank) {
-            Some(c) if c.counts => self.status.rank_ended(end, at, &c.what),
+            Some(c) if c.counts => self.status.child_ended(end, at, &c.what),
             Some(_) => self.status.killed_rank_ended(),
             None => Verdict::Continue,
         };
@@ -803,6 +803,7 @@ impl<'a> Head<'a> {
     async fn carry_out(&mut self, verdict: Verdict) -> bool {
         match verdict {
             Verdict::Continue => {}
+            Verdict::Note { message } => say(message),
             Verdict::Finished => {
                 self.status.finishing();
                 self.fanout.route(None, Cmd::Shutdown).await;

@@ -12,7 +12,11 @@
 //! * SIGINT/SIGTERM to greedyrun end the job with 130/143 unless something failed first;
 //! * ranks killed by our own teardown are not failures of their own;
 //! * spawned children count as ranks: the job ends when they ended too, their first failure
-//!   is the job's, and while a spawn waits for its answer the job does not finish.
+//!   is the job's, and while a spawn waits for its answer the job does not finish;
+//! * a child's own failure heard within [`CAUSE_WINDOW`] after an abort that ends the job
+//!   is named (its parent may have aborted because the child died: an agent reaps a child
+//!   later than its sockets close, so the order of the two stamps cannot settle which came
+//!   first), though the abort's code stays.
 
 use crate::proto::RankEnd;
 
@@ -28,6 +32,11 @@ pub mod code {
     pub const BROKEN_PIPE: i32 = 141;
 }
 
+/// How long after an abort a spawned child's own failure may still be its cause, as far as
+/// greedyrun can tell: the child's end is stamped when its agent reaps it, which on a busy
+/// host comes after its parent saw its connection refused and aborted.
+pub const CAUSE_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the caller must do after an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -35,6 +44,11 @@ pub enum Verdict {
     Continue,
     /// Every rank has ended: shut the job down normally.
     Finished,
+    /// Keep running, and print this line.
+    Note {
+        /// The line to print on stderr.
+        message: String,
+    },
     /// End the job now: tear every host down. `message` is the one line to print (or empty).
     Teardown {
         /// The line to print on stderr, or empty for a quiet end.
@@ -58,6 +72,8 @@ pub struct JobStatus {
     finishing: bool,
     /// A spawn waits for its answer: more ranks may come.
     spawning: bool,
+    /// When the abort that tore the job down started.
+    aborted_at: Option<greedy_pmix::WallTime>,
 }
 
 impl JobStatus {
@@ -72,6 +88,7 @@ impl JobStatus {
             tearing_down: false,
             finishing: false,
             spawning: false,
+            aborted_at: None,
         }
     }
 
@@ -131,6 +148,29 @@ impl JobStatus {
         self.finished_if_done()
     }
 
+    /// A rank of a spawned job ended: as [`JobStatus::rank_ended`], and a failure of its own
+    /// that comes too late to set the code, within [`CAUSE_WINDOW`] of the abort that did,
+    /// is named rather than lost among the ends of the teardown.
+    pub fn child_ended(&mut self, end: RankEnd, at: greedy_pmix::WallTime, what: &str) -> Verdict {
+        let aborted_at = self.aborted_at;
+        let verdict = self.rank_ended(end, at, what);
+        let RankEnd::Exited(code @ 1..) = end else {
+            return verdict;
+        };
+        let window = CAUSE_WINDOW.as_micros() as u64;
+        match aborted_at {
+            Some(a) if verdict == Verdict::Continue && at.0 <= a.0.saturating_add(window) => {
+                Verdict::Note {
+                    message: format!(
+                        "{what} exited with code {code} as the job was aborting, perhaps the \
+                         abort's cause"
+                    ),
+                }
+            }
+            _ => verdict,
+        }
+    }
+
     /// The agents were told to shut down after [`Verdict::Finished`]: the job has succeeded,
     /// and what fails while it shuts down (an overlay join that nothing needed, meeting a node
     /// that already left) does not change that.
@@ -163,6 +203,7 @@ impl JobStatus {
         let verdict = self.launcher_failed(abort.code, message);
         if verdict != Verdict::Continue {
             self.failure_at = Some(abort.at);
+            self.aborted_at = Some(abort.at);
         }
         verdict
     }
@@ -352,6 +393,31 @@ mod tests {
             Verdict::Continue
         );
         assert_eq!(s.exit_code(), 7);
+        // A child's failure reaped after its parent's abort: the abort's code, the child named.
+        let mut s = JobStatus::new(2, false);
+        s.add_ranks(1);
+        assert!(matches!(
+            s.aborted(&abort(14, 4_000), "n1".into()),
+            Verdict::Teardown { .. }
+        ));
+        assert_eq!(
+            s.child_ended(RankEnd::Exited(7), WallTime(4_900), child),
+            Verdict::Note {
+                message: format!(
+                    "{child} exited with code 7 as the job was aborting, perhaps the abort's cause"
+                )
+            }
+        );
+        assert_eq!(s.exit_code(), 14);
+        // Killed by the teardown, or long after the abort: nothing to say.
+        assert_eq!(
+            s.child_ended(RankEnd::Signaled(15), WallTime(4_950), child),
+            Verdict::Continue
+        );
+        assert_eq!(
+            s.child_ended(RankEnd::Exited(1), WallTime(2_000_000), child),
+            Verdict::Continue
+        );
     }
 
     #[test]

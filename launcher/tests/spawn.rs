@@ -184,7 +184,14 @@ fn a_crashing_child_ends_the_job(lib: Library) {
     let exe = lib.build(d.path(), "spawn_multiple");
     let (out, took) = lib.run(&local, &TWO_HOSTS, &[&exe, "crash"]);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(7), "{}: {all}", lib.name);
+    // The child's code; or, when its agent reaped it after its parent, whose connection to
+    // it was refused, had aborted (a busy host), the abort's code with the child named.
+    let code = out.status.code();
+    assert!(
+        code == Some(7) || all.contains("perhaps the abort's cause"),
+        "{}: {all}",
+        lib.name
+    );
     assert!(all.contains("spawned job"), "{}: {all}", lib.name);
     assert!(all.contains("exited with code 7"), "{}: {all}", lib.name);
     assert!(took < Duration::from_secs(30), "{}: {took:?}", lib.name);
