@@ -138,6 +138,44 @@ impl Slots {
         Some(h)
     }
 
+    /// `ranks` ranks of `per_rank` slots each for a task that may span hosts, on as few hosts
+    /// as have room for them now (those with room for the most ranks first): each host and
+    /// its ranks, or `None` (nothing taken).
+    pub fn take_span(&mut self, ranks: u32, per_rank: u32) -> Option<Vec<(u32, u32)>> {
+        let per_rank = per_rank.max(1);
+        let mut room: Vec<(u32, u32)> = (0..self.len())
+            .map(|h| (h as u32, self.free_for_tasks(h) / per_rank))
+            .filter(|&(_, r)| r > 0)
+            .collect();
+        room.sort_by_key(|&(h, r)| (std::cmp::Reverse(r), h));
+        let mut left = ranks;
+        let mut span = Vec::new();
+        for (h, r) in room {
+            if left == 0 {
+                break;
+            }
+            let here = r.min(left);
+            span.push((h, here));
+            left -= here;
+        }
+        if left > 0 {
+            return None;
+        }
+        for &(h, r) in &span {
+            self.tasks[h as usize] += r * per_rank;
+        }
+        Some(span)
+    }
+
+    /// Ranks of `per_rank` slots the hosts not lost hold at most: a task of more can never
+    /// run, even spanning hosts.
+    pub fn rank_room(&self, per_rank: u32) -> u64 {
+        (0..self.len())
+            .filter(|&h| !self.lost[h])
+            .map(|h| u64::from(self.slots[h] / per_rank.max(1)))
+            .sum()
+    }
+
     /// A task of `k` slots on `h` ended: they are free again (for a waiting job first).
     pub fn task_ended(&mut self, h: u32, k: u32) {
         let h = h as usize;
@@ -285,6 +323,25 @@ mod tests {
         s.task_ended(0, 1);
         assert_eq!(s.take_for_task(1, None), Some(0));
         assert_eq!(s.held(), (0, 3));
+    }
+
+    #[test]
+    fn a_spanning_task_takes_the_fewest_hosts_with_room_or_nothing() {
+        let mut s = all_up(vec![4, 4, 8]);
+        assert_eq!(s.take_for_task(3, None), Some(0));
+        // 2-slot ranks: host 2 has room for 4, host 1 for 2, host 0 for none.
+        assert_eq!(s.take_span(5, 2), Some(vec![(2, 4), (1, 1)]));
+        assert_eq!(
+            s.take_span(2, 2),
+            None,
+            "one rank's room is left, on host 1"
+        );
+        assert_eq!(s.held(), (0, 3 + 10));
+        s.task_ended(2, 8);
+        assert_eq!(s.take_span(4, 2), Some(vec![(2, 4)]));
+        assert_eq!(s.rank_room(2), 8);
+        s.hosts_lost(2..3);
+        assert_eq!(s.rank_room(2), 4);
     }
 
     #[test]

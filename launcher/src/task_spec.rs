@@ -59,6 +59,11 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
+    /// Whether it runs as a job (several ranks, or wired up as MPI), not as one process.
+    pub fn is_job(&self) -> bool {
+        self.ranks > 1 || self.mpi
+    }
+
     /// A plain line: `command` with the stream's defaults.
     pub fn plain(command: String, defaults: &Defaults) -> TaskSpec {
         TaskSpec {

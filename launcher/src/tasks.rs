@@ -38,6 +38,7 @@ use crate::session::control::{HELLO, frame};
 pub(crate) use crate::session::control::{Request, parse_request};
 pub use crate::session::control::{job_request, stream_request};
 pub use crate::session::dispatch::{Dispatcher, Done, Ended, Task};
+use crate::session::job_tasks::JobTasks;
 use crate::session::streams::{Current, Read, Streams};
 use crate::session::{JobBoard, daemon};
 use crate::status::code;
@@ -105,8 +106,18 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         _ => None,
     };
     let (up_tx, up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let job_tasks = match &input {
+        Input::Session(_, socket) => {
+            let (socket, board) = (socket.to_path_buf(), board.clone());
+            Some(JobTasks::new(socket, board, up_tx.clone()))
+        }
+        Input::Own(_) => None,
+    };
     let fanout = Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
     let mut streams = Streams::new(plan, cfg.verbose, idle, t0, board, fanout, line_tx);
+    if let Some(jobs) = job_tasks {
+        streams.run_job_tasks(jobs);
+    }
     let (exit_code, hello_at) = match input {
         Input::Own(stream) => {
             streams.adopt(stream, opts.retries);

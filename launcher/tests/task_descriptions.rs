@@ -76,7 +76,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         "task 4: not run, not a task description: unknown field `rank`",
         "task 5: not run, it needs 9 slots on one host and the largest host has 4",
         "task 6 on a ended with 3 after 2 runs: flaky",
-        "task 7: not run, tasks of several ranks or of MPI are not run by streams yet",
+        "task 7: not run, tasks of several ranks or of MPI run on a session (greedyrun --start-session), not yet in greedyrun's own stream",
         "task 8: cannot run \"true\": working directory",
         "task 10: cannot run \"./no-such-program\": No such file",
     ] {

@@ -232,6 +232,10 @@ pub(crate) struct Args {
           value_parser = clap::value_parser!(u32).range(1..))]
     task_ranks: u32,
 
+    /// A session's stream's task runs this job in the slots it took (set by the session).
+    #[arg(long, hide = true, value_name = "CLAIM")]
+    task_claim: Option<u64>,
+
     /// With --tasks: cores (slots, on one host) of each rank of a plain line's task.
     #[arg(long, default_value_t = 1, value_name = "C", requires = "tasks",
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -684,9 +688,7 @@ fn values_after(command: &clap::Command, word: &str) -> usize {
     }
 }
 
-/// Set in the environment of the process `--start-session` starts: the control socket it
-/// serves.
-const SERVE_VAR: &str = "GREEDY_SESSION_SERVE";
+use greedy_launcher::session::SERVE_VAR;
 /// Where a session's control socket is, for the commands that use it.
 const SESSION_VAR: &str = "GREEDY_SESSION";
 
@@ -765,7 +767,8 @@ fn session_job(
     {
         return Ok(None);
     }
-    match rt.block_on(greedy_launcher::session::attach(Path::new(&socket))) {
+    let attach = greedy_launcher::session::attach(Path::new(&socket), args.task_claim);
+    match rt.block_on(attach) {
         Ok(a) => Ok(Some(a)),
         Err(why) => {
             eprintln!("greedyrun: {why}");

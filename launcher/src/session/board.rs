@@ -38,6 +38,10 @@ struct Board {
     admitted: HashSet<u32>,
     /// Jobs that will never get their slots, and why.
     refused: HashMap<u32, String>,
+    /// Slots a stream's task took for a job of its own (a task of several ranks or of MPI),
+    /// by claim: the job its client starts runs in them ([`JobBoard::reserve_claimed`]).
+    claims: HashMap<u64, Vec<(u32, u32)>>,
+    next_claim: u64,
 }
 
 impl Board {
@@ -101,6 +105,8 @@ impl JobBoard {
                 queue: VecDeque::new(),
                 admitted: HashSet::new(),
                 refused: HashMap::new(),
+                claims: HashMap::new(),
+                next_claim: 1,
             }),
             changed: Notify::new(),
             names: Mutex::default(),
@@ -155,6 +161,32 @@ impl JobBoard {
     /// next task.
     pub fn task_ended(&self, node: u32, k: u32) {
         self.update(|b| b.slots.task_ended(node, k));
+    }
+
+    /// The slots a task took (each host and how many) are for a job its client starts: the
+    /// claim that job names.
+    pub fn claim(&self, slots: Vec<(u32, u32)>) -> u64 {
+        let mut b = self.board();
+        let claim = b.next_claim;
+        b.next_claim += 1;
+        b.claims.insert(claim, slots);
+        claim
+    }
+
+    /// `ranks` ranks of `per_rank` slots each for a task, spanning the fewest hosts with room
+    /// ([`Slots::take_span`]).
+    pub fn take_task_span(&self, ranks: u32, per_rank: u32) -> Option<Vec<(u32, u32)>> {
+        self.board().slots.take_span(ranks, per_rank)
+    }
+
+    /// Ranks of `per_rank` slots the hosts not lost hold at most ([`Slots::rank_room`]).
+    pub fn rank_room(&self, per_rank: u32) -> u64 {
+        self.board().slots.rank_room(per_rank)
+    }
+
+    /// The task of `claim` ended: its job, if it never came, cannot take the slots any more.
+    pub fn unclaim(&self, claim: u64) {
+        self.board().claims.remove(&claim);
     }
 
     /// Whether `node` is up and not lost.
@@ -297,6 +329,41 @@ impl JobBoard {
             nodes,
             need,
             waits,
+        })
+    }
+
+    /// Takes `start`'s job into the slots of task claim `claim` (once): each of its hosts one
+    /// of the claim's, with no more ranks than the task took slots there. The slots stay the
+    /// task's (it frees them when its client ends), so the ticket holds none.
+    pub(crate) fn reserve_claimed(&self, start: &Start, claim: u64) -> Result<Ticket, String> {
+        let mut b = self.board();
+        let Some(held) = b.claims.remove(&claim) else {
+            return Err(format!(
+                "no task of the session holds slots under claim {claim}"
+            ));
+        };
+        let mut nodes: Vec<u32> = Vec::with_capacity(held.len());
+        for (host, ranks) in start.hosts.iter().zip(&start.ranks) {
+            let fits = held.iter().find(|&&(n, k)| {
+                self.hosts[n as usize] == *host && !nodes.contains(&n) && ranks.len() <= k as usize
+            });
+            let Some(&(n, _)) = fits else {
+                return Err(format!(
+                    "the job's {} ranks on {host} are not in the slots its task took",
+                    ranks.len()
+                ));
+            };
+            nodes.push(n);
+        }
+        let job = b.next;
+        b.next += 1;
+        b.admitted.insert(job);
+        Ok(Ticket {
+            job,
+            nspace: start.job_id.clone(),
+            nodes,
+            need: Vec::new(),
+            waits: false,
         })
     }
 

@@ -110,11 +110,12 @@ pub struct Attached {
     what: String,
 }
 
-/// Connects to the session at `socket` for a job: the session's free slots, or why not.
-pub async fn attach(socket: &Path) -> Result<Attached, String> {
+/// Connects to the session at `socket` for a job (`claim`: in the slots a stream's task
+/// took for it): the session's free slots, or why not.
+pub async fn attach(socket: &Path, claim: Option<u64>) -> Result<Attached, String> {
     let conn = connect_own(socket).await.map_err(|e| e.to_string())?;
     let (rd, mut wr) = conn.into_split();
-    wr.write_all(job_request().as_bytes())
+    wr.write_all(job_request(claim).as_bytes())
         .await
         .map_err(|e| format!("GREEDY_SESSION={}: {e}", socket.display()))?;
     let mut rd = FramedRead::new(rd, ClientCodec::default());

@@ -52,8 +52,9 @@ pub(crate) enum Request {
     },
     /// Say how the session is.
     Status,
-    /// Run a job on the session's agents ([`crate::session`]).
-    Job,
+    /// Run a job on the session's agents ([`crate::session`]); with a claim, in the slots a
+    /// stream's task took for it ([`super::JobBoard::claim`]).
+    Job { claim: Option<u64> },
     /// End the session.
     End,
 }
@@ -72,14 +73,20 @@ pub(crate) async fn read_request(lines: &mut LineSource) -> Option<Request> {
 
 /// A client's first line: `greedy-session 1 tasks retries=K tag=0|1 progress_ms=MS ranks=R
 /// cores=C`,
-/// `… status`, `… job`, `… end`; `None` for anything else.
+/// `… status`, `… job [claim=N]`, `… end`; `None` for anything else.
 pub(crate) fn parse_request(line: &str) -> Option<Request> {
     let rest = line.strip_prefix(HELLO)?.trim();
     let mut words = rest.split_whitespace();
     match words.next()? {
         "status" => Some(Request::Status),
         "end" => Some(Request::End),
-        "job" => Some(Request::Job),
+        "job" => match words.next().map(|w| w.split_once('=')) {
+            None => Some(Request::Job { claim: None }),
+            Some(Some(("claim", c))) => Some(Request::Job {
+                claim: Some(c.parse().ok()?),
+            }),
+            Some(_) => None,
+        },
         "tasks" => {
             let (mut retries, mut tag, mut progress_ms) = (0, false, 0);
             let mut defaults = Defaults::default();
@@ -104,9 +111,12 @@ pub(crate) fn parse_request(line: &str) -> Option<Request> {
     }
 }
 
-/// The request line of a job for a session.
-pub fn job_request() -> String {
-    format!("{HELLO} job\n")
+/// The request line of a job for a session (`claim`: a stream's task's slots it runs in).
+pub fn job_request(claim: Option<u64>) -> String {
+    match claim {
+        None => format!("{HELLO} job\n"),
+        Some(c) => format!("{HELLO} job claim={c}\n"),
+    }
 }
 
 /// The request line of a stream for a session (`progress`: the period of its progress line).
@@ -143,7 +153,15 @@ mod tests {
             Some(Request::Status)
         );
         assert_eq!(parse_request("greedy-session 1 end"), Some(Request::End));
-        assert_eq!(parse_request(job_request().trim_end()), Some(Request::Job));
+        assert_eq!(
+            parse_request(job_request(None).trim_end()),
+            Some(Request::Job { claim: None })
+        );
+        assert_eq!(
+            parse_request(job_request(Some(7)).trim_end()),
+            Some(Request::Job { claim: Some(7) })
+        );
+        assert_eq!(parse_request("greedy-session 1 job claim=x"), None);
         assert_eq!(
             parse_request(&format!(
                 "{HELLO} {}",

@@ -48,8 +48,8 @@ async fn read_client(
     let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
     let mut lines = BufReader::new(boxed).lines();
     let request = read_request(&mut lines).await;
-    if request == Some(Request::Job) {
-        serve_job(lines.into_inner(), out, board, fanout).await;
+    if let Some(Request::Job { claim }) = request {
+        serve_job(lines.into_inner(), out, board, fanout, claim).await;
         return;
     }
     let _ = to_loop.send((request, lines, out)).await;
@@ -149,7 +149,7 @@ impl Daemon<'_> {
             }
             Some(Request::Status) => self.status(feed).await,
             Some(Request::End) => self.end(feed).await,
-            Some(Request::Job) => {}
+            Some(Request::Job { .. }) => {}
             None => log("a control connection said nothing greedyrun understands: closed".into()),
         }
     }

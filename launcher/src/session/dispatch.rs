@@ -24,13 +24,45 @@ pub struct Task {
     pub failures: u32,
 }
 
+/// Where a task runs: each host and the task's ranks there, one host unless a job task spans
+/// several; the first host names the task in results, and its end is reported for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement(pub Vec<(u32, u32)>);
+
+impl Placement {
+    /// The host that reports the task's end.
+    pub fn host(&self) -> u32 {
+        self.0.first().map_or(0, |&(h, _)| h)
+    }
+
+    /// Each host and the slots `spec`'s ranks take there.
+    pub fn slots<'a>(&'a self, spec: &'a TaskSpec) -> impl Iterator<Item = (u32, u32)> + 'a {
+        (self.0.iter()).map(|&(h, r)| (h, r.saturating_mul(spec.cores_per_rank)))
+    }
+
+    /// The host of each rank, in rank order.
+    pub fn rank_hosts(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.0.iter()).flat_map(|&(h, r)| std::iter::repeat_n(h, r as usize))
+    }
+}
+
+/// What the first waiting task holds while it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// The host it waits for: no other task starts there.
+    Host(u32),
+    /// Every host: a task that must span hosts waits for free slots anywhere, so nothing
+    /// passes it.
+    All,
+}
+
 /// A task's final end, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
     /// The task.
     pub task: Task,
-    /// Host index it last ran on.
-    pub host: u32,
+    /// Where it last ran.
+    pub at: Placement,
     /// How its last run ended.
     pub end: RankEnd,
     /// Its last run's wall time, in microseconds.
@@ -43,7 +75,7 @@ pub struct Done {
 
 #[derive(Debug)]
 struct InFlight {
-    host: u32,
+    at: Placement,
     task: Task,
     runs: u32,
 }
@@ -103,7 +135,11 @@ impl Dispatcher {
     /// Pins the host the first waiting task waits for (kept while it waits there and the
     /// host is usable, so a tie never moves it and undoes the room gathered).
     fn pin_held(&mut self) {
-        self.held = self.again.front().map(|(t, _)| t.id).zip(self.held_host());
+        let host = match self.hold() {
+            Some(Hold::Host(h)) => Some(h),
+            _ => None,
+        };
+        self.held = self.again.front().map(|(t, _)| t.id).zip(host);
     }
 
     /// Stream `stream` is cancelled: what was to run again is dropped and returned; what runs
@@ -120,87 +156,119 @@ impl Dispatcher {
     /// Whether a new line may be read: a slot is free beside the host the first waiting task
     /// waits for, and few enough wait that memory stays bounded by the slots.
     pub fn has_free_slot(&self) -> bool {
-        self.again.len() < WAITING_MAX && self.board.has_free_task_slot_beside(self.held_host())
+        self.again.len() < WAITING_MAX
+            && match self.hold() {
+                None => self.board.has_free_task_slot_beside(None),
+                Some(Hold::Host(h)) => self.board.has_free_task_slot_beside(Some(h)),
+                Some(Hold::All) => false,
+            }
     }
 
-    /// The host the first waiting task waits for, if one waits: no other task starts there
-    /// until it has, so its free slots only grow and it starts once enough tasks there end.
-    fn held_host(&self) -> Option<u32> {
+    /// What the first waiting task holds, if one waits: the host it waits for (no other task
+    /// starts there until it has, so its free slots only grow and it starts once enough tasks
+    /// there end), or every host for a task that must span hosts.
+    fn hold(&self) -> Option<Hold> {
         let front = &self.again.front()?.0;
-        match self.held {
-            Some((id, h)) if id == front.id && self.board.usable(h) => Some(h),
-            _ => self.board.most_free_host(front.spec.slot_count()),
+        let k = front.spec.slot_count();
+        if front.spec.is_job() && k > self.board.largest_host() {
+            return Some(Hold::All);
         }
+        match self.held {
+            Some((id, h)) if id == front.id && self.board.usable(h) => Some(Hold::Host(h)),
+            _ => self.board.most_free_host(k).map(Hold::Host),
+        }
+    }
+
+    /// Slots for `spec` now, beside `avoid`: of one host, or for a job task that finds no
+    /// host with room, spanning the fewest hosts with room.
+    fn take(&self, spec: &TaskSpec, avoid: Option<u32>) -> Option<Placement> {
+        if let Some(h) = self.board.take_task_slots(spec.slot_count(), avoid) {
+            return Some(Placement(vec![(h, spec.ranks)]));
+        }
+        if !spec.is_job() || avoid.is_some() {
+            return None;
+        }
+        let span = self.board.take_task_span(spec.ranks, spec.cores_per_rank)?;
+        Some(Placement(span))
     }
 
     /// A waiting task placed: the first if its slots are free on one host now, else the first
     /// behind it that fits beside the host the first waits for. It and its host.
-    pub fn place_again(&mut self) -> Option<(Task, u32)> {
-        let k = self.again.front()?.0.spec.slot_count();
-        let (i, host) = match self.board.take_task_slots(k, None) {
-            Some(host) => (0, host),
+    pub fn place_again(&mut self) -> Option<(Task, Placement)> {
+        let (i, at) = match self.take(&self.again.front()?.0.spec, None) {
+            Some(at) => (0, at),
             None => {
-                let held = self.held_host();
-                (1..self.again.len()).find_map(|i| {
-                    let k = self.again[i].0.spec.slot_count();
-                    Some((i, self.board.take_task_slots(k, held)?))
-                })?
+                let Some(Hold::Host(held)) = self.hold() else {
+                    return None;
+                };
+                (1..self.again.len())
+                    .find_map(|i| Some((i, self.take(&self.again[i].0.spec, Some(held))?)))?
             }
         };
         let (task, runs) = self.again.remove(i).expect("listed");
         self.pin_held();
         let placed = task.clone();
-        self.in_flight
-            .insert(task.id, InFlight { host, task, runs });
-        Some((placed, host))
+        let at2 = at.clone();
+        self.in_flight.insert(task.id, InFlight { at, task, runs });
+        Some((placed, at2))
     }
 
     /// The first task waiting to run, taken out if it needs more slots than any host left
     /// has (it can never run).
     pub fn take_unplaceable(&mut self) -> Option<Task> {
-        let k = self.again.front()?.0.spec.slot_count();
-        (k > self.board.largest_host()).then(|| self.again.pop_front().expect("the front").0)
+        let spec = &self.again.front()?.0.spec;
+        let never = match spec.is_job() {
+            true => u64::from(spec.ranks) > self.board.rank_room(spec.cores_per_rank),
+            false => spec.slot_count() > self.board.largest_host(),
+        };
+        never.then(|| self.again.pop_front().expect("the front").0)
     }
 
     /// Puts `task` (run `runs` times before) on a host with its slots free, beside the host
     /// a waiting task waits for: the host to send it to, or `None` while none has room (it
     /// waits, in line, [`Dispatcher::place_again`]).
-    pub fn assign(&mut self, task: Task, runs: u32) -> Option<u32> {
-        let host = self
-            .board
-            .take_task_slots(task.spec.slot_count(), self.held_host());
-        match host {
-            Some(host) => {
-                self.in_flight
-                    .insert(task.id, InFlight { host, task, runs });
+    pub fn assign(&mut self, task: Task, runs: u32) -> Option<Placement> {
+        let at = match self.hold() {
+            Some(Hold::All) => None,
+            Some(Hold::Host(h)) => self.take(&task.spec, Some(h)),
+            None => self.take(&task.spec, None),
+        };
+        match &at {
+            Some(at) => {
+                let at = at.clone();
+                self.in_flight.insert(task.id, InFlight { at, task, runs });
             }
             None => {
                 self.again.push_back((task, runs));
                 self.pin_held();
             }
         }
-        host
+        at
+    }
+
+    /// The slots of `f`'s task are free again.
+    fn free(&self, f: &InFlight) {
+        for (h, k) in f.at.slots(&f.task.spec) {
+            self.board.task_ended(h, k);
+        }
     }
 
     /// Task `id`, just placed, is not sent after all: its slots are free again.
     pub fn forget(&mut self, id: TaskId) {
         if let Some(f) = self.in_flight.remove(&id) {
-            self.board.task_ended(f.host, f.task.spec.slot_count());
+            self.free(&f);
         }
     }
 
-    /// Task `id` ended on `host`.
+    /// Task `id` ended, as `host` (its placement's first) reports.
     pub fn ended(&mut self, host: u32, id: TaskId, end: RankEnd, wall_us: u64) -> Ended {
         match self.in_flight.get(&id) {
-            Some(f) if f.host == host => {}
+            Some(f) if f.at.host() == host => {}
             _ => return Ended::Stale,
         }
-        let InFlight {
-            host,
-            mut task,
-            runs,
-        } = self.in_flight.remove(&id).expect("checked");
-        self.board.task_ended(host, task.spec.slot_count());
+        let f = self.in_flight.remove(&id).expect("checked");
+        self.free(&f);
+        let InFlight { at, mut task, runs } = f;
         let runs = runs + 1;
         let stream_retries = self.retries.get(&id.stream).copied().unwrap_or(0);
         let retries = task.spec.retries.unwrap_or(stream_retries);
@@ -212,7 +280,7 @@ impl Dispatcher {
         }
         Ended::Done(Box::new(Done {
             task,
-            host,
+            at,
             end,
             wall_us,
             runs,
@@ -220,21 +288,21 @@ impl Dispatcher {
         }))
     }
 
-    /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there runs
-    /// again elsewhere, first; returns how many tasks that is.
-    pub fn hosts_lost(&mut self, hosts: Range<u32>) -> usize {
+    /// Hosts `hosts` are lost (a launch subtree; the board was told): what ran there, on
+    /// any of its hosts, runs again elsewhere, first; returns those tasks.
+    pub fn hosts_lost(&mut self, hosts: Range<u32>) -> Vec<TaskId> {
         let moved: Vec<TaskId> = self
             .in_flight
             .iter()
-            .filter(|(_, f)| hosts.contains(&f.host))
+            .filter(|(_, f)| f.at.0.iter().any(|(h, _)| hosts.contains(h)))
             .map(|(&id, _)| id)
             .collect();
         for id in &moved {
             let f = self.in_flight.remove(id).expect("listed");
-            self.board.task_ended(f.host, f.task.spec.slot_count());
+            self.free(&f);
             self.again.push_front((f.task, f.runs));
         }
-        moved.len()
+        moved
     }
 
     /// Tasks running now.
@@ -269,6 +337,11 @@ mod tests {
     use super::*;
     use crate::task_spec::Defaults;
 
+    /// The host a task was placed on.
+    fn host_of(at: Option<Placement>) -> Option<u32> {
+        at.map(|at| at.host())
+    }
+
     /// Line `line` of stream 0.
     fn id(line: u64) -> TaskId {
         TaskId { stream: 0, line }
@@ -296,7 +369,7 @@ mod tests {
     fn lose(board: &JobBoard, d: &mut Dispatcher, hosts: Range<u32>) -> usize {
         futures_util::FutureExt::now_or_never(board.hosts_lost(hosts.clone(), "gone"))
             .expect("no job to tell");
-        d.hosts_lost(hosts)
+        d.hosts_lost(hosts).len()
     }
 
     #[test]
@@ -306,17 +379,19 @@ mod tests {
         board.host_up(1);
         board.host_up(0);
         board.host_up(0); // a second hello adds nothing
-        let hosts: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0).unwrap()).collect();
+        let hosts: Vec<u32> = (1..=3)
+            .map(|i| d.assign(task(i), 0).unwrap().host())
+            .collect();
         assert_eq!(hosts, [1, 1, 0]);
         assert!(!d.has_free_slot());
         let Ended::Done(done) = d.ended(1, id(2), RankEnd::Exited(0), 7) else {
             panic!()
         };
         assert_eq!(
-            (done.task.id, done.host, done.runs, done.wall_us),
+            (done.task.id, done.at.host(), done.runs, done.wall_us),
             (id(2), 1, 1, 7)
         );
-        assert_eq!(d.assign(task(4), 0), Some(1));
+        assert_eq!(host_of(d.assign(task(4), 0)), Some(1));
     }
 
     #[test]
@@ -327,7 +402,7 @@ mod tests {
         assert_eq!(d.ended(0, id(1), RankEnd::Exited(3), 1), Ended::Retry);
         assert!(!d.has_free_slot(), "the retry goes first");
         let (t, host) = d.place_again().unwrap();
-        assert_eq!((t.failures, host), (1, 0));
+        assert_eq!((t.failures, host.host()), (1, 0));
         assert_eq!(d.ended(0, id(1), RankEnd::Signaled(9), 1), Ended::Retry);
         d.place_again().unwrap();
         let Ended::Done(done) = d.ended(0, id(1), RankEnd::Exited(3), 1) else {
@@ -345,7 +420,9 @@ mod tests {
         for h in 0..3 {
             board.host_up(h);
         }
-        let on: Vec<u32> = (1..=5).map(|i| d.assign(task(i), 0).unwrap()).collect();
+        let on: Vec<u32> = (1..=5)
+            .map(|i| d.assign(task(i), 0).unwrap().host())
+            .collect();
         assert_eq!(on, [0, 0, 1, 1, 2]);
         // Hosts 1 and 2 (a launch subtree) are lost with tasks 3, 4 and 5.
         assert_eq!(lose(&board, &mut d, 1..3), 3);
@@ -353,7 +430,7 @@ mod tests {
         assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
         let (moved, host) = d.place_again().unwrap();
         assert!([3, 4, 5].contains(&moved.id.line));
-        assert_eq!(host, 0);
+        assert_eq!(host.host(), 0);
         // The lost host's report of it comes late: not its end.
         assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
         assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
@@ -444,16 +521,19 @@ mod tests {
             ),
             ..task(line)
         };
-        assert_eq!(d.assign(wide(1, 3), 0), Some(1));
-        assert_eq!(d.assign(task(2), 0), Some(0));
+        assert_eq!(host_of(d.assign(wide(1, 3), 0)), Some(1));
+        assert_eq!(host_of(d.assign(task(2), 0)), Some(0));
         // Host 0 has one slot left, host 1 none: the next 2-core task waits.
-        assert_eq!(d.assign(wide(3, 2), 0), None);
+        assert_eq!(host_of(d.assign(wide(3, 2), 0)), None);
         assert!(!d.has_free_slot(), "no line passes the waiting task");
         assert!(d.place_again().is_none());
         assert!(d.ended(0, id(2), RankEnd::Exited(0), 1).is_done());
-        assert_eq!(d.place_again().map(|(t, h)| (t.id, h)), Some((id(3), 0)));
+        assert_eq!(
+            d.place_again().map(|(t, h)| (t.id, h.host())),
+            Some((id(3), 0))
+        );
         assert!(d.take_unplaceable().is_none());
-        assert_eq!(d.assign(wide(4, 4), 0), None);
+        assert_eq!(host_of(d.assign(wide(4, 4), 0)), None);
         assert_eq!(d.take_unplaceable().map(|t| t.id), Some(id(4)));
         assert!(d.ended(1, id(1), RankEnd::Exited(0), 1).is_done());
         assert!(d.has_free_slot());
@@ -466,7 +546,9 @@ mod tests {
         let (mut d, board) = dispatcher(vec![2, 2], 0);
         board.host_up(0);
         board.host_up(1);
-        let on: Vec<u32> = (1..=3).map(|i| d.assign(task(i), 0).unwrap()).collect();
+        let on: Vec<u32> = (1..=3)
+            .map(|i| d.assign(task(i), 0).unwrap().host())
+            .collect();
         assert_eq!(on, [0, 0, 1]);
         let wide = Task {
             spec: TaskSpec::plain(
@@ -478,14 +560,68 @@ mod tests {
             ),
             ..task(4)
         };
-        assert_eq!(d.assign(wide, 0), None, "host 1 has one slot free");
+        assert_eq!(host_of(d.assign(wide, 0)), None, "host 1 has one slot free");
         assert!(!d.has_free_slot(), "host 1 is held for it, host 0 is full");
         assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
         assert!(d.has_free_slot(), "host 0 has room beside the held host");
-        assert_eq!(d.assign(task(5), 0), Some(0), "backfilled beside host 1");
+        assert_eq!(
+            host_of(d.assign(task(5), 0)),
+            Some(0),
+            "backfilled beside host 1"
+        );
         assert!(d.place_again().is_none());
         assert!(d.ended(1, id(3), RankEnd::Exited(0), 1).is_done());
-        assert_eq!(d.place_again().map(|(t, h)| (t.id, h)), Some((id(4), 1)));
+        assert_eq!(
+            d.place_again().map(|(t, h)| (t.id, h.host())),
+            Some((id(4), 1))
+        );
+    }
+
+    /// A job task of more ranks than a host has spans the hosts with the most room; waiting,
+    /// it holds every host (nothing passes it); one of more ranks than all hosts hold is taken
+    /// out; a lost host under any of its ranks moves it.
+    #[test]
+    fn a_job_task_spans_hosts_and_waits_holding_them_all() {
+        let (mut d, board) = dispatcher(vec![2, 2], 0);
+        board.host_up(0);
+        board.host_up(1);
+        let job = |line, ranks| Task {
+            spec: TaskSpec {
+                mpi: true,
+                ..TaskSpec::plain(
+                    "j".into(),
+                    &Defaults {
+                        ranks,
+                        cores_per_rank: 1,
+                    },
+                )
+            },
+            ..task(line)
+        };
+        let at = d.assign(job(1, 3), 0).unwrap();
+        assert_eq!(at, Placement(vec![(0, 2), (1, 1)]));
+        assert_eq!(at.rank_hosts().collect::<Vec<_>>(), [0, 0, 1]);
+        assert_eq!(host_of(d.assign(job(2, 3), 0)), None, "one slot is left");
+        assert!(
+            !d.has_free_slot(),
+            "the waiting 3-rank task holds every host"
+        );
+        assert!(d.place_again().is_none(), "no 1-slot task passes it");
+        assert!(d.ended(0, id(1), RankEnd::Exited(0), 1).is_done());
+        let (t, at) = d.place_again().unwrap();
+        assert_eq!((t.id, at.0.len()), (id(2), 2));
+        assert_eq!(host_of(d.assign(job(3, 5), 0)), None);
+        assert_eq!(
+            d.take_unplaceable().map(|t| t.id),
+            Some(id(3)),
+            "4 slots in all"
+        );
+        assert_eq!(lose(&board, &mut d, 1..2), 1, "task 2 had a rank on host 1");
+        assert_eq!(
+            d.take_unplaceable().map(|t| t.id),
+            Some(id(2)),
+            "2 slots are left"
+        );
     }
 
     impl Ended {

@@ -24,7 +24,8 @@
 //! line and frames), `board` and `queue` (the session's slots, its jobs and their frames),
 //! `names` (the one name table of the session's jobs),
 //! `serve` (the session's side of one job), `agent` (each agent's side), `dispatch` (which
-//! host runs which task), `streams` (the task streams being run and their events: a session's,
+//! host runs which task), `job_tasks` (a stream's MPI and multi-rank tasks, each a job of the
+//! session through a client of its own), `streams` (the task streams being run and their events: a session's,
 //! or greedyrun's own `--tasks` stream), `daemon` (the session's loop).
 
 pub(crate) mod agent;
@@ -33,6 +34,7 @@ pub(crate) mod client;
 pub(crate) mod control;
 pub(crate) mod daemon;
 pub(crate) mod dispatch;
+pub(crate) mod job_tasks;
 pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod serve;
@@ -42,6 +44,7 @@ pub use agent::{JobAgents, JobShare};
 pub use board::JobBoard;
 pub use client::{Attached, attach, connect_own};
 pub use control::{job_request, stream_request};
+pub use job_tasks::SERVE_VAR;
 pub use names::AskSession;
 pub use queue::JobQueue;
 pub use serve::{job_frame, serve_job};

@@ -27,17 +27,19 @@ const ENDING_PATIENCE: Duration = Duration::from_secs(2);
 /// The session's side of a client's job, from its request line to the job's end: offers the
 /// free slots, takes the job, sends it down the tree, and relays both ways until every host
 /// of the job said bye or was lost. A client that goes away ends its job ([`Cmd::EndJob`]).
+/// A job with a `claim` runs in the slots a stream's task took for it.
 pub async fn serve_job<R: AsyncRead + Unpin>(
     rd: R,
     wr: OwnedWriteHalf,
     board: Arc<JobBoard>,
     fanout: Arc<Fanout>,
+    claim: Option<u64>,
 ) {
     let mut client = Client {
         rd: FramedRead::new(rd, SessionCodec::default()),
         wr: FramedWrite::new(wr, SessionCodec::default()),
     };
-    let Some((start, ticket)) = client.take_job(&board).await else {
+    let Some((start, ticket)) = client.take_job(&board, claim).await else {
         return;
     };
     let Some(ups) = client.wait_for_slots(&board, &ticket, &start).await else {
@@ -76,7 +78,11 @@ struct Client<R> {
 impl<R: AsyncRead + Unpin> Client<R> {
     /// Offers the free slots and takes the client's job on them: the job and its ticket, or
     /// `None` (it was refused, and told why, or the client went away).
-    async fn take_job(&mut self, board: &JobBoard) -> Option<(Box<Start>, Ticket)> {
+    async fn take_job(
+        &mut self,
+        board: &JobBoard,
+        claim: Option<u64>,
+    ) -> Option<(Box<Start>, Ticket)> {
         let wr = &mut self.wr;
         if wr.send(FromSession::Hosts(board.free())).await.is_err() {
             return None;
@@ -89,7 +95,11 @@ impl<R: AsyncRead + Unpin> Client<R> {
             let _ = wr.send(FromSession::Refused(why)).await;
             return None;
         }
-        match board.reserve(&start) {
+        let ticket = match claim {
+            Some(c) => board.reserve_claimed(&start, c),
+            None => board.reserve(&start),
+        };
+        match ticket {
             Ok(t) => Some((start, t)),
             Err(why) => {
                 let _ = wr.send(FromSession::Refused(why)).await;

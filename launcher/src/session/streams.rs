@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::{
     board::JobBoard,
     control::{CLIENT_STALL, LineSource, frame},
-    dispatch::{Dispatcher, Done, Ended, Task},
+    dispatch::{Dispatcher, Done, Ended, Placement, Task},
+    job_tasks::JobTasks,
     serve::job_frame,
 };
 use crate::{
@@ -30,13 +31,14 @@ use crate::{
 
 /// One result line: the task's number, host, exit code (128 + signal for a signal, 127 if it
 /// could not start), its last run's wall time, when it ended (seconds since the stream
-/// started, so tasks/s over time can be drawn), its runs, its command and its name if it has
-/// one.
-fn result_line(done: &Done, host: &str, end_s: f64) -> String {
+/// started, so tasks/s over time can be drawn), its runs, its command, its name if it has
+/// one, and for a task of several ranks the host of each rank.
+fn result_line(done: &Done, hosts: &[String], end_s: f64) -> String {
     let spec = &done.task.spec;
+    let name = |h: u32| hosts.get(h as usize).cloned().unwrap_or_default();
     let mut line = serde_json::json!({
         "task": done.task.id.line,
-        "host": host,
+        "host": name(done.at.host()),
         "exit": done.end.code(),
         "wall_s": done.wall_us as f64 / 1e6,
         "end_s": (end_s * 1e3).round() / 1e3,
@@ -45,6 +47,9 @@ fn result_line(done: &Done, host: &str, end_s: f64) -> String {
     });
     if let Some(name) = &spec.name {
         line["name"] = name.as_str().into();
+    }
+    if spec.ranks > 1 {
+        line["rank_hosts"] = done.at.rank_hosts().map(name).collect::<Vec<_>>().into();
     }
     if done.cancelled {
         line["cancelled"] = true.into();
@@ -384,14 +389,27 @@ impl Current {
     }
 }
 
-/// Why a stream cannot run `spec` on hosts whose largest has `largest` slots, if it cannot.
-fn cannot_run(spec: &TaskSpec, largest: u32) -> Option<String> {
-    if spec.ranks > 1 || spec.mpi {
-        return Some("tasks of several ranks or of MPI are not run by streams yet".into());
+/// Why a stream cannot run `spec` on `board`'s hosts, if it cannot; `jobs`: whether it can
+/// run tasks of several ranks or of MPI (a session's can, spanning hosts).
+fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
+    if spec.is_job() && !jobs {
+        return Some(
+            "tasks of several ranks or of MPI run on a session (greedyrun --start-session), not yet in greedyrun's own stream".into(),
+        );
     }
     if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
         return Some("staging \"inputs\" and \"outputs\" is not done by streams yet".into());
     }
+    if spec.is_job() {
+        let room = board.rank_room(spec.cores_per_rank);
+        return (u64::from(spec.ranks) > room).then(|| {
+            format!(
+                "it needs {} ranks of {} slots and the hosts have room for {room}",
+                spec.ranks, spec.cores_per_rank
+            )
+        });
+    }
+    let largest = board.largest_host();
     (spec.slots() > u64::from(largest)).then(|| {
         format!(
             "it needs {} slots on one host and the largest host has {largest}",
@@ -433,6 +451,8 @@ pub(crate) struct Streams<'a> {
     /// No stream is taken or line read any more: the agents shut down or tear down.
     pub(super) ending: bool,
     end_deadline: Option<Instant>,
+    /// A session's: its tasks of several ranks or of MPI, each a job of the session.
+    job_tasks: Option<JobTasks>,
     launch_deadline: Instant,
     pub(super) launch_over: bool,
     pub(super) idle_since: Instant,
@@ -465,6 +485,7 @@ impl<'a> Streams<'a> {
             code: 0,
             ending: false,
             end_deadline: None,
+            job_tasks: None,
             launch_deadline: t0 + plan.timeout,
             launch_over: false,
             idle_since: Instant::now(),
@@ -474,6 +495,35 @@ impl<'a> Streams<'a> {
     /// Whether this runs a session's streams.
     fn session(&self) -> bool {
         self.idle.is_some()
+    }
+
+    /// The streams run tasks of several ranks or of MPI as jobs of the session, through
+    /// `jobs`' clients.
+    pub(crate) fn run_job_tasks(&mut self, jobs: JobTasks) {
+        self.job_tasks = Some(jobs);
+    }
+
+    /// Sends task `id`, placed `at`, there: to its agent, or to a client of its own if it is
+    /// a job.
+    async fn send_task(&mut self, id: TaskId, spec: TaskSpec, at: Placement) {
+        match &mut self.job_tasks {
+            Some(jobs) if spec.is_job() => jobs.start(id, &spec, &at, &self.plan.hosts),
+            _ => {
+                let spec = Box::new(spec);
+                self.fanout
+                    .route(Some(at.host()), Cmd::Task { id, spec })
+                    .await;
+            }
+        }
+    }
+
+    /// Hosts `hosts` are lost (the board was told): their tasks run again elsewhere; how many.
+    fn move_tasks_off(&mut self, hosts: std::ops::Range<u32>) -> usize {
+        let moved = self.dispatch.hosts_lost(hosts);
+        if let Some(jobs) = &self.job_tasks {
+            jobs.forget(&moved);
+        }
+        moved.len()
     }
 
     /// Runs `stream` (already reading into [`Current::local`]'s queue) as the next stream,
@@ -541,8 +591,7 @@ impl<'a> Streams<'a> {
                 self.dispatch.forget(task.id);
                 continue;
             }
-            let (id, spec) = (task.id, Box::new(task.spec));
-            self.fanout.route(Some(to), Cmd::Task { id, spec }).await;
+            self.send_task(task.id, task.spec, to).await;
         }
     }
 
@@ -616,6 +665,9 @@ impl<'a> Streams<'a> {
             _ => SHUTDOWN_TIMEOUT,
         };
         self.ending = true;
+        if let (Cmd::Teardown, Some(jobs)) = (&cmd, &self.job_tasks) {
+            jobs.end(None);
+        }
         self.fanout.route(None, cmd).await;
         self.end_deadline = Some(Instant::now() + patience);
     }
@@ -642,7 +694,8 @@ impl<'a> Streams<'a> {
                     Ok(spec) => spec,
                     Err(e) => return cur.not_run(cur.line_no, &line, &e.to_string()).await,
                 };
-                if let Some(why) = cannot_run(&spec, self.board.largest_host()) {
+                let jobs = self.job_tasks.is_some();
+                if let Some(why) = cannot_run(&spec, &self.board, jobs) {
                     return cur.not_run(cur.line_no, &spec.run.display(), &why).await;
                 }
                 let id = TaskId {
@@ -655,8 +708,7 @@ impl<'a> Streams<'a> {
                     failures: 0,
                 };
                 if let Some(to) = self.dispatch.assign(task, 0) {
-                    let spec = Box::new(spec);
-                    self.fanout.route(Some(to), Cmd::Task { id, spec }).await;
+                    self.send_task(id, spec, to).await;
                 }
             }
             Ok(None) => cur.stop_reading(),
@@ -702,7 +754,7 @@ impl<'a> Streams<'a> {
             Up::Failed { node, what, .. } => {
                 let what = escape(&what);
                 self.board.hosts_lost(node..node + 1, &what).await;
-                let moved = self.dispatch.hosts_lost(node..node + 1);
+                let moved = self.move_tasks_off(node..node + 1);
                 log(format!(
                     "{}: {what}; out of the streams, {moved} tasks run again elsewhere",
                     host(plan, node)
@@ -771,7 +823,7 @@ impl<'a> Streams<'a> {
                     let text = format!(
                         "task {} on {} ended with {} after {runs}: {}",
                         id.line,
-                        host(plan, d.host),
+                        host(plan, d.at.host()),
                         d.end.code(),
                         d.task.spec.label()
                     );
@@ -779,7 +831,7 @@ impl<'a> Streams<'a> {
                 }
                 let end_s = cur.t0.elapsed().as_secs_f64();
                 (cur.feed)
-                    .result(&result_line(&d, &host(plan, d.host), end_s))
+                    .result(&result_line(&d, &plan.hosts, end_s))
                     .await;
             }
             Ended::Retry if self.verbose => log(format!(
@@ -797,7 +849,7 @@ impl<'a> Streams<'a> {
     async fn lost(&mut self, node: u32, what: &str) {
         let sub = self.plan.launch.subtree_len(node as usize + 1) as u32;
         self.board.hosts_lost(node..node + sub, what).await;
-        let moved = self.dispatch.hosts_lost(node..node + sub);
+        let moved = self.move_tasks_off(node..node + sub);
         let out = if sub > 1 {
             format!("it and its launch subtree ({sub} hosts) leave")
         } else {
@@ -916,6 +968,9 @@ impl<'a> Streams<'a> {
                     cur.dropped = true;
                     cur.cancel(stream, &mut self.dispatch);
                     self.fanout.route(None, Cmd::CancelTasks { stream }).await;
+                    if let Some(jobs) = &self.job_tasks {
+                        jobs.end(Some(stream));
+                    }
                 }
             }
             if !cur.progress.is_zero() && now >= cur.next_progress {
@@ -967,13 +1022,14 @@ mod tests {
                 },
                 failures: 0,
             },
-            host: 0,
+            at: Placement(vec![(0, 1)]),
             end: RankEnd::Signaled(9),
             wall_us: 1_500_000,
             runs: 1,
             cancelled: false,
         };
-        let v: serde_json::Value = serde_json::from_str(&result_line(&d, "n1", 2.3456)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&result_line(&d, &["n1".into()], 2.3456)).unwrap();
         assert_eq!(v["end_s"], 2.346);
         assert_eq!(v["task"], 7);
         assert_eq!(v["exit"], 137);
@@ -981,5 +1037,22 @@ mod tests {
         assert_eq!(v["command"], "echo \"a\tb\"");
         assert_eq!(v["host"], "n1");
         assert_eq!(v["name"], "n-7");
+        assert!(v.get("rank_hosts").is_none());
+        // A job task's ranks, spanning hosts: each rank's host.
+        let d = Done {
+            at: Placement(vec![(1, 2), (0, 1)]),
+            task: Task {
+                spec: TaskSpec {
+                    ranks: 3,
+                    ..d.task.spec.clone()
+                },
+                ..d.task
+            },
+            ..d
+        };
+        let hosts = ["n1".to_string(), "n2".to_string()];
+        let v: serde_json::Value = serde_json::from_str(&result_line(&d, &hosts, 1.0)).unwrap();
+        assert_eq!(v["host"], "n2");
+        assert_eq!(v["rank_hosts"], serde_json::json!(["n2", "n2", "n1"]));
     }
 }
