@@ -823,6 +823,9 @@ impl TaskEnding {
         self.own.forget_if_empty(self.pgid);
         let wall_us = self.started.elapsed().as_micros() as u64;
         drain_output(out, err).await;
+        // The loop hears of the end before greedyrun can send the next task: that task's
+        // cores are picked with this one's free (`Running::start_task` drains these first).
+        let _ = self.ended.send(self.pgid).await;
         let (node, id) = (self.node, self.id);
         let _ = self
             .up
@@ -833,7 +836,6 @@ impl TaskEnding {
                 wall_us,
             })
             .await;
-        let _ = self.ended.send(self.pgid).await;
         let _ = self.exits.send(self.pgid).await;
     }
 }
@@ -1077,6 +1079,9 @@ impl Running {
 
     /// Forks a task of a stream.
     async fn start_task(&mut self, id: TaskId, spec: TaskSpec) {
+        while let Ok(pgid) = self.task_rx.try_recv() {
+            self.on_task_ended(pgid).await;
+        }
         if self.task_cores.is_none() {
             let units = self.agent.bind_units().await.unwrap_or_default();
             self.task_cores = Some(cores::TaskCores::new(units));

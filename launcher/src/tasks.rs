@@ -77,10 +77,50 @@ pub struct TaskOptions {
 
 /// Where the run's streams come from, once open.
 enum Input<'a> {
-    /// greedyrun's own stream.
-    Own(Current),
+    /// greedyrun's own stream, and the private socket its tasks of several ranks or of MPI
+    /// attach their jobs on (none if it could not be made: such tasks are refused).
+    Own(Box<Current>, Option<Private>),
     /// A session's clients, on this socket.
     Session(tokio::net::UnixListener, &'a std::path::Path),
+}
+
+/// A socket of greedyrun's own run in a fresh 0700 directory, removed with it.
+struct Private {
+    listener: tokio::net::UnixListener,
+    dir: std::path::PathBuf,
+    socket: std::path::PathBuf,
+}
+
+impl Private {
+    /// A new one, or `None` (said with `verbose`).
+    fn new(verbose: bool) -> Option<Private> {
+        let made =
+            greedy_pmix::pmix::private_dir(&crate::session::socket_parent(), "greedy-tasks.")
+                .and_then(|dir| {
+                    let socket = dir.join("control");
+                    let listener = tokio::net::UnixListener::bind(&socket)?;
+                    Ok(Private {
+                        listener,
+                        dir,
+                        socket,
+                    })
+                });
+        match made {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if verbose {
+                    eprintln!("greedyrun: no socket for the stream's MPI tasks: {e}");
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Runs a task stream on the plan's hosts to its end (or, for a session, the streams its
@@ -106,25 +146,33 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         _ => None,
     };
     let (up_tx, up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
-    let job_tasks = match &input {
-        Input::Session(_, socket) => {
-            let (socket, board) = (socket.to_path_buf(), board.clone());
-            Some(JobTasks::new(socket, board, up_tx.clone()))
-        }
-        Input::Own(_) => None,
+    let socket = match &input {
+        Input::Session(_, socket) => Some(socket.to_path_buf()),
+        Input::Own(_, private) => private.as_ref().map(|p| p.socket.clone()),
     };
+    let job_tasks = socket.map(|s| JobTasks::new(s, board.clone(), &up_tx));
     let fanout = Arc::new(launch(&cfg, &start_frame(&cfg, true), up_tx));
     let mut streams = Streams::new(plan, cfg.verbose, idle, t0, board, fanout, line_tx);
     if let Some(jobs) = job_tasks {
         streams.run_job_tasks(jobs);
     }
     let (exit_code, hello_at) = match input {
-        Input::Own(stream) => {
-            streams.adopt(stream, opts.retries);
+        Input::Own(stream, None) => {
+            streams.adopt(*stream, opts.retries);
             run_own(streams, line_rx, up_rx).await
         }
-        Input::Session(listener, socket) => {
+        // Its job tasks' clients attach on its own socket, as on a session's.
+        Input::Own(stream, Some(private)) => {
+            streams.adopt(*stream, opts.retries);
+            let Private {
+                ref listener,
+                ref socket,
+                ..
+            } = private;
             daemon::run(streams, listener, socket, line_rx, up_rx).await
+        }
+        Input::Session(listener, socket) => {
+            daemon::run(streams, &listener, socket, line_rx, up_rx).await
         }
     };
     Report {
@@ -179,7 +227,7 @@ async fn open<'a>(
         cfg.tag_output,
         cfg.progress,
     );
-    Ok(Input::Own(own))
+    Ok(Input::Own(Box::new(own), Private::new(cfg.verbose)))
 }
 
 /// greedyrun's loop over its own stream, until the stream and the run end.

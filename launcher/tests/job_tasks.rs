@@ -13,7 +13,8 @@ use std::{
 };
 
 use common::{
-    EndsSession, greedyrun, interrupt, mpi_build, processes_with, shell, text, two_host_session,
+    EndsSession, greedyrun, interrupt, mpi_build, processes_with, session_process, shell, text,
+    two_host_session,
 };
 
 /// The environment Open MPI 5 from its venv needs here (as the spawn tests give it).
@@ -64,6 +65,31 @@ fn run_on_session(dir: &Path, local: &Path, socket: &str, lines: &[String]) -> O
     .stdin(Stdio::null())
     .output()
     .unwrap()
+}
+
+/// Ends the session at `socket` and checks that its process exits: no client of its job
+/// tasks keeps it up.
+fn end_session(socket: &str) {
+    // The session's own process, not an agent or guard that inherited its environment.
+    let serve = session_process(socket)
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            text(&cmd).contains("--start-session")
+        })
+        .expect("the session's process");
+    let out = std::process::Command::new(common::GREEDYRUN)
+        .arg("--end-session")
+        .env("GREEDY_SESSION", socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{serve}")).exists() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its agents' guards may still be ending what a lost host left (their grace).
+    let alive = Path::new(&format!("/proc/{serve}")).exists();
+    assert!(!alive, "the session did not end");
 }
 
 /// The results file's lines, by task line.
@@ -178,6 +204,7 @@ fn mpi_tasks_of_both_families_wire_up_in_a_session_stream() {
     for (host, n) in most_at_once(&res) {
         assert!(n <= 4, "{host} ran {n} ranks at once: {res:?}");
     }
+    end_session(&socket);
 }
 
 /// Ctrl-C on a stream whose job tasks (three ranks each, no MPI) run: the session ends their
@@ -222,6 +249,7 @@ fn a_cancelled_stream_leaves_no_rank_of_its_job_tasks() {
     }
     assert_eq!(processes_with(&marker), Vec::<String>::new());
     assert!(!busy(), "the session still runs the stream's jobs");
+    end_session(&socket);
 }
 
 /// A host lost under a job task (its rank kills the host's agent): the task runs again on
@@ -278,4 +306,44 @@ fn a_lost_hosts_job_tasks_run_again_elsewhere() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(processes_with(&marker), Vec::<String>::new());
+    end_session(&socket);
+}
+
+/// greedyrun's own stream (no session) runs MPI tasks too, on a socket of its own that it
+/// removes at its end; a failing rank is its task's failure.
+#[test]
+fn mpi_tasks_run_in_greedyruns_own_stream() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let (mpich, _) = wireup_programs(dir);
+    let runtime = dir.join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let task = |ranks: u32, arg: &str| {
+        let env = serde_json::json!({"EXPECT_SIZE": ranks.to_string()});
+        serde_json::json!({"argv": [mpich, arg], "ranks": ranks, "mpi": true, "env": env})
+            .to_string()
+    };
+    let lines = [task(3, "-"), task(2, "exit-after-init=0:6"), task(5, "-")];
+    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
+    let out = greedyrun(&local, &["-H", "localhost:4,127.0.0.2:2", "--tag-output"])
+        .args(["--results", "res", "--tasks", "tasks"])
+        .current_dir(dir)
+        .env_remove("GREEDY_SESSION")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    for (line, ranks) in [(1, 3), (3, 5)] {
+        for r in 0..ranks {
+            let ok = format!("[task {line}] rank {r} of {ranks}: ok");
+            assert!(stdout.contains(&ok), "{ok} in {stdout}{stderr}");
+        }
+    }
+    let res = results(&dir.join("res"));
+    let exits: Vec<_> = (1..=3).map(|l| res[&l]["exit"].as_i64()).collect();
+    assert_eq!(exits, [Some(0), Some(6), Some(0)], "{res:?}");
+    let left: Vec<_> = std::fs::read_dir(&runtime).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -47,7 +47,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         r#"{"command":"true","rank":2}"#,
         r#"{"command":"true","cores_per_rank":9}"#,
         r#"{"name":"flaky","command":"exit 3","retries":1}"#,
-        r#"{"command":"true","ranks":2,"mpi":true}"#,
+        r#"{"command":"true","ranks":0}"#,
         r#"{"command":"true","cwd":"missing"}"#,
         r#"{"argv":["echo","a  b","$HOME"]}"#,
         r#"{"argv":["./no-such-program"]}"#,
@@ -76,7 +76,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
         "task 4: not run, not a task description: unknown field `rank`",
         "task 5: not run, it needs 9 slots on one host and the largest host has 4",
         "task 6 on a ended with 3 after 2 runs: flaky",
-        "task 7: not run, tasks of several ranks or of MPI run on a session (greedyrun --start-session), not yet in greedyrun's own stream",
+        "task 7: not run, \"ranks\": must be at least 1",
         "task 8: cannot run \"true\": working directory",
         "task 10: cannot run \"./no-such-program\": No such file",
     ] {

@@ -781,10 +781,7 @@ fn session_job(
 /// output in a log beside the control socket, in a 0700 directory of its own), waits until
 /// every host is up or lost, and prints `export GREEDY_SESSION=SOCKET`.
 fn start_session(cfg: &JobConfig, rt: &tokio::runtime::Runtime) -> i32 {
-    let parent = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
+    let parent = greedy_launcher::session::socket_parent();
     let dir = match greedy_pmix::pmix::private_dir(&parent, "greedy-session.") {
         Ok(d) => d,
         Err(e) => {

@@ -59,6 +59,15 @@ pub(crate) enum Request {
     End,
 }
 
+/// Where a run's private socket directories go: `$XDG_RUNTIME_DIR` if it is a directory, else
+/// the temporary directory.
+pub fn socket_parent() -> std::path::PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 /// How long a session's client may take to send its request line.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -65,10 +65,12 @@ struct Daemon<'a> {
 }
 
 /// Runs the session's `streams` on its tree, taking clients on `listener` (bound to `socket`,
-/// removed at the end), until it ends; its exit code and when each host said hello.
+/// removed at the end), until it ends; its exit code and when each host said hello. Also
+/// greedyrun's own stream's loop when its tasks of several ranks or of MPI attach their jobs
+/// on a socket of its own.
 pub(crate) async fn run(
     streams: Streams<'_>,
-    listener: UnixListener,
+    listener: &UnixListener,
     socket: &Path,
     mut lines: mpsc::Receiver<Read>,
     mut ups: mpsc::Receiver<Up>,
@@ -135,6 +137,14 @@ impl Daemon<'_> {
         lines: LineSource,
         out: OwnedWriteHalf,
     ) {
+        // greedyrun's own stream takes only its job tasks' jobs on its socket.
+        if !self.streams.session() {
+            log(
+                "a control connection asked greedyrun's own stream for more than a job: closed"
+                    .into(),
+            );
+            return;
+        }
         let feed = Feed::client(out, &self.writers);
         match request {
             // Streams share the slots with each other and with jobs (crate::slots).

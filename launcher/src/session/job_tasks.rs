@@ -38,7 +38,8 @@ pub(crate) struct JobTasks {
     /// The session's control socket, the clients' `GREEDY_SESSION`.
     socket: PathBuf,
     /// The session loop's frames: each client's output and end arrive as a task's would.
-    ups: mpsc::Sender<Up>,
+    /// Weak: the loop ends when the tree's frames end, whatever clients could still start.
+    ups: mpsc::WeakSender<Up>,
     board: Arc<JobBoard>,
     /// Each running task's client, shared with the tasks that wait for them: a client's end
     /// is reported only if it is still the task's current run.
@@ -48,12 +49,12 @@ pub(crate) struct JobTasks {
 
 impl JobTasks {
     /// Clients of the session at `socket` on `board`'s slots, reporting to `ups`.
-    pub(crate) fn new(socket: PathBuf, board: Arc<JobBoard>, ups: mpsc::Sender<Up>) -> JobTasks {
+    pub(crate) fn new(socket: PathBuf, board: Arc<JobBoard>, ups: &mpsc::Sender<Up>) -> JobTasks {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("greedyrun"));
         JobTasks {
             exe,
             socket,
-            ups,
+            ups: ups.downgrade(),
             board,
             running: Arc::default(),
             next_run: 0,
@@ -72,7 +73,9 @@ impl JobTasks {
             .map(|&(h, r)| format!("{}:{r}", names[h as usize]))
             .collect();
         let t0 = Instant::now();
-        let ups = self.ups.clone();
+        let Some(ups) = self.ups.upgrade() else {
+            return;
+        };
         let spawned = self
             .command(id, spec, &hosts.join(","), claim)
             .and_then(|mut c| {

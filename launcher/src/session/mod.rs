@@ -43,7 +43,7 @@ pub(crate) mod streams;
 pub use agent::{JobAgents, JobShare};
 pub use board::JobBoard;
 pub use client::{Attached, attach, connect_own};
-pub use control::{job_request, stream_request};
+pub use control::{job_request, socket_parent, stream_request};
 pub use job_tasks::SERVE_VAR;
 pub use names::AskSession;
 pub use queue::JobQueue;

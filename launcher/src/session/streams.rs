@@ -390,11 +390,11 @@ impl Current {
 }
 
 /// Why a stream cannot run `spec` on `board`'s hosts, if it cannot; `jobs`: whether it can
-/// run tasks of several ranks or of MPI (a session's can, spanning hosts).
+/// run tasks of several ranks or of MPI (it has a socket for their jobs).
 fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
     if spec.is_job() && !jobs {
         return Some(
-            "tasks of several ranks or of MPI run on a session (greedyrun --start-session), not yet in greedyrun's own stream".into(),
+            "tasks of several ranks or of MPI need a socket for their jobs, and greedyrun could not make one (run with -v to see why)".into(),
         );
     }
     if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
@@ -493,7 +493,7 @@ impl<'a> Streams<'a> {
     }
 
     /// Whether this runs a session's streams.
-    fn session(&self) -> bool {
+    pub(super) fn session(&self) -> bool {
         self.idle.is_some()
     }
 
