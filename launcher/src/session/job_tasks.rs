@@ -1,8 +1,9 @@
-//! A session stream's tasks of several ranks or of MPI: each runs as a job of the session,
-//! through a greedyrun client of its own started beside the session, so that its wire-up
-//! (one namespace per task), output, exit code and teardown are a job's, with no flag. The
-//! task's slots, taken by the dispatcher, are the job's: the client names their claim
-//! ([`JobBoard::claim`]), and the session starts the job in them without a plan of its own.
+//! A stream's tasks of several ranks or of MPI: each runs as a job, through a greedyrun
+//! client of its own started beside the stream's loop (a session's, or greedyrun's own on a
+//! private socket), so that its wire-up (one namespace per task), output, exit code and
+//! teardown are a job's, with no flag. The task's slots, taken by the dispatcher, are the
+//! job's: the client names their claim ([`JobBoard::claim`]), and the loop starts the job in
+//! them without a plan of its own.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -67,22 +68,23 @@ impl JobTasks {
 
     /// Starts task `id`'s client for its placement `at`, whose hosts `names` holds.
     pub(crate) fn start(&mut self, id: TaskId, spec: &TaskSpec, at: &Placement, names: &[String]) {
+        // None only once the loop is ending: nothing starts then.
+        let Some(ups) = self.ups.upgrade() else {
+            return;
+        };
         let node = at.host();
         let claim = self.board.claim(at.slots(spec).collect());
         let hosts: Vec<String> = (at.0.iter())
             .map(|&(h, r)| format!("{}:{r}", names[h as usize]))
             .collect();
         let t0 = Instant::now();
-        let Some(ups) = self.ups.upgrade() else {
-            return;
-        };
         let spawned = self
             .command(id, spec, &hosts.join(","), claim)
             .and_then(|mut c| {
                 c.spawn()
                     .map_err(|e| format!("cannot start its job's client: {e}"))
             });
-        let mut child = match spawned {
+        let child = match spawned {
             Ok(child) => child,
             Err(why) => {
                 self.board.unclaim(claim);
@@ -94,38 +96,17 @@ impl JobTasks {
         self.next_run += 1;
         let pid = child.id().unwrap_or(0);
         self.running().insert(id, Client { pid, claim, run });
-        let (out, err) = (child.stdout.take(), child.stderr.take());
-        let (running, board) = (self.running.clone(), self.board.clone());
-        tokio::spawn(async move {
-            let forwards = async {
-                tokio::join!(
-                    forward(out, id, Stream::Stdout, &ups),
-                    forward(err, id, Stream::Stderr, &ups)
-                )
-            };
-            let (status, _) = tokio::join!(child.wait(), forwards);
-            let current = {
-                let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
-                let current = running.get(&id).is_some_and(|c| c.run == run);
-                if current {
-                    running.remove(&id);
-                }
-                current
-            };
-            if !current {
-                return;
-            }
-            board.unclaim(claim);
-            let end = status.map_or(RankEnd::NotStarted, end_of);
-            let wall_us = t0.elapsed().as_micros() as u64;
-            let _ = (ups.send(Up::TaskEnd {
-                node,
-                id,
-                end,
-                wall_us,
-            }))
-            .await;
-        });
+        let ending = ClientEnding {
+            id,
+            node,
+            run,
+            claim,
+            t0,
+            ups,
+            running: self.running.clone(),
+            board: self.board.clone(),
+        };
+        tokio::spawn(ending.wait(child));
     }
 
     /// greedyrun for task `id`: its ranks on `hosts` in claim `claim`'s slots, its program,
@@ -207,6 +188,58 @@ fn terminate(pid: u32) {
     if let Ok(pid @ 1..) = i32::try_from(pid) {
         let pid = nix::unistd::Pid::from_raw(pid);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
+/// What reports a client's end as its task's, if it is still the task's current run.
+struct ClientEnding {
+    id: TaskId,
+    /// The host that reports the task's end ([`Placement::host`]).
+    node: u32,
+    run: u64,
+    claim: u64,
+    t0: Instant,
+    ups: mpsc::Sender<Up>,
+    running: Arc<Mutex<HashMap<TaskId, Client>>>,
+    board: Arc<JobBoard>,
+}
+
+impl ClientEnding {
+    /// Passes the client's output on until it ends, then reports the task's end.
+    async fn wait(self, mut child: tokio::process::Child) {
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let forwards = async {
+            tokio::join!(
+                forward(out, self.id, Stream::Stdout, &self.ups),
+                forward(err, self.id, Stream::Stderr, &self.ups)
+            )
+        };
+        let (status, _) = tokio::join!(child.wait(), forwards);
+        if !self.still_current() {
+            return;
+        }
+        self.board.unclaim(self.claim);
+        let (node, id) = (self.node, self.id);
+        let end = status.map_or(RankEnd::NotStarted, end_of);
+        let wall_us = self.t0.elapsed().as_micros() as u64;
+        let _ = (self.ups.send(Up::TaskEnd {
+            node,
+            id,
+            end,
+            wall_us,
+        }))
+        .await;
+    }
+
+    /// Whether this is still the task's current run (not one a lost host left behind); it
+    /// is not running any more from now on.
+    fn still_current(&self) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let current = running.get(&self.id).is_some_and(|c| c.run == self.run);
+        if current {
+            running.remove(&self.id);
+        }
+        current
     }
 }
 
