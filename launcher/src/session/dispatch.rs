@@ -193,7 +193,7 @@ impl Dispatcher {
     }
 
     /// A waiting task placed: the first if its slots are free on one host now, else the first
-    /// behind it that fits beside the host the first waits for. It and its host.
+    /// behind it that fits beside the host the first waits for. It and where it runs.
     pub fn place_again(&mut self) -> Option<(Task, Placement)> {
         let (i, at) = match self.take(&self.again.front()?.0.spec, None) {
             Some(at) => (0, at),
@@ -207,14 +207,13 @@ impl Dispatcher {
         };
         let (task, runs) = self.again.remove(i).expect("listed");
         self.pin_held();
-        let placed = task.clone();
-        let at2 = at.clone();
+        let placed = (task.clone(), at.clone());
         self.in_flight.insert(task.id, InFlight { at, task, runs });
-        Some((placed, at2))
+        Some(placed)
     }
 
-    /// The first task waiting to run, taken out if it needs more slots than any host left
-    /// has (it can never run).
+    /// The first task waiting to run, taken out if it can never run: it needs more slots
+    /// than any host left has, or (a job task) more ranks than all of them hold.
     pub fn take_unplaceable(&mut self) -> Option<Task> {
         let spec = &self.again.front()?.0.spec;
         let never = match spec.is_job() {
@@ -224,24 +223,21 @@ impl Dispatcher {
         never.then(|| self.again.pop_front().expect("the front").0)
     }
 
-    /// Puts `task` (run `runs` times before) on a host with its slots free, beside the host
-    /// a waiting task waits for: the host to send it to, or `None` while none has room (it
-    /// waits, in line, [`Dispatcher::place_again`]).
+    /// Puts `task` (run `runs` times before) where its slots are free, beside the host a
+    /// waiting task waits for: where it runs, or `None` while there is no room (it waits, in
+    /// line, [`Dispatcher::place_again`]).
     pub fn assign(&mut self, task: Task, runs: u32) -> Option<Placement> {
         let at = match self.hold() {
             Some(Hold::All) => None,
             Some(Hold::Host(h)) => self.take(&task.spec, Some(h)),
             None => self.take(&task.spec, None),
         };
-        match &at {
-            Some(at) => {
-                let at = at.clone();
-                self.in_flight.insert(task.id, InFlight { at, task, runs });
-            }
-            None => {
-                self.again.push_back((task, runs));
-                self.pin_held();
-            }
+        if let Some(at) = &at {
+            let at = at.clone();
+            self.in_flight.insert(task.id, InFlight { at, task, runs });
+        } else {
+            self.again.push_back((task, runs));
+            self.pin_held();
         }
         at
     }

@@ -451,7 +451,8 @@ pub(crate) struct Streams<'a> {
     /// No stream is taken or line read any more: the agents shut down or tear down.
     pub(super) ending: bool,
     end_deadline: Option<Instant>,
-    /// A session's: its tasks of several ranks or of MPI, each a job of the session.
+    /// Its tasks of several ranks or of MPI, each a job through a client of its own (none if
+    /// there is no socket for their jobs).
     job_tasks: Option<JobTasks>,
     launch_deadline: Instant,
     pub(super) launch_over: bool,
@@ -497,8 +498,7 @@ impl<'a> Streams<'a> {
         self.idle.is_some()
     }
 
-    /// The streams run tasks of several ranks or of MPI as jobs of the session, through
-    /// `jobs`' clients.
+    /// The streams run tasks of several ranks or of MPI as jobs, through `jobs`' clients.
     pub(crate) fn run_job_tasks(&mut self, jobs: JobTasks) {
         self.job_tasks = Some(jobs);
     }
