@@ -10,6 +10,7 @@
 
 mod children;
 mod cores;
+mod staged;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -40,7 +41,7 @@ use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
-    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Start, Stream, TaskId, Up},
+    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, Up},
     session::{JobAgents, JobShare},
     signals, spawn, stdio,
     task_spec::{Run, TaskSpec},
@@ -449,11 +450,7 @@ impl Agent {
         let mut child = match self.task_child(&env, &spec, cpus) {
             Ok(child) => child,
             Err(e) => {
-                let program = match &spec.run {
-                    Run::Argv(argv) => argv[0].clone(),
-                    Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
-                };
-                self.task_not_started(id, &program, &e).await;
+                self.task_not_started(id, &program_of(&spec), &e).await;
                 return None;
             }
         };
@@ -562,7 +559,12 @@ impl Agent {
     }
 
     /// Says why task `id` did not start, and reports its end.
-    async fn task_not_started(&self, id: TaskId, program: &str, e: &std::io::Error) {
+    async fn task_not_started(
+        &self,
+        id: TaskId,
+        program: &str,
+        e: &(dyn std::fmt::Display + Sync),
+    ) {
         self.note(format!("task {}: cannot run {program:?}: {e}", id.line))
             .await;
         let end = RankEnd::NotStarted;
@@ -802,6 +804,14 @@ impl RankEnding {
     }
 }
 
+/// The program a task runs, to name it when it cannot.
+fn program_of(spec: &TaskSpec) -> String {
+    match &spec.run {
+        Run::Argv(argv) => argv[0].clone(),
+        Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
+    }
+}
+
 /// What reports a task's end up once it exited and its output drained.
 struct TaskEnding {
     id: TaskId,
@@ -882,6 +892,8 @@ struct Running {
     /// The cores tasks are bound to (`--bind-to`; none when unbound), known from the first
     /// task on.
     task_cores: Option<cores::TaskCores>,
+    /// The task inputs staged to this host, and each running task's directory of them.
+    staged: staged::StagedFiles,
     /// A session's jobs, each run in this process beside it.
     jobs: JobAgents,
     /// The local ranks' spawn requests, from the wire-up service (`None` without one).
@@ -939,6 +951,7 @@ impl Running {
             task_rx,
             tasks: HashMap::new(),
             task_cores: None,
+            staged: staged::StagedFiles::default(),
             jobs,
             spawns,
             children: children::ChildRanks::default(),
@@ -1035,7 +1048,15 @@ impl Running {
             }
             Cmd::Shutdown => return Some(End::Shutdown),
             Cmd::Teardown => return Some(End::Teardown),
-            Cmd::Task { id, spec } if tasks => self.start_task(id, *spec).await,
+            Cmd::Task { id, spec, staged } if tasks => self.start_task(id, *spec, staged).await,
+            Cmd::Stage { id, offset, data } => {
+                let written = self.staged.chunk(id, offset, &data);
+                self.on_staged(written).await;
+            }
+            Cmd::StageEnd { id, hash } => {
+                let done = self.staged.end(id, &hash);
+                self.on_staged(done).await;
+            }
             Cmd::Task { id, .. } => warn!(
                 stream = id.stream,
                 line = id.line,
@@ -1077,10 +1098,34 @@ impl Running {
         None
     }
 
-    /// Forks a task of a stream.
-    async fn start_task(&mut self, id: TaskId, spec: TaskSpec) {
+    /// A staged input's bytes were written, or not: said if not (the tasks that need it
+    /// fail here, naming it).
+    async fn on_staged(&self, written: std::io::Result<()>) {
+        if let Err(e) = written {
+            self.agent.note(format!("staging a task input: {e}")).await;
+        }
+    }
+
+    /// Forks a task of a stream, its `staged` inputs linked in a directory of its own.
+    async fn start_task(&mut self, id: TaskId, mut spec: TaskSpec, staged: Vec<Staged>) {
         while let Ok(pgid) = self.task_rx.try_recv() {
             self.on_task_ended(pgid).await;
+        }
+        let dir = match staged.is_empty() {
+            true => None,
+            false => match self.staged.task_dir(id, &staged) {
+                Ok(dir) => Some(dir),
+                Err(why) => {
+                    return self
+                        .agent
+                        .task_not_started(id, &program_of(&spec), &why)
+                        .await;
+                }
+            },
+        };
+        if let Some(dir) = &dir {
+            spec.env
+                .insert("GREEDY_STAGED".into(), dir.display().to_string());
         }
         if self.task_cores.is_none() {
             let units = self.agent.bind_units().await.unwrap_or_default();
@@ -1099,6 +1144,9 @@ impl Running {
             )
             .await;
         if let Some(pgid) = pgid {
+            if let Some(dir) = dir {
+                self.staged.task_started(pgid, dir);
+            }
             self.tasks.insert(pgid, id.stream);
             self.live += 1;
             if let (Some(held), Some((cores, _))) = (self.task_cores.as_mut(), picked) {
@@ -1162,6 +1210,7 @@ impl Running {
             if let Some(held) = self.task_cores.as_mut() {
                 held.release(pgid);
             }
+            self.staged.task_ended(pgid);
             self.agent.groups.kill_and_forget(pgid);
             if let Some(g) = self.guard.as_mut() {
                 g.unwatch(pgid).await;

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::task_spec::TaskSpec;
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -192,6 +192,16 @@ impl Start {
     }
 }
 
+/// An input of a task, staged to its host: the name the task finds it by (in
+/// `GREEDY_STAGED`) and its content's SHA-256, its name in the host's cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staged {
+    /// The file's name in the task's staging directory.
+    pub name: String,
+    /// SHA-256 of its content, lowercase hex.
+    pub hash: String,
+}
+
 /// A task of a task stream: the stream (a session runs several at once) and the task's line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TaskId {
@@ -233,6 +243,25 @@ pub enum Cmd {
         id: TaskId,
         /// What it runs, checked by greedyrun.
         spec: Box<TaskSpec>,
+        /// Its inputs, staged to the host already ([`Cmd::Stage`]).
+        staged: Vec<Staged>,
+    },
+    /// To every host, down the tree: bytes `offset..` of the file being staged as `id`.
+    Stage {
+        /// The staging's number (greedyrun's).
+        id: u64,
+        /// Where these bytes go in the file.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// To every host: the file staged as `id` is complete; its content's SHA-256 is `hash`
+    /// (lowercase hex), its name in each host's cache.
+    StageEnd {
+        /// The staging's number.
+        id: u64,
+        /// The content's SHA-256.
+        hash: String,
     },
     /// A session's job ([`crate::session`]): the target hosts listed in `nodes` (the job's
     /// host `i` is the session's host `nodes[i]`) each run an agent of the job in their own

@@ -24,8 +24,8 @@
 //! line and frames), `board` and `queue` (the session's slots, its jobs and their frames),
 //! `names` (the one name table of the session's jobs),
 //! `serve` (the session's side of one job), `agent` (each agent's side), `dispatch` (which
-//! host runs which task), `job_tasks` (a stream's MPI and multi-rank tasks, each a job of the
-//! session through a client of its own), `streams` (the task streams being run and their events: a session's,
+//! host runs which task), `job_tasks` (a stream's MPI and multi-rank tasks, each a job through a
+//! client of its own), `staging` (tasks' input files, sent down the tree once per content), `streams` (the task streams being run and their events: a session's,
 //! or greedyrun's own `--tasks` stream), `daemon` (the session's loop).
 
 pub(crate) mod agent;
@@ -38,6 +38,7 @@ pub(crate) mod job_tasks;
 pub(crate) mod names;
 pub(crate) mod queue;
 pub(crate) mod serve;
+pub(crate) mod staging;
 pub(crate) mod streams;
 
 pub use agent::{JobAgents, JobShare};

@@ -17,12 +17,13 @@ use super::{
     dispatch::{Dispatcher, Done, Ended, Placement, Task},
     job_tasks::JobTasks,
     serve::job_frame,
+    staging::Stager,
 };
 use crate::{
     fanout::Fanout,
     limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER},
     plan::Plan,
-    proto::{Cmd, RankEnd, Stream, TaskId, Up},
+    proto::{Cmd, RankEnd, Staged, Stream, TaskId, Up},
     status::code,
     stdio::Tagger,
     task_spec::{self, Defaults, TaskSpec},
@@ -397,8 +398,13 @@ fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
             "tasks of several ranks or of MPI need a socket for their jobs, and greedyrun could not make one (run with -v to see why)".into(),
         );
     }
-    if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
-        return Some("staging \"inputs\" and \"outputs\" is not done by streams yet".into());
+    if !spec.outputs.is_empty() {
+        return Some("collecting \"outputs\" is not done by streams yet".into());
+    }
+    if spec.is_job() && !spec.inputs.is_empty() {
+        return Some(
+            "staging \"inputs\" for tasks of several ranks or of MPI is not done yet".into(),
+        );
     }
     if spec.is_job() {
         let room = board.rank_room(spec.cores_per_rank);
@@ -454,6 +460,8 @@ pub(crate) struct Streams<'a> {
     /// Its tasks of several ranks or of MPI, each a job through a client of its own (none if
     /// there is no socket for their jobs).
     job_tasks: Option<JobTasks>,
+    /// The tasks' input files staged to the hosts.
+    stager: Stager,
     launch_deadline: Instant,
     pub(super) launch_over: bool,
     pub(super) idle_since: Instant,
@@ -487,6 +495,7 @@ impl<'a> Streams<'a> {
             ending: false,
             end_deadline: None,
             job_tasks: None,
+            stager: Stager::default(),
             launch_deadline: t0 + plan.timeout,
             launch_over: false,
             idle_since: Instant::now(),
@@ -506,13 +515,39 @@ impl<'a> Streams<'a> {
     /// Sends task `id`, placed `at`, there: to its agent, or to a client of its own if it is
     /// a job.
     async fn send_task(&mut self, id: TaskId, spec: TaskSpec, at: Placement) {
-        match &mut self.job_tasks {
-            Some(jobs) if spec.is_job() => jobs.start(id, &spec, &at, &self.plan.hosts),
-            _ => {
-                let spec = Box::new(spec);
-                self.fanout
-                    .route(Some(at.host()), Cmd::Task { id, spec })
-                    .await;
+        if let (Some(jobs), true) = (&mut self.job_tasks, spec.is_job()) {
+            return jobs.start(id, &spec, &at, &self.plan.hosts);
+        }
+        let Some(staged) = self.stage(id, &spec).await else {
+            return;
+        };
+        let spec = Box::new(spec);
+        let cmd = Cmd::Task { id, spec, staged };
+        self.fanout.route(Some(at.host()), cmd).await;
+    }
+
+    /// Task `id`'s inputs on every host, each file sent once per content, said on its
+    /// stream; `None` if one cannot be (the task fails, named, and its slots are free).
+    async fn stage(&mut self, id: TaskId, spec: &TaskSpec) -> Option<Vec<Staged>> {
+        if spec.inputs.is_empty() {
+            return Some(Vec::new());
+        }
+        let staged = self.stager.stage(spec, &self.fanout).await;
+        let Some(cur) = self.streams.get_mut(&id.stream) else {
+            self.dispatch.forget(id);
+            return None;
+        };
+        match staged {
+            Ok((staged, said)) => {
+                for line in said {
+                    cur.feed.say(line).await;
+                }
+                Some(staged)
+            }
+            Err(why) => {
+                self.dispatch.forget(id);
+                cur.not_run(id.line, &spec.run.display(), &why).await;
+                None
             }
         }
     }

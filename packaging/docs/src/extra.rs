@@ -26,6 +26,10 @@ with \fB\-\-bind\-to core\fR or \fBsocket\fR: the CPUs the rank is bound to, com
 .B GREEDY_TASK
 with \fB\-\-tasks\fR: the task's line number in the stream (from 1); a task gets
 \fBGREEDY_JOB\fR and \fBGREEDY_NODE\fR too, no rank variables and no wire\-up.
+.TP
+.B GREEDY_STAGED
+with \fB\-\-tasks\fR, for a task that lists \fBinputs\fR: the directory on its host where
+it finds them by their file names (removed when it ends).
 .PP
 An outer launcher's endpoints in greedyrun's environment (\fBPMI_*\fR but \fBPMI_DEBUG\fR,
 \fBPMIX_*\fR but \fBPMIX_MCA_*\fR, \fBNETSTART\fR, ...) are not passed on. Then, by

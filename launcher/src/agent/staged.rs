@@ -1,0 +1,153 @@
+//! The task inputs staged to this host ([`crate::proto::Cmd::Stage`]): files named by their
+//! content's SHA-256 in a private directory of the agent's (node-local temporary storage),
+//! kept for as long as the agent runs (a stream, or a whole session) and removed when it ends,
+//! also after a failure. Each task that names inputs gets a directory of its own
+//! (`GREEDY_STAGED`) linking them by the names it gave, removed when it ends.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::proto::{Staged, TaskId};
+
+/// This host's staged files and the tasks' directories of them.
+#[derive(Default)]
+pub(crate) struct StagedFiles {
+    /// Made at the first staging: `None` until then.
+    dir: Option<PathBuf>,
+    /// Files being received, by staging number.
+    parts: HashMap<u64, File>,
+    /// Each running task's directory, by its process group.
+    tasks: HashMap<u32, PathBuf>,
+}
+
+impl StagedFiles {
+    /// The cache directory, made on first use.
+    fn dir(&mut self) -> std::io::Result<&Path> {
+        if self.dir.is_none() {
+            let made = greedy_pmix::pmix::private_dir(&std::env::temp_dir(), "greedy-staged.")?;
+            self.dir = Some(made);
+        }
+        Ok(self.dir.as_deref().expect("made"))
+    }
+
+    /// Bytes `offset..` of the file being staged as `id`.
+    pub(crate) fn chunk(&mut self, id: u64, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let part = self.dir()?.join(format!("part-{id}"));
+        let file = match self.parts.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(File::create(part)?),
+        };
+        file.seek(SeekFrom::Start(offset))?;
+        file.write_all(data)
+    }
+
+    /// The file staged as `id` is complete: it is the cache's copy of content `hash`.
+    pub(crate) fn end(&mut self, id: u64, hash: &str) -> std::io::Result<()> {
+        if !is_hash(hash) {
+            return Err(std::io::Error::other(format!("{hash:?} is not a SHA-256")));
+        }
+        let dir = self.dir()?.to_path_buf();
+        let part = dir.join(format!("part-{id}"));
+        // An empty file has no chunk.
+        match self.parts.remove(&id) {
+            Some(f) => drop(f),
+            None => drop(File::create(&part)?),
+        }
+        std::fs::rename(part, dir.join(hash))
+    }
+
+    /// A directory for task `id` linking its `inputs` by their names, or why not (one is not
+    /// on this host).
+    pub(crate) fn task_dir(&mut self, id: TaskId, inputs: &[Staged]) -> Result<PathBuf, String> {
+        let dir = self.dir().map_err(|e| format!("staged inputs: {e}"))?;
+        let task = dir.join(format!("task-{}-{}", id.stream, id.line));
+        let _ = std::fs::remove_dir_all(&task);
+        std::fs::create_dir(&task).map_err(|e| format!("{}: {e}", task.display()))?;
+        for input in inputs {
+            let cached = dir.join(&input.hash);
+            let mut parts = Path::new(&input.name).components();
+            let plain = matches!(
+                (parts.next(), parts.next()),
+                (Some(std::path::Component::Normal(_)), None)
+            );
+            if !plain || !is_hash(&input.hash) || !cached.is_file() {
+                let _ = std::fs::remove_dir_all(&task);
+                return Err(format!(
+                    "its input {:?} was not staged to this host",
+                    input.name
+                ));
+            }
+            let link = task.join(&input.name);
+            std::os::unix::fs::symlink(&cached, &link)
+                .map_err(|e| format!("{}: {e}", link.display()))?;
+        }
+        Ok(task)
+    }
+
+    /// The task in process group `pgid` runs with `dir`.
+    pub(crate) fn task_started(&mut self, pgid: u32, dir: PathBuf) {
+        self.tasks.insert(pgid, dir);
+    }
+
+    /// The task in process group `pgid` ended: its directory goes (the cache stays).
+    pub(crate) fn task_ended(&mut self, pgid: u32) {
+        if let Some(dir) = self.tasks.remove(&pgid) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for StagedFiles {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Whether `s` is a SHA-256 in lowercase hex (so, as a file name, it cannot leave the cache).
+fn is_hash(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_chunks_become_the_cached_file_that_tasks_link_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = StagedFiles::default();
+        s.dir = Some(tmp.path().to_path_buf());
+        let hash = "a".repeat(64);
+        s.chunk(1, 0, b"hello ").unwrap();
+        s.chunk(1, 6, b"world").unwrap();
+        s.end(1, &hash).unwrap();
+        let id = TaskId { stream: 0, line: 3 };
+        let input = |name: &str, hash: &str| Staged {
+            name: name.into(),
+            hash: hash.into(),
+        };
+        let dir = s.task_dir(id, &[input("in.txt", &hash)]).unwrap();
+        assert_eq!(std::fs::read(dir.join("in.txt")).unwrap(), b"hello world");
+        s.task_started(7, dir.clone());
+        s.task_ended(7);
+        assert!(!dir.exists());
+        assert!(tmp.path().join(&hash).is_file(), "the cache stays");
+        // Not staged, or not a hash (a path out of the cache): refused.
+        let missing = s.task_dir(id, &[input("x", &"b".repeat(64))]);
+        assert!(missing.unwrap_err().contains("\"x\" was not staged"));
+        assert!(s.task_dir(id, &[input("x", "../../etc/passwd")]).is_err());
+        assert!(s.task_dir(id, &[input("../x", &hash)]).is_err());
+        assert!(s.end(2, "../x").is_err());
+        // An empty file has no chunk.
+        s.end(3, &"c".repeat(64)).unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("c".repeat(64))).unwrap(), b"");
+        drop(s);
+        assert!(!tmp.path().exists(), "the agent's end removes the cache");
+    }
+}

@@ -1,0 +1,130 @@
+//! Tasks' input files staged to their hosts, end to end through the fake remote shell: each
+//! task reads its inputs, byte for byte, from a directory of its own on its host; a file is
+//! sent down the tree once per content (said once), again when it changed, and a session
+//! keeps it for its later streams; every host's copy is gone when the run or session ends.
+
+mod common;
+
+use std::{
+    path::Path,
+    process::{Command, Output, Stdio},
+};
+
+use common::{GREEDYRUN, greedyrun, session_socket, shell, text};
+
+/// `n` tasks that each check their staged `in.bin` against `expected.bin` and say so, and
+/// one whose input does not exist.
+fn lines(n: usize) -> String {
+    let check = r#"cmp "$GREEDY_STAGED/in.bin" expected.bin && test -L "$GREEDY_STAGED/in.bin" && echo ok $GREEDY_TASK"#;
+    let task = serde_json::json!({"argv": ["sh", "-c", check], "inputs": ["in.bin"]});
+    let mut lines = vec![task.to_string(); n];
+    lines.push(r#"{"command":"true","inputs":["missing.bin"]}"#.into());
+    lines.join("\n") + "\n"
+}
+
+/// Writes `in.bin` (and its reference copy) of 3 MiB, the byte `seed` mixed in.
+fn input(dir: &Path, seed: u8) {
+    let data: Vec<u8> = (0..3usize << 20).map(|i| (i % 251) as u8 ^ seed).collect();
+    std::fs::write(dir.join("in.bin"), &data).unwrap();
+    std::fs::write(dir.join("expected.bin"), &data).unwrap();
+}
+
+/// Checks a stream's `out`: its `n` tasks saw their input, the missing one failed naming
+/// it, and the input was sent `sent` times.
+fn check(out: &Output, n: usize, sent: usize) {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("ok ").count(), n, "{stdout}{stderr}");
+    let line = n + 1;
+    let missing = format!("task {line}: not run, input missing.bin: No such file");
+    assert!(stderr.contains(&missing), "{stderr}");
+    let said = stderr.matches("staged in.bin (3145728 bytes").count();
+    assert_eq!(said, sent, "{stderr}");
+}
+
+/// The hosts' staging directories under `tmp`, left after the run.
+fn left(tmp: &Path) -> Vec<String> {
+    let entries = std::fs::read_dir(tmp).unwrap().flatten();
+    entries
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn inputs_are_staged_once_and_every_task_reads_them_on_its_host() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let tmp = dir.join("node-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    input(dir, 0);
+    std::fs::write(dir.join("tasks"), lines(12)).unwrap();
+    let out = greedyrun(
+        &local,
+        &["-H", "localhost:2,127.0.0.2:2", "--tasks", "tasks"],
+    )
+    .current_dir(dir)
+    .env_remove("GREEDY_SESSION")
+    .env("TMPDIR", &tmp)
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    check(&out, 12, 1);
+    assert_eq!(
+        left(&tmp),
+        Vec::<String>::new(),
+        "the hosts' copies are gone"
+    );
+}
+
+#[test]
+fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let tmp = dir.join("node-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let started = Command::new(GREEDYRUN)
+        .args([
+            "--rsh",
+            local.to_str().unwrap(),
+            "-H",
+            "localhost:2,127.0.0.2:2",
+        ])
+        .args(["--start-session", "--idle-timeout", "60"])
+        .current_dir(dir)
+        .env_remove("GREEDY_SESSION")
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&started);
+    let _ends = common::EndsSession(socket.clone());
+    std::fs::write(dir.join("tasks"), lines(6)).unwrap();
+    let stream = || {
+        greedyrun(&local, &["--tasks", "tasks"])
+            .current_dir(dir)
+            .env("GREEDY_SESSION", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    input(dir, 0);
+    check(&stream(), 6, 1);
+    check(&stream(), 6, 0);
+    input(dir, 7);
+    check(&stream(), 6, 1);
+    let ended = Command::new(GREEDYRUN)
+        .arg("--end-session")
+        .env("GREEDY_SESSION", &socket)
+        .output()
+        .unwrap();
+    assert_eq!(ended.status.code(), Some(0));
+    let t0 = std::time::Instant::now();
+    while !left(&tmp).is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        left(&tmp),
+        Vec::<String>::new(),
+        "the hosts' copies are gone"
+    );
+}
