@@ -14,6 +14,7 @@ mod staged;
 
 use std::{
     collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
 };
@@ -462,11 +463,16 @@ impl Agent {
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let out = self.forward_task_output(id, out, Stream::Stdout);
         let err = self.forward_task_output(id, err, Stream::Stderr);
+        let outputs = (spec.outputs.iter())
+            .map(|o| Path::new(spec.cwd.as_deref().unwrap_or("")).join(o))
+            .collect();
         let ending = TaskEnding {
             id,
             node: self.node,
             pgid,
             started,
+            cwd: PathBuf::from(&self.start.cwd),
+            outputs,
             up: self.up.clone(),
             exits: exits.clone(),
             ended: ended.clone(),
@@ -818,6 +824,10 @@ struct TaskEnding {
     node: u32,
     pgid: u32,
     started: tokio::time::Instant,
+    /// The stream's working directory here.
+    cwd: PathBuf,
+    /// The files to send back once it ended, relative to `cwd`.
+    outputs: Vec<PathBuf>,
     up: mpsc::Sender<Up>,
     /// The main loop's count of ended ranks and tasks.
     exits: mpsc::Sender<u32>,
@@ -833,6 +843,9 @@ impl TaskEnding {
         self.own.forget_if_empty(self.pgid);
         let wall_us = self.started.elapsed().as_micros() as u64;
         drain_output(out, err).await;
+        for output in &self.outputs {
+            self.send_output(output).await;
+        }
         // The loop hears of the end before greedyrun can send the next task: that task's
         // cores are picked with this one's free (`Running::start_task` drains these first).
         let _ = self.ended.send(self.pgid).await;
@@ -847,6 +860,43 @@ impl TaskEnding {
             })
             .await;
         let _ = self.exits.send(self.pgid).await;
+    }
+}
+
+impl TaskEnding {
+    /// Sends output file `path` (relative to the stream's directory) up in chunks; one that
+    /// cannot be read is said on the task's stderr.
+    async fn send_output(&self, path: &Path) {
+        let id = self.id;
+        let name = path.display().to_string();
+        let sent = crate::chunks::read(&self.cwd.join(path), |(offset, data)| {
+            let path = name.clone();
+            let last = false;
+            let frame = Up::TaskFile {
+                id,
+                path,
+                offset,
+                data,
+                last,
+            };
+            async { drop(self.up.send(frame).await) }
+        })
+        .await;
+        let frame = match sent {
+            Ok((_, len)) => Up::TaskFile {
+                id,
+                path: name,
+                offset: len,
+                data: bytes::Bytes::new(),
+                last: true,
+            },
+            Err(e) => Up::TaskOutput {
+                id,
+                stream: Stream::Stderr,
+                data: format!("greedyd: task {}: output {name}: {e}\n", id.line).into(),
+            },
+        };
+        let _ = self.up.send(frame).await;
     }
 }
 

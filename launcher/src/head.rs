@@ -475,7 +475,11 @@ impl<'a> Head<'a> {
             | Up::ChildExit { .. }) => return self.on_spawn_frame(up).await,
             Up::StdinTaken { .. } => self.window.add_permits(1),
             // Only a task stream's or a session's agents send these (session::streams).
-            Up::TaskOutput { .. } | Up::TaskEnd { .. } | Up::Job { .. } | Up::Names { .. } => {}
+            Up::TaskOutput { .. }
+            | Up::TaskFile { .. }
+            | Up::TaskEnd { .. }
+            | Up::Job { .. }
+            | Up::Names { .. } => {}
             Up::Unclean { node, what } => say(format!(
                 "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
                 self.host(node),

@@ -38,6 +38,7 @@ pub mod agent;
 pub mod allocation;
 pub mod calibrate;
 pub mod children;
+mod chunks;
 pub mod connect;
 mod error;
 pub mod exports;

@@ -549,6 +549,21 @@ pub enum Up {
         /// Why not.
         what: String,
     },
+    /// Bytes `offset..` of an output file of task `id`, collected after it ended and before
+    /// its [`Up::TaskEnd`]; `last` on the file's final frame.
+    TaskFile {
+        /// The task.
+        id: TaskId,
+        /// The file, relative to the stream's working directory (as the task's `cwd` and
+        /// `outputs` name it).
+        path: String,
+        /// Where these bytes go in the file.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+        /// The file is complete.
+        last: bool,
+    },
     /// Output of a task, cut as a rank's is ([`Up::Output`]).
     TaskOutput {
         /// The task.

@@ -1,7 +1,8 @@
-//! Tasks' input files staged to their hosts, end to end through the fake remote shell: each
-//! task reads its inputs, byte for byte, from a directory of its own on its host; a file is
-//! sent down the tree once per content (said once), again when it changed, and a session
-//! keeps it for its later streams; every host's copy is gone when the run or session ends.
+//! Tasks' input files staged to their hosts and output files collected back, end to end
+//! through the fake remote shell: each task reads its inputs, byte for byte, from a directory
+//! of its own on its host; a file is sent down the tree once per content (said once), again
+//! when it changed, and a session keeps it for its later streams; every host's copy is gone
+//! when the run or session ends; outputs come back whole and are named in the results.
 
 mod common;
 
@@ -127,4 +128,61 @@ fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
         Vec::<String>::new(),
         "the hosts' copies are gone"
     );
+}
+
+#[test]
+fn outputs_come_back_whole_and_are_named_in_the_results() {
+    let (d, local) = shell();
+    let dir = d.path();
+    std::fs::create_dir(dir.join("runs")).unwrap();
+    // 1.5 MB of the task's number: more than one frame.
+    let write = r#"head -c 1500000 /dev/zero | tr '\0' "$GREEDY_TASK" > out-$GREEDY_TASK.txt; echo small > note.txt"#;
+    let lines = [
+        serde_json::json!({"argv": ["sh", "-c", write], "cwd": "runs",
+            "outputs": ["out-1.txt", "note.txt"]})
+        .to_string(),
+        serde_json::json!({"command": "true", "outputs": ["never-written.txt"]}).to_string(),
+    ];
+    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
+    let out = greedyrun(
+        &local,
+        &["-H", "localhost:2,127.0.0.2:2", "--results", "res"],
+    )
+    .args(["--tasks", "tasks"])
+    .current_dir(dir)
+    .env_remove("GREEDY_SESSION")
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let data = std::fs::read(dir.join("runs/out-1.txt")).unwrap();
+    assert_eq!(data.len(), 1_500_000);
+    assert!(
+        data.iter().all(|&b| b == b'1'),
+        "the output came back whole"
+    );
+    assert!(
+        stderr.contains("task 2: output never-written.txt: No such file"),
+        "{stderr}"
+    );
+    let res = std::fs::read_to_string(dir.join("res")).unwrap();
+    let res: Vec<serde_json::Value> = res
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let first = res.iter().find(|v| v["task"] == 1).unwrap();
+    assert_eq!(
+        first["outputs"],
+        serde_json::json!(["runs/out-1.txt", "runs/note.txt"])
+    );
+    let second = res.iter().find(|v| v["task"] == 2).unwrap();
+    assert!(second.get("outputs").is_none(), "{second}");
+    let parts: Vec<_> = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("greedy-part"))
+        .collect();
+    assert!(parts.is_empty(), "{parts:?}");
 }

@@ -1,25 +1,23 @@
-//! greedyrun's side of staging tasks' inputs: each file a task names is read, named by its
-//! content's SHA-256, and sent down the tree to every host once per content
+//! greedyrun's side of staging tasks' files. Inputs: each file a task names is read, named by
+//! its content's SHA-256, and sent down the tree to every host once per content
 //! ([`Cmd::Stage`]): one copy crosses each edge of the tree, however many tasks and hosts read
 //! it, and a file that changed is sent again. The hosts keep them for the stream or the
 //! session (`agent::staged`); commands down a tree path keep their order, so a file sent
-//! before a task is on its host when the task starts.
+//! before a task is on its host when the task starts. Outputs: what a task's host sends back
+//! after it ended ([`crate::proto::Up::TaskFile`]) is written beside its path and renamed
+//! over it once complete ([`Collector`]).
 
 use std::collections::{HashMap, HashSet};
+use std::io::{Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
-
 use crate::{
+    chunks::read,
     fanout::Fanout,
-    proto::{Cmd, Staged},
+    proto::{Cmd, Staged, TaskId},
     task_spec::TaskSpec,
 };
-
-/// Bytes per [`Cmd::Stage`] frame.
-const CHUNK: usize = 1 << 20;
 
 /// What the filesystem says of a file: when any of it changes, its content is read again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,69 +118,60 @@ impl Stager {
     }
 }
 
-/// Reads `path` in chunks, each handed to `each` with its offset: its SHA-256 (lowercase hex)
-/// and size.
-async fn read<F, Fut>(path: &Path, mut each: F) -> std::io::Result<(String, u64)>
-where
-    F: FnMut((u64, bytes::Bytes)) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut file = tokio::fs::File::open(path).await?;
-    let mut sha = Sha256::new();
-    let mut offset = 0u64;
-    loop {
-        let mut buf = vec![0u8; CHUNK];
-        let n = read_full(&mut file, &mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        buf.truncate(n);
-        sha.update(&buf);
-        each((offset, bytes::Bytes::from(buf))).await;
-        offset += n as u64;
-    }
-    let hex = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    Ok((hex, offset))
+/// Output files being collected from the hosts, and those collected for each task.
+#[derive(Default)]
+pub(super) struct Collector {
+    /// Files being written, by task and path.
+    open: HashMap<(TaskId, String), std::fs::File>,
+    /// Each task's files collected so far.
+    done: HashMap<TaskId, Vec<String>>,
 }
 
-/// Fills `buf` as far as the file goes: the bytes read (fewer only at its end).
-async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]).await? {
-            0 => break,
-            k => n += k,
+impl Collector {
+    /// Bytes `offset..` of task `id`'s output `path` (relative to greedyrun's working
+    /// directory), `last` once it is complete: written beside it, renamed over it at the end.
+    pub(super) fn chunk(
+        &mut self,
+        id: TaskId,
+        path: String,
+        offset: u64,
+        data: &[u8],
+        last: bool,
+    ) -> std::io::Result<()> {
+        let part = PathBuf::from(format!("{path}.greedy-part-{}-{}", id.stream, id.line));
+        let key = (id, path);
+        let written = (|| {
+            let file = match self.open.entry(key.clone()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(std::fs::File::create(&part)?)
+                }
+            };
+            file.seek(std::io::SeekFrom::Start(offset))?;
+            file.write_all(data)
+        })();
+        if written.is_err() || last {
+            self.open.remove(&key);
         }
+        written?;
+        if last {
+            std::fs::rename(&part, &key.1)?;
+            self.done.entry(id).or_default().push(key.1);
+        }
+        Ok(())
     }
-    Ok(n)
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_files_hash_and_size_come_from_the_chunks_read() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("f");
-        let data: Vec<u8> = (0..CHUNK + 10).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
-        let chunks = std::sync::Mutex::new(Vec::new());
-        let (hash, len) = read(&path, |(offset, data)| {
-            chunks.lock().unwrap().push((offset, data.len()));
-            async {}
-        })
-        .await
-        .unwrap();
-        assert_eq!(len, data.len() as u64);
-        assert_eq!(
-            chunks.into_inner().unwrap(),
-            [(0, CHUNK), (CHUNK as u64, 10)]
-        );
-        let expected: String = Sha256::digest(&data)
-            .iter()
-            .map(|b| format!("{b:02x}"))
+    /// The output files collected for task `id` (its result names them); what was left
+    /// half-written of them (a host lost mid-file) is removed.
+    pub(super) fn take(&mut self, id: TaskId) -> Vec<String> {
+        let half: Vec<(TaskId, String)> = (self.open.keys())
+            .filter(|(t, _)| *t == id)
+            .cloned()
             .collect();
-        assert_eq!(hash, expected);
+        for (t, path) in half {
+            self.open.remove(&(t, path.clone()));
+            let _ = std::fs::remove_file(format!("{path}.greedy-part-{}-{}", t.stream, t.line));
+        }
+        self.done.remove(&id).unwrap_or_default()
     }
 }

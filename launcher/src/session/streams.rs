@@ -17,7 +17,7 @@ use super::{
     dispatch::{Dispatcher, Done, Ended, Placement, Task},
     job_tasks::JobTasks,
     serve::job_frame,
-    staging::Stager,
+    staging::{Collector, Stager},
 };
 use crate::{
     fanout::Fanout,
@@ -33,8 +33,8 @@ use crate::{
 /// One result line: the task's number, host, exit code (128 + signal for a signal, 127 if it
 /// could not start), its last run's wall time, when it ended (seconds since the stream
 /// started, so tasks/s over time can be drawn), its runs, its command, its name if it has
-/// one, and for a task of several ranks the host of each rank.
-fn result_line(done: &Done, hosts: &[String], end_s: f64) -> String {
+/// one, for a task of several ranks the host of each rank, and the output files collected.
+fn result_line(done: &Done, hosts: &[String], end_s: f64, outputs: &[String]) -> String {
     let spec = &done.task.spec;
     let name = |h: u32| hosts.get(h as usize).cloned().unwrap_or_default();
     let mut line = serde_json::json!({
@@ -51,6 +51,9 @@ fn result_line(done: &Done, hosts: &[String], end_s: f64) -> String {
     }
     if spec.ranks > 1 {
         line["rank_hosts"] = done.at.rank_hosts().map(name).collect::<Vec<_>>().into();
+    }
+    if !outputs.is_empty() {
+        line["outputs"] = outputs.into();
     }
     if done.cancelled {
         line["cancelled"] = true.into();
@@ -398,12 +401,9 @@ fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
             "tasks of several ranks or of MPI need a socket for their jobs, and greedyrun could not make one (run with -v to see why)".into(),
         );
     }
-    if !spec.outputs.is_empty() {
-        return Some("collecting \"outputs\" is not done by streams yet".into());
-    }
-    if spec.is_job() && !spec.inputs.is_empty() {
+    if spec.is_job() && !(spec.inputs.is_empty() && spec.outputs.is_empty()) {
         return Some(
-            "staging \"inputs\" for tasks of several ranks or of MPI is not done yet".into(),
+            "staging \"inputs\" and \"outputs\" for tasks of several ranks or of MPI is not done yet".into(),
         );
     }
     if spec.is_job() {
@@ -462,6 +462,8 @@ pub(crate) struct Streams<'a> {
     job_tasks: Option<JobTasks>,
     /// The tasks' input files staged to the hosts.
     stager: Stager,
+    /// The tasks' output files coming back.
+    collector: Collector,
     launch_deadline: Instant,
     pub(super) launch_over: bool,
     pub(super) idle_since: Instant,
@@ -496,6 +498,7 @@ impl<'a> Streams<'a> {
             end_deadline: None,
             job_tasks: None,
             stager: Stager::default(),
+            collector: Collector::default(),
             launch_deadline: t0 + plan.timeout,
             launch_over: false,
             idle_since: Instant::now(),
@@ -779,6 +782,20 @@ impl<'a> Streams<'a> {
                     cur.feed.output(stream, &bytes).await;
                 }
             }
+            Up::TaskFile {
+                id,
+                path,
+                offset,
+                data,
+                last,
+            } => {
+                let shown = path.clone();
+                let written = self.collector.chunk(id, path, offset, &data, last);
+                if let (Err(e), Some(cur)) = (written, self.streams.get_mut(&id.stream)) {
+                    let text = format!("task {}: output {}: {e}", id.line, escape(&shown));
+                    cur.feed.say(text).await;
+                }
+            }
             Up::TaskEnd {
                 node,
                 id,
@@ -865,18 +882,25 @@ impl<'a> Streams<'a> {
                     cur.feed.say(text).await;
                 }
                 let end_s = cur.t0.elapsed().as_secs_f64();
+                let outputs = self.collector.take(id);
                 (cur.feed)
-                    .result(&result_line(&d, &plan.hosts, end_s))
+                    .result(&result_line(&d, &plan.hosts, end_s, &outputs))
                     .await;
             }
-            Ended::Retry if self.verbose => log(format!(
-                "task {} of stream {} on {} ended with {}: running it again",
-                id.line,
-                id.stream,
-                host(plan, node),
-                end.code()
-            )),
-            Ended::Retry | Ended::Stale => {}
+            Ended::Retry => {
+                // What the failed run sent back is not the task's result.
+                self.collector.take(id);
+                if self.verbose {
+                    log(format!(
+                        "task {} of stream {} on {} ended with {}: running it again",
+                        id.line,
+                        id.stream,
+                        host(plan, node),
+                        end.code()
+                    ));
+                }
+            }
+            Ended::Stale => {}
         }
     }
 
@@ -1064,7 +1088,7 @@ mod tests {
             cancelled: false,
         };
         let v: serde_json::Value =
-            serde_json::from_str(&result_line(&d, &["n1".into()], 2.3456)).unwrap();
+            serde_json::from_str(&result_line(&d, &["n1".into()], 2.3456, &[])).unwrap();
         assert_eq!(v["end_s"], 2.346);
         assert_eq!(v["task"], 7);
         assert_eq!(v["exit"], 137);
@@ -1086,8 +1110,10 @@ mod tests {
             ..d
         };
         let hosts = ["n1".to_string(), "n2".to_string()];
-        let v: serde_json::Value = serde_json::from_str(&result_line(&d, &hosts, 1.0)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&result_line(&d, &hosts, 1.0, &["o".into()])).unwrap();
         assert_eq!(v["host"], "n2");
         assert_eq!(v["rank_hosts"], serde_json::json!(["n2", "n2", "n1"]));
+        assert_eq!(v["outputs"], serde_json::json!(["o"]));
     }
 }

@@ -1,0 +1,77 @@
+//! Files read in frame-sized chunks, with their SHA-256: task inputs staged down the tree,
+//! task outputs collected up it.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+/// Bytes per frame.
+pub(crate) const CHUNK: usize = 1 << 20;
+
+/// Reads `path` in chunks, each handed to `each` with its offset: its SHA-256 (lowercase hex)
+/// and size.
+pub(crate) async fn read<F, Fut>(path: &Path, mut each: F) -> std::io::Result<(String, u64)>
+where
+    F: FnMut((u64, bytes::Bytes)) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut file = tokio::fs::File::open(path).await?;
+    let mut sha = Sha256::new();
+    let mut offset = 0u64;
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let n = read_full(&mut file, &mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        sha.update(&buf);
+        each((offset, bytes::Bytes::from(buf))).await;
+        offset += n as u64;
+    }
+    let hex = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((hex, offset))
+}
+
+/// Fills `buf` as far as the file goes: the bytes read (fewer only at its end).
+async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]).await? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_files_hash_and_size_come_from_the_chunks_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        let data: Vec<u8> = (0..CHUNK + 10).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let chunks = std::sync::Mutex::new(Vec::new());
+        let (hash, len) = read(&path, |(offset, data)| {
+            chunks.lock().unwrap().push((offset, data.len()));
+            async {}
+        })
+        .await
+        .unwrap();
+        assert_eq!(len, data.len() as u64);
+        assert_eq!(
+            chunks.into_inner().unwrap(),
+            [(0, CHUNK), (CHUNK as u64, 10)]
+        );
+        let expected: String = Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash, expected);
+    }
+}
