@@ -13,8 +13,8 @@ use std::{
 };
 
 use common::{
-    EndsSession, greedyrun, interrupt, mpi_build, processes_with, session_process, shell, text,
-    two_host_session,
+    EndsSession, greedyrun, interrupt, mpi_build, processes_with, results_by_task, session_process,
+    shell, text, two_host_session,
 };
 
 /// The environment Open MPI 5 from its venv needs here (as the spawn tests give it).
@@ -90,16 +90,6 @@ fn end_session(socket: &str) {
     // Its agents' guards may still be ending what a lost host left (their grace).
     let alive = Path::new(&format!("/proc/{serve}")).exists();
     assert!(!alive, "the session did not end");
-}
-
-/// The results file's lines, by task line.
-fn results(path: &Path) -> BTreeMap<u64, serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .map(|v| (v["task"].as_u64().unwrap(), v))
-        .collect()
 }
 
 /// The most ranks that ran at once on each host, from the results' run intervals (each
@@ -181,7 +171,7 @@ fn mpi_tasks_of_both_families_wire_up_in_a_session_stream() {
         ),
         "{stderr}"
     );
-    let res = results(&dir.join("res"));
+    let res = results_by_task(&dir.join("res"));
     assert_eq!(res.len(), 13, "every task reported once: {res:?}");
     for line in (1..=8).chain([11, 12, 13]) {
         assert_eq!(res[&line]["exit"], 0, "task {line}: {:?}", res[&line]);
@@ -279,7 +269,7 @@ fn a_lost_hosts_job_tasks_run_again_elsewhere() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(stderr.contains(" lost"), "{stderr}");
-    let res = results(&dir.join("res"));
+    let res = results_by_task(&dir.join("res"));
     assert_eq!(
         res.keys().copied().collect::<Vec<_>>(),
         (1..=6).collect::<Vec<_>>()
@@ -341,7 +331,7 @@ fn mpi_tasks_run_in_greedyruns_own_stream() {
             assert!(stdout.contains(&ok), "{ok} in {stdout}{stderr}");
         }
     }
-    let res = results(&dir.join("res"));
+    let res = results_by_task(&dir.join("res"));
     let exits: Vec<_> = (1..=3).map(|l| res[&l]["exit"].as_i64()).collect();
     assert_eq!(exits, [Some(0), Some(6), Some(0)], "{res:?}");
     let left: Vec<_> = std::fs::read_dir(&runtime).unwrap().collect();

@@ -11,7 +11,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use common::{GREEDYRUN, greedyrun, session_socket, shell, text};
+use common::{GREEDYRUN, greedyrun, results_by_task, session_socket, shell, text};
 
 /// `n` tasks that each check their staged `in.bin` against `expected.bin` and say so, and
 /// one whose input does not exist.
@@ -43,12 +43,20 @@ fn check(out: &Output, n: usize, sent: usize) {
     assert_eq!(said, sent, "{stderr}");
 }
 
-/// The hosts' staging directories under `tmp`, left after the run.
-fn left(tmp: &Path) -> Vec<String> {
-    let entries = std::fs::read_dir(tmp).unwrap().flatten();
-    entries
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
+/// Checks that the hosts' staging directories under `tmp` are gone (within 20 s: a session's
+/// agents leave after its end).
+fn assert_gone(tmp: &Path) {
+    let left = || -> Vec<String> {
+        let entries = std::fs::read_dir(tmp).unwrap().flatten();
+        entries
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let t0 = std::time::Instant::now();
+    while !left().is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(left(), Vec::<String>::new(), "the hosts' copies are gone");
 }
 
 #[test]
@@ -70,11 +78,7 @@ fn inputs_are_staged_once_and_every_task_reads_them_on_its_host() {
     .output()
     .unwrap();
     check(&out, 12, 1);
-    assert_eq!(
-        left(&tmp),
-        Vec::<String>::new(),
-        "the hosts' copies are gone"
-    );
+    assert_gone(&tmp);
 }
 
 #[test]
@@ -119,15 +123,7 @@ fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
         .output()
         .unwrap();
     assert_eq!(ended.status.code(), Some(0));
-    let t0 = std::time::Instant::now();
-    while !left(&tmp).is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(
-        left(&tmp),
-        Vec::<String>::new(),
-        "the hosts' copies are gone"
-    );
+    assert_gone(&tmp);
 }
 
 #[test]
@@ -166,17 +162,13 @@ fn outputs_come_back_whole_and_are_named_in_the_results() {
         stderr.contains("task 2: output never-written.txt: No such file"),
         "{stderr}"
     );
-    let res = std::fs::read_to_string(dir.join("res")).unwrap();
-    let res: Vec<serde_json::Value> = res
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let first = res.iter().find(|v| v["task"] == 1).unwrap();
+    let res = results_by_task(&dir.join("res"));
+    let first = &res[&1];
     assert_eq!(
         first["outputs"],
         serde_json::json!(["runs/out-1.txt", "runs/note.txt"])
     );
-    let second = res.iter().find(|v| v["task"] == 2).unwrap();
+    let second = &res[&2];
     assert!(second.get("outputs").is_none(), "{second}");
     let parts: Vec<_> = std::fs::read_dir(dir.join("runs"))
         .unwrap()

@@ -9,7 +9,7 @@ use std::{
     process::{Output, Stdio},
 };
 
-use common::{EndsSession, greedyrun, shell, text, two_host_session};
+use common::{EndsSession, greedyrun, results_by_task, shell, text, two_host_session};
 
 /// Runs the stream of `lines` (written to `dir/tasks`) with `greedyrun ARGS --tasks tasks`
 /// in `dir`, through `local`.
@@ -22,16 +22,6 @@ fn run_stream<S: AsRef<str>>(dir: &Path, local: &Path, lines: &[S], args: &[&str
         .stdin(Stdio::null())
         .output()
         .unwrap()
-}
-
-/// The JSON lines of a `--results` file, by task line.
-fn results(path: &Path) -> std::collections::BTreeMap<u64, serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .map(|v| (v["task"].as_u64().unwrap(), v))
-        .collect()
 }
 
 #[test]
@@ -82,7 +72,7 @@ fn json_lines_run_as_they_describe_and_bad_ones_fail_alone() {
     ] {
         assert!(stderr.contains(said), "{said:?} in {stderr}");
     }
-    let res = results(&dir.join("res"));
+    let res = results_by_task(&dir.join("res"));
     assert_eq!(res.len(), lines.len(), "{res:?}");
     assert_eq!(
         (res[&1]["name"].as_str(), res[&1]["exit"].as_i64()),

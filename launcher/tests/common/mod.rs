@@ -161,3 +161,13 @@ pub(crate) fn session_process(socket: &str) -> Option<u32> {
             .then_some(pid)
     })
 }
+
+/// The JSON lines of a `--results` file, by task line.
+pub(crate) fn results_by_task(path: &Path) -> std::collections::BTreeMap<u64, serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| (v["task"].as_u64().unwrap(), v))
+        .collect()
+}
