@@ -861,9 +861,7 @@ impl TaskEnding {
             .await;
         let _ = self.exits.send(self.pgid).await;
     }
-}
 
-impl TaskEnding {
     /// Sends output file `path` (relative to the stream's directory) up in chunks; one that
     /// cannot be read is said on the task's stderr.
     async fn send_output(&self, path: &Path) {

@@ -25,24 +25,30 @@ pub const TARGETS: &[Target] = &[
 ];
 
 /// A session's control connection's first line, as the session reads it: no panic, and what
-/// parses as a stream's request is the request greedyrun's client would have sent.
+/// parses as a stream's or a job's request is the request greedyrun's client would have sent.
 pub fn session_request(data: &[u8]) {
     let line = String::from_utf8_lossy(data);
-    if let Some(
-        request @ crate::tasks::Request::Tasks {
-            retries,
-            tag,
-            progress_ms,
-            defaults,
-        },
-    ) = crate::tasks::parse_request(&line)
-    {
-        let progress = Duration::from_millis(progress_ms);
-        let sent = format!(
-            "greedy-session 1 {}",
-            crate::tasks::stream_request(retries, defaults, tag, progress)
-        );
-        assert_eq!(crate::tasks::parse_request(&sent), Some(request));
+    match crate::tasks::parse_request(&line) {
+        Some(
+            request @ crate::tasks::Request::Tasks {
+                retries,
+                tag,
+                progress_ms,
+                defaults,
+            },
+        ) => {
+            let progress = Duration::from_millis(progress_ms);
+            let sent = format!(
+                "greedy-session 1 {}",
+                crate::tasks::stream_request(retries, defaults, tag, progress)
+            );
+            assert_eq!(crate::tasks::parse_request(&sent), Some(request));
+        }
+        Some(request @ crate::tasks::Request::Job { claim }) => {
+            let sent = crate::session::job_request(claim);
+            assert_eq!(crate::tasks::parse_request(sent.trim_end()), Some(request));
+        }
+        _ => {}
     }
 }
 
