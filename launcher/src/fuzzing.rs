@@ -148,8 +148,8 @@ fn spawn_placement(apps: &[greedy_pmix::child::SpawnApp], oversubscribe: bool) {
 
 /// The frames a job's client sends a session, as the session reads them (the codec is
 /// [`crate::proto::SessionCodec`]'s): no panic, canonical re-encoding, and a job that passes
-/// [`crate::proto::Start::check`] is reserved on a session's board (or refused) and released
-/// without a panic, whatever its hosts and ranks.
+/// [`crate::proto::Start::check`] is reserved on a session's board (or refused), in a task's
+/// claimed slots too, and released without a panic, whatever its hosts and ranks.
 pub fn session_job(data: &[u8]) {
     frames::<ToSession>(data, |msg| {
         if let ToSession::Place {
@@ -178,5 +178,20 @@ pub fn session_job(data: &[u8]) {
             board.release(&ticket);
             assert_eq!(board.running(), (0, 0, 0));
         }
+        // The same job in slots a task claimed: in its claim's slots at once, or refused.
+        let claim = board.claim(vec![(0, 2), (2, 4)]);
+        if let Ok(ticket) = board.reserve_claimed(&start, claim) {
+            let ups = futures_util::FutureExt::now_or_never(board.admitted(&ticket, &start));
+            assert!(
+                matches!(ups, Some(Ok(_))),
+                "a claimed job is let in at once"
+            );
+            board.release(&ticket);
+            assert_eq!(board.running(), (0, 0, 0));
+        }
+        assert!(
+            board.reserve_claimed(&start, claim).is_err(),
+            "a claim serves once"
+        );
     });
 }
