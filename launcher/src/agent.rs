@@ -428,7 +428,7 @@ impl Agent {
     }
 
     /// Forks task `id` as `spec` says (a command's words, or `sh -c command`:
-    /// [`crate::tasks::argv_of`]; or its argv), in the job's environment with the task's
+    /// [`crate::task_spec::argv_of`]; or its argv), in the job's environment with the task's
     /// variables over it, `GREEDY_TASK` its number, in its working directory, its stdio from
     /// and to its files if it names them; reports its output and its end up, and its process
     /// group to `ended` (and a count to `exits`) once it ended.
@@ -543,7 +543,7 @@ impl Agent {
             Run::Argv(argv) => return spawn::spawn(rank(argv)),
             Run::Shell(command) => command,
         };
-        let argv = crate::tasks::argv_of(command);
+        let argv = crate::task_spec::argv_of(command);
         let shell = ["/bin/sh".to_string(), "-c".to_string(), command.clone()];
         // A plain line whose program cannot be run goes through the shell, for its message
         // and its code.
@@ -812,10 +812,7 @@ impl RankEnding {
 
 /// The program a task runs, to name it when it cannot.
 fn program_of(spec: &TaskSpec) -> String {
-    match &spec.run {
-        Run::Argv(argv) => argv[0].clone(),
-        Run::Shell(command) => crate::tasks::argv_of(command).swap_remove(0),
-    }
+    spec.run.argv().swap_remove(0)
 }
 
 /// What reports a task's end up once it exited and its output drained.
@@ -1110,9 +1107,12 @@ impl Running {
                 line = id.line,
                 "a task for a job that runs ranks: ignored"
             ),
-            Cmd::JobStart { job, nodes, start } if tasks => {
-                self.jobs.start(job, &nodes, *start, self.guard.as_ref());
-            }
+            Cmd::JobStart {
+                job,
+                nodes,
+                start,
+                staged,
+            } if tasks => self.start_job(job, &nodes, *start, &staged).await,
             Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
             Cmd::ForJob { job, cmd } => self.jobs.deliver(job, cmd),
             Cmd::EndJob { job } => self.jobs.end(job),
@@ -1248,6 +1248,22 @@ impl Running {
     /// A session's job ended on this host.
     fn on_job_ended(&mut self, job: u32) {
         self.jobs.forget(job);
+        self.staged.job_ended(job);
+    }
+
+    /// Runs session job `job`'s part on this host (if `nodes` has it), its ranks finding the
+    /// inputs its task `staged` in `GREEDY_STAGED`; if one is not here, the job runs without
+    /// and the ranks that look for it fail, as this host says.
+    async fn start_job(&mut self, job: u32, nodes: &[u32], mut start: Start, staged: &[Staged]) {
+        if !staged.is_empty() && nodes.contains(&self.agent.node) {
+            match self.staged.job_dir(job, staged) {
+                Ok(dir) => start
+                    .env
+                    .push(("GREEDY_STAGED".into(), dir.display().to_string())),
+                Err(why) => self.agent.note(format!("job {job}: {why}")).await,
+            }
+        }
+        self.jobs.start(job, nodes, start, self.guard.as_ref());
     }
 
     /// A task ended, its group `pgid`.

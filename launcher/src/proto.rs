@@ -273,6 +273,9 @@ pub enum Cmd {
         nodes: Vec<u32>,
         /// The job, as greedyrun made it.
         start: Box<Start>,
+        /// A stream's task's job: the inputs it staged, linked for its ranks on each host
+        /// (`GREEDY_STAGED`); empty for a client's own job.
+        staged: Vec<Staged>,
     },
     /// A command for the agent of a session's job on the target host.
     ForJob {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Run {
     /// A command line: its words run directly when they are plain words, else `sh -c`
-    /// ([`crate::tasks::argv_of`]).
+    /// ([`argv_of`]).
     Shell(String),
     /// A program and its arguments, run as given (no shell).
     Argv(Vec<String>),
@@ -24,6 +24,48 @@ impl Run {
             Run::Shell(c) => c.clone(),
             Run::Argv(a) => a.join(" "),
         }
+    }
+
+    /// The program and arguments that run ([`argv_of`] for a command line).
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Run::Shell(c) => argv_of(c),
+            Run::Argv(a) => a.clone(),
+        }
+    }
+}
+
+/// Shell builtins and keywords: a line starting with one needs the shell, whose own it is.
+const SHELL_WORDS: &[&str] = &[
+    ".", ":", "!", "{", "}", "alias", "bg", "break", "case", "cd", "command", "continue", "do",
+    "done", "elif", "else", "esac", "eval", "exec", "exit", "export", "fg", "fi", "for", "getopts",
+    "hash", "if", "in", "jobs", "local", "read", "readonly", "return", "set", "shift", "source",
+    "then", "times", "trap", "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
+    "while",
+];
+
+/// How a host's agent runs a task line: the line's words themselves when it is plain words
+/// that `sh -c` would pass on unchanged (letters, digits and `_-./=:,+@%^` between blanks; no
+/// quote, `$`, glob, redirection, `~` or `#`; not starting with a variable assignment or a
+/// shell builtin or keyword), else `sh -c LINE`. The program, its arguments and environment
+/// are the same either way; a plain line saves the exec of a shell per task, which is most of
+/// a short task's cost beside the program's own. A plain line whose program cannot be run is
+/// run through the shell after all, for the shell's own message and exit code (127, 126).
+pub fn argv_of(command: &str) -> Vec<String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%^ \t".contains(c);
+    let words: Vec<&str> = command
+        .split([' ', '\t'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    match words.first() {
+        Some(first)
+            if command.chars().all(plain)
+                && !first.contains('=')
+                && !SHELL_WORDS.contains(first) =>
+        {
+            words.iter().map(|w| w.to_string()).collect()
+        }
+        _ => vec!["/bin/sh".into(), "-c".into(), command.into()],
     }
 }
 
@@ -285,6 +327,37 @@ fn nonblank(name: &'static str, s: &str) -> Result<(), SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_lines_run_without_a_shell_and_the_rest_through_one() {
+        assert_eq!(argv_of("/bin/true"), ["/bin/true"]);
+        assert_eq!(argv_of("  sleep\t0.01 "), ["sleep", "0.01"]);
+        assert_eq!(
+            argv_of("./sim --n=4 -o out_1.dat a,b:c+d@e%f^g"),
+            ["./sim", "--n=4", "-o", "out_1.dat", "a,b:c+d@e%f^g"]
+        );
+        for line in [
+            "echo $HOME",
+            "echo 'a b'",
+            "echo \"a\"",
+            "ls *.dat",
+            "a > out",
+            "a | b",
+            "a; b",
+            "a && b",
+            "cd /tmp",
+            "exit 3",
+            "FOO=1 env",
+            "ls ~",
+            "a # comment",
+            "echo a\\ b",
+            "(a)",
+            "",
+            "   ",
+        ] {
+            assert_eq!(argv_of(line), ["/bin/sh", "-c", line], "{line:?}");
+        }
+    }
 
     fn one(line: &str) -> Result<TaskSpec, SpecError> {
         parse(line, &Defaults::default())

@@ -5,7 +5,7 @@
 //! The agents start no ranks (`Start::tasks`); greedyrun reads a line only when a slot is
 //! free (beside the host an earlier task waits for), places it on a host with its slots free,
 //! sends it there (`Cmd::Task`, routed down the tree), and the host's agent runs it (a command as
-//! `sh -c LINE`, or for a line of plain words those words directly: [`argv_of`]) in the job's
+//! `sh -c LINE`, or for a line of plain words those words directly: [`crate::task_spec::argv_of`]) in the job's
 //! environment and working directory with the task's own over them, and reports its output
 //! and its end (`Up::TaskOutput`, `Up::TaskEnd`). A task that fails is run again, up to
 //! `--task-retries` more times; the tasks of a host that is lost run again elsewhere. Each
@@ -434,74 +434,4 @@ pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
     tokio::time::timeout(Duration::from_secs(5), ask)
         .await
         .ok()?
-}
-
-/// Shell builtins and keywords: a line starting with one needs the shell, whose own it is.
-const SHELL_WORDS: &[&str] = &[
-    ".", ":", "!", "{", "}", "alias", "bg", "break", "case", "cd", "command", "continue", "do",
-    "done", "elif", "else", "esac", "eval", "exec", "exit", "export", "fg", "fi", "for", "getopts",
-    "hash", "if", "in", "jobs", "local", "read", "readonly", "return", "set", "shift", "source",
-    "then", "times", "trap", "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
-    "while",
-];
-
-/// How a host's agent runs a task line: the line's words themselves when it is plain words
-/// that `sh -c` would pass on unchanged (letters, digits and `_-./=:,+@%^` between blanks; no
-/// quote, `$`, glob, redirection, `~` or `#`; not starting with a variable assignment or a
-/// shell builtin or keyword), else `sh -c LINE`. The program, its arguments and environment
-/// are the same either way; a plain line saves the exec of a shell per task, which is most of
-/// a short task's cost beside the program's own. A plain line whose program cannot be run is
-/// run through the shell after all, for the shell's own message and exit code (127, 126).
-pub fn argv_of(command: &str) -> Vec<String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%^ \t".contains(c);
-    let words: Vec<&str> = command
-        .split([' ', '\t'])
-        .filter(|w| !w.is_empty())
-        .collect();
-    match words.first() {
-        Some(first)
-            if command.chars().all(plain)
-                && !first.contains('=')
-                && !SHELL_WORDS.contains(first) =>
-        {
-            words.iter().map(|w| w.to_string()).collect()
-        }
-        _ => vec!["/bin/sh".into(), "-c".into(), command.into()],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_lines_run_without_a_shell_and_the_rest_through_one() {
-        assert_eq!(argv_of("/bin/true"), ["/bin/true"]);
-        assert_eq!(argv_of("  sleep\t0.01 "), ["sleep", "0.01"]);
-        assert_eq!(
-            argv_of("./sim --n=4 -o out_1.dat a,b:c+d@e%f^g"),
-            ["./sim", "--n=4", "-o", "out_1.dat", "a,b:c+d@e%f^g"]
-        );
-        for line in [
-            "echo $HOME",
-            "echo 'a b'",
-            "echo \"a\"",
-            "ls *.dat",
-            "a > out",
-            "a | b",
-            "a; b",
-            "a && b",
-            "cd /tmp",
-            "exit 3",
-            "FOO=1 env",
-            "ls ~",
-            "a # comment",
-            "echo a\\ b",
-            "(a)",
-            "",
-            "   ",
-        ] {
-            assert_eq!(argv_of(line), ["/bin/sh", "-c", line], "{line:?}");
-        }
-    }
 }

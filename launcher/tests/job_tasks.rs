@@ -337,3 +337,31 @@ fn mpi_tasks_run_in_greedyruns_own_stream() {
     let left: Vec<_> = std::fs::read_dir(&runtime).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A task of several ranks that lists an input: each rank finds it on its own host, linked in
+/// that host's directory for the job (`GREEDY_STAGED`).
+#[test]
+fn a_job_tasks_ranks_find_its_inputs_on_their_hosts() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let input = dir.join("in.txt");
+    std::fs::write(&input, "the input\n").unwrap();
+    let socket = two_host_session(&local, 2, "60");
+    let _ends = EndsSession(socket.clone());
+    let check = r#"test "$(cat "$GREEDY_STAGED/in.txt")" = "the input" && echo ok $GREEDY_RANK $GREEDY_STAGED"#;
+    let line = serde_json::json!({"argv": ["sh", "-c", check], "ranks": 3, "inputs": [input]});
+    let out = run_on_session(dir, &local, &socket, &[line.to_string()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let dirs: std::collections::BTreeSet<&str> = (stdout.lines())
+        .filter_map(|l| l.strip_prefix("[task 1] ok "))
+        .map(|l| l.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(stdout.matches("] ok ").count(), 3, "{stdout}{stderr}");
+    assert_eq!(
+        dirs.len(),
+        2,
+        "one directory on each of the two hosts: {stdout}"
+    );
+    end_session(&socket);
+}

@@ -596,7 +596,7 @@ fn results(path: &Path) -> Vec<(u64, i64, u64, String)> {
     rows
 }
 
-/// Plain lines run without a shell (`tasks::argv_of`) and behave as through one: arguments,
+/// Plain lines run without a shell (`task_spec::argv_of`) and behave as through one: arguments,
 /// environment and working directory as given, and a program that cannot be found ends 127
 /// with the shell's message.
 #[test]

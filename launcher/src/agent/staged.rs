@@ -20,6 +20,8 @@ pub(crate) struct StagedFiles {
     parts: HashMap<u64, File>,
     /// Each running task's directory, by its process group.
     tasks: HashMap<u32, PathBuf>,
+    /// Each running job task's directory, by the session's job number.
+    jobs: HashMap<u32, PathBuf>,
 }
 
 impl StagedFiles {
@@ -61,8 +63,28 @@ impl StagedFiles {
     /// A directory for task `id` linking its `inputs` by their names, or why not (one is not
     /// on this host).
     pub(crate) fn task_dir(&mut self, id: TaskId, inputs: &[Staged]) -> Result<PathBuf, String> {
+        self.linked(&format!("task-{}-{}", id.stream, id.line), inputs)
+    }
+
+    /// The same for the ranks here of session job `job` (a stream's task of several ranks),
+    /// kept until [`StagedFiles::job_ended`].
+    pub(crate) fn job_dir(&mut self, job: u32, inputs: &[Staged]) -> Result<PathBuf, String> {
+        let dir = self.linked(&format!("job-{job}"), inputs)?;
+        self.jobs.insert(job, dir.clone());
+        Ok(dir)
+    }
+
+    /// Session job `job` ended here: its directory goes.
+    pub(crate) fn job_ended(&mut self, job: u32) {
+        if let Some(dir) = self.jobs.remove(&job) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Directory `name` of the cache, linking `inputs` by their names.
+    fn linked(&mut self, name: &str, inputs: &[Staged]) -> Result<PathBuf, String> {
         let dir = self.dir().map_err(|e| format!("staged inputs: {e}"))?;
-        let task = dir.join(format!("task-{}-{}", id.stream, id.line));
+        let task = dir.join(name);
         let _ = std::fs::remove_dir_all(&task);
         std::fs::create_dir(&task).map_err(|e| format!("{}: {e}", task.display()))?;
         for input in inputs {

@@ -13,7 +13,7 @@ use super::{
     queue::{JobFrames, JobQueue, job_queue},
 };
 use crate::{
-    proto::{Start, Up},
+    proto::{Staged, Start, Up},
     slots::Slots,
 };
 
@@ -25,6 +25,13 @@ struct Entry {
     what: String,
     /// Its client left with the verdict ([`crate::proto::ToSession::Detach`]): its hosts are shutting down.
     ending: bool,
+}
+
+/// The slots a stream's task took for its job (each host and how many), and the inputs it
+/// staged for its ranks.
+struct Claim {
+    slots: Vec<(u32, u32)>,
+    staged: Vec<Staged>,
 }
 
 /// What the session knows of its hosts' slots and the jobs on them.
@@ -40,7 +47,7 @@ struct Board {
     refused: HashMap<u32, String>,
     /// Slots a stream's task took for a job of its own (a task of several ranks or of MPI),
     /// by claim: the job its client starts runs in them ([`JobBoard::reserve_claimed`]).
-    claims: HashMap<u64, Vec<(u32, u32)>>,
+    claims: HashMap<u64, Claim>,
     next_claim: u64,
 }
 
@@ -79,6 +86,8 @@ pub(crate) struct Ticket {
     pub(super) nodes: Vec<u32>,
     need: Vec<(u32, u32)>,
     pub(super) waits: bool,
+    /// A stream task's job: the inputs its task staged.
+    pub(super) staged: Vec<Staged>,
 }
 
 /// The session's slots, the jobs that hold or wait for them, and where the jobs' frames go.
@@ -163,13 +172,13 @@ impl JobBoard {
         self.update(|b| b.slots.task_ended(node, k));
     }
 
-    /// The slots a task took (each host and how many) are for a job its client starts: the
-    /// claim that job names.
-    pub fn claim(&self, slots: Vec<(u32, u32)>) -> u64 {
+    /// The slots a task took (each host and how many) are for a job its client starts, with
+    /// the inputs it staged: the claim that job names.
+    pub fn claim(&self, slots: Vec<(u32, u32)>, staged: Vec<Staged>) -> u64 {
         let mut b = self.board();
         let claim = b.next_claim;
         b.next_claim += 1;
-        b.claims.insert(claim, slots);
+        b.claims.insert(claim, Claim { slots, staged });
         claim
     }
 
@@ -329,6 +338,7 @@ impl JobBoard {
             nodes,
             need,
             waits,
+            staged: Vec::new(),
         })
     }
 
@@ -337,7 +347,11 @@ impl JobBoard {
     /// task's (it frees them when its client ends), so the ticket holds none.
     pub(crate) fn reserve_claimed(&self, start: &Start, claim: u64) -> Result<Ticket, String> {
         let mut b = self.board();
-        let Some(held) = b.claims.remove(&claim) else {
+        let Some(Claim {
+            slots: held,
+            staged,
+        }) = b.claims.remove(&claim)
+        else {
             return Err(format!(
                 "no task of the session holds slots under claim {claim}"
             ));
@@ -364,6 +378,7 @@ impl JobBoard {
             nodes,
             need: Vec::new(),
             waits: false,
+            staged,
         })
     }
 

@@ -16,8 +16,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 use super::{board::JobBoard, dispatch::Placement};
-use crate::proto::{RankEnd, Stream, TaskId, Up};
-use crate::task_spec::{Run, TaskSpec};
+use crate::proto::{RankEnd, Staged, Stream, TaskId, Up};
+use crate::task_spec::TaskSpec;
 
 /// Set in the environment of the process `--start-session` starts, to the control socket it
 /// serves; its tasks' clients must not have it (each would be a session of its own).
@@ -66,14 +66,21 @@ impl JobTasks {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts task `id`'s client for its placement `at`, whose hosts `names` holds.
-    pub(crate) fn start(&mut self, id: TaskId, spec: &TaskSpec, at: &Placement, names: &[String]) {
+    /// Starts task `id`'s client for its placement `at`, whose hosts `names` holds, its
+    /// ranks given the inputs it `staged`.
+    pub(crate) fn start(
+        &mut self,
+        id: TaskId,
+        spec: &TaskSpec,
+        (at, names): (&Placement, &[String]),
+        staged: Vec<Staged>,
+    ) {
         // None only once the loop is ending: nothing starts then.
         let Some(ups) = self.ups.upgrade() else {
             return;
         };
         let node = at.host();
-        let claim = self.board.claim(at.slots(spec).collect());
+        let claim = self.board.claim(at.slots(spec).collect(), staged);
         let hosts: Vec<String> = (at.0.iter())
             .map(|&(h, r)| format!("{}:{r}", names[h as usize]))
             .collect();
@@ -129,10 +136,7 @@ impl JobTasks {
         if spec.stdin.is_none() {
             cmd.args(["--stdin", "none"]);
         }
-        cmd.arg("--").args(match &spec.run {
-            Run::Argv(argv) => argv.clone(),
-            Run::Shell(line) => crate::tasks::argv_of(line),
-        });
+        cmd.arg("--").args(spec.run.argv());
         cmd.env_remove(SERVE_VAR)
             .env("GREEDY_SESSION", &self.socket)
             .env("GREEDY_TASK", id.line.to_string())

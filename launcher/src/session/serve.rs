@@ -52,6 +52,7 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
         job,
         nodes: nodes.clone(),
         start: start.clone(),
+        staged: ticket.staged.clone(),
     };
     fanout.route(None, cmd).await;
     let served = Served {

@@ -401,9 +401,9 @@ fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
             "tasks of several ranks or of MPI need a socket for their jobs, and greedyrun could not make one (run with -v to see why)".into(),
         );
     }
-    if spec.is_job() && !(spec.inputs.is_empty() && spec.outputs.is_empty()) {
+    if spec.is_job() && !spec.outputs.is_empty() {
         return Some(
-            "staging \"inputs\" and \"outputs\" for tasks of several ranks or of MPI is not done yet".into(),
+            "collecting \"outputs\" of tasks of several ranks or of MPI is not done yet".into(),
         );
     }
     if spec.is_job() {
@@ -518,12 +518,12 @@ impl<'a> Streams<'a> {
     /// Sends task `id`, placed `at`, there: to its agent, or to a client of its own if it is
     /// a job.
     async fn send_task(&mut self, id: TaskId, spec: TaskSpec, at: Placement) {
-        if let (Some(jobs), true) = (&mut self.job_tasks, spec.is_job()) {
-            return jobs.start(id, &spec, &at, &self.plan.hosts);
-        }
         let Some(staged) = self.stage(id, &spec).await else {
             return;
         };
+        if let (Some(jobs), true) = (&mut self.job_tasks, spec.is_job()) {
+            return jobs.start(id, &spec, (&at, &self.plan.hosts), staged);
+        }
         let spec = Box::new(spec);
         let cmd = Cmd::Task { id, spec, staged };
         self.fanout.route(Some(at.host()), cmd).await;
