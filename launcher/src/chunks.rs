@@ -1,6 +1,8 @@
-//! Files read in frame-sized chunks, with their SHA-256: task inputs staged down the tree,
-//! task outputs collected up it.
+//! Files read in frame-sized chunks, with their SHA-256, and written back from them: task
+//! inputs staged down the tree, task outputs collected up it.
 
+use std::collections::HashMap;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -32,6 +34,23 @@ where
     }
     let hex = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
     Ok((hex, offset))
+}
+
+/// Writes a chunk, `data` at `offset`, into the file of `key` among those being received
+/// (`open`), creating it at `part` with its first chunk.
+pub(crate) fn write_at<K: Eq + std::hash::Hash>(
+    open: &mut HashMap<K, std::fs::File>,
+    key: K,
+    part: &Path,
+    offset: u64,
+    data: &[u8],
+) -> std::io::Result<()> {
+    let file = match open.entry(key) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(std::fs::File::create(part)?),
+    };
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(data)
 }
 
 /// Fills `buf` as far as the file goes: the bytes read (fewer only at its end).

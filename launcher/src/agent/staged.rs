@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::proto::{Staged, TaskId};
@@ -37,12 +36,7 @@ impl StagedFiles {
     /// Bytes `offset..` of the file being staged as `id`.
     pub(crate) fn chunk(&mut self, id: u64, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let part = self.dir()?.join(format!("part-{id}"));
-        let file = match self.parts.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(File::create(part)?),
-        };
-        file.seek(SeekFrom::Start(offset))?;
-        file.write_all(data)
+        crate::chunks::write_at(&mut self.parts, id, &part, offset, data)
     }
 
     /// The file staged as `id` is complete: it is the cache's copy of content `hash`.

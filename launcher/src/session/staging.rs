@@ -8,7 +8,6 @@
 //! over it once complete ([`Collector`]).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -138,18 +137,9 @@ impl Collector {
         data: &[u8],
         last: bool,
     ) -> std::io::Result<()> {
-        let part = PathBuf::from(format!("{path}.greedy-part-{}-{}", id.stream, id.line));
+        let part = part_of(&path, id);
         let key = (id, path);
-        let written = (|| {
-            let file = match self.open.entry(key.clone()) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(std::fs::File::create(&part)?)
-                }
-            };
-            file.seek(std::io::SeekFrom::Start(offset))?;
-            file.write_all(data)
-        })();
+        let written = crate::chunks::write_at(&mut self.open, key.clone(), &part, offset, data);
         if written.is_err() || last {
             self.open.remove(&key);
         }
@@ -170,8 +160,13 @@ impl Collector {
             .collect();
         for (t, path) in half {
             self.open.remove(&(t, path.clone()));
-            let _ = std::fs::remove_file(format!("{path}.greedy-part-{}-{}", t.stream, t.line));
+            let _ = std::fs::remove_file(part_of(&path, t));
         }
         self.done.remove(&id).unwrap_or_default()
     }
+}
+
+/// Where task `id`'s output `path` is written until it is whole.
+fn part_of(path: &str, id: TaskId) -> PathBuf {
+    PathBuf::from(format!("{path}.greedy-part-{}-{}", id.stream, id.line))
 }
