@@ -474,11 +474,30 @@ struct State {
     aborting: HashSet<u32>,
     exited: HashMap<u32, i32>,
     registered: HashSet<u32>,
+    /// Ranks whose connection handshake libpmix completed (`client_connected`).
+    connected: HashSet<u32>,
     fences: u64,
     dynamic: DynamicCounts,
     /// How many subset collectives of each (operation, participants) this node ran: the
     /// sequence number naming the next one ([`crate::group`]).
     group_seq: HashMap<(crate::group::GroupOp, Vec<(String, u32)>), u64>,
+}
+
+impl State {
+    /// A local rank registered with libpmix that may have died during its connection
+    /// handshake: it never completed one, and it ended by a signal (`128+n`), or its end is
+    /// not known yet; with how it ended. A client that exits on its own is not inside
+    /// `PMIx_Init`'s handshake, so a plain exit (a program that is no PMIx client) is safe.
+    fn cut_off_connecting(&self) -> Option<(u32, String)> {
+        let unsafe_end = |rank: &u32| match self.exited.get(rank) {
+            None => Some("its end not known".to_string()),
+            Some(&code) if code >= 128 => Some(format!("code {code}")),
+            Some(_) => None,
+        };
+        (self.registered.iter())
+            .filter(|r| !self.connected.contains(r))
+            .find_map(|r| unsafe_end(r).map(|end| (*r, end)))
+    }
 }
 
 /// The bindings of [`Binding::Reported`] as they come in.
@@ -622,6 +641,7 @@ impl Handler for Bridge {
         if proc_.nspace != self.job.job_id {
             return;
         }
+        lock(&self.state).connected.insert(proc_.rank);
         let gone = self.departures.spoke(proc_.rank, Family::Pmix);
         if let Some((gone, reason)) = gone {
             self.abort_job(Some(gone), 1, reason, None);
@@ -1220,9 +1240,19 @@ impl PmixServer {
         }
         let limit = inner.host.config().finalize_timeout;
         let started = tokio::time::Instant::now();
-        // Deregistering the namespace first makes PMIx drop the job's clients and data
-        // before it finalizes, instead of racing a client that dies while connecting.
-        inner.host.remove(&inner.job.job_id, limit).await;
+        if let Some((rank, end)) = lock(&inner.state).cut_off_connecting() {
+            // libpmix (4.2 to 6) releases a rank's record twice when its client dies during
+            // the connection handshake (the error path of ptl_base_connection_hdlr.c), and
+            // deregistering the namespace then locks a freed mutex on the progress thread:
+            // every later namespace of this host's server would wait forever. The namespace
+            // stays registered (its data leaks until the server ends) and is refused from now.
+            debug!(rank, %end, "namespace left registered: the rank ended before it finished connecting");
+            inner.host.unroute(&inner.job.job_id);
+        } else {
+            // Deregistering the namespace first makes PMIx drop the job's clients and data
+            // before it finalizes, instead of racing a client that dies while connecting.
+            inner.host.remove(&inner.job.job_id, limit).await;
+        }
         if inner.owns_host {
             let left = limit.saturating_sub(started.elapsed());
             inner.host.shutdown_within(left).await;
@@ -1738,6 +1768,30 @@ async fn await_key(server: &Arc<Server>, proc_: &Proc, key: String) {
 mod tests {
     use super::*;
     use crate::JobSecret;
+
+    /// Only a registered rank that never finished connecting and ended by a signal (or not
+    /// yet) keeps the namespace registered.
+    #[test]
+    fn a_rank_cut_off_while_connecting_keeps_the_namespace() {
+        let mut st = State::default();
+        st.registered.extend([0, 1, 2]);
+        st.connected.insert(0);
+        st.exited.extend([(0, 143), (1, 0), (2, 7)]);
+        assert_eq!(
+            st.cut_off_connecting(),
+            None,
+            "connected, or exited by itself"
+        );
+        st.registered.insert(3);
+        assert_eq!(
+            st.cut_off_connecting(),
+            Some((3, "its end not known".into()))
+        );
+        st.exited.insert(3, 143);
+        assert_eq!(st.cut_off_connecting(), Some((3, "code 143".into())));
+        st.connected.insert(3);
+        assert_eq!(st.cut_off_connecting(), None);
+    }
 
     fn check(procs: &[(&str, u32)], expect: bool) {
         let job = JobSpec {
