@@ -10,11 +10,12 @@
 
 mod children;
 mod cores;
+mod outputs;
 mod staged;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::{Path, PathBuf},
+    path::Path,
     sync::Arc,
     time::Duration,
 };
@@ -38,6 +39,7 @@ use tokio_util::{
 };
 use tracing::{Instrument, debug, info_span, warn};
 
+use self::outputs::OutputFiles;
 use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
@@ -45,7 +47,7 @@ use crate::{
     proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, Up},
     session::{JobAgents, JobShare},
     signals, spawn, stdio,
-    task_spec::{Run, TaskSpec},
+    task_spec::{Outputs, Run, TaskSpec},
     wireup,
 };
 
@@ -463,15 +465,17 @@ impl Agent {
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let out = self.forward_task_output(id, out, Stream::Stdout);
         let err = self.forward_task_output(id, err, Stream::Stderr);
-        let outputs = (spec.outputs.iter())
-            .map(|o| Path::new(spec.cwd.as_deref().unwrap_or("")).join(o))
-            .collect();
+        let outputs = OutputFiles::new(
+            (id, self.node),
+            Path::new(&self.start.cwd),
+            spec.cwd.as_deref(),
+            &spec.outputs,
+        );
         let ending = TaskEnding {
             id,
             node: self.node,
             pgid,
             started,
-            cwd: PathBuf::from(&self.start.cwd),
             outputs,
             up: self.up.clone(),
             exits: exits.clone(),
@@ -821,10 +825,8 @@ struct TaskEnding {
     node: u32,
     pgid: u32,
     started: tokio::time::Instant,
-    /// The stream's working directory here.
-    cwd: PathBuf,
-    /// The files to send back once it ended, relative to `cwd`.
-    outputs: Vec<PathBuf>,
+    /// The files to send back (or name) once it ended.
+    outputs: OutputFiles,
     up: mpsc::Sender<Up>,
     /// The main loop's count of ended ranks and tasks.
     exits: mpsc::Sender<u32>,
@@ -840,9 +842,7 @@ impl TaskEnding {
         self.own.forget_if_empty(self.pgid);
         let wall_us = self.started.elapsed().as_micros() as u64;
         drain_output(out, err).await;
-        for output in &self.outputs {
-            self.send_output(output).await;
-        }
+        self.outputs.send(&self.up).await;
         // The loop hears of the end before greedyrun can send the next task: that task's
         // cores are picked with this one's free (`Running::start_task` drains these first).
         let _ = self.ended.send(self.pgid).await;
@@ -857,41 +857,6 @@ impl TaskEnding {
             })
             .await;
         let _ = self.exits.send(self.pgid).await;
-    }
-
-    /// Sends output file `path` (relative to the stream's directory) up in chunks; one that
-    /// cannot be read is said on the task's stderr.
-    async fn send_output(&self, path: &Path) {
-        let id = self.id;
-        let name = path.display().to_string();
-        let sent = crate::chunks::read(&self.cwd.join(path), |(offset, data)| {
-            let path = name.clone();
-            let last = false;
-            let frame = Up::TaskFile {
-                id,
-                path,
-                offset,
-                data,
-                last,
-            };
-            async { drop(self.up.send(frame).await) }
-        })
-        .await;
-        let frame = match sent {
-            Ok((_, len)) => Up::TaskFile {
-                id,
-                path: name,
-                offset: len,
-                data: bytes::Bytes::new(),
-                last: true,
-            },
-            Err(e) => Up::TaskOutput {
-                id,
-                stream: Stream::Stderr,
-                data: format!("greedyd: task {}: output {name}: {e}\n", id.line).into(),
-            },
-        };
-        let _ = self.up.send(frame).await;
     }
 }
 
@@ -1094,6 +1059,13 @@ impl Running {
             Cmd::Shutdown => return Some(End::Shutdown),
             Cmd::Teardown => return Some(End::Teardown),
             Cmd::Task { id, spec, staged } if tasks => self.start_task(id, *spec, staged).await,
+            Cmd::TaskOutputs {
+                id,
+                cwd,
+                outputs,
+                end,
+                wall_us,
+            } if tasks => self.job_task_outputs(id, cwd.as_deref(), &outputs, (end, wall_us)),
             Cmd::Stage { id, offset, data } => {
                 let written = self.staged.chunk(id, offset, &data);
                 self.on_staged(written).await;
@@ -1102,7 +1074,7 @@ impl Running {
                 let done = self.staged.end(id, &hash);
                 self.on_staged(done).await;
             }
-            Cmd::Task { id, .. } => warn!(
+            Cmd::Task { id, .. } | Cmd::TaskOutputs { id, .. } => warn!(
                 stream = id.stream,
                 line = id.line,
                 "a task for a job that runs ranks: ignored"
@@ -1152,6 +1124,30 @@ impl Running {
         if let Err(e) = written {
             self.agent.note(format!("staging a task input: {e}")).await;
         }
+    }
+
+    /// Sends the outputs of task `id`, a job whose first rank ran here, up, then its end.
+    fn job_task_outputs(
+        &self,
+        id: TaskId,
+        cwd: Option<&str>,
+        outputs: &Outputs,
+        (end, wall_us): (RankEnd, u64),
+    ) {
+        let agent = &self.agent;
+        let node = agent.node;
+        let files = OutputFiles::new((id, node), Path::new(&agent.start.cwd), cwd, outputs);
+        let up = agent.up.clone();
+        tokio::spawn(async move {
+            files.send(&up).await;
+            let end = Up::TaskEnd {
+                node,
+                id,
+                end,
+                wall_us,
+            };
+            let _ = up.send(end).await;
+        });
     }
 
     /// Forks a task of a stream, its `staged` inputs linked in a directory of its own.

@@ -477,6 +477,7 @@ impl<'a> Head<'a> {
             // Only a task stream's or a session's agents send these (session::streams).
             Up::TaskOutput { .. }
             | Up::TaskFile { .. }
+            | Up::TaskFileLeft { .. }
             | Up::TaskEnd { .. }
             | Up::Job { .. }
             | Up::Names { .. } => {}

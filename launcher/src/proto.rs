@@ -27,10 +27,10 @@ use greedy_pmix::{
 use greedy_tree::LaunchModel;
 
 use crate::Error;
-use crate::task_spec::TaskSpec;
+use crate::task_spec::{Outputs, TaskSpec};
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 16;
+pub const PROTOCOL_VERSION: u32 = 17;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -245,6 +245,20 @@ pub enum Cmd {
         spec: Box<TaskSpec>,
         /// Its inputs, staged to the host already ([`Cmd::Stage`]).
         staged: Vec<Staged>,
+    },
+    /// To the first rank's host of task `id`, a job that ended with `end` after `wall_us`:
+    /// send its `outputs` up (or name them, if they stay), then its [`Up::TaskEnd`].
+    TaskOutputs {
+        /// The task.
+        id: TaskId,
+        /// Its working directory, relative to the stream's.
+        cwd: Option<String>,
+        /// The files.
+        outputs: Outputs,
+        /// How its job ended.
+        end: RankEnd,
+        /// Its job's wall time, in microseconds.
+        wall_us: u64,
     },
     /// To every host, down the tree: bytes `offset..` of the file being staged as `id`.
     Stage {
@@ -566,6 +580,16 @@ pub enum Up {
         data: Bytes,
         /// The file is complete.
         last: bool,
+    },
+    /// An output file of task `id` stays on host `node`, at `path` there ([`Outputs::leave`]);
+    /// sent where [`Up::TaskFile`] would be.
+    TaskFileLeft {
+        /// Host index.
+        node: u32,
+        /// The task.
+        id: TaskId,
+        /// The file's absolute path on the host.
+        path: String,
     },
     /// Output of a task, cut as a rank's is ([`Up::Output`]).
     TaskOutput {

@@ -94,8 +94,8 @@ pub struct TaskSpec {
     pub stderr: Option<String>,
     /// Files the task reads, to stage to its host.
     pub inputs: Vec<String>,
-    /// Files the task writes, to collect.
-    pub outputs: Vec<String>,
+    /// Files the task writes, to collect or to leave where they are.
+    pub outputs: Outputs,
     /// Runs again of the task if it fails (else the stream's `--task-retries`).
     pub retries: Option<u32>,
 }
@@ -120,7 +120,7 @@ impl TaskSpec {
             stdout: None,
             stderr: None,
             inputs: Vec::new(),
-            outputs: Vec::new(),
+            outputs: Outputs::default(),
             retries: None,
         }
     }
@@ -178,6 +178,16 @@ pub enum SpecError {
     },
 }
 
+/// The files a task writes: sent back to the stream's directory once it ended, or left on
+/// the host that wrote them and named in its result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outputs {
+    /// The files, relative to the task's working directory.
+    pub files: Vec<String>,
+    /// They stay on the host (the results say `host:/absolute/path`).
+    pub leave: bool,
+}
+
 /// The JSON object as written; [`parse`] checks it into a [`TaskSpec`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +209,8 @@ struct Written {
     inputs: Vec<String>,
     #[serde(default)]
     outputs: Vec<String>,
+    #[serde(default)]
+    leave_outputs: bool,
     retries: Option<u32>,
 }
 
@@ -283,7 +295,10 @@ pub fn parse(line: &str, defaults: &Defaults) -> Result<TaskSpec, SpecError> {
         stdout: w.stdout,
         stderr: w.stderr,
         inputs: w.inputs,
-        outputs: w.outputs,
+        outputs: Outputs {
+            files: w.outputs,
+            leave: w.leave_outputs,
+        },
         retries: w.retries,
     })
 }
@@ -381,7 +396,7 @@ mod tests {
             r#" {"name":"sim-7","argv":["./sim","--seed","7"],"ranks":4,"cores_per_rank":2,
                "mpi":true,"env":{"OMP_NUM_THREADS":"2"},"cwd":"runs/7","stdin":"in.txt",
                "stdout":"out.txt","stderr":"err.txt","inputs":["mesh.dat"],
-               "outputs":["result.h5"],"retries":2}"#,
+               "outputs":["result.h5"],"leave_outputs":true,"retries":2}"#,
         )
         .expect("valid");
         assert_eq!(t.label(), "sim-7");
@@ -397,9 +412,10 @@ mod tests {
             (Some("in.txt"), Some("out.txt"), Some("err.txt"))
         );
         assert_eq!(
-            (t.inputs.len(), t.outputs.len(), t.retries),
+            (t.inputs.len(), t.outputs.files.len(), t.retries),
             (1, 1, Some(2))
         );
+        assert!(t.outputs.leave);
     }
 
     #[test]
@@ -426,7 +442,7 @@ mod tests {
             "command" | "name" | "cwd" | "stdin" | "stdout" | "stderr" => "\"x\"",
             "argv" | "inputs" | "outputs" => "[\"x\"]",
             "ranks" | "cores_per_rank" | "retries" => "1",
-            "mpi" => "true",
+            "mpi" | "leave_outputs" => "true",
             "env" => "{\"A\":\"1\"}",
             other => panic!("the schema names {other:?}, which the parser does not know"),
         };
@@ -443,7 +459,7 @@ mod tests {
         }
         assert_eq!(
             fields.len(),
-            14,
+            15,
             "a field of the parser is missing from the schema"
         );
     }

@@ -178,3 +178,56 @@ fn outputs_come_back_whole_and_are_named_in_the_results() {
         .collect();
     assert!(parts.is_empty(), "{parts:?}");
 }
+
+/// A job task's outputs come back from its first rank's host; outputs a task leaves on its
+/// host are named there (`host:/absolute/path`) and not sent.
+#[test]
+fn job_task_outputs_come_back_and_left_ones_are_named_where_they_are() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let rank0 = |cmd: &str| format!("if [ $GREEDY_RANK = 0 ]; then {cmd}; fi");
+    let big = rank0(r#"head -c 1500000 /dev/zero | tr '\0' 7 > big.txt"#);
+    let lines = [
+        serde_json::json!({"argv": ["sh", "-c", big], "ranks": 3, "outputs": ["big.txt"]}),
+        serde_json::json!({"command": "echo kept > kept.txt", "outputs": ["kept.txt"],
+            "leave_outputs": true}),
+        serde_json::json!({"argv": ["sh", "-c", rank0("echo kept > kept-job.txt")], "ranks": 2,
+            "outputs": ["kept-job.txt"], "leave_outputs": true}),
+    ];
+    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
+    let out = greedyrun(
+        &local,
+        &["-H", "localhost:2,127.0.0.2:2", "--results", "res"],
+    )
+    .args(["--tasks", "tasks"])
+    .current_dir(dir)
+    .env_remove("GREEDY_SESSION")
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let res = results_by_task(&dir.join("res"));
+    assert_eq!(
+        res[&1]["outputs"],
+        serde_json::json!(["big.txt"]),
+        "{stderr}"
+    );
+    let data = std::fs::read(dir.join("big.txt")).unwrap();
+    assert!(data.len() == 1_500_000 && data.iter().all(|&b| b == b'7'));
+    let real = std::fs::canonicalize(dir).unwrap();
+    for (task, file) in [(2, "kept.txt"), (3, "kept-job.txt")] {
+        let at = format!(
+            "{}:{}/{file}",
+            res[&task]["host"].as_str().unwrap(),
+            real.display()
+        );
+        assert_eq!(res[&task]["outputs"], serde_json::json!([at]), "{stderr}");
+    }
+    let parts: Vec<_> = (std::fs::read_dir(dir).unwrap().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("greedy-part"))
+        .collect();
+    assert!(parts.is_empty(), "{parts:?}");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::board::JobBoard;
 use crate::proto::{RankEnd, TaskId};
-use crate::task_spec::TaskSpec;
+use crate::task_spec::{Outputs, TaskSpec};
 
 /// Most tasks read and waiting for room at once (retries and lost hosts' tasks may add to
 /// them): no line is read past it.
@@ -78,6 +78,8 @@ struct InFlight {
     at: Placement,
     task: Task,
     runs: u32,
+    /// Its job ended and its first host is sending its outputs ([`Ended::Collect`]).
+    collecting: bool,
 }
 
 /// Which host runs what: tasks in flight and tasks to run again, in slots taken from the
@@ -106,6 +108,14 @@ pub enum Ended {
     Retry,
     /// Not the run in flight (a lost host's late report after the task moved on): ignored.
     Stale,
+    /// A job's task whose job succeeded: its first host is to send `outputs` (written in
+    /// `cwd`), then report its end again.
+    Collect {
+        /// The task's working directory, relative to the stream's.
+        cwd: Option<String>,
+        /// Its outputs.
+        outputs: Outputs,
+    },
 }
 
 impl Dispatcher {
@@ -208,7 +218,15 @@ impl Dispatcher {
         let (task, runs) = self.again.remove(i).expect("listed");
         self.pin_held();
         let placed = (task.clone(), at.clone());
-        self.in_flight.insert(task.id, InFlight { at, task, runs });
+        self.in_flight.insert(
+            task.id,
+            InFlight {
+                at,
+                task,
+                runs,
+                collecting: false,
+            },
+        );
         Some(placed)
     }
 
@@ -234,7 +252,15 @@ impl Dispatcher {
         };
         if let Some(at) = &at {
             let at = at.clone();
-            self.in_flight.insert(task.id, InFlight { at, task, runs });
+            self.in_flight.insert(
+                task.id,
+                InFlight {
+                    at,
+                    task,
+                    runs,
+                    collecting: false,
+                },
+            );
         } else {
             self.again.push_back((task, runs));
             self.pin_held();
@@ -256,15 +282,24 @@ impl Dispatcher {
         }
     }
 
-    /// Task `id` ended, as `host` (its placement's first) reports.
+    /// Task `id` ended, as `host` (its placement's first) reports; a job's task with outputs
+    /// ends twice: its job (then [`Ended::Collect`]), and once its outputs are sent.
     pub fn ended(&mut self, host: u32, id: TaskId, end: RankEnd, wall_us: u64) -> Ended {
-        match self.in_flight.get(&id) {
-            Some(f) if f.at.host() == host => {}
+        let f = match self.in_flight.get_mut(&id) {
+            Some(f) if f.at.host() == host => f,
             _ => return Ended::Stale,
+        };
+        let spec = &f.task.spec;
+        if spec.is_job() && !spec.outputs.files.is_empty() && !end.failed() && !f.collecting {
+            f.collecting = true;
+            let (cwd, outputs) = (spec.cwd.clone(), spec.outputs.clone());
+            return Ended::Collect { cwd, outputs };
         }
         let f = self.in_flight.remove(&id).expect("checked");
         self.free(&f);
-        let InFlight { at, mut task, runs } = f;
+        let InFlight {
+            at, mut task, runs, ..
+        } = f;
         let runs = runs + 1;
         let stream_retries = self.retries.get(&id.stream).copied().unwrap_or(0);
         let retries = task.spec.retries.unwrap_or(stream_retries);

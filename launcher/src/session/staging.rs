@@ -151,6 +151,11 @@ impl Collector {
         Ok(())
     }
 
+    /// Task `id`'s output stays on its host, as `host:path`.
+    pub(super) fn left(&mut self, id: TaskId, at: String) {
+        self.done.entry(id).or_default().push(at);
+    }
+
     /// The output files collected for task `id` (its result names them); what was left
     /// half-written of them (a host lost mid-file) is removed.
     pub(super) fn take(&mut self, id: TaskId) -> Vec<String> {

@@ -401,11 +401,6 @@ fn cannot_run(spec: &TaskSpec, board: &JobBoard, jobs: bool) -> Option<String> {
             "tasks of several ranks or of MPI need a socket for their jobs, and greedyrun could not make one (run with -v to see why)".into(),
         );
     }
-    if spec.is_job() && !spec.outputs.is_empty() {
-        return Some(
-            "collecting \"outputs\" of tasks of several ranks or of MPI is not done yet".into(),
-        );
-    }
     if spec.is_job() {
         let room = board.rank_room(spec.cores_per_rank);
         return (u64::from(spec.ranks) > room).then(|| {
@@ -796,6 +791,9 @@ impl<'a> Streams<'a> {
                     cur.feed.say(text).await;
                 }
             }
+            Up::TaskFileLeft { node, id, path } => {
+                (self.collector).left(id, format!("{}:{path}", host(plan, node)));
+            }
             Up::TaskEnd {
                 node,
                 id,
@@ -899,6 +897,16 @@ impl<'a> Streams<'a> {
                         end.code()
                     ));
                 }
+            }
+            Ended::Collect { cwd, outputs } => {
+                let cmd = Cmd::TaskOutputs {
+                    id,
+                    cwd,
+                    outputs,
+                    end,
+                    wall_us,
+                };
+                self.fanout.route(Some(node), cmd).await;
             }
             Ended::Stale => {}
         }
