@@ -39,12 +39,14 @@ use tokio_util::{
 };
 use tracing::{Instrument, debug, info_span, warn};
 
-use self::outputs::OutputFiles;
+use self::{cores::Holder, outputs::OutputFiles};
 use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
-    proto::{BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, Up},
+    proto::{
+        BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, TaskJob, Up,
+    },
     session::{JobAgents, JobShare},
     signals, spawn, stdio,
     task_spec::{Outputs, Run, TaskSpec},
@@ -398,8 +400,12 @@ impl Agent {
     }
 
     /// The CPUs each local rank is bound to (`--bind-to`: the host's n-th core or package for
-    /// its n-th rank, round-robin); empty when they are not bound.
+    /// its n-th rank, round-robin; a job task's, as its session agent chose); empty when
+    /// they are not bound.
     async fn bound_cpus(&self) -> BTreeMap<u32, Vec<u32>> {
+        if let Some(share) = self.share.as_ref().filter(|s| !s.cpus.is_empty()) {
+            return share.cpus.clone();
+        }
         let Some(sets) = self.bind_units().await else {
             return BTreeMap::new();
         };
@@ -1083,8 +1089,8 @@ impl Running {
                 job,
                 nodes,
                 start,
-                staged,
-            } if tasks => self.start_job(job, &nodes, *start, &staged).await,
+                task,
+            } if tasks => self.start_job(job, &nodes, *start, task).await,
             Cmd::JobStart { job, .. } => warn!(job, "a job for an agent that runs ranks: ignored"),
             Cmd::ForJob { job, cmd } => self.jobs.deliver(job, cmd),
             Cmd::EndJob { job } => self.jobs.end(job),
@@ -1171,11 +1177,7 @@ impl Running {
             spec.env
                 .insert("GREEDY_STAGED".into(), dir.display().to_string());
         }
-        if self.task_cores.is_none() {
-            let units = self.agent.bind_units().await.unwrap_or_default();
-            self.task_cores = Some(cores::TaskCores::new(units));
-        }
-        let picked = (self.task_cores.as_ref()).and_then(|c| c.pick(spec.slot_count()));
+        let picked = self.task_cores().await.pick(spec.slot_count());
         let cpus = picked.as_ref().map(|(_, cpus)| cpus.as_slice());
         let pgid = (self.agent)
             .spawn_task(
@@ -1194,7 +1196,7 @@ impl Running {
             self.tasks.insert(pgid, id.stream);
             self.live += 1;
             if let (Some(held), Some((cores, _))) = (self.task_cores.as_mut(), picked) {
-                held.hold(pgid, cores);
+                held.hold(Holder::Task(pgid), cores);
             }
         }
     }
@@ -1245,21 +1247,70 @@ impl Running {
     fn on_job_ended(&mut self, job: u32) {
         self.jobs.forget(job);
         self.staged.job_ended(job);
+        if let Some(held) = self.task_cores.as_mut() {
+            held.release(Holder::Job(job));
+        }
     }
 
-    /// Runs session job `job`'s part on this host (if `nodes` has it), its ranks finding the
-    /// inputs its task `staged` in `GREEDY_STAGED`; if one is not here, the job runs without
-    /// and the ranks that look for it fail, as this host says.
-    async fn start_job(&mut self, job: u32, nodes: &[u32], mut start: Start, staged: &[Staged]) {
-        if !staged.is_empty() && nodes.contains(&self.agent.node) {
-            match self.staged.job_dir(job, staged) {
+    /// The cores the stream's tasks (and its job tasks' ranks) are bound to, learnt from
+    /// hwloc at the first task.
+    async fn task_cores(&mut self) -> &mut cores::TaskCores {
+        if self.task_cores.is_none() {
+            let units = self.agent.bind_units().await.unwrap_or_default();
+            self.task_cores = Some(cores::TaskCores::new(units));
+        }
+        self.task_cores.as_mut().expect("set above")
+    }
+
+    /// The CPUs of each of a job task's local `ranks` (session job `job`): `per_rank` of the
+    /// least used cores each, held by the job until it ends; none when tasks run unbound.
+    async fn job_rank_cpus(
+        &mut self,
+        job: u32,
+        ranks: &[u32],
+        per_rank: u32,
+    ) -> BTreeMap<u32, Vec<u32>> {
+        let cores = self.task_cores().await;
+        let mut cpus = BTreeMap::new();
+        for &rank in ranks {
+            let Some((picked, set)) = cores.pick(per_rank) else {
+                break;
+            };
+            cores.hold(Holder::Job(job), picked);
+            cpus.insert(rank, set);
+        }
+        cpus
+    }
+
+    /// Runs session job `job`'s part on this host (if `nodes` has it). A stream's job task
+    /// brings its `task`: its ranks find the inputs it staged in `GREEDY_STAGED` (if one is
+    /// not here, the job runs without and the ranks that look for it fail, as this host says),
+    /// and when the stream binds its tasks each rank is bound to cores no task here holds.
+    async fn start_job(
+        &mut self,
+        job: u32,
+        nodes: &[u32],
+        mut start: Start,
+        task: Option<TaskJob>,
+    ) {
+        let here = nodes.iter().position(|&n| n == self.agent.node);
+        let (Some(i), Some(task)) = (here, task) else {
+            return self
+                .jobs
+                .start(job, nodes, start, self.guard.as_ref(), BTreeMap::new());
+        };
+        if !task.staged.is_empty() {
+            match self.staged.job_dir(job, &task.staged) {
                 Ok(dir) => start
                     .env
                     .push(("GREEDY_STAGED".into(), dir.display().to_string())),
                 Err(why) => self.agent.note(format!("job {job}: {why}")).await,
             }
         }
-        self.jobs.start(job, nodes, start, self.guard.as_ref());
+        let ranks = start.ranks.get(i).cloned().unwrap_or_default();
+        let cpus = self.job_rank_cpus(job, &ranks, task.cores_per_rank).await;
+        self.jobs
+            .start(job, nodes, start, self.guard.as_ref(), cpus);
     }
 
     /// A task ended, its group `pgid`.
@@ -1268,7 +1319,7 @@ impl Running {
         // tasks must not pile up their background processes.
         if self.tasks.remove(&pgid).is_some() {
             if let Some(held) = self.task_cores.as_mut() {
-                held.release(pgid);
+                held.release(Holder::Task(pgid));
             }
             self.staged.task_ended(pgid);
             self.agent.groups.kill_and_forget(pgid);

@@ -179,7 +179,11 @@ pub fn session_job(data: &[u8]) {
             assert_eq!(board.running(), (0, 0, 0));
         }
         // The same job in slots a task claimed: in its claim's slots at once, or refused.
-        let claim = board.claim(vec![(0, 2), (2, 4)], Vec::new());
+        let task = crate::proto::TaskJob {
+            staged: Vec::new(),
+            cores_per_rank: 1,
+        };
+        let claim = board.claim(vec![(0, 2), (2, 4)], task);
         if let Ok(ticket) = board.reserve_claimed(&start, claim) {
             let ups = futures_util::FutureExt::now_or_never(board.admitted(&ticket, &start));
             assert!(

@@ -202,6 +202,16 @@ pub struct Staged {
     pub hash: String,
 }
 
+/// What a stream's task brings to the job that runs it ([`Cmd::JobStart`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskJob {
+    /// The inputs it staged, linked for its ranks on each host (`GREEDY_STAGED`).
+    pub staged: Vec<Staged>,
+    /// The cores each rank takes: bound to that many of the host's free cores when the
+    /// stream binds its tasks.
+    pub cores_per_rank: u32,
+}
+
 /// A task of a task stream: the stream (a session runs several at once) and the task's line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TaskId {
@@ -287,9 +297,8 @@ pub enum Cmd {
         nodes: Vec<u32>,
         /// The job, as greedyrun made it.
         start: Box<Start>,
-        /// A stream's task's job: the inputs it staged, linked for its ranks on each host
-        /// (`GREEDY_STAGED`); empty for a client's own job.
-        staged: Vec<Staged>,
+        /// A stream's task's job: what the task brings; `None` for a client's own job.
+        task: Option<TaskJob>,
     },
     /// A command for the agent of a session's job on the target host.
     ForJob {

@@ -142,20 +142,26 @@ fn a_session_stream_gets_its_clients_defaults() {
     );
 }
 
-/// With `--bind-to core`, each running task holds cores of its own: every task claims its
-/// CPU while it runs (mkdir fails on a CPU another task holds) and exits 9 on a clash; a
-/// 2-core task is bound too.
+/// With `--bind-to core`, each running task holds cores of its own, and so does each rank
+/// of a job task: every task and rank claims its CPU while it runs (mkdir fails on a CPU
+/// another holds) and exits 9 on a clash; a 2-core task is bound too.
 #[test]
 fn bound_tasks_never_share_a_core() {
     let (d, local) = shell();
     let dir = d.path();
     let claim = r#"c=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status); mkdir busy.$c || exit 9; echo $c >> cpus; sleep 0.2; rmdir busy.$c"#;
     let mut lines = vec![claim.to_string(); 6];
+    let job = |more: &str| format!(r#"{{"argv":["sh","-c",{claim:?}],{more}}}"#);
+    lines.insert(1, job(r#""ranks":2"#));
+    lines.insert(3, job(r#""mpi":true"#));
+    lines.insert(5, job(r#""ranks":2"#));
     lines.push(r#"{"argv":["sh","-c","echo $GREEDY_CPUS > wide"],"cores_per_rank":2}"#.into());
-    let out = run_stream(dir, &local, &lines, &["-H", "a:2", "--bind-to", "core"]);
+    // A host whose address resolves: job tasks wire up over it.
+    let bound = ["-H", "localhost:2", "--bind-to", "core"];
+    let out = run_stream(dir, &local, &lines, &bound);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let cpus = std::fs::read_to_string(dir.join("cpus")).unwrap();
-    assert_eq!(cpus.lines().count(), 6, "{cpus}");
+    assert_eq!(cpus.lines().count(), 11, "{cpus}");
     let cores: std::collections::BTreeSet<&str> = cpus.lines().collect();
     assert_eq!(cores.len(), 2, "each task one of the 2 cores: {cpus}");
     let wide = std::fs::read_to_string(dir.join("wide")).unwrap();

@@ -1,11 +1,20 @@
 //! Which of this host's cores (or packages, with `--bind-to socket`) a stream's tasks hold:
 //! a task of k cores takes the k least used, lowest first, and is bound to their CPUs until
-//! it ends. Sans I/O.
+//! it ends; a job task's ranks here each take theirs, held by the job. Sans I/O.
 //!
 //! With no more slots than cores no two running tasks share a core; with more, the load
 //! spreads evenly.
 
 use std::collections::HashMap;
+
+/// Who holds cores: a task (by its process group) or a session's job (a job task's ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Holder {
+    /// A task, by its process group.
+    Task(u32),
+    /// A session's job, by its number.
+    Job(u32),
+}
 
 /// The cores of this host and the tasks holding them.
 #[derive(Debug)]
@@ -14,8 +23,8 @@ pub(crate) struct TaskCores {
     cpus: Vec<Vec<u32>>,
     /// Running tasks on each core.
     users: Vec<u32>,
-    /// The cores of each running task, by its process group.
-    held: HashMap<u32, Vec<usize>>,
+    /// The cores of each holder.
+    held: HashMap<Holder, Vec<usize>>,
 }
 
 impl TaskCores {
@@ -45,17 +54,17 @@ impl TaskCores {
         Some((cores, cpus))
     }
 
-    /// Task `pgid` runs on `cores` (from [`TaskCores::pick`]) until [`TaskCores::release`].
-    pub(crate) fn hold(&mut self, pgid: u32, cores: Vec<usize>) {
+    /// `who` runs on `cores` (from [`TaskCores::pick`]) too, until [`TaskCores::release`].
+    pub(crate) fn hold(&mut self, who: Holder, cores: Vec<usize>) {
         for &c in &cores {
             self.users[c] += 1;
         }
-        self.held.insert(pgid, cores);
+        self.held.entry(who).or_default().extend(cores);
     }
 
-    /// Task `pgid` ended: its cores are free of it.
-    pub(crate) fn release(&mut self, pgid: u32) {
-        for c in self.held.remove(&pgid).unwrap_or_default() {
+    /// `who` ended: its cores are free of it.
+    pub(crate) fn release(&mut self, who: Holder) {
+        for c in self.held.remove(&who).unwrap_or_default() {
             self.users[c] = self.users[c].saturating_sub(1);
         }
     }
@@ -75,15 +84,28 @@ mod tests {
         let mut t = four();
         let (a, cpus) = t.pick(2).unwrap();
         assert_eq!((a.clone(), cpus), (vec![0, 1], vec![0, 1, 4, 5]));
-        t.hold(100, a);
+        t.hold(Holder::Task(100), a);
         let (b, _) = t.pick(1).unwrap();
         assert_eq!(b, [2]);
-        t.hold(101, b);
+        t.hold(Holder::Job(100), b);
         assert_eq!(t.pick(1).unwrap().0, [3]);
-        t.release(100);
+        t.release(Holder::Task(100));
         assert_eq!(t.pick(2).unwrap().0, [0, 1]);
-        t.release(100); // twice: nothing more
+        t.release(Holder::Task(100)); // twice: nothing more
         assert_eq!(t.users, [0, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_jobs_ranks_hold_cores_together_until_it_ends() {
+        let mut t = four();
+        for _ in 0..3 {
+            let (cores, _) = t.pick(1).unwrap();
+            t.hold(Holder::Job(7), cores);
+        }
+        assert_eq!(t.users, [1, 1, 1, 0]);
+        assert_eq!(t.pick(1).unwrap().0, [3], "a task takes the free core");
+        t.release(Holder::Job(7));
+        assert_eq!(t.users, [0, 0, 0, 0]);
     }
 
     #[test]
@@ -91,7 +113,7 @@ mod tests {
         let mut t = four();
         for pgid in 0..6 {
             let (cores, _) = t.pick(1).unwrap();
-            t.hold(pgid, cores);
+            t.hold(Holder::Task(pgid), cores);
         }
         assert_eq!(t.users, [2, 2, 1, 1]);
         // A task wider than the host takes every core once.

@@ -1,7 +1,11 @@
 //! A session agent's side: each job it runs on this host is an agent of its own inside this
 //! process, sharing the session agent's guard and PMIx server; no process is started for it.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use bytes::Bytes;
 use greedy_pmix::names::{Response, SharedTable};
@@ -32,6 +36,9 @@ pub struct JobShare {
     pub names: Arc<dyn SharedTable>,
     /// The job's own process groups (also the session agent's to kill if the job hangs).
     pub groups: OwnGroups,
+    /// The CPUs each local rank is bound to, chosen by the session agent among its streams'
+    /// tasks (a job task's ranks); empty: as the job's `--bind-to` says.
+    pub cpus: BTreeMap<u32, Vec<u32>>,
 }
 
 /// One job's agent on this host.
@@ -81,6 +88,7 @@ impl JobAgents {
         nodes: &[u32],
         mut start: Start,
         guard: Option<&GuardHandle>,
+        cpus: BTreeMap<u32, Vec<u32>>,
     ) {
         let Some(i) = nodes.iter().position(|&n| n == self.node) else {
             return;
@@ -93,6 +101,7 @@ impl JobAgents {
             pmix: self.pmix.clone(),
             names: Arc::new(self.names.clone()),
             groups: groups.clone(),
+            cpus,
         };
         let (down_tx, down_rx) = mpsc::unbounded_channel();
         let (up_tx, up_rx) = mpsc::channel(JOB_UP_CAPACITY);

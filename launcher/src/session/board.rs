@@ -13,7 +13,7 @@ use super::{
     queue::{JobFrames, JobQueue, job_queue},
 };
 use crate::{
-    proto::{Staged, Start, Up},
+    proto::{Start, TaskJob, Up},
     slots::Slots,
 };
 
@@ -27,11 +27,10 @@ struct Entry {
     ending: bool,
 }
 
-/// The slots a stream's task took for its job (each host and how many), and the inputs it
-/// staged for its ranks.
+/// The slots a stream's task took for its job (each host and how many), and what it brings.
 struct Claim {
     slots: Vec<(u32, u32)>,
-    staged: Vec<Staged>,
+    task: TaskJob,
 }
 
 /// What the session knows of its hosts' slots and the jobs on them.
@@ -86,8 +85,8 @@ pub(crate) struct Ticket {
     pub(super) nodes: Vec<u32>,
     need: Vec<(u32, u32)>,
     pub(super) waits: bool,
-    /// A stream task's job: the inputs its task staged.
-    pub(super) staged: Vec<Staged>,
+    /// A stream task's job: what its task brings.
+    pub(super) task: Option<TaskJob>,
 }
 
 /// The session's slots, the jobs that hold or wait for them, and where the jobs' frames go.
@@ -173,12 +172,12 @@ impl JobBoard {
     }
 
     /// The slots a task took (each host and how many) are for a job its client starts, with
-    /// the inputs it staged: the claim that job names.
-    pub fn claim(&self, slots: Vec<(u32, u32)>, staged: Vec<Staged>) -> u64 {
+    /// what the task brings: the claim that job names.
+    pub fn claim(&self, slots: Vec<(u32, u32)>, task: TaskJob) -> u64 {
         let mut b = self.board();
         let claim = b.next_claim;
         b.next_claim += 1;
-        b.claims.insert(claim, Claim { slots, staged });
+        b.claims.insert(claim, Claim { slots, task });
         claim
     }
 
@@ -338,7 +337,7 @@ impl JobBoard {
             nodes,
             need,
             waits,
-            staged: Vec::new(),
+            task: None,
         })
     }
 
@@ -347,11 +346,7 @@ impl JobBoard {
     /// task's (it frees them when its client ends), so the ticket holds none.
     pub(crate) fn reserve_claimed(&self, start: &Start, claim: u64) -> Result<Ticket, String> {
         let mut b = self.board();
-        let Some(Claim {
-            slots: held,
-            staged,
-        }) = b.claims.remove(&claim)
-        else {
+        let Some(Claim { slots: held, task }) = b.claims.remove(&claim) else {
             return Err(format!(
                 "no task of the session holds slots under claim {claim}"
             ));
@@ -378,7 +373,7 @@ impl JobBoard {
             nodes,
             need: Vec::new(),
             waits: false,
-            staged,
+            task: Some(task),
         })
     }
 

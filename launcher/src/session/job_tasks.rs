@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 use super::{board::JobBoard, dispatch::Placement};
-use crate::proto::{RankEnd, Staged, Stream, TaskId, Up};
+use crate::proto::{RankEnd, Staged, Stream, TaskId, TaskJob, Up};
 use crate::task_spec::TaskSpec;
 
 /// Set in the environment of the process `--start-session` starts, to the control socket it
@@ -80,7 +80,11 @@ impl JobTasks {
             return;
         };
         let node = at.host();
-        let claim = self.board.claim(at.slots(spec).collect(), staged);
+        let task = TaskJob {
+            staged,
+            cores_per_rank: spec.cores_per_rank,
+        };
+        let claim = self.board.claim(at.slots(spec).collect(), task);
         let hosts: Vec<String> = (at.0.iter())
             .map(|&(h, r)| format!("{}:{r}", names[h as usize]))
             .collect();

@@ -52,7 +52,7 @@ pub async fn serve_job<R: AsyncRead + Unpin>(
         job,
         nodes: nodes.clone(),
         start: start.clone(),
-        staged: ticket.staged.clone(),
+        task: ticket.task.clone(),
     };
     fanout.route(None, cmd).await;
     let served = Served {
