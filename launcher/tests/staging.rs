@@ -126,6 +126,25 @@ fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
     assert_gone(&tmp);
 }
 
+/// Runs the stream of `lines` in `dir` on two hosts through `local`, results in `dir/res`;
+/// checks it succeeded and returns its stderr.
+fn run_outputs_stream(dir: &Path, local: &Path, lines: &[String]) -> String {
+    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
+    let out = greedyrun(
+        local,
+        &["-H", "localhost:2,127.0.0.2:2", "--results", "res"],
+    )
+    .args(["--tasks", "tasks"])
+    .current_dir(dir)
+    .env_remove("GREEDY_SESSION")
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    stderr
+}
+
 #[test]
 fn outputs_come_back_whole_and_are_named_in_the_results() {
     let (d, local) = shell();
@@ -139,19 +158,7 @@ fn outputs_come_back_whole_and_are_named_in_the_results() {
         .to_string(),
         serde_json::json!({"command": "true", "outputs": ["never-written.txt"]}).to_string(),
     ];
-    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
-    let out = greedyrun(
-        &local,
-        &["-H", "localhost:2,127.0.0.2:2", "--results", "res"],
-    )
-    .args(["--tasks", "tasks"])
-    .current_dir(dir)
-    .env_remove("GREEDY_SESSION")
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stderr = run_outputs_stream(dir, &local, &lines);
     let data = std::fs::read(dir.join("runs/out-1.txt")).unwrap();
     assert_eq!(data.len(), 1_500_000);
     assert!(
@@ -195,19 +202,7 @@ fn job_task_outputs_come_back_and_left_ones_are_named_where_they_are() {
             "outputs": ["kept-job.txt"], "leave_outputs": true}),
     ];
     let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    std::fs::write(dir.join("tasks"), lines.join("\n") + "\n").unwrap();
-    let out = greedyrun(
-        &local,
-        &["-H", "localhost:2,127.0.0.2:2", "--results", "res"],
-    )
-    .args(["--tasks", "tasks"])
-    .current_dir(dir)
-    .env_remove("GREEDY_SESSION")
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stderr = run_outputs_stream(dir, &local, &lines);
     let res = results_by_task(&dir.join("res"));
     assert_eq!(
         res[&1]["outputs"],

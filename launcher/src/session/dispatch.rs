@@ -218,16 +218,19 @@ impl Dispatcher {
         let (task, runs) = self.again.remove(i).expect("listed");
         self.pin_held();
         let placed = (task.clone(), at.clone());
-        self.in_flight.insert(
-            task.id,
-            InFlight {
-                at,
-                task,
-                runs,
-                collecting: false,
-            },
-        );
+        self.fly(task, at, runs);
         Some(placed)
+    }
+
+    /// `task` runs at `at` from now on.
+    fn fly(&mut self, task: Task, at: Placement, runs: u32) {
+        let f = InFlight {
+            at,
+            task,
+            runs,
+            collecting: false,
+        };
+        self.in_flight.insert(f.task.id, f);
     }
 
     /// The first task waiting to run, taken out if it can never run: it needs more slots
@@ -251,16 +254,7 @@ impl Dispatcher {
             None => self.take(&task.spec, None),
         };
         if let Some(at) = &at {
-            let at = at.clone();
-            self.in_flight.insert(
-                task.id,
-                InFlight {
-                    at,
-                    task,
-                    runs,
-                    collecting: false,
-                },
-            );
+            self.fly(task, at.clone(), runs);
         } else {
             self.again.push_back((task, runs));
             self.pin_held();
