@@ -7,20 +7,27 @@
 #           of tests/launcher/loopback.sh), as a pilot's MPI launch method does, xargs -P running
 #           as many at once as the slots hold at the tasks' mean size, task i on host i mod H
 #           (and the next hosts, for a task of more ranks than S)
+#   rp      with --rp: RADICAL-Pilot (PyPI radical.pilot in $GREEDY_RP, default
+#           /var/tmp/greedy-rp) with its own launcher: one local pilot of H x S cores (fake
+#           nodes of S cores), its agent starting each task with its MPIEXEC launch method,
+#           MPICH's mpiexec.hydra (tests/launcher/rp-tasks.py)
+#   rp+greedy  the same pilot with greedyrun as its `mpiexec`, on a session of this machine
+#           with twice the pilot's slots (RP frees a task's cores when its mpiexec returns, a
+#           moment before the session has the job's slots back)
 # Prints per runner: makespan, MPI tasks/s, the ratio to greedy, and slot utilisation (rank-
 # seconds of the tasks' runs, launcher included, over slots x makespan); with --plot FILE the
 # slots busy over time of the last rep, for gnuplot or a spreadsheet (seconds, greedy, hydra),
 # and drawn in FILE.svg.
 # Everything shares this machine's 2 cores: the CPU, not the tree, decides these figures.
 # usage: tests/launcher/mpi-tasks-bench.sh [--tasks N] [--hosts H] [--slots S]
-#        [--ranks R|mixed] [--reps K] [--plot FILE] [--program PATH]
+#        [--ranks R|mixed] [--reps K] [--plot FILE] [--program PATH] [--rp]
 #        (mixed: ranks 1, 2, 4, 8, 16 in turn; --program: each task runs PATH instead of the
 #        MPI hello, e.g. /bin/true for the launchers' own cost)
 set -euo pipefail
 
 # shellcheck source=../lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-ntasks=200 hosts=8 slots=4 ranks=4 reps=1 plot="" program=""
+ntasks=200 hosts=8 slots=4 ranks=4 reps=1 plot="" program="" runners=(greedy hydra)
 while (($#)); do
   case $1 in
     --tasks) ntasks=$2; shift 2 ;;
@@ -30,7 +37,8 @@ while (($#)); do
     --reps) reps=$2; shift 2 ;;
     --plot) plot=$2; shift 2 ;;
     --program) program=$2; shift 2 ;;
-    *) echo "usage: $0 [--tasks N] [--hosts H] [--slots S] [--ranks R|mixed] [--reps K] [--plot FILE]" >&2; exit 2 ;;
+    --rp) runners+=(rp rp+greedy); shift ;;
+    *) echo "usage: $0 [--tasks N] [--hosts H] [--slots S] [--ranks R|mixed] [--reps K] [--plot FILE] [--rp]" >&2; exit 2 ;;
   esac
 done
 MPICH5=${GREEDY_MPICH5:-/var/tmp/greedy-mpich5}
@@ -72,6 +80,29 @@ EOF
 chmod +x "$work/hydra-task"
 session=$("$BIN" --rsh "$work/localsh" -H "$(loopback_hosts "$hosts" "$slots")" --progress 0 --start-session | sed -n 's/^export GREEDY_SESSION=//p')
 [[ -n $session ]] || fail "the session did not start"
+if [[ " ${runners[*]} " == *" rp "* ]]; then
+  RP=${GREEDY_RP:-/var/tmp/greedy-rp}
+  [[ -x $RP/bin/radical-pilot-agent_0 ]] ||
+    fail "no RADICAL-Pilot in $RP (python3 -m venv $RP && $RP/bin/pip install radical.pilot==1.103.2)"
+  # The pilot's resource: this machine as fake nodes of S cores, MPI tasks by the mpiexec
+  # first on $RP_BENCH_MPI (RADICAL_CONFIG_USER_DIR is where RP reads user configs).
+  mkdir -p "$work/rp/.radical/pilot/configs" "$work/rp/bin"
+  cat >"$work/rp/.radical/pilot/configs/resource_bench.json" <<JSON
+{"localhost": {
+  "description": "mpi-tasks-bench", "default_schema": "local",
+  "schemas": {"local": {"job_manager_endpoint": "fork://localhost", "filesystem_endpoint": "file://localhost"}},
+  "resource_manager": "FORK", "agent_config": "default", "agent_scheduler": "CONTINUOUS",
+  "agent_spawner": "POPEN", "rp_version": "installed", "virtenv_mode": "local", "python_dist": "default",
+  "launch_methods": {"order": ["FORK", "MPIEXEC"], "FORK": {},
+                     "MPIEXEC": {"pre_exec_cached": ["export PATH=\$RP_BENCH_MPI:\$PATH"]}},
+  "cores_per_node": $slots, "gpus_per_node": 0, "lfs_path_per_node": "/tmp", "lfs_size_per_node": 1024,
+  "mem_per_node": 4096, "fake_resources": true}}
+JSON
+  ln -s "$BIN" "$work/rp/bin/mpiexec"
+  rp_session=$("$BIN" --rsh "$work/localsh" -H "localhost:$((2 * width))" --progress 0 --start-session | sed -n 's/^export GREEDY_SESSION=//p')
+  [[ -n $rp_session ]] || fail "the session for rp+greedy did not start"
+  trap 'GREEDY_SESSION=$rp_session "$BIN" --end-session >/dev/null 2>&1 || true; loopback_cleanup' EXIT
+fi
 
 # Runs $1 once; prints its makespan in ms and leaves its runs (ranks, start s, end s; from the
 # runner's start) in $work/$1.spans.
@@ -101,6 +132,21 @@ for l in open(sys.argv[1]):
       [[ $(wc -l <"$work/hydra.runs") == "$ntasks" ]] || fail "hydra: not every task reported"
       awk -v t0="$t0" '{ print $1, ($2 - t0) / 1e9, ($3 - t0) / 1e9 }' "$work/hydra.runs" >"$work/hydra.spans"
       ;;
+    rp | rp+greedy)
+      # RP's own clock: from the tasks' submission, the pilot active.
+      local mpi=$MPICH5/bin env=()
+      [[ $1 == rp+greedy ]] && mpi=$work/rp/bin env=(GREEDY_SESSION="$rp_session")
+      rm -rf "$work/rp/sandbox"
+      (
+        # shellcheck disable=SC1091
+        . "$RP/bin/activate"
+        cd "$work/rp" # RP's client writes its session's directory here
+        env "${env[@]}" RP_BENCH_MPI="$mpi" RADICAL_CONFIG_USER_DIR="$work/rp" \
+          timeout -s KILL 1800 python3 "$ROOT/tests/launcher/rp-tasks.py" "$work/hydra.tasks" \
+          "$work/hello" "$width" "$work/rp/sandbox" "$work/$1.spans" 2>"$work/$1.err"
+      ) || fail "$1: $(tail -3 "$work/$1.err")"
+      return
+      ;;
   esac
   echo $(((t1 - t0) / 1000000))
 }
@@ -112,7 +158,7 @@ utilisation() {
 
 declare -A walls=() busy=()
 for ((k = 0; k < reps; k++)); do
-  for runner in greedy hydra; do
+  for runner in "${runners[@]}"; do
     ms=$(run "$runner")
     walls[$runner]+="$ms "
     busy[$runner]=$(utilisation "$runner" "$ms")
@@ -123,34 +169,36 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[in
 g=$(echo "${walls[greedy]}" | median)
 echo "| $ntasks tasks of $ranks ranks of ${program:-the MPI hello}, $hosts hosts x $slots slots | makespan s | MPI tasks/s | vs greedy | slots busy (last rep) |"
 echo "|---|---|---|---|---|"
-for runner in greedy hydra; do
+declare -A labels=([greedy]="greedyrun --tasks on a session" [hydra]="mpiexec.hydra per task (xargs -P)"
+  [rp]="RADICAL-Pilot 1.103, its agent and mpiexec.hydra" [rp+greedy]="RADICAL-Pilot 1.103 with greedyrun as mpiexec")
+for runner in "${runners[@]}"; do
   m=$(echo "${walls[$runner]}" | median)
-  label=$([[ $runner == greedy ]] && echo "greedyrun --tasks on a session" || echo "mpiexec.hydra per task (xargs -P)")
+  label=${labels[$runner]}
   awk -v n="$ntasks" -v m="$m" -v g="$g" -v l="$label" -v u="${busy[$runner]}" \
     'BEGIN { printf "| %s | %.2f | %.1f | %.2fx | %s |\n", l, m / 1000, n / (m / 1000), g / m, u }'
 done
 if [[ -n $plot ]]; then
   # Slots busy at each 0.1 s of the last rep, per runner.
-  python3 - "$work" "$plot" "$width" <<'EOF'
+  python3 - "$work" "$plot" "$width" "${runners[@]}" <<'EOF'
 import sys
-work, out, slots = sys.argv[1], sys.argv[2], int(sys.argv[3])
+work, out, slots, runners = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 series = {}
-for runner in ("greedy", "hydra"):
+for runner in runners:
     spans = [tuple(map(float, l.split())) for l in open(f"{work}/{runner}.spans")]
     end = max(e for _, _, e in spans)
     steps = int(end / 0.1) + 1
     series[runner] = [sum(r for r, s, e in spans if s <= t * 0.1 < e) for t in range(steps)]
 n = max(len(v) for v in series.values())
 with open(out, "w") as f:
-    f.write("# seconds greedy hydra (slots busy)\n")
+    f.write(f"# seconds {' '.join(runners)} (slots busy)\n")
     for t in range(n):
-        row = [series[r][t] if t < len(series[r]) else 0 for r in ("greedy", "hydra")]
-        f.write(f"{t * 0.1:.1f} {row[0]:.0f} {row[1]:.0f}\n")
+        row = [series[r][t] if t < len(series[r]) else 0 for r in runners]
+        f.write(f"{t * 0.1:.1f} " + " ".join(f"{v:.0f}" for v in row) + "\n")
 # The same as an SVG: slots busy (0 to all) over seconds, one line per runner.
 W, H, M = 640, 220, 40
 sx = (W - 2 * M) / max(n * 0.1, 1e-9)
 sy = (H - 2 * M) / max(slots, max(max(v) for v in series.values()))
-colours = {"greedy": "#1f77b4", "hydra": "#ff7f0e"}
+colours = {"greedy": "#1f77b4", "hydra": "#ff7f0e", "rp": "#2ca02c", "rp+greedy": "#9467bd"}
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
        f'<rect width="{W}" height="{H}" fill="white"/>',
        f'<line x1="{M}" y1="{H - M}" x2="{W - M}" y2="{H - M}" stroke="black"/>',
