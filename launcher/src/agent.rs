@@ -47,7 +47,7 @@ use crate::{
     proto::{
         BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, TaskJob, Up,
     },
-    session::{JobAgents, JobShare},
+    session::{JobAgents, JobEnded, JobShare},
     signals, spawn, stdio,
     task_spec::{Outputs, Run, TaskSpec},
     wireup,
@@ -1005,8 +1005,8 @@ impl Running {
                     self.on_exit(pgid).await;
                     None
                 },
-                job = self.jobs.ended(), if !self.jobs.is_empty() => {
-                    self.on_job_ended(job);
+                ended = self.jobs.ended(), if !self.jobs.is_empty() => {
+                    self.on_job_ended(ended);
                     None
                 },
                 Some(pgid) = self.task_rx.recv() => {
@@ -1243,12 +1243,15 @@ impl Running {
         }
     }
 
-    /// A session's job ended on this host.
-    fn on_job_ended(&mut self, job: u32) {
-        self.jobs.forget(job);
-        self.staged.job_ended(job);
+    /// A session's job ended on this host: its ranks (their cores are free), or its agent.
+    fn on_job_ended(&mut self, ended: JobEnded) {
+        let (JobEnded::Ranks(job) | JobEnded::Agent(job)) = ended;
         if let Some(held) = self.task_cores.as_mut() {
             held.release(Holder::Job(job));
+        }
+        if ended == JobEnded::Agent(job) {
+            self.jobs.forget(job);
+            self.staged.job_ended(job);
         }
     }
 

@@ -49,6 +49,15 @@ struct JobAgent {
     groups: OwnGroups,
 }
 
+/// What ended of a session's job on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEnded {
+    /// Its ranks here: every one reported its exit (its agent still tears down).
+    Ranks(u32),
+    /// Its agent: gone, its last frame relayed.
+    Agent(u32),
+}
+
 /// A session agent's jobs: for each, an agent in this process, its frames relayed up as
 /// [`Up::Job`].
 pub struct JobAgents {
@@ -59,8 +68,8 @@ pub struct JobAgents {
     pmix: SharedPmix,
     names: AskSession,
     jobs: HashMap<u32, JobAgent>,
-    ended_tx: mpsc::Sender<u32>,
-    ended_rx: mpsc::Receiver<u32>,
+    ended_tx: mpsc::Sender<JobEnded>,
+    ended_rx: mpsc::Receiver<JobEnded>,
 }
 
 impl JobAgents {
@@ -105,21 +114,34 @@ impl JobAgents {
         };
         let (down_tx, down_rx) = mpsc::unbounded_channel();
         let (up_tx, up_rx) = mpsc::channel(JOB_UP_CAPACITY);
+        let local = start.ranks.get(i).map_or(0, Vec::len);
         let agent = tokio::spawn(crate::agent::run_in(start, down_rx, up_tx, share));
-        self.relay(job, i as u32, agent, up_rx);
+        self.relay((job, i as u32, local), agent, up_rx);
         let down = Some(down_tx);
         self.jobs.insert(job, JobAgent { down, groups });
     }
 
-    /// Relays what `job`'s agent (host `i` of the job) sends up as [`Up::Job`]; once it
-    /// returned, says it is lost if it said no bye, and tells `ended`.
-    fn relay(&self, job: u32, i: u32, mut agent: JoinHandle<i32>, mut rx: mpsc::Receiver<Up>) {
+    /// Relays what `job`'s agent (host `i` of the job, `local` ranks here) sends up as
+    /// [`Up::Job`]; tells `ended` once every local rank exited, and once the agent returned
+    /// (then says it is lost if it said no bye).
+    fn relay(
+        &self,
+        (job, i, local): (u32, u32, usize),
+        mut agent: JoinHandle<i32>,
+        mut rx: mpsc::Receiver<Up>,
+    ) {
         let (up, ended) = (self.up.clone(), self.ended_tx.clone());
         tokio::spawn(async move {
-            let mut bye = false;
+            let (mut bye, mut exits) = (false, 0);
             let returned = loop {
                 tokio::select! {
-                    Some(msg) = rx.recv() => bye |= forward(&up, job, msg).await,
+                    Some(msg) = rx.recv() => {
+                        exits += usize::from(matches!(msg, Up::Exit { .. }));
+                        bye |= forward(&up, job, msg).await;
+                        if exits == local && local > 0 {
+                            let _ = ended.send(JobEnded::Ranks(job)).await;
+                        }
+                    }
                     returned = &mut agent => break returned,
                 }
             };
@@ -129,7 +151,7 @@ impl JobAgents {
             if !bye {
                 forward(&up, job, lost(i, ended_how(returned))).await;
             }
-            let _ = ended.send(job).await;
+            let _ = ended.send(JobEnded::Agent(job)).await;
         });
     }
 
@@ -162,8 +184,9 @@ impl JobAgents {
         }
     }
 
-    /// The next job whose agent is gone (its last frame relayed).
-    pub async fn ended(&mut self) -> u32 {
+    /// The next job whose ranks here all exited, or whose agent is gone (its last frame
+    /// relayed).
+    pub async fn ended(&mut self) -> JobEnded {
         self.ended_rx.recv().await.expect("a sender is kept")
     }
 
@@ -181,7 +204,9 @@ impl JobAgents {
         let deadline = tokio::time::Instant::now() + limit;
         while !self.jobs.is_empty() {
             tokio::select! {
-                Some(job) = self.ended_rx.recv() => { self.jobs.remove(&job); }
+                Some(ended) = self.ended_rx.recv() => if let JobEnded::Agent(job) = ended {
+                    self.jobs.remove(&job);
+                },
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }

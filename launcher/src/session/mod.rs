@@ -41,7 +41,7 @@ pub(crate) mod serve;
 pub(crate) mod staging;
 pub(crate) mod streams;
 
-pub use agent::{JobAgents, JobShare};
+pub use agent::{JobAgents, JobEnded, JobShare};
 pub use board::JobBoard;
 pub use client::{Attached, attach, connect_own};
 pub use control::{job_request, socket_parent, stream_request};
