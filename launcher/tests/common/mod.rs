@@ -155,6 +155,11 @@ pub(crate) fn session_process(socket: &str) -> Option<u32> {
     let wanted = format!("GREEDY_SESSION_SERVE={socket}");
     std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        // Its agents inherit the variable, and after PID wrap-around one may come first.
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        if comm.trim_end() != "greedyrun" {
+            return None;
+        }
         let env = std::fs::read(e.path().join("environ")).ok()?;
         env.split(|&b| b == 0)
             .any(|v| v == wanted.as_bytes())
