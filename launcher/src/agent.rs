@@ -256,9 +256,13 @@ impl Agent {
         let wireup = self.start_wireup(&board, hello_timeout, &bound).await;
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
         let runs_ranks = !wireup.failed && !self.start.tasks;
+        let waits = !self.start.bcast.is_empty();
         let mut running = Running::new(self, fanout, guard, board, wireup);
-        if runs_ranks {
-            running.spawn_ranks(&bound).await;
+        match (runs_ranks, waits) {
+            (true, false) => running.spawn_ranks(&bound).await,
+            // The ranks start once the job's broadcast files are here.
+            (true, true) => running.bcast_wait = Some(bound),
+            (false, _) => {}
         }
         let end = running.serve(down).await;
         debug!(
@@ -908,8 +912,10 @@ struct Running {
     /// The cores tasks are bound to (`--bind-to`; none when unbound), known from the first
     /// task on.
     task_cores: Option<cores::TaskCores>,
-    /// The task inputs staged to this host, and each running task's directory of them.
+    /// The files staged to this host, and each running task's directory of them.
     staged: staged::StagedFiles,
+    /// The ranks' CPUs while they wait for the job's broadcast files (`--bcast`).
+    bcast_wait: Option<BTreeMap<u32, Vec<u32>>>,
     /// A session's jobs, each run in this process beside it.
     jobs: JobAgents,
     /// The local ranks' spawn requests, from the wire-up service (`None` without one).
@@ -968,6 +974,7 @@ impl Running {
             tasks: HashMap::new(),
             task_cores: None,
             staged: staged::StagedFiles::default(),
+            bcast_wait: None,
             jobs,
             spawns,
             children: children::ChildRanks::default(),
@@ -1076,10 +1083,7 @@ impl Running {
                 let written = self.staged.chunk(id, offset, &data);
                 self.on_staged(written).await;
             }
-            Cmd::StageEnd { id, hash } => {
-                let done = self.staged.end(id, &hash);
-                self.on_staged(done).await;
-            }
+            Cmd::StageEnd { id, hash } => self.on_stage_end(id, &hash).await,
             Cmd::Task { id, .. } | Cmd::TaskOutputs { id, .. } => warn!(
                 stream = id.stream,
                 line = id.line,
@@ -1124,11 +1128,46 @@ impl Running {
         None
     }
 
-    /// A staged input's bytes were written, or not: said if not (the tasks that need it
-    /// fail here, naming it).
+    /// A staged file's bytes were written, or not: said if not (the tasks that need it fail
+    /// here, naming it; a job waiting for its broadcast files fails).
     async fn on_staged(&self, written: std::io::Result<()>) {
-        if let Err(e) = written {
+        let Err(e) = written else { return };
+        if self.bcast_wait.is_some() {
+            let what = format!("copying the --bcast files: {e}");
+            self.agent.fail(crate::status::code::LAUNCHER, what).await;
+        } else {
             self.agent.note(format!("staging a task input: {e}")).await;
+        }
+    }
+
+    /// The file staged as `id` is all here: kept if it is content `hash`, else asked for
+    /// again; the ranks start once the job's broadcast files are all here.
+    async fn on_stage_end(&mut self, id: u64, hash: &str) {
+        match self.staged.end(id, hash) {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!(id, "a staged file differs from its SHA-256: asked again");
+                let node = self.agent.node;
+                let _ = self.agent.up.send(Up::StageAgain { node, id }).await;
+                return;
+            }
+            Err(e) => return self.on_staged(Err(e)).await,
+        }
+        if self.bcast_wait.is_none() {
+            return;
+        }
+        match self.staged.bcast_dir(&self.agent.start.bcast) {
+            None => {}
+            Some(Ok(dir)) => {
+                staged::run_copies(&mut self.agent.start, &dir);
+                let bound = self.bcast_wait.take().unwrap_or_default();
+                self.spawn_ranks(&bound).await;
+            }
+            Some(Err(e)) => {
+                self.bcast_wait = None;
+                let what = format!("the --bcast files: {e}");
+                self.agent.fail(crate::status::code::LAUNCHER, what).await;
+            }
         }
     }
 

@@ -54,6 +54,7 @@ fn job(base: &JobConfig, hosts: &[String], batch: u32) -> JobConfig {
         plan,
         stdin_rank: None,
         quiet: true,
+        bcast: Vec::new(),
         oversubscribe: false,
         verbose: false,
         progress: Duration::ZERO,

@@ -8,6 +8,8 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
+use crate::proto::Cmd;
+
 /// Bytes per frame.
 pub(crate) const CHUNK: usize = 1 << 20;
 
@@ -32,8 +34,31 @@ where
         each((offset, bytes::Bytes::from(buf))).await;
         offset += n as u64;
     }
-    let hex = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    Ok((hex, offset))
+    Ok((hex(sha), offset))
+}
+
+/// A SHA-256 in lowercase hex.
+pub(crate) fn hex(sha: Sha256) -> String {
+    sha.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Sends `path` down the tree as staging `id` with `route`, a chunk per [`Cmd::Stage`] and
+/// its end with the SHA-256 of what was sent: that hash and the size.
+pub(crate) async fn send<F, Fut>(path: &Path, id: u64, route: F) -> std::io::Result<(String, u64)>
+where
+    F: Fn(Cmd) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (hash, bytes) = read(path, |(offset, data)| {
+        route(Cmd::Stage { id, offset, data })
+    })
+    .await?;
+    route(Cmd::StageEnd {
+        id,
+        hash: hash.clone(),
+    })
+    .await;
+    Ok((hash, bytes))
 }
 
 /// Writes a chunk, `data` at `offset`, into the file of `key` among those being received

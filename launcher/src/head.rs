@@ -7,6 +7,7 @@
 //! [`JobStatus`] decides; this module only carries out.
 
 use std::{
+    collections::HashMap,
     io::ErrorKind,
     sync::Arc,
     time::{Duration, Instant},
@@ -25,7 +26,7 @@ use crate::{
     fanout::{EdgeConfig, Fanout},
     limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
-    proto::{BindTo, Cmd, PROTOCOL_VERSION, RankEnd, Start, Stream, Up},
+    proto::{BcastFile, BindTo, Cmd, PROTOCOL_VERSION, RankEnd, Start, Stream, Up},
     status::{JobStatus, Singletons, Verdict, code},
     stdio::Tagger,
     terminal::escape,
@@ -86,6 +87,8 @@ pub struct JobConfig {
     pub quiet: bool,
     /// Spawned children may take more processes than the hosts' free slots.
     pub oversubscribe: bool,
+    /// Files copied to every host before the ranks start (`--bcast`).
+    pub bcast: Vec<BcastFile>,
 }
 
 /// What a finished job reports.
@@ -144,6 +147,7 @@ pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
         tasks,
         unbuffered: cfg.unbuffered,
         universe: plan.slots.iter().sum(),
+        bcast: if tasks { Vec::new() } else { cfg.bcast.clone() },
     }
 }
 
@@ -304,6 +308,7 @@ async fn drive(
     let mut writer = tokio::spawn(write_stdout(out_rx));
     let mut placed = fanout.placements();
     let mut head = Head::new(&cfg, &start, t0, fanout, window);
+    head.send_bcast(None, None);
     let mut stops = crate::signals::Stops::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
@@ -324,6 +329,7 @@ async fn drive(
                 let step = head.children.placement(child, ranks, Instant::now());
                 head.carry_step(step).await
             }
+            Some(sent) = head.bcast.join_next(), if !head.bcast.is_empty() => head.bcast_sent(sent),
             sig = stops.recv() => head.on_signal(sig),
             _ = tick.tick() => match head.on_tick().await {
                 Some(verdict) => verdict,
@@ -359,6 +365,10 @@ struct Head<'a> {
     n_up: usize,
     finished_at: Option<Duration>,
     tagger: Tagger,
+    /// The `--bcast` files being sent down the tree.
+    bcast: tokio::task::JoinSet<Result<(), String>>,
+    /// How often each host asked again for each of them.
+    resent: HashMap<(u32, u64), u32>,
     /// A chunk the writer's queue did not take: no frame is read until it does.
     pending_out: Option<Vec<u8>>,
     dropped_out: usize,
@@ -395,6 +405,8 @@ impl<'a> Head<'a> {
             n_up: 0,
             finished_at: None,
             tagger: Tagger::default(),
+            bcast: tokio::task::JoinSet::new(),
+            resent: HashMap::new(),
             pending_out: None,
             dropped_out: 0,
             interrupted: false,
@@ -474,6 +486,7 @@ impl<'a> Head<'a> {
             | Up::ChildStarted { .. }
             | Up::ChildExit { .. }) => return self.on_spawn_frame(up).await,
             Up::StdinTaken { .. } => self.window.add_permits(1),
+            Up::StageAgain { node, id } => return self.stage_again(node, id),
             // Only a task stream's or a session's agents send these (session::streams).
             Up::TaskOutput { .. }
             | Up::TaskFile { .. }
@@ -488,6 +501,49 @@ impl<'a> Head<'a> {
             )),
         }
         Verdict::Continue
+    }
+
+    /// Sends the `--bcast` files (only staging `only`, if named) to every host or to `to`.
+    fn send_bcast(&mut self, to: Option<u32>, only: Option<u64>) {
+        if self.cfg.bcast.is_empty() {
+            return;
+        }
+        let (files, fanout) = (self.cfg.bcast.clone(), self.fanout.clone());
+        self.bcast.spawn(async move {
+            crate::bcast::send(&files, only, |cmd| fanout.route(to, cmd)).await
+        });
+    }
+
+    /// Host `node` got `--bcast` file `id` other than it was sent: sent again, a few times.
+    fn stage_again(&mut self, node: u32, id: u64) -> Verdict {
+        let asked = self.resent.entry((node, id)).or_default();
+        *asked += 1;
+        let asked = *asked;
+        let name = (self.cfg.bcast.get(id as usize)).map_or("?", |f| f.path.as_str());
+        if asked > crate::bcast::RESENDS {
+            let message = format!(
+                "{}: --bcast {name} arrived damaged {asked} times",
+                self.host(node)
+            );
+            return self.status.launcher_failed(code::LAUNCHER, message);
+        }
+        say(format!(
+            "{}: --bcast {name} arrived damaged (SHA-256 differs): sending it again",
+            self.host(node)
+        ));
+        self.send_bcast(Some(node), Some(id));
+        Verdict::Continue
+    }
+
+    /// A sending of `--bcast` files ended: the job fails if a file could not be read.
+    fn bcast_sent(&mut self, sent: Result<Result<(), String>, tokio::task::JoinError>) -> Verdict {
+        match sent {
+            Ok(Ok(())) => Verdict::Continue,
+            Ok(Err(why)) => self.status.launcher_failed(code::LAUNCHER, why),
+            Err(e) => self
+                .status
+                .launcher_failed(code::LAUNCHER, format!("--bcast: {e}")),
+        }
     }
 
     /// `node`'s agent said hello: counted once; with --verbose, the last is timed.

@@ -36,6 +36,7 @@
 
 pub mod agent;
 pub mod allocation;
+pub mod bcast;
 pub mod calibrate;
 pub mod children;
 mod chunks;

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::task_spec::{Outputs, TaskSpec};
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 17;
+pub const PROTOCOL_VERSION: u32 = 18;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -132,6 +132,20 @@ pub struct Start {
     /// The job's slots on all its hosts: how many processes it and the jobs it spawns may
     /// run without `--oversubscribe` (`MPI_UNIVERSE_SIZE`; 0: its ranks).
     pub universe: u32,
+    /// Files `--bcast` copies to every host before the ranks start: file `i` comes down as
+    /// staging `i` ([`Cmd::Stage`]), and the ranks start once every one is on their host.
+    pub bcast: Vec<BcastFile>,
+}
+
+/// A file broadcast to every host of a job (`greedyrun --bcast`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BcastFile {
+    /// Its path where greedyrun read it: an app whose program is this path runs the copy.
+    pub path: String,
+    /// Its name in the ranks' directory of copies (`GREEDY_BCAST`).
+    pub name: String,
+    /// The copy may be executed.
+    pub executable: bool,
 }
 
 impl Start {
@@ -167,6 +181,14 @@ impl Start {
             && self.apps.iter().all(|a| !a.argv.is_empty());
         if !ordered {
             return Err("bad Start: no program, or programs not in rank order".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for f in &self.bcast {
+            let plain =
+                !f.name.is_empty() && f.name != ".." && f.name != "." && !f.name.contains('/');
+            if !plain || !names.insert(&f.name) {
+                return Err(format!("bad Start: broadcast file name {:?}", f.name));
+            }
         }
         for (what, s) in [
             ("hello timeout", self.hello_timeout_s),
@@ -400,6 +422,22 @@ pub enum JobCmd {
         /// The child's number.
         child: u32,
     },
+    /// [`Cmd::Stage`]: the job's `--bcast` files, into its own agents' caches.
+    Stage {
+        /// The staging's number.
+        id: u64,
+        /// Where these bytes go in the file.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// [`Cmd::StageEnd`].
+    StageEnd {
+        /// The staging's number.
+        id: u64,
+        /// The content's SHA-256.
+        hash: String,
+    },
 }
 
 impl JobCmd {
@@ -415,6 +453,8 @@ impl JobCmd {
             Cmd::AddChild { child, job, start } => JobCmd::AddChild { child, job, start },
             Cmd::StartChild { child } => JobCmd::StartChild { child },
             Cmd::KillChild { child } => JobCmd::KillChild { child },
+            Cmd::Stage { id, offset, data } => JobCmd::Stage { id, offset, data },
+            Cmd::StageEnd { id, hash } => JobCmd::StageEnd { id, hash },
             _ => return None,
         })
     }
@@ -432,6 +472,8 @@ impl From<JobCmd> for Cmd {
             JobCmd::AddChild { child, job, start } => Cmd::AddChild { child, job, start },
             JobCmd::StartChild { child } => Cmd::StartChild { child },
             JobCmd::KillChild { child } => Cmd::KillChild { child },
+            JobCmd::Stage { id, offset, data } => Cmd::Stage { id, offset, data },
+            JobCmd::StageEnd { id, hash } => Cmd::StageEnd { id, hash },
         }
     }
 }
@@ -599,6 +641,14 @@ pub enum Up {
         id: TaskId,
         /// The file's absolute path on the host.
         path: String,
+    },
+    /// The file staged as `id` reached host `node` other than it was sent (its SHA-256
+    /// differs): greedyrun sends it to that host again.
+    StageAgain {
+        /// Host index.
+        node: u32,
+        /// The staging's number.
+        id: u64,
     },
     /// Output of a task, cut as a rank's is ([`Up::Output`]).
     TaskOutput {
@@ -874,6 +924,7 @@ mod tests {
             tasks: false,
             unbuffered: false,
             universe: 0,
+            bcast: Vec::new(),
         }
     }
 

@@ -114,6 +114,7 @@ fn strangers_start(argv: &[&str]) -> Start {
         tasks: false,
         unbuffered: false,
         universe: 0,
+        bcast: Vec::new(),
     }
 }
 

@@ -43,13 +43,13 @@ fn check(out: &Output, n: usize, sent: usize) {
     assert_eq!(said, sent, "{stderr}");
 }
 
-/// Checks that the hosts' staging directories under `tmp` are gone (within 20 s: a session's
-/// agents leave after its end).
-fn assert_gone(tmp: &Path) {
+/// Checks that the entries under `tmp` whose names start with `prefix` (the hosts' staging
+/// directories) are gone, within 20 s: agents leave a little after their job or session.
+fn assert_gone(tmp: &Path, prefix: &str) {
     let left = || -> Vec<String> {
         let entries = std::fs::read_dir(tmp).unwrap().flatten();
-        entries
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+        (entries.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.starts_with(prefix))
             .collect()
     };
     let t0 = std::time::Instant::now();
@@ -78,7 +78,7 @@ fn inputs_are_staged_once_and_every_task_reads_them_on_its_host() {
     .output()
     .unwrap();
     check(&out, 12, 1);
-    assert_gone(&tmp);
+    assert_gone(&tmp, "");
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
         .output()
         .unwrap();
     assert_eq!(ended.status.code(), Some(0));
-    assert_gone(&tmp);
+    assert_gone(&tmp, "");
 }
 
 /// Runs the stream of `lines` in `dir` on two hosts through `local`, results in `dir/res`;
@@ -225,4 +225,148 @@ fn job_task_outputs_come_back_and_left_ones_are_named_where_they_are() {
         .filter(|n| n.contains("greedy-part"))
         .collect();
     assert!(parts.is_empty(), "{parts:?}");
+}
+
+/// A filter for what goes down to a host: the byte after the first `GREEDY-BCAST-MARK` that
+/// passes is flipped, once (the end of a read that may begin the mark waits 100 ms for more).
+const DAMAGE: &str = r#"import os, select
+mark = b"GREEDY-BCAST-MARK"
+held, done = b"", False
+while True:
+    if held and not select.select([0], [], [], 0.1)[0]:
+        data, held = held, b""
+        while data:
+            data = data[os.write(1, data):]
+        continue
+    data = os.read(0, 65536)
+    if not data:
+        break
+    data = held + data
+    i = -1 if done else data.find(mark)
+    if 0 <= i and i + len(mark) < len(data):
+        j = i + len(mark)
+        data = data[:j] + bytes([data[j] ^ 0xFF]) + data[j + 1:]
+        done = True
+    keep = 0
+    if not done:
+        keep = next((k for k in range(min(len(mark), len(data)), 0, -1) if mark.startswith(data[-k:])), 0)
+    data, held = data[: len(data) - keep], data[len(data) - keep :]
+    while data:
+        data = data[os.write(1, data):]
+while held:
+    held = held[os.write(1, held):]
+"#;
+
+/// The fake remote shell, but what goes down to host 127.0.0.2 passes [`DAMAGE`].
+fn damaging_shell(dir: &Path) -> std::path::PathBuf {
+    std::fs::write(dir.join("damage.py"), DAMAGE).unwrap();
+    let sh = dir.join("damagesh");
+    let script = format!(
+        "#!/bin/sh\nhost=$1; shift\nif [ \"$host\" = 127.0.0.2 ]; then python3 {} | sh -c \"exec $*\"; exit; fi\nexec sh -c \"exec $*\"\n",
+        dir.join("damage.py").display()
+    );
+    std::fs::write(&sh, script).unwrap();
+    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&sh, exec).unwrap();
+    sh
+}
+
+#[test]
+fn bcast_copies_program_and_files_to_every_host_and_sends_a_damaged_copy_again() {
+    let (d, _) = shell();
+    let dir = d.path();
+    let tmp = dir.join("node-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut data: Vec<u8> = (0..3usize << 20).map(|i| (i % 251) as u8).collect();
+    data.splice(1_500_000..1_500_000, b"GREEDY-BCAST-MARK".iter().copied());
+    std::fs::write(dir.join("data.bin"), &data).unwrap();
+    let check = "#!/bin/sh\necho \"$GREEDY_RANK $(sha256sum < \"$GREEDY_BCAST/data.bin\" | cut -c1-64) $0\"\n";
+    std::fs::write(dir.join("check.sh"), check).unwrap();
+    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(dir.join("check.sh"), exec).unwrap();
+    let expected = Command::new("sh")
+        .args(["-c", "sha256sum < data.bin | cut -c1-64"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let expected = text(&expected.stdout).trim().to_string();
+
+    let damaging = damaging_shell(dir);
+    let out = greedyrun(&damaging, &["-H", "localhost:2,127.0.0.2:2,127.0.0.3:1"])
+        .args(["-n", "5", "--bcast=check.sh,data.bin", "./check.sh"])
+        .current_dir(dir)
+        .env_remove("GREEDY_SESSION")
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let mut ranks = Vec::new();
+    for line in stdout.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words.len(), 3, "{line}");
+        assert_eq!(words[1], expected, "rank {}'s copy", words[0]);
+        // Each rank ran its host's copy of the program, not the original.
+        assert!(words[2].starts_with(tmp.to_str().unwrap()), "{line}");
+        ranks.push(words[0].parse::<u32>().unwrap());
+    }
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2, 3, 4], "{stdout}");
+    let again = format!(
+        "127.0.0.2: --bcast {}/data.bin arrived damaged (SHA-256 differs): sending it again",
+        dir.display()
+    );
+    assert_eq!(stderr.matches(&again).count(), 1, "{stderr}");
+    assert_gone(&tmp, "");
+
+    // A file that is not there is named before anything starts.
+    let out = greedyrun(
+        &damaging,
+        &["-H", "localhost", "--bcast=nothing.bin", "true"],
+    )
+    .current_dir(dir)
+    .env_remove("GREEDY_SESSION")
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("nothing.bin"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_job_on_a_session_runs_on_its_broadcast_copies() {
+    let (d, local) = shell();
+    let dir = d.path();
+    let tmp = dir.join("node-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    input(dir, 3);
+    let started = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
+        .current_dir(dir)
+        .env_remove("GREEDY_SESSION")
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&started);
+    let _ends = common::EndsSession(socket.clone());
+    let check = r#"cmp "$GREEDY_BCAST/in.bin" expected.bin && echo ok $GREEDY_RANK"#;
+    let out = greedyrun(&local, &["-n", "4", "--bcast=in.bin", "sh", "-c", check])
+        .current_dir(dir)
+        .env("GREEDY_SESSION", &socket)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.matches("ok ").count(), 4, "{stdout}{stderr}");
+    // The job's copies go with it (its client leaves as its ranks end, its agents a little
+    // after); the session's agents (and their PMIx) stay.
+    assert_gone(&tmp, "greedy-staged.");
 }

@@ -1,14 +1,17 @@
-//! The task inputs staged to this host ([`crate::proto::Cmd::Stage`]): files named by their
-//! content's SHA-256 in a private directory of the agent's (node-local temporary storage),
-//! kept for as long as the agent runs (a stream, or a whole session) and removed when it ends,
-//! also after a failure. Each task that names inputs gets a directory of its own
-//! (`GREEDY_STAGED`) linking them by the names it gave, removed when it ends.
+//! The files staged to this host ([`crate::proto::Cmd::Stage`]: task inputs, a job's
+//! `--bcast` files): named by their content's SHA-256, checked as they arrive, in a private
+//! directory of the agent's (node-local temporary storage), kept for as long as the agent runs
+//! (a job, a stream, or a whole session) and removed when it ends, also after a failure. Each
+//! task that names inputs gets a directory of its own (`GREEDY_STAGED`) linking them by the
+//! names it gave, removed when it ends; a job's broadcast files one (`GREEDY_BCAST`).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::proto::{Staged, TaskId};
+use sha2::{Digest, Sha256};
+
+use crate::proto::{BcastFile, Staged, Start, TaskId};
 
 /// This host's staged files and the tasks' directories of them.
 #[derive(Default)]
@@ -17,6 +20,11 @@ pub(crate) struct StagedFiles {
     dir: Option<PathBuf>,
     /// Files being received, by staging number.
     parts: HashMap<u64, File>,
+    /// Their SHA-256 so far and the offset it reached (`None` once a chunk came out of
+    /// order, which no hash can match).
+    sums: HashMap<u64, (Option<Sha256>, u64)>,
+    /// The files complete, by staging number: their content's SHA-256.
+    arrived: HashMap<u64, String>,
     /// Each running task's directory, by its process group.
     tasks: HashMap<u32, PathBuf>,
     /// Each running job task's directory, by the session's job number.
@@ -35,12 +43,21 @@ impl StagedFiles {
 
     /// Bytes `offset..` of the file being staged as `id`.
     pub(crate) fn chunk(&mut self, id: u64, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let (sum, next) = (self.sums.entry(id)).or_insert_with(|| (Some(Sha256::new()), 0));
+        match sum {
+            Some(sha) if offset == *next => {
+                sha.update(data);
+                *next += data.len() as u64;
+            }
+            _ => *sum = None,
+        }
         let part = self.dir()?.join(format!("part-{id}"));
         crate::chunks::write_at(&mut self.parts, id, &part, offset, data)
     }
 
-    /// The file staged as `id` is complete: it is the cache's copy of content `hash`.
-    pub(crate) fn end(&mut self, id: u64, hash: &str) -> std::io::Result<()> {
+    /// The file staged as `id` is complete and should be content `hash`: whether it is (it
+    /// is then the cache's copy of it; if not, what came is dropped and it can come again).
+    pub(crate) fn end(&mut self, id: u64, hash: &str) -> std::io::Result<bool> {
         if !is_hash(hash) {
             return Err(std::io::Error::other(format!("{hash:?} is not a SHA-256")));
         }
@@ -51,7 +68,42 @@ impl StagedFiles {
             Some(f) => drop(f),
             None => drop(File::create(&part)?),
         }
-        std::fs::rename(part, dir.join(hash))
+        let got = match self.sums.remove(&id) {
+            Some((Some(sha), _)) => crate::chunks::hex(sha),
+            Some((None, _)) => String::new(),
+            None => crate::chunks::hex(Sha256::new()),
+        };
+        if got != hash {
+            std::fs::remove_file(part)?;
+            return Ok(false);
+        }
+        std::fs::rename(part, dir.join(hash))?;
+        self.arrived.insert(id, got);
+        Ok(true)
+    }
+
+    /// The directory of a job's broadcast `files` (file `i` staged as `i`), once every one
+    /// arrived; the executable ones may be run.
+    pub(crate) fn bcast_dir(&mut self, files: &[BcastFile]) -> Option<Result<PathBuf, String>> {
+        let staged = (files.iter().enumerate())
+            .map(|(i, f)| {
+                let hash = self.arrived.get(&(i as u64))?;
+                Some(Staged {
+                    name: f.name.clone(),
+                    hash: hash.clone(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let dir = self.linked("bcast", &staged).and_then(|dir| {
+            for f in files.iter().filter(|f| f.executable) {
+                let copy = dir.join(&f.name);
+                let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+                std::fs::set_permissions(&copy, mode)
+                    .map_err(|e| format!("{}: {e}", copy.display()))?;
+            }
+            Ok(dir)
+        });
+        Some(dir)
     }
 
     /// A directory for task `id` linking its `inputs` by their names, or why not (one is not
@@ -123,6 +175,18 @@ impl Drop for StagedFiles {
     }
 }
 
+/// `start`'s ranks run the broadcast copies in `dir`: an app whose program was broadcast runs
+/// its copy, and every rank finds the files in `GREEDY_BCAST`.
+pub(crate) fn run_copies(start: &mut Start, dir: &Path) {
+    for app in &mut start.apps {
+        if let Some(f) = start.bcast.iter().find(|f| f.path == app.argv[0]) {
+            app.argv[0] = dir.join(&f.name).display().to_string();
+        }
+    }
+    let dir = dir.display().to_string();
+    start.env.push(("GREEDY_BCAST".to_string(), dir));
+}
+
 /// Whether `s` is a SHA-256 in lowercase hex (so, as a file name, it cannot leave the cache).
 fn is_hash(s: &str) -> bool {
     s.len() == 64
@@ -134,15 +198,19 @@ fn is_hash(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn sha(data: &[u8]) -> String {
+        crate::chunks::hex(Sha256::new_with_prefix(data))
+    }
+
     #[test]
     fn staged_chunks_become_the_cached_file_that_tasks_link_by_name() {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = StagedFiles::default();
         s.dir = Some(tmp.path().to_path_buf());
-        let hash = "a".repeat(64);
+        let hash = sha(b"hello world");
         s.chunk(1, 0, b"hello ").unwrap();
         s.chunk(1, 6, b"world").unwrap();
-        s.end(1, &hash).unwrap();
+        assert!(s.end(1, &hash).unwrap());
         let id = TaskId { stream: 0, line: 3 };
         let input = |name: &str, hash: &str| Staged {
             name: name.into(),
@@ -161,9 +229,43 @@ mod tests {
         assert!(s.task_dir(id, &[input("../x", &hash)]).is_err());
         assert!(s.end(2, "../x").is_err());
         // An empty file has no chunk.
-        s.end(3, &"c".repeat(64)).unwrap();
-        assert_eq!(std::fs::read(tmp.path().join("c".repeat(64))).unwrap(), b"");
+        assert!(s.end(3, &sha(b"")).unwrap());
+        assert_eq!(std::fs::read(tmp.path().join(sha(b""))).unwrap(), b"");
         drop(s);
         assert!(!tmp.path().exists(), "the agent's end removes the cache");
+    }
+
+    #[test]
+    fn a_copy_that_differs_from_its_hash_is_dropped_and_can_come_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = StagedFiles::default();
+        s.dir = Some(tmp.path().to_path_buf());
+        let hash = sha(b"hello world");
+        // A byte changed on the way.
+        s.chunk(0, 0, b"hellO ").unwrap();
+        s.chunk(0, 6, b"world").unwrap();
+        assert!(!s.end(0, &hash).unwrap());
+        assert!(!tmp.path().join(&hash).exists());
+        // Chunks out of order (a gap) cannot match either.
+        s.chunk(0, 6, b"world").unwrap();
+        s.chunk(0, 0, b"hello ").unwrap();
+        assert!(!s.end(0, &hash).unwrap());
+        let files = [BcastFile {
+            path: "/bin/prog".into(),
+            name: "prog".into(),
+            executable: true,
+        }];
+        assert!(s.bcast_dir(&files).is_none(), "not arrived yet");
+        // Sent again, whole.
+        s.chunk(0, 0, b"hello world").unwrap();
+        assert!(s.end(0, &hash).unwrap());
+        let dir = s.bcast_dir(&files).unwrap().unwrap();
+        let copy = dir.join("prog");
+        assert_eq!(std::fs::read(&copy).unwrap(), b"hello world");
+        let mode = std::fs::metadata(&copy).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o700
+        );
     }
 }

@@ -160,6 +160,15 @@ pub(crate) struct Args {
     #[arg(long)]
     oversubscribe: bool,
 
+    /// Copy files to node-local storage on every host before the ranks start.
+    ///
+    /// Bare, the program; `--bcast=FILE,…`, the files named. They go down the launch tree
+    /// once, forwarded as they arrive and checked by SHA-256 on every host (a damaged copy is
+    /// sent again); the ranks run the program's copy and find the files in $GREEDY_BCAST. The
+    /// copies are removed when the job ends.
+    #[arg(long, num_args = 0..=1, require_equals = true, value_name = "FILES")]
+    bcast: Option<Option<String>>,
+
     /// Bind each rank to a core or a package of its host (hwloc's, round-robin by local rank;
     /// the rank sees its CPUs in GREEDY_CPUS); with --tasks, each task to as many of its
     /// host's cores or packages as it takes slots, held by no other running task.
@@ -388,6 +397,20 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
         .display()
         .to_string();
     let mode = mode(&args)?;
+    let mut plan = plan;
+    let bcast = match &args.bcast {
+        Some(named) if !stream => {
+            let path = env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_ref());
+            let cwd = std::path::Path::new(&cwd);
+            greedy_launcher::bcast::files(named.as_deref(), &mut plan.apps, cwd, path)
+                .map_err(anyhow::Error::msg)?
+        }
+        Some(_) => anyhow::bail!("--bcast is for jobs; a task names its files in \"inputs\""),
+        None => Vec::new(),
+    };
     let cfg = JobConfig {
         plan,
         rsh,
@@ -404,6 +427,7 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
         verbose: args.verbose,
         quiet: false,
         oversubscribe: args.oversubscribe,
+        bcast,
     };
     Ok((cfg, mode))
 }

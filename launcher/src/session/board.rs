@@ -526,6 +526,7 @@ mod tests {
             tasks: false,
             unbuffered: false,
             universe: 0,
+            bcast: Vec::new(),
         }
     }
 

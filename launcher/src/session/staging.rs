@@ -1,6 +1,6 @@
 //! greedyrun's side of staging tasks' files. Inputs: each file a task names is read, named by
 //! its content's SHA-256, and sent down the tree to every host once per content
-//! ([`Cmd::Stage`]): one copy crosses each edge of the tree, however many tasks and hosts read
+//! ([`Stage`](crate::proto::Cmd::Stage)): one copy crosses each edge of the tree, however many tasks and hosts read
 //! it, and a file that changed is sent again. The hosts keep them for the stream or the
 //! session (`agent::staged`); commands down a tree path keep their order, so a file sent
 //! before a task is on its host when the task starts. Outputs: what a task's host sends back
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::{
     chunks::read,
     fanout::Fanout,
-    proto::{Cmd, Staged, TaskId},
+    proto::{Staged, TaskId},
     task_spec::TaskSpec,
 };
 
@@ -45,6 +45,8 @@ pub(super) struct Stager {
     known: HashMap<PathBuf, (Seen, String)>,
     /// Contents on every host.
     sent: HashSet<String>,
+    /// What each staging sent.
+    by_id: HashMap<u64, PathBuf>,
     /// The next staging's number.
     next: u64,
 }
@@ -101,19 +103,29 @@ impl Stager {
         let id = self.next;
         self.next += 1;
         // Named by what was sent, should the file have changed since it was hashed.
-        let (hash, bytes) = read(path, |(offset, data)| {
-            fanout.route(None, Cmd::Stage { id, offset, data })
-        })
-        .await
-        .map_err(failed)?;
-        let end = Cmd::StageEnd {
-            id,
-            hash: hash.clone(),
-        };
-        fanout.route(None, end).await;
+        let (hash, bytes) = crate::chunks::send(path, id, |cmd| fanout.route(None, cmd))
+            .await
+            .map_err(failed)?;
         self.sent.insert(hash.clone());
         self.known.insert(path.to_path_buf(), (seen, hash.clone()));
+        self.by_id.insert(id, path.to_path_buf());
         Ok((hash, Some(bytes)))
+    }
+
+    /// Host `node` got staging `id` damaged (its SHA-256 differs): sent to it again. What
+    /// happened, for the log.
+    pub(super) async fn again(&mut self, node: u32, id: u64, fanout: &Fanout) -> String {
+        let Some(path) = self.by_id.get(&id) else {
+            return format!("(staging {id}) arrived damaged");
+        };
+        let sent = crate::chunks::send(path, id, |cmd| fanout.route(Some(node), cmd)).await;
+        match sent {
+            Ok(_) => format!("{} arrived damaged: sent again", path.display()),
+            Err(e) => format!(
+                "{} arrived damaged, and cannot be read again: {e}",
+                path.display()
+            ),
+        }
     }
 }
 

@@ -794,6 +794,10 @@ impl<'a> Streams<'a> {
             Up::TaskFileLeft { node, id, path } => {
                 (self.collector).left(id, format!("{}:{path}", host(plan, node)));
             }
+            Up::StageAgain { node, id } => {
+                let again = self.stager.again(node, id, &self.fanout).await;
+                log(format!("{}: a staged input {again}", host(plan, node)));
+            }
             Up::TaskEnd {
                 node,
                 id,
