@@ -59,6 +59,23 @@ fn assert_gone(tmp: &Path, prefix: &str) {
     assert_eq!(left(), Vec::<String>::new(), "the hosts' copies are gone");
 }
 
+/// A session on two hosts of 2 slots through `local`, started in `dir` with its agents'
+/// `TMPDIR` at `tmp`: its socket, and what ends it.
+fn start_session(dir: &Path, local: &Path, tmp: &Path) -> (String, common::EndsSession) {
+    let started = Command::new(GREEDYRUN)
+        .args(["--rsh", local.to_str().unwrap()])
+        .args(["-H", "localhost:2,127.0.0.2:2"])
+        .args(["--start-session", "--idle-timeout", "60"])
+        .current_dir(dir)
+        .env_remove("GREEDY_SESSION")
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let socket = session_socket(&started);
+    (socket.clone(), common::EndsSession(socket))
+}
+
 #[test]
 fn inputs_are_staged_once_and_every_task_reads_them_on_its_host() {
     let (d, local) = shell();
@@ -87,22 +104,7 @@ fn a_session_keeps_its_inputs_and_sends_a_changed_one_again() {
     let dir = d.path();
     let tmp = dir.join("node-tmp");
     std::fs::create_dir(&tmp).unwrap();
-    let started = Command::new(GREEDYRUN)
-        .args([
-            "--rsh",
-            local.to_str().unwrap(),
-            "-H",
-            "localhost:2,127.0.0.2:2",
-        ])
-        .args(["--start-session", "--idle-timeout", "60"])
-        .current_dir(dir)
-        .env_remove("GREEDY_SESSION")
-        .env("TMPDIR", &tmp)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let socket = session_socket(&started);
-    let _ends = common::EndsSession(socket.clone());
+    let (socket, _ends) = start_session(dir, &local, &tmp);
     std::fs::write(dir.join("tasks"), lines(6)).unwrap();
     let stream = || {
         greedyrun(&local, &["--tasks", "tasks"])
@@ -345,17 +347,7 @@ fn a_job_on_a_session_runs_on_its_broadcast_copies() {
     let tmp = dir.join("node-tmp");
     std::fs::create_dir(&tmp).unwrap();
     input(dir, 3);
-    let started = Command::new(GREEDYRUN)
-        .args(["--rsh", local.to_str().unwrap()])
-        .args(["-H", "localhost:2,127.0.0.2:2", "--start-session"])
-        .current_dir(dir)
-        .env_remove("GREEDY_SESSION")
-        .env("TMPDIR", &tmp)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let socket = session_socket(&started);
-    let _ends = common::EndsSession(socket.clone());
+    let (socket, _ends) = start_session(dir, &local, &tmp);
     let check = r#"cmp "$GREEDY_BCAST/in.bin" expected.bin && echo ok $GREEDY_RANK"#;
     let out = greedyrun(&local, &["-n", "4", "--bcast=in.bin", "sh", "-c", check])
         .current_dir(dir)
