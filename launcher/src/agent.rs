@@ -423,7 +423,9 @@ impl Agent {
 
     /// What every rank and task of this host starts with: the job's environment less an outer
     /// launcher's endpoints (this greedyrun inside another job: they must not reach the
-    /// processes beside this job's), `GREEDY_JOB` and `GREEDY_NODE`.
+    /// processes beside this job's), `GREEDY_JOB`, `GREEDY_NODE` and `GREEDY_HOST` (its name
+    /// in the host list: how a tool beside the job, such as greedy-stack, tells this host's
+    /// ranks from others it can see).
     fn job_env(&self) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = self
             .start
@@ -435,6 +437,14 @@ impl Agent {
         env.extend([
             ("GREEDY_JOB".to_string(), self.start.job_id.clone()),
             ("GREEDY_NODE".to_string(), self.node.to_string()),
+            (
+                "GREEDY_HOST".to_string(),
+                self.start
+                    .hosts
+                    .get(self.node as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
         ]);
         env
     }

@@ -454,11 +454,14 @@ impl<'a> Head<'a> {
                 return self.status.launcher_failed(code, message);
             }
             Up::Aborted { node, abort } => {
-                let message = format!(
-                    "{}: wire-up aborted: {}",
-                    self.host(node),
-                    escape(&abort.to_string())
-                );
+                // Named by the host where it started (a dead rank's), not the reporter's.
+                let origin_node = u32::try_from(abort.origin_node).unwrap_or(node);
+                let origin = self.host(origin_node);
+                let mut message =
+                    format!("{origin}: wire-up aborted: {}", escape(&abort.to_string()));
+                if origin_node != node {
+                    message += &format!(" (reported by {})", self.host(node));
+                }
                 return self.status.aborted(&abort, message);
             }
             Up::Note { node, text } => {

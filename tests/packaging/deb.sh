@@ -161,7 +161,8 @@ INSTALLED=1
 system dpkg -i "${DEBS[@]}" >"$WORK/install.log" 2>&1 || fail "dpkg -i: $(cat "$WORK/install.log")"
 files=("$PLUGINDIR/mpi_greedy.so" /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-guard /usr/bin/greedy-tree
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/vendor-completions/_greedy-tree
-  /usr/share/fish/vendor_completions.d/greedyd.fish)
+  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/bin/greedy-stack /usr/include/greedy/libi.h
+  "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libgreedy.so.0")
 # No route plugins from 23.11 (topology/greedy instead); the release roots keep no
 # /usr/share/doc (release-root).
 if [[ -n $RELEASE_ROOT ]]; then
@@ -199,6 +200,14 @@ OUT=$(timeout 60 greedyrun -n "$NODES" --hosts "n[1-$NODES]" --pmi none hostname
 [[ $(sort <<<"$OUT" | tr '\n' ' ') == "$(seq -f 'n%g' 1 "$NODES" | tr '\n' ' ')" ]] ||
   fail "packaged greedyrun printed: $OUT"
 pass "packaged greedyrun (greedyd from /usr/bin on every host): $NODES hosts over ssh"
+
+# A tool built against the installed libgreedy (pkg-config, the header, the soname), run.
+read -ra LIBI <<<"$(pkg-config --cflags --libs greedy-libi)" || fail "pkg-config greedy-libi"
+cc -Wall -Werror -o "$WORK/hostnames" /usr/share/doc/greedy-tools/examples/hostnames.c "${LIBI[@]}" ||
+  fail "cc hostnames.c against the installed libgreedy"
+OUT=$(timeout 60 "$WORK/hostnames" rsh ssh n1:1 n2:1 2>&1) || fail "the packaged libgreedy: $OUT"
+[[ $(grep -c '^hello [01]/2 on n[12]$' <<<"$OUT") == 2 ]] || fail "hostnames printed: $OUT"
+pass "a C tool built with pkg-config greedy-libi against the package gathered from 2 hosts"
 
 # man finds the installed pages by name (MANPATH from /usr/bin); -P cat renders to stdout.
 page() { MANWIDTH=100 man -P cat "$@" 2>"$WORK/man.err" || fail "man $*: $(cat "$WORK/man.err")"; }

@@ -17,6 +17,9 @@ this rank and the number of ranks.
 .B GREEDY_NODE
 the index of this rank's host in the host list (0 is the first host).
 .TP
+.B GREEDY_HOST
+the name of this rank's host, as the host list gives it.
+.TP
 .BR GREEDY_LOCAL_RANK ", " GREEDY_LOCAL_SIZE
 this rank's index among the ranks of its host, and their number.
 .TP
