@@ -257,11 +257,27 @@ impl Agent {
         // A task stream's hosts start no ranks: greedyrun sends them tasks.
         let runs_ranks = !wireup.failed && !self.start.tasks;
         let waits = !self.start.bcast.is_empty();
+        // A session's cached file its agent could not link will not come as a staging.
+        let uncached = (self.start.bcast.iter())
+            .find(|f| f.cached.is_some())
+            .map(|f| f.name.clone());
         let mut running = Running::new(self, fanout, guard, board, wireup);
+        if let (true, Some(name)) = (runs_ranks, uncached) {
+            let what = format!(
+                "--bcast {name} is not in this host's session cache (it arrived damaged and is being sent again): run the job again"
+            );
+            running
+                .agent
+                .fail(crate::status::code::LAUNCHER, what)
+                .await;
+        }
         match (runs_ranks, waits) {
             (true, false) => running.spawn_ranks(&bound).await,
             // The ranks start once the job's broadcast files are here.
-            (true, true) => running.bcast_wait = Some(bound),
+            (true, true) if running.agent.start.bcast.iter().all(|f| f.cached.is_none()) => {
+                running.bcast_wait = Some(bound)
+            }
+            (true, true) => {}
             (false, _) => {}
         }
         let end = running.serve(down).await;
@@ -1346,6 +1362,9 @@ impl Running {
         task: Option<TaskJob>,
     ) {
         let here = nodes.iter().position(|&n| n == self.agent.node);
+        if here.is_some() && !start.bcast.is_empty() {
+            self.link_cached_copies(job, &mut start).await;
+        }
         let (Some(i), Some(task)) = (here, task) else {
             return self
                 .jobs
@@ -1363,6 +1382,20 @@ impl Running {
         let cpus = self.job_rank_cpus(job, &ranks, task.cores_per_rank).await;
         self.jobs
             .start(job, nodes, start, self.guard.as_ref(), cpus);
+    }
+
+    /// Session job `job`'s `--bcast` files, which the session put in this agent's cache
+    /// before the job: its ranks run the copies, and its agent waits for no staging. A file
+    /// not here (it arrived damaged and is coming again) is left to the job's agent, which
+    /// fails the job naming it.
+    async fn link_cached_copies(&mut self, job: u32, start: &mut Start) {
+        match self.staged.cached_copies(job, &start.bcast) {
+            Ok(dir) => {
+                staged::run_copies(start, &dir);
+                start.bcast.clear();
+            }
+            Err(why) => self.agent.note(format!("job {job}: --bcast: {why}")).await,
+        }
     }
 
     /// A task ended, its group `pgid`.

@@ -58,6 +58,7 @@ pub fn files(
             path: shown,
             name,
             executable,
+            cached: None,
         });
     }
     for app in apps.iter_mut() {

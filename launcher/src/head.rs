@@ -507,8 +507,9 @@ impl<'a> Head<'a> {
     }
 
     /// Sends the `--bcast` files (only staging `only`, if named) to every host or to `to`.
+    /// On a session, the session has put them in its agents' caches before the job.
     fn send_bcast(&mut self, to: Option<u32>, only: Option<u64>) {
-        if self.cfg.bcast.is_empty() {
+        if self.cfg.bcast.is_empty() || self.attached {
             return;
         }
         let (files, fanout) = (self.cfg.bcast.clone(), self.fanout.clone());

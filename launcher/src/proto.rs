@@ -30,7 +30,7 @@ use crate::Error;
 use crate::task_spec::{Outputs, TaskSpec};
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 18;
+pub const PROTOCOL_VERSION: u32 = 19;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -146,6 +146,9 @@ pub struct BcastFile {
     pub name: String,
     /// The copy may be executed.
     pub executable: bool,
+    /// On a session: its content's SHA-256, which the session has already put in every one of
+    /// its agents' caches (no staging comes for it; the copy is linked from there).
+    pub cached: Option<String>,
 }
 
 impl Start {

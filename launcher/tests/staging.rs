@@ -7,6 +7,7 @@
 mod common;
 
 use std::{
+    collections::BTreeSet,
     path::Path,
     process::{Command, Output, Stdio},
 };
@@ -341,24 +342,58 @@ fn bcast_copies_program_and_files_to_every_host_and_sends_a_damaged_copy_again()
 }
 
 #[test]
-fn a_job_on_a_session_runs_on_its_broadcast_copies() {
+fn a_session_keeps_broadcast_files_for_later_jobs_and_sends_a_changed_one_again() {
     let (d, local) = shell();
     let dir = d.path();
     let tmp = dir.join("node-tmp");
     std::fs::create_dir(&tmp).unwrap();
     input(dir, 3);
-    let (socket, _ends) = start_session(dir, &local, &tmp);
-    let check = r#"cmp "$GREEDY_BCAST/in.bin" expected.bin && echo ok $GREEDY_RANK"#;
-    let out = greedyrun(&local, &["-n", "4", "--bcast=in.bin", "sh", "-c", check])
-        .current_dir(dir)
-        .env("GREEDY_SESSION", &socket)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert_eq!(stdout.matches("ok ").count(), 4, "{stdout}{stderr}");
-    // The job's copies go with it (its client leaves as its ranks end, its agents a little
-    // after); the session's agents (and their PMIx) stay.
+    let (socket, ends) = start_session(dir, &local, &tmp);
+    let job = || {
+        let check = r#"cmp "$GREEDY_BCAST/in.bin" expected.bin && echo ok $GREEDY_RANK"#;
+        let out = greedyrun(&local, &["-n", "4", "--bcast=in.bin", "sh", "-c", check])
+            .current_dir(dir)
+            .env("GREEDY_SESSION", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        assert_eq!(stdout.matches("ok ").count(), 4, "{stdout}{stderr}");
+    };
+    // The session agents' caches: each content by its SHA-256, with its inode (a content
+    // sent again would be a new file).
+    let cached = || -> BTreeSet<(String, u64)> {
+        let mut found = BTreeSet::new();
+        for cache in std::fs::read_dir(&tmp).unwrap().flatten() {
+            for f in std::fs::read_dir(cache.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.len() == 64 {
+                    found.insert((
+                        name,
+                        std::os::unix::fs::MetadataExt::ino(&f.metadata().unwrap()),
+                    ));
+                }
+            }
+        }
+        found
+    };
+    job();
+    let first = cached();
+    assert_eq!(first.len(), 2, "one copy on each of the 2 hosts: {first:?}");
+    // A later job finds the copies there: nothing is sent again.
+    job();
+    assert_eq!(cached(), first);
+    // A changed file is sent again, beside the old content.
+    input(dir, 9);
+    job();
+    assert_eq!(cached().len(), 4);
+    assert!(first.is_subset(&cached()));
+    // The jobs' own directories went with them; the caches go with the session.
+    drop(ends);
     assert_gone(&tmp, "greedy-staged.");
 }

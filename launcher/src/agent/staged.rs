@@ -27,8 +27,9 @@ pub(crate) struct StagedFiles {
     arrived: HashMap<u64, String>,
     /// Each running task's directory, by its process group.
     tasks: HashMap<u32, PathBuf>,
-    /// Each running job task's directory, by the session's job number.
-    jobs: HashMap<u32, PathBuf>,
+    /// Each running session job's directories (a job task's inputs, its cached broadcast
+    /// files), by the session's job number.
+    jobs: HashMap<u32, Vec<PathBuf>>,
 }
 
 impl StagedFiles {
@@ -94,16 +95,44 @@ impl StagedFiles {
                 })
             })
             .collect::<Option<Vec<_>>>()?;
-        let dir = self.linked("bcast", &staged).and_then(|dir| {
-            for f in files.iter().filter(|f| f.executable) {
-                let copy = dir.join(&f.name);
-                let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
-                std::fs::set_permissions(&copy, mode)
-                    .map_err(|e| format!("{}: {e}", copy.display()))?;
-            }
-            Ok(dir)
-        });
-        Some(dir)
+        Some(self.copies("bcast", files, &staged))
+    }
+
+    /// The directory of session job `job`'s broadcast `files`, which the session put in this
+    /// cache before the job (each `cached` by its SHA-256), kept until
+    /// [`StagedFiles::job_ended`]; the cache keeps them for later jobs.
+    pub(crate) fn cached_copies(
+        &mut self,
+        job: u32,
+        files: &[BcastFile],
+    ) -> Result<PathBuf, String> {
+        let staged: Vec<Staged> = (files.iter())
+            .map(|f| Staged {
+                name: f.name.clone(),
+                hash: f.cached.clone().unwrap_or_default(),
+            })
+            .collect();
+        let dir = self.copies(&format!("job-{job}-bcast"), files, &staged)?;
+        self.jobs.entry(job).or_default().push(dir.clone());
+        Ok(dir)
+    }
+
+    /// Directory `name` linking `files` by their names to the cached `staged` contents; the
+    /// executable ones may be run.
+    fn copies(
+        &mut self,
+        name: &str,
+        files: &[BcastFile],
+        staged: &[Staged],
+    ) -> Result<PathBuf, String> {
+        let dir = self.linked(name, staged)?;
+        for f in files.iter().filter(|f| f.executable) {
+            let copy = dir.join(&f.name);
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+            std::fs::set_permissions(&copy, mode)
+                .map_err(|e| format!("{}: {e}", copy.display()))?;
+        }
+        Ok(dir)
     }
 
     /// A directory for task `id` linking its `inputs` by their names, or why not (one is not
@@ -116,13 +145,13 @@ impl StagedFiles {
     /// kept until [`StagedFiles::job_ended`].
     pub(crate) fn job_dir(&mut self, job: u32, inputs: &[Staged]) -> Result<PathBuf, String> {
         let dir = self.linked(&format!("job-{job}"), inputs)?;
-        self.jobs.insert(job, dir.clone());
+        self.jobs.entry(job).or_default().push(dir.clone());
         Ok(dir)
     }
 
-    /// Session job `job` ended here: its directory goes.
+    /// Session job `job` ended here: its directories go (the cache stays).
     pub(crate) fn job_ended(&mut self, job: u32) {
-        if let Some(dir) = self.jobs.remove(&job) {
+        for dir in self.jobs.remove(&job).unwrap_or_default() {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -254,6 +283,7 @@ mod tests {
             path: "/bin/prog".into(),
             name: "prog".into(),
             executable: true,
+            cached: None,
         }];
         assert!(s.bcast_dir(&files).is_none(), "not arrived yet");
         // Sent again, whole.
@@ -266,6 +296,38 @@ mod tests {
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
             0o700
+        );
+    }
+
+    #[test]
+    fn a_session_jobs_cached_copies_go_with_the_job_and_the_cache_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = StagedFiles::default();
+        s.dir = Some(tmp.path().to_path_buf());
+        let hash = sha(b"data");
+        s.chunk(0, 0, b"data").unwrap();
+        assert!(s.end(0, &hash).unwrap());
+        let file = |cached: Option<String>| BcastFile {
+            path: "/home/u/data".into(),
+            name: "data".into(),
+            executable: false,
+            cached,
+        };
+        let dir = s.cached_copies(7, &[file(Some(hash.clone()))]).unwrap();
+        assert_eq!(std::fs::read(dir.join("data")).unwrap(), b"data");
+        // A content this host does not hold (or no hash at all) is refused, naming the file.
+        let other = sha(b"other");
+        assert!(
+            s.cached_copies(8, &[file(Some(other))])
+                .unwrap_err()
+                .contains("\"data\"")
+        );
+        assert!(s.cached_copies(8, &[file(None)]).is_err());
+        s.job_ended(7);
+        assert!(!dir.exists());
+        assert!(
+            tmp.path().join(&hash).is_file(),
+            "the cache keeps it for later jobs"
         );
     }
 }

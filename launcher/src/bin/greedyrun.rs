@@ -165,7 +165,8 @@ pub(crate) struct Args {
     /// Bare, the program; `--bcast=FILE,…`, the files named. They go down the launch tree
     /// once, forwarded as they arrive and checked by SHA-256 on every host (a damaged copy is
     /// sent again); the ranks run the program's copy and find the files in $GREEDY_BCAST. The
-    /// copies are removed when the job ends.
+    /// copies are removed when the job ends; on a session, its agents keep them for later jobs
+    /// until the session ends (a changed file is sent again).
     #[arg(long, num_args = 0..=1, require_equals = true, value_name = "FILES")]
     bcast: Option<Option<String>>,
 

@@ -91,7 +91,7 @@ pub(crate) struct Ticket {
 
 /// The session's slots, the jobs that hold or wait for them, and where the jobs' frames go.
 /// Shared by the session's loop (hosts up and lost, tasks, frames from the tree) and each
-/// job's [`super::serve_job`].
+/// job's [`super::serve::serve_job`].
 pub struct JobBoard {
     hosts: Vec<String>,
     inner: Mutex<Board>,

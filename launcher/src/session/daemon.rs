@@ -2,7 +2,7 @@
 //! clients submit, the jobs they attach ([`super::serve`]), and their control connections,
 //! until `--end-session`, a signal, or no client for its idle time.
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{path::Path, time::Duration};
 
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -12,13 +12,11 @@ use tokio::{
 use tokio_util::task::TaskTracker;
 
 use super::{
-    board::JobBoard,
     control::{CLIENT_STALL, LineSource, Request, frame, read_request},
-    serve::serve_job,
+    serve::{JobDesk, serve_job},
     streams::{Feed, Read, Streams},
 };
 use crate::{
-    fanout::Fanout,
     proto::{Cmd, Up},
     status::code,
 };
@@ -38,18 +36,13 @@ type ClientRequest = (
 
 /// Reads a client's request; a job is served here, beside the loop (several jobs run at once
 /// on disjoint slots), anything else goes to the loop through `to_loop`.
-async fn read_client(
-    conn: UnixStream,
-    board: Arc<JobBoard>,
-    fanout: Arc<Fanout>,
-    to_loop: mpsc::Sender<ClientRequest>,
-) {
+async fn read_client(conn: UnixStream, desk: JobDesk, to_loop: mpsc::Sender<ClientRequest>) {
     let (rd, out) = conn.into_split();
     let boxed: Box<dyn tokio::io::AsyncRead + Unpin + Send> = Box::new(rd);
     let mut lines = BufReader::new(boxed).lines();
     let request = read_request(&mut lines).await;
     if let Some(Request::Job { claim }) = request {
-        serve_job(lines.into_inner(), out, board, fanout, claim).await;
+        serve_job(lines.into_inner(), out, desk, claim).await;
         return;
     }
     let _ = to_loop.send((request, lines, out)).await;
@@ -126,8 +119,12 @@ impl Daemon<'_> {
             ));
             return;
         }
-        let (board, fanout) = (self.streams.board.clone(), self.streams.fanout.clone());
-        tokio::spawn(read_client(conn, board, fanout, self.requests.clone()));
+        let desk = JobDesk {
+            board: self.streams.board.clone(),
+            fanout: self.streams.fanout.clone(),
+            stager: self.streams.stager.clone(),
+        };
+        tokio::spawn(read_client(conn, desk, self.requests.clone()));
     }
 
     /// A client's request other than a job's.

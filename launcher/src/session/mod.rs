@@ -6,7 +6,7 @@
 //!   on the session's free slots and runs [`crate::head`]'s loop (terminal, signals, stdin,
 //!   verdict, deadlines), whose edges are the session's control connection instead of remote
 //!   shells (`client::JobLink`).
-//! - **The session** ([`JobBoard`], [`serve_job`]) reserves the slots, sends the job down its
+//! - **The session** ([`JobBoard`], [`serve::serve_job`]) reserves the slots, sends the job down its
 //!   tree ([`crate::proto::Cmd::JobStart`]), routes the client's commands to the job's hosts
 //!   ([`crate::proto::Cmd::ForJob`]) and the job's frames ([`crate::proto::Up::Job`]) back to the client.
 //! - **Each agent** ([`JobAgents`]) runs its part of the job itself: an agent of the job's own
@@ -48,4 +48,4 @@ pub use control::{job_request, socket_parent, stream_request};
 pub use job_tasks::SERVE_VAR;
 pub use names::AskSession;
 pub use queue::JobQueue;
-pub use serve::{job_frame, serve_job};
+pub use serve::job_frame;

@@ -11,7 +11,7 @@ use crate::proto::Up;
 /// session's loop never waits for a client, so this bounds its memory per job.
 const JOB_BACKLOG: usize = 32 << 20;
 
-/// A job's frames on their way from the session's loop to its client ([`super::serve_job`]): never
+/// A job's frames on their way from the session's loop to its client ([`super::serve::serve_job`]): never
 /// waited on by the loop; its output bounded (32 MiB), past which output is dropped
 /// and the job is marked for ending. Exits, byes and losses always pass: the job's end is
 /// seen whatever its client does.

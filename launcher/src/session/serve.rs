@@ -10,10 +10,13 @@ use tokio::{
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, info, warn};
 
+use tokio::sync::Mutex;
+
 use super::{
     board::{JobBoard, Ticket},
     control::{CLIENT_STALL, HANDSHAKE},
     queue::JobFrames,
+    staging::Stager,
 };
 use crate::{
     fanout::Fanout,
@@ -24,22 +27,38 @@ use crate::{
 /// How long a job waits quietly for an ending job's slots before its client is told why.
 const ENDING_PATIENCE: Duration = Duration::from_secs(2);
 
+/// What the session shares with each job it serves beside its loop.
+#[derive(Clone)]
+pub(super) struct JobDesk {
+    /// The slots.
+    pub(super) board: Arc<JobBoard>,
+    /// The session's tree.
+    pub(super) fanout: Arc<Fanout>,
+    /// What its agents hold in their caches (tasks' inputs, jobs' `--bcast` files).
+    pub(super) stager: Arc<Mutex<Stager>>,
+}
+
 /// The session's side of a client's job, from its request line to the job's end: offers the
-/// free slots, takes the job, sends it down the tree, and relays both ways until every host
-/// of the job said bye or was lost. A client that goes away ends its job ([`Cmd::EndJob`]).
-/// A job with a `claim` runs in the slots a stream's task took for it.
-pub async fn serve_job<R: AsyncRead + Unpin>(
+/// free slots, takes the job (its `--bcast` files into the agents' caches first), sends it
+/// down the tree, and relays both ways until every host of the job said bye or was lost. A
+/// client that goes away ends its job ([`Cmd::EndJob`]). A job with a `claim` runs in the
+/// slots a stream's task took for it.
+pub(super) async fn serve_job<R: AsyncRead + Unpin>(
     rd: R,
     wr: OwnedWriteHalf,
-    board: Arc<JobBoard>,
-    fanout: Arc<Fanout>,
+    desk: JobDesk,
     claim: Option<u64>,
 ) {
+    let JobDesk {
+        board,
+        fanout,
+        stager,
+    } = desk;
     let mut client = Client {
         rd: FramedRead::new(rd, SessionCodec::default()),
         wr: FramedWrite::new(wr, SessionCodec::default()),
     };
-    let Some((start, ticket)) = client.take_job(&board, claim).await else {
+    let Some((start, ticket)) = client.take_job(&board, claim, (&stager, &fanout)).await else {
         return;
     };
     let Some(ups) = client.wait_for_slots(&board, &ticket, &start).await else {
@@ -83,16 +102,22 @@ impl<R: AsyncRead + Unpin> Client<R> {
         &mut self,
         board: &JobBoard,
         claim: Option<u64>,
+        cache: (&Mutex<Stager>, &Fanout),
     ) -> Option<(Box<Start>, Ticket)> {
         let wr = &mut self.wr;
         if wr.send(FromSession::Hosts(board.free())).await.is_err() {
             return None;
         }
-        let start = match tokio::time::timeout(HANDSHAKE, self.rd.next()).await {
+        let mut start = match tokio::time::timeout(HANDSHAKE, self.rd.next()).await {
             Ok(Some(Ok(ToSession::Start(s)))) => s,
             _ => return None,
         };
-        if let Err(why) = start.check() {
+        let checked = start.check();
+        let cached = match checked {
+            Ok(()) => cache_bcast(&mut start, cache.0, cache.1).await,
+            Err(why) => Err(why),
+        };
+        if let Err(why) = cached {
             let _ = wr.send(FromSession::Refused(why)).await;
             return None;
         }
@@ -160,6 +185,32 @@ impl<R: AsyncRead + Unpin> Client<R> {
             }
         }
     }
+}
+
+/// `start`'s `--bcast` files into every agent's cache, each content once for the session's
+/// life (a changed file is read and sent again): the job's agents link them, and its client
+/// sends none. Why not, for the client.
+async fn cache_bcast(
+    start: &mut Start,
+    stager: &Mutex<Stager>,
+    fanout: &Fanout,
+) -> Result<(), String> {
+    if start.bcast.is_empty() {
+        return Ok(());
+    }
+    let mut stager = stager.lock().await;
+    for f in &mut start.bcast {
+        let (hash, sent) = (stager
+            .stage_file(std::path::Path::new(&f.path), fanout)
+            .await)
+            .map_err(|e| format!("--bcast {}: {e}", f.path))?;
+        match sent {
+            Some(bytes) => info!(file = %f.path, bytes, "--bcast: into every agent's cache"),
+            None => debug!(file = %f.path, "--bcast: already in every agent's cache"),
+        }
+        f.cached = Some(hash);
+    }
+    Ok(())
 }
 
 /// What a job that waited quietly for [`ENDING_PATIENCE`] waits for.

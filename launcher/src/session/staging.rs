@@ -72,7 +72,8 @@ impl Stager {
             if staged.iter().any(|s: &Staged| s.name == name) {
                 return Err(format!("two inputs are named {name:?}"));
             }
-            let (hash, sent) = self.stage_file(&path, fanout).await?;
+            let (hash, sent) = (self.stage_file(&path, fanout).await)
+                .map_err(|e| format!("input {}: {e}", path.display()))?;
             if let Some(bytes) = sent {
                 said.push(format!(
                     "staged {input} ({bytes} bytes, sha256 {}) to every host",
@@ -84,17 +85,17 @@ impl Stager {
         Ok((staged, said))
     }
 
-    /// `path` on every host: its content's hash, and its size if it was sent now.
-    async fn stage_file(
+    /// `path` on every host, in its agent's cache for the session's life (a task's input, a
+    /// session job's `--bcast` file): its content's hash, and its size if it was sent now.
+    pub(super) async fn stage_file(
         &mut self,
         path: &Path,
         fanout: &Fanout,
-    ) -> Result<(String, Option<u64>), String> {
-        let failed = |e: std::io::Error| format!("input {}: {e}", path.display());
-        let seen = Seen::of(&tokio::fs::metadata(path).await.map_err(failed)?);
+    ) -> std::io::Result<(String, Option<u64>)> {
+        let seen = Seen::of(&tokio::fs::metadata(path).await?);
         let hash = match self.known.get(path) {
             Some((s, hash)) if *s == seen => hash.clone(),
-            _ => read(path, |_| async {}).await.map_err(failed)?.0,
+            _ => read(path, |_| async {}).await?.0,
         };
         if self.sent.contains(&hash) {
             self.known.insert(path.to_path_buf(), (seen, hash.clone()));
@@ -103,9 +104,7 @@ impl Stager {
         let id = self.next;
         self.next += 1;
         // Named by what was sent, should the file have changed since it was hashed.
-        let (hash, bytes) = crate::chunks::send(path, id, |cmd| fanout.route(None, cmd))
-            .await
-            .map_err(failed)?;
+        let (hash, bytes) = crate::chunks::send(path, id, |cmd| fanout.route(None, cmd)).await?;
         self.sent.insert(hash.clone());
         self.known.insert(path.to_path_buf(), (seen, hash.clone()));
         self.by_id.insert(id, path.to_path_buf());

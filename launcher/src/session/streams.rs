@@ -455,8 +455,9 @@ pub(crate) struct Streams<'a> {
     /// Its tasks of several ranks or of MPI, each a job through a client of its own (none if
     /// there is no socket for their jobs).
     job_tasks: Option<JobTasks>,
-    /// The tasks' input files staged to the hosts.
-    stager: Stager,
+    /// The files staged to the hosts (tasks' inputs, jobs' `--bcast` files: the jobs served
+    /// beside this loop share it).
+    pub(super) stager: Arc<tokio::sync::Mutex<Stager>>,
     /// The tasks' output files coming back.
     collector: Collector,
     launch_deadline: Instant,
@@ -492,7 +493,7 @@ impl<'a> Streams<'a> {
             ending: false,
             end_deadline: None,
             job_tasks: None,
-            stager: Stager::default(),
+            stager: Arc::default(),
             collector: Collector::default(),
             launch_deadline: t0 + plan.timeout,
             launch_over: false,
@@ -530,7 +531,7 @@ impl<'a> Streams<'a> {
         if spec.inputs.is_empty() {
             return Some(Vec::new());
         }
-        let staged = self.stager.stage(spec, &self.fanout).await;
+        let staged = self.stager.lock().await.stage(spec, &self.fanout).await;
         let Some(cur) = self.streams.get_mut(&id.stream) else {
             self.dispatch.forget(id);
             return None;
@@ -795,7 +796,7 @@ impl<'a> Streams<'a> {
                 (self.collector).left(id, format!("{}:{path}", host(plan, node)));
             }
             Up::StageAgain { node, id } => {
-                let again = self.stager.again(node, id, &self.fanout).await;
+                let again = self.stager.lock().await.again(node, id, &self.fanout).await;
                 log(format!("{}: a staged input {again}", host(plan, node)));
             }
             Up::TaskEnd {
