@@ -114,6 +114,9 @@ fn greedyrun_command(
         "--progress",
         "0",
     ]);
+    if !distribution.bcast().is_empty() {
+        command.arg(format!("--bcast={}", distribution.bcast().join(",")));
+    }
     if !distribution.hosts_from_back_end() {
         let hosts = distribution.hosts();
         let list: Vec<String> = hosts.iter().map(|(h, n)| format!("{h}:{n}")).collect();
@@ -139,6 +142,11 @@ fn srun_command(
     job: Option<u32>,
     hostfile: &std::path::Path,
 ) -> Result<Command> {
+    if !distribution.bcast().is_empty() {
+        return Err(Error::Distribution(
+            "file broadcast needs a greedyrun back end (under Slurm alone: sbcast)".into(),
+        ));
+    }
     let mut command = Command::new("srun");
     command
         .args([
@@ -253,6 +261,10 @@ mod tests {
             "{a}"
         );
         assert_eq!(launch.master_prefix.strip("[0] x"), Some("x"));
+        let with_file = on(&[("n1", 1)]).with_bcast(vec!["a.dat".into(), "b".into()]);
+        let launch =
+            (backend.launch(&with_file.unwrap(), "greedyrun", &tmp.path().join("h"))).unwrap();
+        assert!(args(&launch.command).contains(&"--bcast=a.dat,b".to_string()));
         assert_eq!(launch.master_prefix.strip("[10] x"), None);
     }
 

@@ -188,6 +188,7 @@ pub struct GreedyBackend {
     session: *const c_char,
     job: c_uint,
     step: c_int,
+    bcast: *const *const c_char,
 }
 
 /// One `greedy_proc_dist` as a host group.
@@ -267,9 +268,15 @@ pub unsafe extern "C" fn greedy_fe_launch(
             // SAFETY: `dists` holds `ndists` entries.
             groups.push(unsafe { group(&*dists.add(g), g) }?);
         }
-        let distribution = Distribution::new(groups).map_err(fail)?;
         // SAFETY: non-null, the caller's contract.
-        let backend = unsafe { backend(&*backend_) }?;
+        let (backend, bcast) = unsafe {
+            (
+                backend(&*backend_)?,
+                texts((*backend_).bcast, "a bcast file")?,
+            )
+        };
+        let distribution =
+            (Distribution::new(groups).and_then(|d| d.with_bcast(bcast))).map_err(fail)?;
         // SAFETY: non-null, made by greedy_fe_init.
         let fe = unsafe { &*fe };
         let launched = fe.0.launch(&distribution, &backend).map_err(fail)?;

@@ -41,6 +41,7 @@ impl HostGroup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Distribution {
     groups: Vec<HostGroup>,
+    bcast: Vec<String>,
 }
 
 impl Distribution {
@@ -59,7 +60,30 @@ impl Distribution {
                 )));
             }
         }
-        Ok(Distribution { groups })
+        Ok(Distribution {
+            groups,
+            bcast: Vec::new(),
+        })
+    }
+
+    /// Also copies `files` to node-local storage on every host before the members start,
+    /// down the launch tree (greedyrun's `--bcast`); members find them in `$GREEDY_BCAST`. A
+    /// group's program among them runs from its copy. Only the greedyrun back ends do this.
+    pub fn with_bcast(mut self, files: Vec<String>) -> Result<Distribution> {
+        for f in &files {
+            if f.is_empty() || f.contains(',') {
+                return Err(Error::Distribution(format!(
+                    "broadcast file {f:?}: empty, or a comma in its name"
+                )));
+            }
+        }
+        self.bcast = files;
+        Ok(self)
+    }
+
+    /// The files broadcast before the members start.
+    pub fn bcast(&self) -> &[String] {
+        &self.bcast
     }
 
     /// The groups in rank order.
@@ -83,7 +107,10 @@ impl Distribution {
         if groups[0].hosts.is_empty() {
             groups[0].hosts = hosts.iter().map(|h| (h.clone(), 1)).collect();
         }
-        Distribution { groups }
+        Distribution {
+            groups,
+            bcast: self.bcast.clone(),
+        }
     }
 
     /// The program every rank runs: itself when there is one group, else a `sh -c` script

@@ -164,3 +164,40 @@ fn the_tool_builders_guide_shows_the_example_as_it_is() {
         "docs/tool-builders.md's C example differs from examples/c/hostnames.c"
     );
 }
+
+#[test]
+fn a_front_end_broadcasts_files_its_members_find_on_their_hosts() {
+    use greedy_libi::{Backend, Distribution, FrontEnd, HostGroup};
+    let dir = tempfile::tempdir().unwrap();
+    let rsh = localsh(dir.path());
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let (file, expected) = (dir.path().join("table.dat"), dir.path().join("expected"));
+    std::fs::write(&file, &data).unwrap();
+    std::fs::write(&expected, &data).unwrap();
+    let mut group = HostGroup::new("/bin/sh");
+    let check = format!(r#"cmp "$GREEDY_BCAST/table.dat" {}"#, expected.display());
+    group.args = vec!["-c".into(), check];
+    group.hosts = vec![("127.0.0.1".into(), 1), ("127.0.0.2".into(), 2)];
+    let distribution = Distribution::new(vec![group])
+        .unwrap()
+        .with_bcast(vec![file.display().to_string()])
+        .unwrap();
+    let backend = Backend::Greedyrun {
+        rsh: rsh.display().to_string(),
+    };
+    let front = FrontEnd::with_greedyrun(greedyrun().display().to_string());
+    let outcome = front
+        .launch(&distribution, &backend)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(outcome.success(), "{outcome:?}");
+    // Without the file's copy the same members fail: the check is real.
+    std::fs::write(&expected, b"other").unwrap();
+    let outcome = front
+        .launch(&distribution, &backend)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(!outcome.success(), "{outcome:?}");
+}

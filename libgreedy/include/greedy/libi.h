@@ -49,13 +49,16 @@ typedef enum greedy_backend_kind {
     GREEDY_BACKEND_SLURM_JOB = 3  /* beside Slurm job `job` (step `step`, -1: the whole job) */
 } greedy_backend_kind;
 
-/** A back end; unused fields are ignored. */
+/** A back end; unused fields are ignored. bcast: files copied to node-local storage on every
+ * host before the members start, down the launch tree (NULL-terminated, or NULL; RSH and
+ * SESSION back ends); members find them in $GREEDY_BCAST, a program among them runs its copy. */
 typedef struct greedy_backend {
     greedy_backend_kind kind;
     const char *rsh;
     const char *session;
     unsigned job;
     int step;
+    const char *const *bcast;
 } greedy_backend;
 
 int greedy_fe_init(greedy_fe **fe);
