@@ -107,6 +107,18 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `data` in a `malloc`ed buffer at `out`, its length at `len`.
+///
+/// # Safety
+/// `out` and `len` are valid for writes.
+unsafe fn put_bytes(data: &[u8], out: *mut *mut c_void, len: *mut usize) -> Result<(), String> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(len, data.len(), "len")?;
+        put(out, to_c(data)?, "out")
+    }
+}
+
 /// Several buffers back to back plus their lengths (`size_t[n]`), both `malloc`ed.
 ///
 /// # Safety
@@ -331,10 +343,7 @@ pub unsafe extern "C" fn greedy_fe_recv(
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
         let message = s.recv(timeout).map_err(fail)?;
         // SAFETY: the caller's contract.
-        unsafe {
-            put(len, message.len(), "len")?;
-            put(data, to_c(&message)?, "data")
-        }
+        unsafe { put_bytes(&message, data, len) }
     })
 }
 
@@ -468,10 +477,7 @@ pub unsafe extern "C" fn greedy_broadcast(
         let (m, data) = unsafe { (member(m)?, bytes(data, len)?) };
         let got = m.broadcast(root, data).map_err(fail)?;
         // SAFETY: the caller's contract.
-        unsafe {
-            put(out_len, got.len(), "out_len")?;
-            put(out, to_c(&got)?, "out")
-        }
+        unsafe { put_bytes(&got, out, out_len) }
     })
 }
 
@@ -503,10 +509,7 @@ pub unsafe extern "C" fn greedy_scatter(
         }
         let got = m.scatter(root, &owned).map_err(fail)?;
         // SAFETY: the caller's contract.
-        unsafe {
-            put(out_len, got.len(), "out_len")?;
-            put(out, to_c(&got)?, "out")
-        }
+        unsafe { put_bytes(&got, out, out_len) }
     })
 }
 
@@ -584,10 +587,7 @@ pub unsafe extern "C" fn greedy_member_recv_fe(
         // SAFETY: the caller's contract.
         let got = unsafe { member(m) }?.recv_from_front().map_err(fail)?;
         // SAFETY: the caller's contract.
-        unsafe {
-            put(len, got.len(), "len")?;
-            put(data, to_c(&got)?, "data")
-        }
+        unsafe { put_bytes(&got, data, len) }
     })
 }
 
