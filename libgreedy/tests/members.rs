@@ -201,3 +201,32 @@ fn a_front_end_broadcasts_files_its_members_find_on_their_hosts() {
         .unwrap();
     assert!(!outcome.success(), "{outcome:?}");
 }
+
+#[test]
+fn the_python_binding_runs_the_same_collectives() {
+    let dir = tempfile::tempdir().unwrap();
+    let rsh = localsh(dir.path());
+    let lib = dir.path().join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    std::os::unix::fs::symlink(
+        target().join("libgreedy_libi.so"),
+        lib.join("libgreedy.so.0"),
+    )
+    .unwrap();
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/greedy-libi");
+    let out = Command::new("python3")
+        .arg(python.join("example.py"))
+        .arg(&rsh)
+        .args(["127.0.0.1:2", "127.0.0.2:1"])
+        .env("PYTHONPATH", &python)
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("GREEDYRUN", greedyrun())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert!(
+        stdout.contains("front end got: hello from python | 0,1,2"),
+        "{stdout} {stderr}"
+    );
+}

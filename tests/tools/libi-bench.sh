@@ -161,7 +161,7 @@ JOB_RE='x^' # set per check
 count_re() {
   local JOB_RE=$1 left
   left=$(leftovers)
-  grep -o '; ' <<<"$left" | wc -l
+  { grep -o '; ' <<<"$left" || true; } | wc -l
 }
 # clean NAME RE STEPDS: nothing matching RE on any host, no process of ours on the login node
 # but the job holders, and STEPDS slurmstepds (the running jobs' own), within 20 s.
