@@ -7,7 +7,7 @@
 #   build     packaging/build-rpm makes greedy-VERSION.tar.gz (source and vendored crates) and
 #             runs rpmbuild -ta --nodeps on it: greedy-slurm, greedy-tools and the source RPM;
 #             cargo ran offline from vendor/ (nothing downloaded)
-#   rpmlint   on the spec, the source RPM and the three RPMs, with packaging/greedy.rpmlintrc:
+#   rpmlint   on the spec, the source RPM and the four RPMs, with packaging/greedy.rpmlintrc:
 #             no errors and no warnings
 #   slurm     greedy-slurm's release names the Slurm version of slurm_version.h and it
 #             Requires `slurm = VERSION`; rpm -qpl: mpi_greedy.so and route_greedy.so with
@@ -45,10 +45,10 @@ PLUGINDIR=/usr/lib64/slurm # the spec's default, %{_libdir}/slurm: SchedMD's Plu
 t0=$SECONDS
 OUT=$CARGO_TARGET_DIR/rpm${RELEASE_ROOT:+-$RELEASE}
 mapfile -t RPMS < <("$ROOT/packaging/build-rpm" ${RELEASE_ROOT:+--release "$RELEASE"})
-((${#RPMS[@]} == 4)) || fail "build-rpm made ${#RPMS[@]} packages: ${RPMS[*]}"
-SLURM_RPM=${RPMS[0]} TOOLS_RPM=${RPMS[1]} DEVEL_RPM=${RPMS[2]} SRPM=${RPMS[3]}
-[[ $SLURM_RPM == */greedy-slurm-*.rpm && $TOOLS_RPM == */greedy-tools-*.rpm && $DEVEL_RPM == */greedy-devel-*.rpm &&
-  $SRPM == */greedy-*.src.rpm ]] ||
+((${#RPMS[@]} == 5)) || fail "build-rpm made ${#RPMS[@]} packages: ${RPMS[*]}"
+SLURM_RPM=${RPMS[0]} TOOLS_RPM=${RPMS[1]} LIB_RPM=${RPMS[2]} DEVEL_RPM=${RPMS[3]} SRPM=${RPMS[4]}
+[[ $SLURM_RPM == */greedy-slurm-*.rpm && $TOOLS_RPM == */greedy-tools-*.rpm && $LIB_RPM == */libgreedy0-*.rpm &&
+  $DEVEL_RPM == */greedy-devel-*.rpm && $SRPM == */greedy-*.src.rpm ]] ||
   fail "build-rpm printed ${RPMS[*]}"
 ! grep -Eq '^[[:space:]]*(Updating|Downloading|Downloaded) ' "$OUT/rpmbuild.log" ||
   fail "cargo used the network in rpmbuild: $(grep -E '(Updating|Downloading|Downloaded) ' "$OUT/rpmbuild.log" | head -3)"
@@ -60,11 +60,11 @@ pass "packaging/build-rpm: $(basename -a "${RPMS[@]}" | tr '\n' ' ')in $((SECOND
 
 # --- rpmlint ----------------------------------------------------------------------------------
 set +e
-LINT=$(rpmlint -r "$ROOT/packaging/greedy.rpmlintrc" "$ROOT/packaging/greedy.spec" "$SRPM" "$SLURM_RPM" "$TOOLS_RPM" "$DEVEL_RPM" 2>&1)
+LINT=$(rpmlint -r "$ROOT/packaging/greedy.rpmlintrc" "$ROOT/packaging/greedy.spec" "$SRPM" "$SLURM_RPM" "$TOOLS_RPM" "$LIB_RPM" "$DEVEL_RPM" 2>&1)
 set -e
 SUMMARY=$(grep -E '[0-9]+ errors, [0-9]+ warnings' <<<"$LINT") || fail "rpmlint printed no summary: $LINT"
 [[ $SUMMARY == *" 0 errors, 0 warnings"* ]] || fail "rpmlint: $LINT"
-pass "rpmlint (packaging/greedy.rpmlintrc) on the spec, the source RPM and the three RPMs: ${SUMMARY# }"
+pass "rpmlint (packaging/greedy.rpmlintrc) on the spec, the source RPM and the four RPMs: ${SUMMARY# }"
 
 # --- greedy-slurm -----------------------------------------------------------------------------
 NVR=$(rpm -qp --qf '%{NAME}-%{VERSION}-%{RELEASE}' "$SLURM_RPM" 2>/dev/null)
@@ -110,9 +110,10 @@ LIST=$(rpm -qpl "$TOOLS_RPM" 2>/dev/null)
 for f in /usr/bin/greedyrun /usr/bin/greedyd /usr/bin/greedy-guard /usr/bin/greedy-tree /usr/share/man/man1/greedyrun.1.gz \
   /usr/share/man/man8/greedyd.8.gz /usr/share/man/man1/greedy-tree.1.gz /usr/share/man/man1/greedy-tree-plan.1.gz \
   /usr/share/bash-completion/completions/greedyrun /usr/share/zsh/site-functions/_greedy-tree \
-  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/bin/greedy-stack /usr/lib64/libgreedy.so.0; do
+  /usr/share/fish/vendor_completions.d/greedyd.fish /usr/bin/greedy-stack; do
   grep -qx "$f" <<<"$LIST" || fail "greedy-tools lacks $f: $LIST"
 done
+grep -qx /usr/lib64/libgreedy.so.0 <(rpm -qpl "$LIB_RPM" 2>/dev/null) || fail "libgreedy0 lacks libgreedy.so.0"
 DEVEL=$(rpm -qpl "$DEVEL_RPM" 2>/dev/null)
 for f in /usr/include/greedy/libi.h /usr/lib64/libgreedy.so /usr/lib64/pkgconfig/greedy-libi.pc; do
   grep -qx "$f" <<<"$DEVEL" || fail "greedy-devel lacks $f: $DEVEL"
