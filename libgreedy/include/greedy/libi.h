@@ -6,8 +6,8 @@
  *
  * Every call returns 0 on success and -1 on failure; greedy_last_error() then says why (on
  * the failing thread, naming the host, rank or argument at fault). Buffers the library
- * returns are freed with greedy_free(). Guide: docs/tool-builders.md. Link: pkg-config
- * --cflags --libs greedy-libi. */
+ * returns are freed with greedy_free(). A handle is used by one thread at a time. Guide:
+ * docs/tool-builders.md. Link: pkg-config --cflags --libs greedy-libi. */
 #ifndef GREEDY_LIBI_H
 #define GREEDY_LIBI_H
 
@@ -68,7 +68,9 @@ int greedy_fe_launch(greedy_fe *fe, const greedy_proc_dist *dists, size_t ndists
 int greedy_fe_send(greedy_session *session, const void *data, size_t len);
 /** The master's next message; timeout_ms < 0 waits for ever. Free *data with greedy_free. */
 int greedy_fe_recv(greedy_session *session, int timeout_ms, void **data, size_t *len);
-/** Waits for every member's end; *exit_code is the launcher's (0: every member exited 0). */
+/** Waits for every member's end; *exit_code is the launcher's: 0 when every member exited 0
+ * (the call returns 0), else the first failure's, with -1 and greedy_last_error() saying
+ * which rank on which host. */
 int greedy_fe_wait(greedy_session *session, int *exit_code);
 /** Ends every member (SIGTERM, then SIGKILL) and waits. */
 int greedy_fe_kill(greedy_session *session, int *exit_code);
