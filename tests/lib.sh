@@ -21,6 +21,8 @@
 #   cluster_claim ARGS…  `testcluster up ARGS…` once the machine's one cluster is free (waits
 #                     while another engineer's is up or starting), no trap
 #   cluster_up ARGS…  cluster_claim, then an EXIT trap that takes our cluster down
+#   at_exit CMD       CMD (eval'd) runs in that trap first: to end what a test started in the
+#                     background (a client on the login node outlives the cluster)
 #   cluster_wait      waits the same way without bringing anything up (the smoke tests, which
 #                     test `up` and `down` themselves)
 #   wait_sshd N       hosts n1..nN answer ssh
@@ -158,9 +160,11 @@ cluster_claim() {
 }
 # cluster_claim, then the EXIT trap that takes our cluster down whatever happens (set only
 # now, never for a cluster of others; from $ROOT, as down deletes the scratch dir).
+AT_EXIT=()
+at_exit() { AT_EXIT+=("$1"); }
 cluster_up() {
   cluster_claim "$@"
-  trap 'cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true' EXIT
+  trap 'for c in "${AT_EXIT[@]}"; do eval "$c" || true; done; cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true' EXIT
 }
 # wait_sshd N: every host n1..nN answers ssh (up to 10 s each): a fresh cluster's sshd may still
 # be starting, and a benchmark's first timed run or calibration must not pay for (or fail on) it.

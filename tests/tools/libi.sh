@@ -73,6 +73,7 @@ merged_stacks() { python3 -c "$MERGED_CHECK" "$1" <<<"$OUT" || fail "$1: $OUT $E
 
 srun -N3 -n6 --mpi=greedy "$BINDIR/hang" >"$WORK/hang.out" 2>&1 &
 HANG=$!
+at_exit "kill $HANG 2>/dev/null"
 wait_ready "$WORK/hang.out" 6
 JOB=$(squeue -h -o %i | head -1)
 
@@ -100,6 +101,7 @@ no_leftovers beside
 
 "$BIN/greedyrun" --hosts "n[1-$NODES]" --ppn 2 --progress 0 "$BINDIR/hang" >"$WORK/ghang.out" 2>&1 &
 GHANG=$!
+at_exit "kill $GHANG 2>/dev/null"
 wait_ready "$WORK/ghang.out" 6
 run_timed greedyrun 120 "$BIN/greedy-stack" --greedy-job "greedy$GHANG" --hosts "n[1-$NODES]"
 ((RC == 0)) || fail "greedyrun: exit $RC: $OUT $ERR"
