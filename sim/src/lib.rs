@@ -8,7 +8,8 @@
 //! message costs ([`Net`]); a [`Scenario`] ties both together and runs them R times with
 //! seeded noise ([`Summary`]: median, p5–p95); [`validate`] fits the model to measured
 //! launches (`docs/data/launch.csv`) and says how far the simulation is from them; [`report`]
-//! writes the Markdown section and SVG plots of docs/benchmarks.md.
+//! writes the Markdown section and SVG plots of docs/benchmarks.md; [`bcast`] predicts a file
+//! broadcast pipelined down a tree against every node fetching it.
 //!
 //! ```
 //! use greedy_sim::{Scenario, Shape};
@@ -26,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bcast;
 mod error;
 pub mod launch;
 mod noise;

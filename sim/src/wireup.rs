@@ -45,7 +45,7 @@ impl Net {
         Ok(Net { alpha, beta, gamma })
     }
 
-    fn message(&self, bytes: f64) -> f64 {
+    pub(crate) fn message(&self, bytes: f64) -> f64 {
         self.alpha + bytes * self.beta
     }
 }

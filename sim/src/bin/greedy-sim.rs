@@ -29,6 +29,40 @@ enum Command {
     Validate(ValidateArgs),
     /// Print the Markdown section of docs/benchmarks.md and write its SVG plots.
     Report(ReportArgs),
+    /// Predict a file broadcast pipelined down a launch tree (greedyrun --bcast) against
+    /// every node fetching the file from the root.
+    Bcast(BcastArgs),
+}
+
+#[derive(Args)]
+struct BcastArgs {
+    /// Nodes (hosts), the root included; a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', required = true)]
+    nodes: Vec<usize>,
+    /// File sizes, MB (2^20 bytes); a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', default_value = "50")]
+    mb: Vec<f64>,
+    /// Chunk size, MB (greedyrun sends 1).
+    #[arg(long, default_value_t = 1.0)]
+    chunk_mb: f64,
+    /// Tree shape: greedy, flat, chain, binomial, kary:K, …
+    #[arg(long, default_value = "greedy")]
+    topology: String,
+    /// SEQ of the greedy tree, seconds.
+    #[arg(long, default_value_t = 0.013)]
+    seq: f64,
+    /// REM of the greedy tree, seconds.
+    #[arg(long, default_value_t = 0.28)]
+    rem: f64,
+    /// Message latency α, seconds.
+    #[arg(long, default_value_t = 50e-6)]
+    alpha: f64,
+    /// Seconds per byte β of each node's port (8e-10: 10 Gb/s).
+    #[arg(long, default_value_t = 8e-10)]
+    beta: f64,
+    /// Receiver CPU per chunk γ, seconds.
+    #[arg(long, default_value_t = 0.0)]
+    gamma: f64,
 }
 
 #[derive(Args)]
@@ -179,8 +213,28 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(a) => simulate(&a, &mut out)?,
         Command::Validate(a) => print_validation(&a, &mut out)?,
         Command::Report(a) => write_report(&a, &mut out)?,
+        Command::Bcast(a) => predict_bcast(&a, &mut out)?,
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `bcast`: one line per (nodes, size): the tree's time, every node fetching, their ratio.
+fn predict_bcast(a: &BcastArgs, out: &mut impl Write) -> Result<()> {
+    let net = Net::new(a.alpha, a.beta, a.gamma)?;
+    let model = LaunchModel::new(a.seq, a.rem)?;
+    let shape: Shape = a.topology.parse()?;
+    writeln!(out, "# nodes mb {}_s fetch_s tree/fetch", a.topology)?;
+    for &n in &a.nodes {
+        let tree = shape.build(n, &model)?;
+        for &mb in &a.mb {
+            let bytes = mb * f64::from(1u32 << 20);
+            let chunk = a.chunk_mb * f64::from(1u32 << 20);
+            let t = greedy_sim::bcast::pipelined(&tree, bytes, chunk, &net)?;
+            let f = greedy_sim::bcast::fetch_all(n, bytes, &net);
+            writeln!(out, "{n} {mb} {t:.3} {f:.3} {:.3}", t / f)?;
+        }
+    }
     Ok(())
 }
 
