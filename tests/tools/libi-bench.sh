@@ -11,18 +11,22 @@
 #                               1024 bytes to a listener on the login node (bash's /dev/tcp)
 #             ssh-serial        for h: ssh h 'head -c 1024 /dev/zero', output counted
 #             ssh-parallel      the same, every ssh at once (&, wait), as pdsh would
+#             ssh-parallel-curve25519  the same with -oKexAlgorithms=^curve25519-sha256, the
+#                               cheaper key exchange greedyrun asks ssh for (launcher/src/ssh.rs)
 #   stack   a hung MPI job of one rank per host (srun -N H -n H --mpi=greedy tests/mpi/hang.c),
 #             greedy-stack         greedy-stack --job J.0, every rank named in its output
 #             ssh-eu-stack-serial  for h: ssh h, there `eu-stack -p PID` for each process of the
 #                                  job on h (environment SLURM_JOB_ID=J, SLURMD_NODENAME=h,
 #                                  SLURM_PROCID set: what pgrep would give on a real node; the
 #                                  hosts share one PID namespace), H processes' stacks in all
+#   stack-idle  the same two against a job of one `sleep` per host: the tools' own cost, without
+#             H ranks spinning on the machine's cores
 # Every run is checked (ok: H*1024 bytes, or every rank's stack); after each, nothing of it may
 # be left on any host or on the login node. One CSV row per run is appended to --csv (default
 # docs/data/libi-bench.csv: time_utc,hosts,what,method,rep,seconds,ok); a table of medians (ok
 # runs) and their ratio to libgreedy's (launch: libgreedy-slurm; stack: greedy-stack) closes.
 # All emulated hosts share this machine's cores: the CPU, not a network, decides.
-# usage: tests/tools/libi-bench.sh [--hosts "16 64"] [--reps N] [--what "launch stack"]
+# usage: tests/tools/libi-bench.sh [--hosts "16 64"] [--reps N] [--what "launch stack stack-idle"]
 #                                  [--csv FILE]
 # Env: CARGO_TARGET_DIR (default <repo>/target).
 set -euo pipefail
@@ -32,7 +36,7 @@ set -euo pipefail
 export GREEDY_TC_QUIET=1
 SIZES="16 64" REPS=3 WHAT="launch stack" CSV=$ROOT/docs/data/libi-bench.csv
 usage() {
-  echo "usage: $0 [--hosts \"16 64\"] [--reps N] [--what \"launch stack\"] [--csv FILE]" >&2
+  echo "usage: $0 [--hosts \"16 64\"] [--reps N] [--what \"launch stack stack-idle\"] [--csv FILE]" >&2
   exit 2
 }
 while (($#)); do
@@ -47,13 +51,14 @@ while (($#)); do
   shift 2
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || usage
-for w in $WHAT; do [[ $w == launch || $w == stack ]] || usage; done
+for w in $WHAT; do [[ $w =~ ^(launch|stack|stack-idle)$ ]] || usage; done
 for n in $SIZES; do [[ $n =~ ^[1-9][0-9]*$ ]] || usage; done
 need_shared_target
 need_root
 command -v eu-stack >/dev/null || fail "eu-stack (elfutils) is not installed"
 
 # --- builds: release, as libi.sh does them ------------------------------------------------------
+# shellcheck source=../slurm/mpi-build.sh
 . "$ROOT/tests/slurm/mpi-build.sh" # PLUGDIR, BINDIR, MPICH5
 "$MPICH5/bin/mpicc" -g -O0 -o "$BINDIR/hang" "$ROOT/tests/mpi/hang.c" || fail "PyPI MPICH's mpicc"
 build --release -p greedy-launcher -p greedy-libi # BIN: the release directory
@@ -112,7 +117,8 @@ rc=\$?
 while [[ ! -s \$4 ]]; do sleep 0.005; done
 exit \$rc
 SH
-# ssh-serial.sh N / ssh-parallel.sh N: 1024 bytes from each of n1..nN, counted on the login node.
+# ssh-serial.sh N / ssh-parallel.sh N [SSH-OPTION…]: 1024 bytes from each of n1..nN, counted on
+# the login node.
 cat >"$HELP/ssh-serial.sh" <<'SH'
 #!/bin/bash
 for ((i = 1; i <= $1; i++)); do
@@ -123,7 +129,7 @@ cat >"$HELP/ssh-parallel.sh" <<'SH'
 #!/bin/bash
 {
   for ((i = 1; i <= $1; i++)); do
-    ssh -n -oBatchMode=yes "n$i" 'head -c 1024 /dev/zero' &
+    ssh -n -oBatchMode=yes "${@:2}" "n$i" 'head -c 1024 /dev/zero' &
   done
   wait
 } | wc -c
@@ -155,22 +161,21 @@ timed() {
 }
 
 # --- leftovers: on the hosts (leftovers.sh), the steps' slurmstepds, the login node --------------
+# shellcheck source=../cluster/leftovers.sh
 . "$ROOT/tests/cluster/leftovers.sh"
 JOB_RE='x^' # set per check
-# count_re RE: how many processes on the hosts match RE.
-count_re() {
-  local JOB_RE=$1 left
-  left=$(leftovers)
-  { grep -o '; ' <<<"$left" || true; } | wc -l
-}
+# stepds: how many slurmstepds run (the hosts share the machine's PID namespace, and there is one
+# cluster on it: ours).
+stepds() { pgrep -c -x slurmstepd || true; }
 # clean NAME RE STEPDS: nothing matching RE on any host, no process of ours on the login node
 # but the job holders, and STEPDS slurmstepds (the running jobs' own), within 20 s.
 clean() {
   local name=$1 re=$2 stepds=$3 n mine _i
+  # shellcheck disable=SC2034 # read by leftovers.sh
   JOB_RE=$re
   no_leftovers "$name"
   for _i in $(seq 100); do
-    n=$(count_re slurmstepd)
+    n=$(stepds)
     mine=$(pgrep -af "$BINDIR/(gather1k|libi-bench/)|greedy-stack --(job $JOB|daemon)" || true)
     [[ $n == "$stepds" && -z $mine ]] && return 0
     sleep 0.2
@@ -207,17 +212,26 @@ end_job() {
   JOBPID=""
 }
 JOBPID=""
-# The EXIT trap: our job's srun, then our cluster (set only once the cluster is ours).
-trap_ours() {
-  trap '[[ -n $JOBPID ]] && kill "$JOBPID" 2>/dev/null; cd "$ROOT"; "$TC" down >/dev/null 2>&1 || true' EXIT
+# Run by cluster_up's EXIT trap before `down`: our job cancelled, then its srun on the login
+# node gone (a TERM alone leaves srun waiting for tasks of a cluster about to vanish).
+end_ours() {
+  [[ -n $JOBPID ]] || return 0
+  scancel "$JOB" 2>/dev/null || true
+  for _ in $(seq 50); do
+    kill -0 "$JOBPID" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  kill -KILL "$JOBPID" 2>/dev/null || true
 }
+at_exit end_ours
 
 # --- launch ------------------------------------------------------------------------------------
 # launch_rep REP: every launch runner once, beside job $JOB.
 launch_rep() {
   local k=$1 m ok bytes hosts port
   hosts=$(seq -f 'n%g' 1 "$H" | tr '\n' ' ')
-  for m in libgreedy-slurm libgreedy-ssh srun-overlap-tcp ssh-serial ssh-parallel; do
+  for m in libgreedy-slurm libgreedy-ssh srun-overlap-tcp ssh-serial ssh-parallel \
+    ssh-parallel-curve25519; do
     case $m in
       libgreedy-slurm)
         timed "$m" 300 "$BINDIR/gather1k" job "$JOB" "$H"
@@ -243,15 +257,19 @@ launch_rep() {
         ((RC == 0)) && [[ $bytes == "$((H * 1024)) $H" ]] && ok=1
         OUT+=" listener: $bytes"
         ;;
-      ssh-serial | ssh-parallel)
-        timed "$m" 600 "$HELP/$m.sh" "$H"
+      ssh-serial | ssh-parallel | ssh-parallel-curve25519)
+        if [[ $m == ssh-parallel-curve25519 ]]; then
+          timed "$m" 600 "$HELP/ssh-parallel.sh" "$H" -oKexAlgorithms=^curve25519-sha256
+        else
+          timed "$m" 600 "$HELP/$m.sh" "$H"
+        fi
         ok=0
         ((RC == 0)) && [[ $OUT == "$((H * 1024))" ]] && ok=1
         ;;
     esac
     record launch "$m" "$k" "$ok"
     ((ok)) || echo "libi-bench: $m failed (exit $RC): $(tail -c 600 <<<"$OUT") $(tail -c 600 <<<"$ERR")" >&2
-    [[ $m == libgreedy-* ]] && grep -h 'phases' "$WORK/$m.err" >&2 || true
+    if [[ $m == libgreedy-* ]]; then grep -h 'phases' "$WORK/$m.err" >&2 || true; fi
     clean "$m" 'gather1k|greedyd|greedyrun|/dev/tcp|head -c 1024' "$STEPDS"
   done
 }
@@ -260,7 +278,7 @@ bench_launch() {
   start_job "$WORK/holder.out" srun -N"$H" -n"$H" --mpi=none sleep 100000
   # The holder's own slurmstepds (one per node, with an extern step's where Slurm makes one).
   sleep 1
-  STEPDS=$(count_re slurmstepd)
+  STEPDS=$(stepds)
   local k
   for ((k = 0; k < REPS; k++)); do launch_rep "$k"; done
   end_job
@@ -284,31 +302,46 @@ for line in sys.stdin:
 sys.exit(0 if seen == set(range(n)) else 1)
 PY
 )
-bench_stack() {
-  start_job "$WORK/hang.out" srun -N"$H" -n"$H" --mpi=greedy "$BINDIR/hang"
-  wait_ready "$WORK/hang.out" "$H"
-  sleep 1
-  STEPDS=$(count_re slurmstepd)
-  local k ok
+# stack_reps WHAT MAIN: REPS × (greedy-stack, the ssh loop) on job $JOB's step 0; MAIN: a regex
+# every rank's stack must match in the loop's output.
+stack_reps() {
+  local what=$1 main=$2 k ok
   for ((k = 0; k < REPS; k++)); do
     timed greedy-stack 600 "$BIN/greedy-stack" --job "$JOB.0" --timeout 600
     ok=0
     ((RC == 0)) && python3 -c "$RANKS_CHECK" "$H" <<<"$OUT" && ok=1
-    record stack greedy-stack "$k" "$ok"
+    record "$what" greedy-stack "$k" "$ok"
     ((ok)) || echo "libi-bench: greedy-stack failed (exit $RC): $(tail -c 600 <<<"$OUT") $ERR" >&2
     clean greedy-stack 'greedy-stack|eu-stack|greedyd' "$STEPDS"
 
     timed ssh-eu-stack-serial 1200 "$HELP/eu-loop.sh" "$JOB" "$H"
     ok=0
-    # One "PID p - process" header per rank, each rank's stack with main in it.
+    # One "PID p - process" header per rank, and as many stacks through MAIN.
     ((RC == 0)) && (($(grep -c '^PID [0-9]* - process' <<<"$OUT") == H)) &&
-      (($(grep -c ' main$\| main ' <<<"$OUT") >= H)) && ok=1
-    record stack ssh-eu-stack-serial "$k" "$ok"
+      (($(grep -c -E "$main" <<<"$OUT") >= H)) && ok=1
+    record "$what" ssh-eu-stack-serial "$k" "$ok"
     ((ok)) || echo "libi-bench: ssh eu-stack loop failed (exit $RC): $(head -c 600 <<<"$OUT") $ERR" >&2
     clean ssh-eu-stack-serial 'eu-stack|grep -lz' "$STEPDS"
   done
+}
+bench_stack() {
+  start_job "$WORK/hang.out" srun -N"$H" -n"$H" --mpi=greedy "$BINDIR/hang"
+  wait_ready "$WORK/hang.out" "$H"
+  sleep 1
+  STEPDS=$(stepds)
+  stack_reps stack ' main$| main '
   end_job
   clean "stack" 'slurmstepd|/hang|greedy-stack|eu-stack|greedyd' 0
+  wait_idle
+}
+# The same against ranks that sleep: no H spinning ranks sharing the cores with the tools.
+bench_stack_idle() {
+  start_job "$WORK/idle.out" srun -N"$H" -n"$H" --mpi=none sleep 100000
+  sleep 1
+  STEPDS=$(stepds)
+  stack_reps stack-idle 'nanosleep'
+  end_job
+  clean "stack-idle" 'slurmstepd|sleep 100000|greedy-stack|eu-stack|greedyd' 0
   wait_idle
 }
 
@@ -317,7 +350,6 @@ START=$(date -u +%FT%TZ)
 for H in $SIZES; do
   t0=$(ms)
   cluster_up --nodes "$H" --slurm --plugindir "$PLUGDIR" --mpi-default greedy
-  trap_ours
   eval "$("$TC" env)"
   WORK=$GREEDY_TC_SCRATCH/libi-bench
   mkdir -p "$WORK"
@@ -327,7 +359,7 @@ for H in $SIZES; do
   echo "libi-bench: $H hosts up in $((($(ms) - t0) / 1000)) s; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   for w in $WHAT; do
     t1=$(ms)
-    "bench_$w"
+    "bench_${w//-/_}"
     echo "libi-bench: $H hosts $w: $((($(ms) - t1) / 1000)) s; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   done
   cd "$ROOT"
