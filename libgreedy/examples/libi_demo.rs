@@ -32,6 +32,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("front end got: {}", String::from_utf8_lossy(&gathered));
     let outcome = session.wait()?;
     println!("session ended: {}", outcome.code);
+    // Exit only once the session is dropped: process::exit runs no destructor.
+    drop(session);
     std::process::exit(outcome.code);
 }
 

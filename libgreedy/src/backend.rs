@@ -68,7 +68,7 @@ impl Backend {
         &self,
         distribution: &Distribution,
         greedyrun: &str,
-        hostfile: &std::path::Path,
+        hostfile: Option<&std::path::Path>,
     ) -> Result<Launch> {
         let distribution = match self {
             Backend::SlurmJob { job, step } if distribution.hosts_from_back_end() => {
@@ -140,7 +140,7 @@ fn greedyrun_command(
 fn srun_command(
     distribution: &Distribution,
     job: Option<u32>,
-    hostfile: &std::path::Path,
+    hostfile: Option<&std::path::Path>,
 ) -> Result<Command> {
     if !distribution.bcast().is_empty() {
         return Err(Error::Distribution(
@@ -168,6 +168,8 @@ fn srun_command(
                 lines.push('\n');
             }
         }
+        let hostfile =
+            hostfile.ok_or_else(|| Error::Distribution("no place for srun's host file".into()))?;
         std::fs::write(hostfile, lines).map_err(|source| Error::Launch {
             program: format!("srun's host file {}", hostfile.display()),
             source,
@@ -245,14 +247,9 @@ mod tests {
 
     #[test]
     fn greedyrun_gets_hosts_counts_and_pmi1() {
-        let tmp = tempfile::tempdir().unwrap();
         let backend = Backend::Greedyrun { rsh: "rsh".into() };
         let launch = backend
-            .launch(
-                &on(&[("n1", 2), ("n2", 1)]),
-                "greedyrun",
-                &tmp.path().join("h"),
-            )
+            .launch(&on(&[("n1", 2), ("n2", 1)]), "greedyrun", None)
             .unwrap();
         let a = args(&launch.command).join(" ");
         assert!(a.starts_with("--pmi pmi1 --tag-output"), "{a}");
@@ -262,8 +259,7 @@ mod tests {
         );
         assert_eq!(launch.master_prefix.strip("[0] x"), Some("x"));
         let with_file = on(&[("n1", 1)]).with_bcast(vec!["a.dat".into(), "b".into()]);
-        let launch =
-            (backend.launch(&with_file.unwrap(), "greedyrun", &tmp.path().join("h"))).unwrap();
+        let launch = (backend.launch(&with_file.unwrap(), "greedyrun", None)).unwrap();
         assert!(args(&launch.command).contains(&"--bcast=a.dat,b".to_string()));
         assert_eq!(launch.master_prefix.strip("[10] x"), None);
     }
@@ -274,7 +270,7 @@ mod tests {
         let file = tmp.path().join("h");
         let backend = Backend::SlurmJob { job: 7, step: None };
         let launch = backend
-            .launch(&on(&[("n2", 2), ("n1", 1)]), "greedyrun", &file)
+            .launch(&on(&[("n2", 2), ("n1", 1)]), "greedyrun", Some(&file))
             .unwrap();
         let a = args(&launch.command).join(" ");
         assert!(a.contains("--overlap --jobid 7"), "{a}");

@@ -57,14 +57,23 @@ impl FrontEnd {
     /// Starts `distribution`'s members through `backend`; returns once the launcher runs
     /// (the members may still be starting).
     pub fn launch(&self, distribution: &Distribution, backend: &Backend) -> Result<Session> {
-        let dir = tempfile::Builder::new()
-            .prefix("greedy-libi.")
-            .tempdir()
-            .map_err(|source| Error::Launch {
-                program: "a private directory".into(),
-                source,
-            })?;
-        let launch = backend.launch(distribution, &self.greedyrun, &dir.path().join("hosts"))?;
+        // srun's host file (SLURM_HOSTFILE), in a private directory that goes once srun
+        // ended (`wait`) or the session is dropped; the greedyrun back ends need none.
+        let dir = match backend {
+            Backend::Srun | Backend::SlurmJob { .. } => Some(
+                tempfile::Builder::new()
+                    .prefix("greedy-libi.")
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                    .tempdir()
+                    .map_err(|source| Error::Launch {
+                        program: "a private directory".into(),
+                        source,
+                    })?,
+            ),
+            _ => None,
+        };
+        let hostfile = dir.as_ref().map(|d| d.path().join("hosts"));
+        let launch = backend.launch(distribution, &self.greedyrun, hostfile.as_deref())?;
         let mut command = launch.command;
         let shown = command.get_program().to_string_lossy().into_owned();
         let mut child = command
@@ -89,7 +98,7 @@ impl FrontEnd {
             messages,
             tail,
             readers,
-            _dir: dir,
+            dir,
         })
     }
 }
@@ -156,7 +165,7 @@ pub struct Session {
     messages: Receiver<Vec<u8>>,
     tail: Arc<Mutex<VecDeque<String>>>,
     readers: Vec<JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Session {
@@ -203,6 +212,7 @@ impl Session {
         for reader in self.readers.drain(..) {
             let _ = reader.join();
         }
+        self.dir = None;
         use std::os::unix::process::ExitStatusExt;
         let code = status
             .code()
