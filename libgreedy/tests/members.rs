@@ -13,6 +13,16 @@ fn target() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
+/// The C library as `cargo test` built it (a dependency's artifacts stay in `deps/`; a
+/// `cargo build` also puts it beside the binaries).
+fn cdylib() -> PathBuf {
+    let built = ["deps/libgreedy_libi.so", "libgreedy_libi.so"].map(|p| target().join(p));
+    let found = built.iter().find(|p| p.exists());
+    found
+        .cloned()
+        .unwrap_or_else(|| panic!("no libgreedy_libi.so in {}", target().display()))
+}
+
 fn greedyrun() -> PathBuf {
     let path = target().join("greedyrun");
     assert!(
@@ -112,11 +122,7 @@ fn a_c_tool_launches_daemons_and_gathers_through_the_c_api() {
     let lib = dir.path().join("lib");
     std::fs::create_dir(&lib).unwrap();
     // The soname is libgreedy.so.0, as the packages install it.
-    std::os::unix::fs::symlink(
-        target().join("libgreedy_libi.so"),
-        lib.join("libgreedy.so.0"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(cdylib(), lib.join("libgreedy.so.0")).unwrap();
     std::os::unix::fs::symlink("libgreedy.so.0", lib.join("libgreedy.so")).unwrap();
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = dir.path().join("hostnames");
@@ -208,11 +214,7 @@ fn the_python_binding_runs_the_same_collectives() {
     let rsh = localsh(dir.path());
     let lib = dir.path().join("lib");
     std::fs::create_dir(&lib).unwrap();
-    std::os::unix::fs::symlink(
-        target().join("libgreedy_libi.so"),
-        lib.join("libgreedy.so.0"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(cdylib(), lib.join("libgreedy.so.0")).unwrap();
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/greedy-libi");
     let out = Command::new("python3")
         .arg(python.join("example.py"))
