@@ -104,10 +104,7 @@ struct Plan {
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     if let Some(spec) = &args.job {
-        let (job, step) = match spec.split_once('.') {
-            Some((j, s)) => (j.parse()?, Some(s.parse()?)),
-            None => (spec.parse()?, None),
-        };
+        let (job, step) = slurm_step(spec)?;
         return Ok(Plan {
             target: format!("slurm:{spec}"),
             backend: Backend::SlurmJob { job, step },
@@ -264,12 +261,17 @@ fn local_tree(target: &str, tree: &mut CallTree) -> anyhow::Result<usize> {
     Ok(ranks.len())
 }
 
+/// `J` or `J.S`: a Slurm job, and its step if named.
+fn slurm_step(spec: &str) -> anyhow::Result<(u32, Option<u32>)> {
+    Ok(match spec.split_once('.') {
+        Some((j, s)) => (j.parse()?, Some(s.parse()?)),
+        None => (spec.parse()?, None),
+    })
+}
+
 fn parse_target(target: &str) -> anyhow::Result<Job> {
     if let Some(spec) = target.strip_prefix("slurm:") {
-        let (job, step) = match spec.split_once('.') {
-            Some((j, s)) => (j.parse()?, Some(s.parse()?)),
-            None => (spec.parse()?, None),
-        };
+        let (job, step) = slurm_step(spec)?;
         return Ok(Job::Slurm { job, step });
     }
     match target.strip_prefix("greedy:") {
