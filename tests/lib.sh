@@ -51,6 +51,9 @@ ms() {
   local t=${EPOCHREALTIME/./}
   echo $((t / 1000))
 }
+# median: the middle of the numbers on stdin (spaces or newlines between them); of an even count
+# the lower middle one, so whole milliseconds stay whole.
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # run_timed NAME TIMEOUT CMD...: CMD, stdin /dev/null, under a TIMEOUT-second guard, its output
 # kept in $WORK/NAME.out and .err; sets RC, OUT, ERR and SECS.
 run_timed() {

@@ -53,7 +53,6 @@ for ((k = 0; k < reps; k++)); do
   done
 done
 [[ -z $(ls -A "$work/tmp") ]] || fail "the hosts left files: $(ls "$work/tmp")"
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 b=$(echo "${walls[bcast]}" | median)
 echo "| ${mb} MB to $hosts hosts, then a job reads it | median wall s | vs bcast | MB from the front end |"
 echo "|---|---|---|---|"

@@ -55,7 +55,6 @@ for ((k = 0; k < reps; k++)); do
     echo "bcast-cluster-bench: $hosts hosts rep $k $runner $((t1 - t0)) ms" >&2
   done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 b=$(echo "${walls[bcast]}" | median)
 echo "| ${mb} MB to $hosts hosts, then a job reads it | median wall s | vs bcast |"
 echo "|---|---|---|"

@@ -165,7 +165,6 @@ for ((k = 0; k < reps; k++)); do
     echo "mpi-tasks-bench: rep $k $runner ${ms} ms, slots busy ${busy[$runner]}" >&2
   done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 g=$(echo "${walls[greedy]}" | median)
 echo "| $ntasks tasks of $ranks ranks of ${program:-the MPI hello}, $hosts hosts x $slots slots | makespan s | MPI tasks/s | vs greedy | slots busy (last rep) |"
 echo "|---|---|---|---|---|"

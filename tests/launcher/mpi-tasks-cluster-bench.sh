@@ -91,7 +91,6 @@ for ((k = 0; k < reps; k++)); do
     echo "mpi-tasks-cluster-bench: rep $k $runner ${counts[$runner]} tasks in $ms ms" >&2
   done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 g=$(echo "${walls[greedy]}" | median)
 grate=$(awk -v n="$ntasks" -v m="$g" 'BEGIN { print n / (m / 1000) }')
 echo "| MPI tasks of $ranks ranks, $hosts hosts x 2 slots, ${delay} ms per hop | tasks | makespan s | MPI tasks/s | greedy's ratio |"

@@ -151,6 +151,6 @@ base=(— — — —)
 [[ ! -d $CG/$ref ]] || read -ra base <<<"$(figures "$ref")"
 for c in "${configs[@]}"; do
   read -r cpu ranks front all <<<"$(figures "$c")"
-  wall=$(tr ' ' '\n' <<<"${walls[$c]}" | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
+  wall=$(median <<<"${walls[$c]}")
   echo "| $c | $cpu | $(ratio "$cpu" "${base[0]}") | $ranks | $(ratio "$ranks" "${base[1]}") | $front | $all | $(ratio "$all" "${base[3]}") | $wall |"
 done

@@ -57,7 +57,6 @@ for ((k = 0; k < reps; k++)); do
   done
 done
 [[ -z $(ls -A "$work/tmp") ]] || fail "the hosts left staged files: $(ls "$work/tmp")"
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 s=$(echo "${walls[staged]}" | median)
 echo "| $ntasks tasks reading one ${mb} MB input, $hosts hosts x $slots slots | makespan s | tasks/s | vs staged | MB from the front end |"
 echo "|---|---|---|---|---|"

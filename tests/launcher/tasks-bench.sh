@@ -33,7 +33,6 @@ done
 loopback_bench tasks-bench
 list=$(loopback_hosts "$hosts" "$slots")
 width=$((hosts * slots))
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # The largest VmHWM (kB) of process PID, polled until it exits.
 peak() {
   local hwm=0 v

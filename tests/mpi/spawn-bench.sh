@@ -63,7 +63,6 @@ job() {
   out=$(timeout 300 "${cmd[@]}" "$n" 4 </dev/null) || fail "$launcher $lib N=$n: exit $? ($out)"
   awk '/round [2-9] took/ {print $(NF-1)}' <<<"$out" >>"$work/$launcher-$lib-$n"
 }
-median() { sort -g "$1" | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 # The pairs compared: greedy's runner and the other, per library.
 pairs() {
@@ -90,7 +89,7 @@ echo "|---|---|---|---|---|---|---|"
 for lib in ompi5 mpich5; do
   for n in "${sizes[@]}"; do
     while read -r ours theirs; do
-      g=$(median "$work/$ours-$lib-$n") o=$(median "$work/$theirs-$lib-$n")
+      g=$(median <"$work/$ours-$lib-$n") o=$(median <"$work/$theirs-$lib-$n")
       printf '| %s | %s | %s | %.3f (%s) | %s | %.3f | %.2f |\n' "$lib" "$n" "$(name_of "$ours" "$lib")" "$g" \
         "$(wc -l <"$work/$ours-$lib-$n")" "$(name_of "$theirs" "$lib")" "$o" "$(awk -v a="$g" -v b="$o" 'BEGIN {print a / b}')"
     done < <(pairs "$lib")

@@ -39,7 +39,6 @@ time_srun() {
   timeout 120 srun -N"$1" true || fail "srun -N$1 true"
   echo "$EPOCHREALTIME - $t0" | bc -l
 }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 echo "# srun -N N true under route/default; delay $delay ms; median of $reps; $(date -u +%FT%TZ)" >"$work/launches"
 echo "# TREEWIDTH HOSTS SECONDS" >>"$work/launches"

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 struct Args {
     /// The Slurm job (`J`) or step (`J.S`): one daemon on each of its nodes, through
     /// `srun --overlap --jobid J`
-    #[arg(long, value_name = "J[.S]", conflicts_with = "greedy_job")]
-    job: Option<String>,
+    #[arg(long, value_name = "J[.S]", conflicts_with = "greedy_job", value_parser = Job::slurm)]
+    job: Option<Job>,
 
     /// A greedyrun job: its `GREEDY_JOB` id, or `greedy<PID>` for every job of the greedyrun
     /// whose process id is PID; with --hosts, the job's hosts
@@ -48,8 +48,8 @@ struct Args {
     timeout: u64,
 
     /// Run as a daemon of a session (started by greedy-stack itself)
-    #[arg(long, hide = true, value_name = "TARGET")]
-    daemon: Option<String>,
+    #[arg(long, hide = true, value_name = "TARGET", value_parser = Job::from_arg)]
+    daemon: Option<Job>,
 }
 
 const AFTER_HELP: &str = "Stacks come from eu-stack (elfutils), else gdb -batch, else the kernel's \
@@ -80,8 +80,8 @@ struct HostNote {
 
 fn main() {
     let args = Args::parse();
-    let outcome = match args.daemon.clone() {
-        Some(target) => daemon(&target).map(|()| 0),
+    let outcome = match &args.daemon {
+        Some(target) => daemon(target).map(|()| 0),
         None => front_end(&args),
     };
     match outcome {
@@ -95,19 +95,21 @@ fn main() {
 
 /// Where the daemons run and what they look for.
 struct Plan {
-    /// The target as the daemons receive it: `slurm:J[.S]` or `greedy:ID`.
-    target: String,
+    /// The job whose ranks the daemons look for.
+    target: Job,
     backend: Backend,
     /// The hosts, one daemon each; empty: the Slurm job's nodes.
     hosts: Vec<(String, u32)>,
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
-    if let Some(spec) = &args.job {
-        let (job, step) = slurm_step(spec)?;
+    if let Some(target @ Job::Slurm { job, step }) = &args.job {
         return Ok(Plan {
-            target: format!("slurm:{spec}"),
-            backend: Backend::SlurmJob { job, step },
+            backend: Backend::SlurmJob {
+                job: *job,
+                step: *step,
+            },
+            target: target.clone(),
             hosts: Vec::new(),
         });
     }
@@ -124,7 +126,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         rsh: args.rsh.clone(),
     };
     Ok(Plan {
-        target: format!("greedy:{id}"),
+        target: Job::Greedy { job: id.clone() },
         backend,
         hosts: list.into_iter().map(|h| (h, 1)).collect(),
     })
@@ -143,7 +145,7 @@ fn front_end(args: &Args) -> anyhow::Result<i32> {
         }
     };
     let mut group = HostGroup::new(std::env::current_exe()?.display().to_string());
-    group.args = vec!["--daemon".into(), target];
+    group.args = vec!["--daemon".into(), target.to_arg()];
     group.hosts = hosts;
     let distribution = Distribution::new(vec![group])?;
     let mut session = FrontEnd::new().launch(&distribution, &backend)?;
@@ -189,7 +191,7 @@ fn print(args: &Args, tree: &CallTree) -> anyhow::Result<i32> {
 
 /// One node's part: find the job's local ranks, take their stacks, reduce, and (the master)
 /// hand the merged report to the front end.
-fn daemon(target: &str) -> anyhow::Result<()> {
+fn daemon(target: &Job) -> anyhow::Result<()> {
     let mut me = Member::init()?;
     let report = local_report(target);
     let merged = me.reduce(serde_json::to_vec(&report)?, |a, b| merge(&a, &b))?;
@@ -213,7 +215,7 @@ fn merge(a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// This host's stacks, or the problem that kept it from taking them.
-fn local_report(target: &str) -> Report {
+fn local_report(target: &Job) -> Report {
     let host = nix_hostname();
     let mut report = Report::default();
     let note = match local_tree(target, &mut report.tree) {
@@ -237,12 +239,11 @@ fn local_report(target: &str) -> Report {
     report
 }
 
-fn local_tree(target: &str, tree: &mut CallTree) -> anyhow::Result<usize> {
-    let job = parse_target(target)?;
+fn local_tree(job: &Job, tree: &mut CallTree) -> anyhow::Result<usize> {
     // This daemon's own host, named as the job's ranks name theirs: it was started by the
     // same kind of launcher (an srun step beside the job, or greedyrun on the job's hosts).
     let host = std::env::var(job.host_variable()).ok();
-    let ranks = local_ranks(&job, host.as_deref())?;
+    let ranks = local_ranks(job, host.as_deref())?;
     if ranks.is_empty() {
         return Ok(0);
     }
@@ -259,27 +260,6 @@ fn local_tree(target: &str, tree: &mut CallTree) -> anyhow::Result<usize> {
         }
     }
     Ok(ranks.len())
-}
-
-/// `J` or `J.S`: a Slurm job, and its step if named.
-fn slurm_step(spec: &str) -> anyhow::Result<(u32, Option<u32>)> {
-    Ok(match spec.split_once('.') {
-        Some((j, s)) => (j.parse()?, Some(s.parse()?)),
-        None => (spec.parse()?, None),
-    })
-}
-
-fn parse_target(target: &str) -> anyhow::Result<Job> {
-    if let Some(spec) = target.strip_prefix("slurm:") {
-        let (job, step) = slurm_step(spec)?;
-        return Ok(Job::Slurm { job, step });
-    }
-    match target.strip_prefix("greedy:") {
-        Some(id) => Ok(Job::Greedy {
-            job: id.to_string(),
-        }),
-        None => bail!("target {target:?} is neither slurm:J[.S] nor greedy:ID"),
-    }
 }
 
 fn nix_hostname() -> String {

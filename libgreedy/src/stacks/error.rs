@@ -57,6 +57,15 @@ pub enum Error {
         /// The last line the tool wrote to stderr, the reason it gives.
         message: String,
     },
+    /// A job named in a form that is neither `J[.S]` (Slurm) nor, for the daemons, `slurm:J[.S]`
+    /// or `greedy:ID`.
+    #[error("job {text:?}: expected {expected}")]
+    JobName {
+        /// The text as given.
+        text: String,
+        /// The forms accepted where it was given.
+        expected: &'static str,
+    },
     /// A rank set's text that is not `A[-B][,C[-D]]...` of ascending ranks.
     #[error("rank set {text:?}: expected ranges like 0-62,64")]
     RankSet {

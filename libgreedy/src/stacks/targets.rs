@@ -36,6 +36,48 @@ pub enum Job {
     },
 }
 
+impl Job {
+    /// A Slurm job `J` or step `J.S`, as `--job` takes it.
+    pub fn slurm(spec: &str) -> Result<Job, Error> {
+        let number = |t: &str| t.parse::<u32>().ok();
+        let parsed = match spec.split_once('.') {
+            Some((j, s)) => number(j).zip(number(s)).map(|(j, s)| (j, Some(s))),
+            None => number(spec).map(|j| (j, None)),
+        };
+        let (job, step) = parsed.ok_or_else(|| Error::JobName {
+            text: spec.into(),
+            expected: "a Slurm job id J or step J.S (numbers, as squeue shows them)",
+        })?;
+        Ok(Job::Slurm { job, step })
+    }
+
+    /// The job as one word for a daemon's command line: `slurm:J[.S]` or `greedy:ID`.
+    pub fn to_arg(&self) -> String {
+        match self {
+            Job::Slurm { job, step: None } => format!("slurm:{job}"),
+            Job::Slurm {
+                job,
+                step: Some(step),
+            } => format!("slurm:{job}.{step}"),
+            Job::Greedy { job } => format!("greedy:{job}"),
+        }
+    }
+
+    /// The job from [`Job::to_arg`]'s word.
+    pub fn from_arg(arg: &str) -> Result<Job, Error> {
+        if let Some(spec) = arg.strip_prefix("slurm:") {
+            return Job::slurm(spec);
+        }
+        match arg.strip_prefix("greedy:") {
+            Some(id) if !id.is_empty() => Ok(Job::Greedy { job: id.into() }),
+            _ => Err(Error::JobName {
+                text: arg.into(),
+                expected: "slurm:J[.S] or greedy:ID",
+            }),
+        }
+    }
+}
+
 impl fmt::Display for Job {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -300,3 +300,32 @@ fn finds_real_processes_in_proc() {
     ];
     assert_eq!(got, expect);
 }
+
+#[test]
+fn jobs_are_named_as_slurm_shows_them_and_cross_to_the_daemons_intact() {
+    let step = Job::slurm("12.3").unwrap();
+    assert_eq!(
+        step,
+        Job::Slurm {
+            job: 12,
+            step: Some(3)
+        }
+    );
+    assert_eq!(
+        Job::slurm("12").unwrap(),
+        Job::Slurm {
+            job: 12,
+            step: None
+        }
+    );
+    for job in [step, Job::slurm("7").unwrap(), greedy("greedy4242")] {
+        assert_eq!(Job::from_arg(&job.to_arg()).unwrap(), job);
+    }
+    for bad in ["", "12.", ".3", "12.x", "j12", "12.3.4", "-1"] {
+        let e = Job::slurm(bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("{bad:?}")) && e.contains("J.S"), "{e}");
+    }
+    for bad in ["greedy:", "12", "pbs:3", "slurm:x"] {
+        assert!(Job::from_arg(bad).is_err(), "{bad}");
+    }
+}
