@@ -20,7 +20,7 @@
 //! stuck child: when its queue is full, its shell is killed instead.
 
 use std::{
-    collections::VecDeque,
+    collections::{BTreeSet, VecDeque},
     ops::Range,
     process::Stdio,
     sync::{Arc, Mutex},
@@ -77,6 +77,7 @@ pub struct EdgeConfig {
 }
 
 struct Edge {
+    /// The node it starts first, then the rest of its launch subtree.
     hosts: Range<usize>,
     tx: mpsc::Sender<Down>,
     kill: CancellationToken,
@@ -84,20 +85,22 @@ struct Edge {
 
 /// The children of one parent: routes frames to them and waits for them.
 pub struct Fanout {
-    edges: Vec<Edge>,
-    tracker: TaskTracker,
-    kill: CancellationToken,
-    /// Cancelled at shutdown or teardown: children not yet started are never started.
-    stop: CancellationToken,
+    parent: Arc<Parent>,
 }
 
 impl std::fmt::Debug for Fanout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fanout")
-            .field("children", &self.edges.len())
+            .field("children", &self.parent.edges().len())
             .finish()
     }
 }
+
+/// One child: its node, then its launch subtree's sizes (the child first).
+type Child = (u32, Vec<u32>);
+
+/// A child's edge before its task runs: its Start, its down queue, its kill token.
+type Pending = (ChildStart, mpsc::Receiver<Down>, CancellationToken);
 
 impl Fanout {
     /// Starts the children of the root of `tree`, which covers launch positions `positions`
@@ -112,114 +115,207 @@ impl Fanout {
     ) -> Fanout {
         let tracker = TaskTracker::new();
         tracker.close();
-        let kill = CancellationToken::new();
+        let parent = Arc::new(Parent {
+            job: Arc::new(template.clone()),
+            batch: Arc::new(Semaphore::new(cfg.batch.max(1) as usize)),
+            cfg: Arc::new(cfg),
+            edges: Mutex::default(),
+            tracker,
+            kill: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        });
         let sizes = tree.subtree_sizes();
-        let mut edges = Vec::new();
-        let mut pending = Vec::new();
-        let job = Arc::new(template.clone());
-        for r in tree.child_ranges(positions.clone()) {
-            let off = r.start - positions.start;
-            let start = ChildStart {
-                job: job.clone(),
-                node_idx: (r.start - 1) as u32,
-                launch_sizes: sizes[off..off + r.len()].to_vec(),
-            };
-            let (tx, rx) = mpsc::channel(EDGE_CAPACITY);
-            let edge_kill = kill.child_token();
-            edges.push(Edge {
-                hosts: r.start - 1..r.end - 1,
-                tx,
-                kill: edge_kill.clone(),
-            });
-            pending.push((start, rx, edge_kill));
-        }
-        let cfg = Arc::new(cfg);
-        let sem = Arc::new(Semaphore::new(cfg.batch.max(1) as usize));
-        let launcher_tracker = tracker.clone();
-        let launcher_kill = kill.clone();
-        let stop = CancellationToken::new();
-        let launcher_stop = stop.clone();
-        if ssh::is_srun(&cfg.rsh) && cfg.by.is_none() {
-            tracker.spawn(launch_star(
+        let children = (tree.child_ranges(positions.clone()).into_iter())
+            .map(|r| {
+                let off = r.start - positions.start;
+                ((r.start - 1) as u32, sizes[off..off + r.len()].to_vec())
+            })
+            .collect();
+        if ssh::is_srun(&parent.cfg.rsh) && parent.cfg.by.is_none() {
+            let pending = parent.register(children);
+            parent.tracker.spawn(launch_star(
                 template.secret.clone(),
                 pending,
                 up,
-                cfg,
-                launcher_kill,
+                parent.cfg.clone(),
+                parent.kill.clone(),
             ));
-            return Fanout {
-                edges,
-                tracker,
-                kill,
-                stop,
-            };
+        } else {
+            parent.launch(children, up);
         }
-        tracker.spawn(async move {
-            for (start, rx, edge_kill) in pending {
-                let permit = tokio::select! {
-                    p = sem.clone().acquire_owned() => p.expect("never closed"),
-                    _ = launcher_kill.cancelled() => return,
-                    _ = launcher_stop.cancelled() => return,
-                };
-                let node = start.node_idx;
-                let span = info_span!("edge", job = %start.job.job_id, node);
-                launcher_tracker.spawn(
-                    run_edge(start, rx, up.clone(), permit, edge_kill, cfg.clone())
-                        .instrument(span),
-                );
-                debug!(node, "remote shell started");
-            }
-        });
-        Fanout {
-            edges,
-            tracker,
-            kill,
-            stop,
-        }
-    }
-
-    /// Number of direct children.
-    pub fn len(&self) -> usize {
-        self.edges.len()
-    }
-
-    /// Whether there are no children.
-    pub fn is_empty(&self) -> bool {
-        self.edges.is_empty()
+        Fanout { parent }
     }
 
     /// Sends `cmd` towards `to` (every node when `None`), through the child(ren) whose subtree
     /// holds it. A lost child is skipped.
     pub async fn route(&self, to: Option<u32>, cmd: Cmd) {
         if to.is_none() && matches!(cmd, Cmd::Teardown | Cmd::Shutdown) {
-            self.stop.cancel();
+            self.parent.stop.cancel();
         }
-        for e in &self.edges {
-            if to.is_none_or(|n| e.hosts.contains(&(n as usize))) {
-                let frame = Down::Route {
-                    to,
-                    cmd: cmd.clone(),
-                };
-                if matches!(cmd, Cmd::Teardown) {
-                    // Never wait on a stuck child during teardown: kill its shell instead.
-                    if let Err(mpsc::error::TrySendError::Full(_)) = e.tx.try_send(frame) {
-                        e.kill.cancel();
-                    }
-                } else {
-                    let _ = e.tx.send(frame).await;
+        let targets: Vec<(mpsc::Sender<Down>, CancellationToken)> = (self.parent.edges().iter())
+            .filter(|e| to.is_none_or(|n| e.hosts.contains(&(n as usize))))
+            .map(|e| (e.tx.clone(), e.kill.clone()))
+            .collect();
+        for (tx, kill) in targets {
+            let frame = Down::Route {
+                to,
+                cmd: cmd.clone(),
+            };
+            if matches!(cmd, Cmd::Teardown) {
+                // Never wait on a stuck child during teardown: kill its shell instead.
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
+                    kill.cancel();
                 }
+            } else {
+                let _ = tx.send(frame).await;
             }
         }
     }
 
     /// Kills every remote shell (and stops launching new ones).
     pub fn kill_all(&self) {
-        self.kill.cancel();
+        self.parent.kill.cancel();
     }
 
     /// Waits until every edge has ended.
     pub async fn wait(&self) {
-        self.tracker.wait().await;
+        self.parent.tracker.wait().await;
+    }
+}
+
+/// What the edges of one parent share: the job, how to start a child, the edges to route
+/// through (a lost child's adopted subtrees join them), and the tokens that end them all.
+/// Not the queue up: whoever reads it sees it close once the last edge ended.
+struct Parent {
+    job: Arc<Start>,
+    cfg: Arc<EdgeConfig>,
+    /// Remote shells in flight before hello.
+    batch: Arc<Semaphore>,
+    edges: Mutex<Vec<Edge>>,
+    tracker: TaskTracker,
+    kill: CancellationToken,
+    /// Cancelled at shutdown or teardown: children not yet started are never started.
+    stop: CancellationToken,
+}
+
+impl Parent {
+    fn edges(&self) -> std::sync::MutexGuard<'_, Vec<Edge>> {
+        self.edges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An edge per child, to route through from now on; what each edge's task needs; none
+    /// once stopped, checked under the lock [`Fanout::route`] takes after stopping, so each
+    /// edge either is routed the teardown or never starts.
+    fn register(&self, children: Vec<Child>) -> Vec<Pending> {
+        let mut edges = self.edges();
+        if self.stop.is_cancelled() {
+            return Vec::new();
+        }
+        (children.into_iter())
+            .map(|(node_idx, launch_sizes)| {
+                let (tx, rx) = mpsc::channel(EDGE_CAPACITY);
+                let kill = self.kill.child_token();
+                let first = node_idx as usize;
+                edges.push(Edge {
+                    hosts: first..first + launch_sizes[0] as usize,
+                    tx,
+                    kill: kill.clone(),
+                });
+                let start = ChildStart {
+                    job: self.job.clone(),
+                    node_idx,
+                    launch_sizes,
+                };
+                (start, rx, kill)
+            })
+            .collect()
+    }
+
+    /// Starts the remote shells of `children` in order, at most `batch` of them (this
+    /// parent's, across every call) before their hello; their frames go to `up`.
+    fn launch(self: &Arc<Self>, children: Vec<Child>, up: mpsc::Sender<Up>) {
+        let pending = self.register(children);
+        let me = self.clone();
+        self.tracker.spawn(async move {
+            for (start, rx, edge_kill) in pending {
+                let permit = tokio::select! {
+                    p = me.batch.clone().acquire_owned() => p.expect("never closed"),
+                    _ = me.kill.cancelled() => return,
+                    _ = me.stop.cancelled() => return,
+                };
+                if me.kill.is_cancelled() || me.stop.is_cancelled() {
+                    return;
+                }
+                let node = start.node_idx;
+                let span = info_span!("edge", job = %start.job.job_id, node);
+                let edge = run_edge(start, rx, up.clone(), permit, edge_kill, me.clone());
+                me.tracker.spawn(edge.instrument(span));
+                debug!(node, "remote shell started");
+            }
+        });
+    }
+
+    /// Child `lost` is gone: routes to it stop, and in a task stream or session (which goes
+    /// on without lost hosts) its launch subtree heals. Descendants that said hello through
+    /// it are cut off with it (their agents end once their parent's pipe closes), each
+    /// reported lost; every one not started yet is adopted: started from here, with the
+    /// subtree planned for it, instead of being lost too. A job fails with its first lost
+    /// host, and greedyrun names the subtree that goes with it.
+    async fn heal(
+        self: &Arc<Self>,
+        lost: &ChildStart,
+        started: &BTreeSet<u32>,
+        up: &mpsc::Sender<Up>,
+    ) {
+        self.edges()
+            .retain(|e| e.hosts.start != lost.node_idx as usize);
+        if !self.job.tasks || self.kill.is_cancelled() || self.stop.is_cancelled() {
+            return;
+        }
+        let Ok(tree) = Tree::from_subtree_sizes(lost.launch_sizes.clone()) else {
+            return;
+        };
+        let (mut cut, mut adopt) = (Vec::new(), Vec::new());
+        sort_out(&tree, 0, lost.node_idx, started, &mut cut, &mut adopt);
+        for (node, by) in cut {
+            let what = format!(
+                "cut off: {}, through which it was started, was lost",
+                lost.job.hosts[by as usize]
+            );
+            let by = Some(by);
+            let _ = up.send(Up::Lost { node, by, what }).await;
+        }
+        if !adopt.is_empty() {
+            debug!(
+                lost = lost.node_idx,
+                adopted = adopt.len(),
+                "healing the launch tree"
+            );
+            self.launch(adopt, up.clone());
+        }
+    }
+}
+
+/// Below position `v` of a lost child's subtree `tree` (position 0 is node `base`): the
+/// started descendants, cut off, with the node that started each; and the roots of the
+/// subtrees not started, to adopt, in launch order.
+fn sort_out(
+    tree: &Tree,
+    v: usize,
+    base: u32,
+    started: &BTreeSet<u32>,
+    cut: &mut Vec<(u32, u32)>,
+    adopt: &mut Vec<Child>,
+) {
+    for c in tree.children(v) {
+        let node = base + c as u32;
+        if started.contains(&node) {
+            cut.push((node, base + v as u32));
+            sort_out(tree, c, base, started, cut, adopt);
+        } else {
+            let r = tree.subtree_range(c);
+            adopt.push((node, tree.subtree_sizes()[r].to_vec()));
+        }
     }
 }
 
@@ -298,7 +394,7 @@ async fn run_edge(
     up: mpsc::Sender<Up>,
     permit: tokio::sync::OwnedSemaphorePermit,
     kill: CancellationToken,
-    cfg: Arc<EdgeConfig>,
+    parent: Arc<Parent>,
 ) {
     let edge = ShellEdge {
         node: start.node_idx,
@@ -307,40 +403,30 @@ async fn run_edge(
         start,
         up,
         kill,
-        cfg,
+        cfg: parent.cfg.clone(),
     };
-    // Held until the child's hello (across retries): at most `batch` shells in flight.
-    let mut permit = Some(permit);
-    let mut attempt = 0;
-    loop {
-        let Some(mut shell) = edge.launch().await else {
-            return;
-        };
-        match edge.hello(&mut shell).await {
-            Hello::Said => {
-                permit.take();
-                return edge.relay(shell, &mut rx).await;
-            }
-            Hello::Handled => return,
-            Hello::Failed(why) => {
-                let (status, tail) = shell.ended_before_hello().await;
-                if why.is_none() && attempt < edge.cfg.retries && ssh::is_retryable(&tail) {
-                    attempt += 1;
-                    debug!(attempt, "remote shell refused, retrying: {tail}");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                    continue;
-                }
-                let what = why.unwrap_or_else(|| {
-                    format!(
-                        "remote shell `{}` ended before greedyd said hello ({status}){}",
-                        shell.command(),
-                        colon(&tail)
-                    )
-                });
-                let _ = edge.up.send(edge.lost(what)).await;
-                return;
-            }
-        }
+    let lost = edge.run(&mut rx, permit).await;
+    // Nothing goes down this edge any more: a router waiting on its full queue goes on.
+    drop(rx);
+    if let Some(Loss { what, started }) = lost {
+        let _ = edge.up.send(edge.lost(what)).await;
+        parent.heal(&edge.start, &started, &edge.up).await;
+    }
+}
+
+/// How an edge to a child ended without the child's bye, or the edge being killed.
+struct Loss {
+    what: String,
+    /// The descendants that said hello through the child and have not said bye.
+    started: BTreeSet<u32>,
+}
+
+impl Loss {
+    fn before_hello(what: String) -> Option<Loss> {
+        Some(Loss {
+            what,
+            started: BTreeSet::new(),
+        })
     }
 }
 
@@ -369,9 +455,10 @@ struct ShellEdge {
 enum Hello {
     /// The child said hello.
     Said,
-    /// No hello in time, or the edge was killed: the shell is gone, the host cleaned up and
-    /// (for the timeout) the loss reported.
-    Handled,
+    /// No hello in time (why): the shell is gone, the host cleaned up.
+    Late(String),
+    /// The edge was killed: the shell is gone, the host cleaned up.
+    Killed,
     /// The shell's output ended (`None`) or was not greedyd's protocol (`Some`, the message)
     /// before hello.
     Failed(Option<String>),
@@ -435,6 +522,48 @@ impl Shell {
 }
 
 impl ShellEdge {
+    /// Launch (with retries), hello, relay; the loss, if the child was lost.
+    async fn run(
+        &self,
+        rx: &mut mpsc::Receiver<Down>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Option<Loss> {
+        // Held until the child's hello (across retries): at most `batch` shells in flight.
+        let mut permit = Some(permit);
+        let mut attempt = 0;
+        loop {
+            let mut shell = match self.launch() {
+                Ok(shell) => shell,
+                Err(what) => return Loss::before_hello(what),
+            };
+            send_start(shell.down.as_mut().expect("not relayed yet"), &self.start).await;
+            match self.hello(&mut shell).await {
+                Hello::Said => {
+                    permit.take();
+                    return self.relay(shell, rx).await;
+                }
+                Hello::Late(what) => return Loss::before_hello(what),
+                Hello::Killed => return None,
+                Hello::Failed(why) => {
+                    let (status, tail) = shell.ended_before_hello().await;
+                    if why.is_none() && attempt < self.cfg.retries && ssh::is_retryable(&tail) {
+                        attempt += 1;
+                        debug!(attempt, "remote shell refused, retrying: {tail}");
+                        tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                        continue;
+                    }
+                    return Loss::before_hello(why.unwrap_or_else(|| {
+                        format!(
+                            "remote shell `{}` ended before greedyd said hello ({status}){}",
+                            shell.command(),
+                            colon(&tail)
+                        )
+                    }));
+                }
+            }
+        }
+    }
+
     /// The loss of this child, reported by this parent.
     fn lost(&self, what: String) -> Up {
         Up::Lost {
@@ -444,9 +573,8 @@ impl ShellEdge {
         }
     }
 
-    /// Starts the remote shell and writes the child's Start; `None` (the loss reported) if
-    /// the shell cannot run.
-    async fn launch(&self) -> Option<Shell> {
+    /// Starts the remote shell; why not, if it cannot run.
+    fn launch(&self) -> Result<Shell, String> {
         let (argv, child) = spawn_agent(
             &self.cfg,
             &self.host,
@@ -458,12 +586,10 @@ impl ShellEdge {
             Ok(c) => c,
             Err(e) => {
                 let shell = self.cfg.rsh.first().cloned().unwrap_or_default();
-                let what = format!("cannot run remote shell {shell:?}: {e}");
-                let _ = self.up.send(self.lost(what)).await;
-                return None;
+                return Err(format!("cannot run remote shell {shell:?}: {e}"));
             }
         };
-        let mut down = FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
+        let down = FramedWrite::new(child.stdin.take().expect("piped"), ParentCodec::default());
         let frames = FramedRead::new(child.stdout.take().expect("piped"), ParentCodec::default());
         let tail = Arc::new(Mutex::new(VecDeque::<String>::new()));
         let hello_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -474,8 +600,7 @@ impl ShellEdge {
             self.up.clone(),
             self.node,
         ));
-        send_start(&mut down, &self.start).await;
-        Some(Shell {
+        Ok(Shell {
             argv,
             child,
             down: Some(down),
@@ -504,22 +629,19 @@ impl ShellEdge {
                         self.cfg.agent.join(" "), self.host))),
                     None => return Hello::Failed(None),
                 },
-                _ = tokio::time::sleep_until(deadline) => {
-                    self.no_hello(shell).await;
-                    return Hello::Handled;
-                }
+                _ = tokio::time::sleep_until(deadline) => return Hello::Late(self.no_hello(shell).await),
                 _ = self.kill.cancelled() => {
                     kill_shell(&mut shell.child);
                     let _ = shell.child.wait().await;
                     self.reap().await;
-                    return Hello::Handled;
+                    return Hello::Killed;
                 }
             }
         }
     }
 
-    /// No hello within the timeout: kills the shell, reports the loss, cleans the host up.
-    async fn no_hello(&self, shell: &mut Shell) {
+    /// No hello within the timeout: kills the shell, cleans the host up; says why.
+    async fn no_hello(&self, shell: &mut Shell) -> String {
         kill_shell(&mut shell.child);
         let _ = shell.child.wait().await;
         let what = format!(
@@ -528,8 +650,8 @@ impl ShellEdge {
             shell.command(),
             colon(&shell.tail_text())
         );
-        let _ = self.up.send(self.lost(what)).await;
         self.reap().await;
+        what
     }
 
     /// Cleans up the host of a child that never said hello ([`crate::reap`]).
@@ -537,24 +659,27 @@ impl ShellEdge {
         reap_remote(&self.cfg, self.node, &self.host, &self.token, &self.up).await;
     }
 
-    /// Relays the child's frames until its side closes; reports it lost if it went away
-    /// without saying bye (and was not killed).
-    async fn relay(&self, mut shell: Shell, rx: &mut mpsc::Receiver<Down>) {
+    /// Relays the child's frames until its side closes; the loss if it went away without
+    /// saying bye (and was not killed).
+    async fn relay(&self, mut shell: Shell, rx: &mut mpsc::Receiver<Down>) -> Option<Loss> {
         let down = shell.down.take().expect("relayed once");
         let Shell { child, frames, .. } = &mut shell;
-        let Relayed { bye, killed } =
-            relay(self.node, rx, frames, down, &self.up, &self.kill, || {
-                kill_shell(child)
-            })
-            .await;
+        let Relayed {
+            bye,
+            killed,
+            started,
+        } = relay(self.node, rx, frames, down, &self.up, &self.kill, || {
+            kill_shell(child)
+        })
+        .await;
         let status = shell.ended_after_relay().await;
-        if !bye && !killed {
-            let what = format!(
+        (!bye && !killed).then(|| Loss {
+            what: format!(
                 "the agent or its remote shell went away mid-job ({status}){}",
                 colon(&shell.tail_text())
-            );
-            let _ = self.up.send(self.lost(what)).await;
-        }
+            ),
+            started,
+        })
     }
 }
 
@@ -564,6 +689,8 @@ struct Relayed {
     bye: bool,
     /// The edge was killed (`kill`).
     killed: bool,
+    /// The child's descendants that said hello and have not said bye or been lost.
+    started: BTreeSet<u32>,
 }
 
 /// Relays routed frames down to a child that said hello and every frame of its subtree up,
@@ -585,6 +712,7 @@ where
     let mut bye = false;
     let mut rx_open = true;
     let mut killed = false;
+    let mut started = BTreeSet::new();
     let mut down = Some(down);
     loop {
         tokio::select! {
@@ -598,6 +726,11 @@ where
             },
             f = frames.next() => match f {
                 Some(Ok(msg)) => {
+                    match msg {
+                        Up::Hello { node: n } if n != node => { started.insert(n); }
+                        Up::Bye { node: n } | Up::Lost { node: n, .. } => { started.remove(&n); }
+                        _ => {}
+                    }
                     if matches!(msg, Up::Bye { node: n } if n == node) {
                         bye = true;
                         // Close the child's stdin once it said bye: it drains its stdin to
@@ -624,7 +757,11 @@ where
             }
         }
     }
-    Relayed { bye, killed }
+    Relayed {
+        bye,
+        killed,
+        started,
+    }
 }
 
 /// The first read buffer of an edge to an agent that connected back (8 KiB by default).
@@ -699,7 +836,8 @@ async fn run_star_edge(
             .await;
         return;
     }
-    let Relayed { bye, killed } = relay(node, &mut rx, &mut frames, down, &up, &kill, || {}).await;
+    let Relayed { bye, killed, .. } =
+        relay(node, &mut rx, &mut frames, down, &up, &kill, || {}).await;
     if !bye && !killed {
         let _ = up
             .send(lost(
@@ -849,4 +987,40 @@ fn kill_shell(child: &mut tokio::process::Child) {
         crate::signals::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
     let _ = child.start_kill();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Node 4's subtree: 4 starts 5 (which starts 6 and 7) and 8 (which starts 9).
+    fn subtree() -> Tree {
+        Tree::from_subtree_sizes(vec![6, 3, 1, 1, 2, 1]).unwrap()
+    }
+
+    fn sorted(started: &[u32]) -> (Vec<(u32, u32)>, Vec<Child>) {
+        let (mut cut, mut adopt) = (Vec::new(), Vec::new());
+        let started = started.iter().copied().collect();
+        sort_out(&subtree(), 0, 4, &started, &mut cut, &mut adopt);
+        (cut, adopt)
+    }
+
+    #[test]
+    fn a_child_lost_before_its_children_started_has_them_adopted_whole() {
+        let (cut, adopt) = sorted(&[]);
+        assert!(cut.is_empty());
+        assert_eq!(adopt, [(5, vec![3, 1, 1]), (8, vec![2, 1])]);
+    }
+
+    #[test]
+    fn started_descendants_are_cut_off_and_what_they_had_not_started_is_adopted() {
+        // 5 and 6 said hello; 7 (5's) and 8 with 9 had not started.
+        let (cut, adopt) = sorted(&[5, 6]);
+        assert_eq!(cut, [(5, 4), (6, 5)]);
+        assert_eq!(adopt, [(7, vec![1]), (8, vec![2, 1])]);
+        // Everyone started: all cut, each named with the node that started it.
+        let (cut, adopt) = sorted(&[5, 6, 7, 8, 9]);
+        assert_eq!(cut, [(5, 4), (6, 5), (7, 5), (8, 4), (9, 8)]);
+        assert!(adopt.is_empty());
+    }
 }

@@ -53,6 +53,7 @@ mod limits;
 pub mod plan;
 pub mod proto;
 pub mod reap;
+pub mod resume;
 pub mod session;
 pub mod signals;
 pub mod slots;

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::task_spec::{Outputs, TaskSpec};
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 19;
+pub const PROTOCOL_VERSION: u32 = 20;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -575,11 +575,14 @@ pub enum Up {
         /// The overlay listener's address.
         addr: SocketAddr,
     },
-    /// A child subtree could not be started, or its remote shell ended early.
+    /// A host could not be started, its remote shell ended early, or (in a task stream or
+    /// session) it was cut off when the host that started it was lost.
     Lost {
-        /// The child's host index (its whole launch subtree is lost with it).
+        /// The host index. In a job its launch subtree is lost with it; in a stream or
+        /// session only the host itself (its parent starts the rest, `fanout`).
         node: u32,
-        /// The host index of the parent that noticed, or `None` for greedyrun.
+        /// The host index of the parent that noticed (that started it), or `None` for
+        /// greedyrun.
         by: Option<u32>,
         /// What was waited for or what happened, with the remote shell's last words.
         what: String,

@@ -296,10 +296,12 @@ impl Slots {
         self.lost.iter().filter(|&&l| l).count()
     }
 
-    /// No host is left that could run anything: every host is lost, or was never up while
-    /// `launch_over` says none will come up any more.
-    pub fn stranded(&self, launch_over: bool) -> bool {
-        !(0..self.len()).any(|h| !self.lost[h] && (self.up[h] || !launch_over))
+    /// The hosts that could still run something: not lost, and up or (until `launch_over`
+    /// says none will come up any more) still starting.
+    pub fn hosts_left(&self, launch_over: bool) -> usize {
+        (0..self.len())
+            .filter(|&h| !self.lost[h] && (self.up[h] || !launch_over))
+            .count()
     }
 }
 
@@ -422,11 +424,12 @@ mod tests {
     fn lost_hosts_give_nothing_and_strand_the_stream_when_all_are_gone() {
         let mut s = Slots::new(vec![1, 1]);
         s.host_up(0);
-        assert!(!s.stranded(false));
+        assert_eq!(s.hosts_left(false), 2);
+        assert_eq!(s.hosts_left(true), 1, "host 1 will not come up any more");
         s.hosts_lost(0..1);
         assert_eq!(s.take_for_task(1, None), None);
-        assert!(!s.stranded(false), "host 1 may still come up");
-        assert!(s.stranded(true));
+        assert_eq!(s.hosts_left(false), 1, "host 1 may still come up");
+        assert_eq!(s.hosts_left(true), 0);
         assert_eq!((s.total(), s.lost_hosts()), (1, 1));
     }
 }

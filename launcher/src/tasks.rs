@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use crate::head::{JobConfig, Report, launch, start_frame};
 use crate::limits::UP_CAPACITY;
 use crate::proto::Up;
+use crate::resume::Resume;
 use crate::session::control::{HELLO, frame};
 pub(crate) use crate::session::control::{Request, parse_request};
 pub use crate::session::control::{job_request, stream_request};
@@ -62,6 +63,53 @@ pub enum Source {
     },
 }
 
+/// The fewest hosts a stream or session goes on with (`--min-hosts N` or `P%`): while fewer
+/// are up or still starting, it ends, naming what did not run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MinHosts {
+    /// This many hosts.
+    Count(u32),
+    /// This share of the hosts asked for, in percent (rounded up to whole hosts).
+    Percent(f64),
+}
+
+impl Default for MinHosts {
+    fn default() -> MinHosts {
+        MinHosts::Count(1)
+    }
+}
+
+impl std::str::FromStr for MinHosts {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MinHosts, String> {
+        let bad = || {
+            format!("{text:?}: expected a number of hosts (N >= 1) or a share (P%, 0 < P <= 100)")
+        };
+        match text.strip_suffix('%') {
+            Some(p) => match p.parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= 100.0 => Ok(MinHosts::Percent(p)),
+                _ => Err(bad()),
+            },
+            None => match text.parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(MinHosts::Count(n)),
+                _ => Err(bad()),
+            },
+        }
+    }
+}
+
+impl MinHosts {
+    /// The number of hosts, of `hosts` asked for (at least 1).
+    pub fn of(self, hosts: usize) -> usize {
+        let n = match self {
+            MinHosts::Count(n) => n as usize,
+            MinHosts::Percent(p) => (hosts as f64 * p / 100.0).ceil() as usize,
+        };
+        n.max(1)
+    }
+}
+
 /// Where the lines come from and where the results go.
 #[derive(Debug, Clone)]
 pub struct TaskOptions {
@@ -69,10 +117,14 @@ pub struct TaskOptions {
     pub source: Source,
     /// JSON lines of the tasks' ends, or `None`.
     pub results: Option<PathBuf>,
+    /// `results` is a run's before, to resume (`--resume`): its done tasks do not run again.
+    pub resume: bool,
     /// Runs again of a failed task.
     pub retries: u32,
     /// What a plain line's task gets.
     pub defaults: Defaults,
+    /// The fewest hosts the run goes on with.
+    pub min_hosts: MinHosts,
 }
 
 /// Where the run's streams come from, once open.
@@ -137,8 +189,8 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     let slots: Vec<u32> = plan.ranks.iter().map(|r| r.len() as u32).collect();
     // A session's jobs (crate::session) on the same hosts and slots.
     let board = JobBoard::new(plan.hosts.clone(), slots);
-    let input = match open(&cfg, &opts, line_tx.clone()).await {
-        Ok(input) => input,
+    let (input, failed_before) = match open(&cfg, &opts, line_tx.clone()).await {
+        Ok(opened) => opened,
         Err(code) => return Report::unlaunched(code, n),
     };
     let idle = match &opts.source {
@@ -156,6 +208,7 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
     if let Some(jobs) = job_tasks {
         streams.run_job_tasks(jobs);
     }
+    streams.keep_at_least(opts.min_hosts.of(n));
     let (exit_code, hello_at) = match input {
         Input::Own(stream, None) => {
             streams.adopt(*stream, opts.retries);
@@ -176,9 +229,49 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
         }
     };
     Report {
-        exit_code,
+        exit_code: with_failed_before(exit_code, failed_before),
         hello_at,
         finished_at: Some(t0.elapsed()),
+    }
+}
+
+/// The lines of a stream.
+pub type Lines = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+/// The results file and the lines to run: `--results FILE` created; or, resuming, the run
+/// before's file kept to its done tasks and appended to, their lines blanked
+/// ([`Resume`]), with how many of them failed.
+fn results_and_lines(
+    results: Option<&std::path::Path>,
+    resume: bool,
+    lines: Lines,
+) -> Result<(Option<std::io::BufWriter<std::fs::File>>, Lines, usize), String> {
+    let Some(path) = results else {
+        return Ok((None, lines, 0));
+    };
+    if !resume {
+        let file = std::fs::File::create(path)
+            .map_err(|e| format!("--results {}: {e}", path.display()))?;
+        return Ok((Some(std::io::BufWriter::new(file)), lines, 0));
+    }
+    let resumed = Resume::load(path).map_err(|e| e.to_string())?;
+    say(format!(
+        "--resume {}: {} tasks done before ({} failed) do not run again",
+        path.display(),
+        resumed.done(),
+        resumed.failed()
+    ));
+    let file = resumed.results().map_err(|e| e.to_string())?;
+    let lines = resumed.blank_done(lines);
+    Ok((Some(std::io::BufWriter::new(file)), lines, resumed.failed()))
+}
+
+/// A run's exit code once the run before it failed `failed_before` tasks: a clean end says
+/// some task failed.
+fn with_failed_before(exit_code: i32, failed_before: usize) -> i32 {
+    match (exit_code, failed_before) {
+        (0, 1..) => 1,
+        _ => exit_code,
     }
 }
 
@@ -188,28 +281,18 @@ async fn open<'a>(
     cfg: &JobConfig,
     opts: &'a TaskOptions,
     to: mpsc::Sender<Read>,
-) -> Result<Input<'a>, i32> {
+) -> Result<(Input<'a>, usize), i32> {
     let log = |line: String| eprintln!("greedyrun: {line}");
     if let Source::Session { socket, .. } = &opts.source {
         return match tokio::net::UnixListener::bind(socket) {
-            Ok(l) => Ok(Input::Session(l, socket)),
+            Ok(l) => Ok((Input::Session(l, socket), 0)),
             Err(e) => {
                 log(format!("session socket {}: {e}", socket.display()));
                 Err(code::LAUNCHER)
             }
         };
     }
-    let results = match &opts.results {
-        None => None,
-        Some(p) => match std::fs::File::create(p) {
-            Ok(f) => Some(std::io::BufWriter::new(f)),
-            Err(e) => {
-                log(format!("--results {}: {e}", p.display()));
-                return Err(code::USAGE);
-            }
-        },
-    };
-    let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match &opts.source {
+    let input: Lines = match &opts.source {
         Source::File(p) => match tokio::fs::File::open(p).await {
             Ok(f) => Box::new(f),
             Err(e) => {
@@ -219,6 +302,11 @@ async fn open<'a>(
         },
         _ => Box::new(tokio::io::stdin()),
     };
+    let (results, input, failed_before) =
+        results_and_lines(opts.results.as_deref(), opts.resume, input).map_err(|e| {
+            log(e);
+            code::USAGE
+        })?;
     let own = Current::local(
         input,
         results,
@@ -227,7 +315,10 @@ async fn open<'a>(
         cfg.tag_output,
         cfg.progress,
     );
-    Ok(Input::Own(Box::new(own), Private::new(cfg.verbose)))
+    Ok((
+        Input::Own(Box::new(own), Private::new(cfg.verbose)),
+        failed_before,
+    ))
 }
 
 /// greedyrun's loop over its own stream, until the stream and the run end.
@@ -260,8 +351,9 @@ async fn run_own(
 pub async fn submit(
     socket: &std::path::Path,
     request: &str,
-    lines: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+    lines: Option<Lines>,
     results: Option<PathBuf>,
+    resume: bool,
 ) -> i32 {
     let conn = match crate::session::connect_own(socket).await {
         Ok(c) => c,
@@ -270,15 +362,15 @@ pub async fn submit(
             return code::LAUNCHER;
         }
     };
-    let results = match results {
-        None => None,
-        Some(p) => match std::fs::File::create(&p) {
-            Ok(f) => Some(std::io::BufWriter::new(f)),
+    let (results, lines, failed_before) = match lines {
+        Some(lines) => match results_and_lines(results.as_deref(), resume, lines) {
+            Ok((results, lines, failed)) => (results, Some(lines), failed),
             Err(e) => {
-                say(format!("--results {}: {e}", p.display()));
+                say(e);
                 return code::USAGE;
             }
         },
+        None => (None, None, 0),
     };
     let (mut rd, mut wr) = conn.into_split();
     let header = format!("{HELLO} {request}\n");
@@ -316,7 +408,7 @@ pub async fn submit(
     };
     sender.abort();
     received.finish().await;
-    exit
+    with_failed_before(exit, failed_before)
 }
 
 /// Prints one of greedyrun's own diagnostic lines.
@@ -434,4 +526,24 @@ pub async fn session_hosts(socket: &std::path::Path) -> Option<(usize, usize)> {
     tokio::time::timeout(Duration::from_secs(5), ask)
         .await
         .ok()?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MinHosts;
+
+    #[test]
+    fn min_hosts_is_a_count_or_a_share_rounded_up() {
+        let of = |text: &str, hosts| text.parse::<MinHosts>().unwrap().of(hosts);
+        assert_eq!(of("3", 10), 3);
+        assert_eq!(of("90%", 10), 9);
+        assert_eq!(of("80%", 6), 5);
+        assert_eq!(of("0.1%", 6), 1);
+        assert_eq!(of("100%", 256), 256);
+        assert_eq!(MinHosts::default().of(256), 1);
+        for bad in ["0", "-1", "0%", "101%", "x", "%", "1.5", ""] {
+            let e = bad.parse::<MinHosts>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 }

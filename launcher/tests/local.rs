@@ -758,6 +758,210 @@ fn a_lost_hosts_tasks_run_again_elsewhere() {
     assert_gone(&format!("{dir}/killed ]"));
 }
 
+/// A fake remote shell that runs `script` (with `$1` the host, `$LOCAL` the working shell)
+/// before handing the rest to the working one.
+fn shell_with(dir: &Path, local: &Path, name: &str, script: &str) -> PathBuf {
+    let path = dir.join(name);
+    let body = format!(
+        "#!/bin/sh\nLOCAL={}\n{script}\nexec $LOCAL \"$@\"\n",
+        local.display()
+    );
+    std::fs::write(&path, body).unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    path
+}
+
+/// A task stream of 40 tasks of 0.2 s over hosts a..f launched as a chain (a starts b, b
+/// starts c, …): the results' rows and greedyrun's stderr.
+fn chain_stream(d: &Path, rsh: &Path) -> (Vec<(u64, i64, u64, String)>, String) {
+    let lines: Vec<String> = (1..=40)
+        .map(|i| format!("sleep 0.2; echo out {i}"))
+        .collect();
+    let file = d.join("tasks");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.join("results.json");
+    let (out, took) = run(
+        rsh,
+        &[
+            "-H",
+            "a,b,c,d,e,f",
+            "--topology",
+            "chain",
+            "--timeout",
+            "10",
+            "--tasks",
+            file.to_str().unwrap(),
+            "--results",
+            res.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {stderr}");
+    let rows = results(&res);
+    // Every task reported once, and ended well.
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<_>>(),
+        "{stderr}"
+    );
+    assert!(rows.iter().all(|r| r.1 == 0), "{rows:?}");
+    (rows, stderr)
+}
+
+/// The hosts that ran a task.
+fn hosts_of(rows: &[(u64, i64, u64, String)]) -> std::collections::BTreeSet<&str> {
+    rows.iter().map(|r| r.3.as_str()).collect()
+}
+
+/// The launch tree heals: host b, which should start c..f, cannot be reached; its parent a
+/// starts c..f itself, and the stream runs on every host but b.
+#[test]
+fn a_host_that_cannot_be_reached_loses_only_itself_in_a_stream() {
+    let (d, local, _) = shells();
+    let refuse = "if [ \"$1\" = b ]; then echo 'ssh: connect to host b port 22: Connection refused' >&2; exit 255; fi";
+    let rsh = shell_with(d.path(), &local, "refusesh", refuse);
+    let (rows, stderr) = chain_stream(d.path(), &rsh);
+    assert_eq!(stderr.matches(" lost: ").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("host b (started by a) lost: remote shell")
+            && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+    let ran = hosts_of(&rows);
+    // f, the end of the chain, started through the hosts a adopted.
+    assert!(ran.contains("f") && !ran.contains("b"), "{ran:?}: {stderr}");
+}
+
+/// `--resume`: a stream whose greedyrun was SIGKILLed halfway runs again from its results;
+/// the tasks that had ended do not run again, and each task has one result over both runs.
+#[test]
+fn a_stream_whose_client_died_resumes_from_its_results() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    let file = d.path().join("tasks");
+    let lines: Vec<String> = (1..=30)
+        .map(|i| format!("sleep 0.3; echo out {i}"))
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("results.json");
+    let (tasks, kept) = (file.to_str().unwrap(), res.to_str().unwrap());
+    let mut first = greedyrun(
+        &local,
+        &["-H", "a:2,b:2", "--tasks", tasks, "--results", kept],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // Killed once about half the tasks have a result.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&res).map_or(0, |t| t.lines().count()) < 12 {
+        assert!(
+            Instant::now() < deadline,
+            "the first run did not get halfway"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let before: Vec<u64> = results(&res).iter().map(|r| r.0).collect();
+    assert!(before.len() >= 12 && before.len() < 30, "{before:?}");
+    let (out, _) = run(
+        &local,
+        &["-H", "a:2,b:2", "--tasks", tasks, "--resume", kept],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("tasks done before (0 failed) do not run again"),
+        "{stderr}"
+    );
+    let rows = results(&res);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<_>>(),
+        "{stderr}"
+    );
+    let stdout = text(&out.stdout);
+    for task in &before {
+        assert!(
+            !stdout.contains(&format!("out {task}\n")),
+            "task {task} ran again"
+        );
+    }
+    assert_eq!(stdout.lines().count(), 30 - before.len(), "{stdout}");
+    assert_gone(&marker);
+}
+
+/// `--min-hosts`: a stream that may not lose a host ends once b is lost, naming the floor and
+/// what did not run; one that may lose a fifth goes on.
+#[test]
+fn a_stream_ends_below_its_min_hosts_and_goes_on_above() {
+    let (d, local, _) = shells();
+    let refuse = "if [ \"$1\" = b ]; then exit 255; fi";
+    let rsh = shell_with(d.path(), &local, "refusesh", refuse);
+    let file = d.path().join("tasks");
+    let lines: Vec<String> = (1..=20)
+        .map(|i| format!("sleep 0.3; echo out {i}"))
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let stream = |min: &str| {
+        let args = [
+            "-H",
+            "a,b,c,d,e,f",
+            "--topology",
+            "chain",
+            "--min-hosts",
+            min,
+        ];
+        run(
+            &rsh,
+            &[&args[..], &["--tasks", file.to_str().unwrap()]].concat(),
+        )
+    };
+    let (out, _) = stream("6");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("5 of 6 hosts left, fewer than --min-hosts 6: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("task 1 not run"), "{stderr}");
+    let (out, _) = stream("80%");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&out.stdout).lines().count(), 20, "{stderr}");
+    // Not for a job.
+    let (out, _) = run(&rsh, &["-H", "a", "--min-hosts", "1", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--min-hosts is for a stream or session"));
+}
+
+/// Host b's agent dies after its hello, while the shell to its child c is still starting:
+/// b is lost alone; a starts c..f itself, and whatever b's shell still started for c on its
+/// way out ends by itself: nothing is left.
+#[test]
+fn a_parent_lost_mid_launch_loses_only_itself_and_its_subtree_is_adopted() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    // b's agent is killed 0.3 s after it started; every shell to c takes 1 s.
+    let kill = r#"case "$1 $2" in *--reap*) ;;
+  b*) tok=${2##* }; (sleep 0.3; pkill -9 -f "^[^ ]*greedyd --launch $tok\$") & ;;
+  c*) sleep 1 ;;
+esac"#;
+    let rsh = shell_with(d.path(), &local, "killsh", kill);
+    let (rows, stderr) = chain_stream(d.path(), &rsh);
+    assert_eq!(stderr.matches(" lost: ").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("host b (started by a) lost: the agent or its remote shell went away"),
+        "{stderr}"
+    );
+    assert!(hosts_of(&rows).contains("f"), "{rows:?}: {stderr}");
+    assert_gone(&marker);
+}
+
 #[test]
 fn a_session_runs_streams_on_agents_it_keeps_and_ends_clean() {
     let (d, local, _) = shells();

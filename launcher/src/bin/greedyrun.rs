@@ -18,7 +18,7 @@ use greedy_launcher::{
     ssh,
     status::code,
     task_spec::Defaults,
-    tasks::{self, Source, TaskOptions},
+    tasks::{self, MinHosts, Source, TaskOptions},
 };
 use greedy_tree::{LaunchModel, Topology};
 
@@ -34,9 +34,11 @@ EXIT STATUS:
     130   greedyrun got SIGINT (Ctrl-C); 129: SIGHUP; 143: SIGTERM. Ranks got SIGTERM, SIGKILL
           after --grace
     141   greedyrun's stdout was closed (broken pipe); the job was ended quietly
-With --tasks: 0 every task ended 0; 1 some task failed after its retries (each is named);
+With --tasks: 0 every task ended 0; 1 some task failed after its retries (each is named; with
+    --resume, or in the run before);
     2 the stream or --results could not be opened; 125 no host was left to run the rest
-    (each task not run is named); 129/130/143 interrupted; 141 stdout closed.";
+    (or fewer than --min-hosts; each task not run is named); 129/130/143 interrupted; 141 stdout
+    closed.";
 
 /// Which wire-up the ranks get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -232,6 +234,22 @@ pub(crate) struct Args {
     /// `cancelled` for a task a cancelled stream did not finish, `error` for a line not run).
     #[arg(long, value_name = "FILE", requires = "tasks")]
     results: Option<PathBuf>,
+
+    /// With --tasks or --start-session: go on while at least N hosts (or P% of them) are up
+    /// or still starting; below that, end, naming the tasks not run (default 1)
+    #[arg(long, value_name = "N|P%")]
+    min_hosts: Option<MinHosts>,
+
+    /// With --tasks: the --results FILE of a run of this stream that did not finish (its
+    /// client died, was stopped): tasks with a result there do not run again, and this run's
+    /// results are added to it, so each task has one line over both runs
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tasks",
+        conflicts_with = "results"
+    )]
+    resume: Option<PathBuf>,
 
     /// With --tasks: run a task that fails up to K more times.
     #[arg(long, default_value_t = 0, value_name = "K", requires = "tasks")]
@@ -556,6 +574,10 @@ fn rank_env(args: &Args) -> anyhow::Result<Vec<(String, String)>> {
 /// The mode of the command line: a job, a calibration, or a stream of tasks (given, or the
 /// session's own).
 fn mode(args: &Args) -> anyhow::Result<Mode> {
+    if args.min_hosts.is_some() && args.tasks.is_none() && !args.start_session {
+        bail!("--min-hosts is for a stream or session: give --tasks or --start-session");
+    }
+    let min_hosts = args.min_hosts.unwrap_or_default();
     Ok(
         match (&args.tasks, args.calibrate, std::env::var_os(SERVE_VAR)) {
             // The session's own process (--start-session started it).
@@ -565,8 +587,10 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                     idle: secs("--idle-timeout", args.idle_timeout)?,
                 },
                 results: None,
+                resume: false,
                 retries: 0,
                 defaults: Defaults::default(),
+                min_hosts,
             }),
             (Some(source), _, None) => Mode::Tasks(TaskOptions {
                 source: if source == "-" {
@@ -574,9 +598,11 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                 } else {
                     Source::File(source.into())
                 },
-                results: args.results.clone(),
+                results: args.resume.clone().or_else(|| args.results.clone()),
+                resume: args.resume.is_some(),
                 retries: args.task_retries,
                 defaults: task_defaults(args),
+                min_hosts,
             }),
             (None, true, None) => Mode::Calibrate,
             (None, false, None) => Mode::Job,
@@ -772,7 +798,8 @@ fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
         &socket,
         &request,
         lines,
-        args.results.clone(),
+        args.resume.clone().or_else(|| args.results.clone()),
+        args.resume.is_some(),
     )))
 }
 

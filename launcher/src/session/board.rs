@@ -207,12 +207,12 @@ impl JobBoard {
         self.board().slots.largest()
     }
 
-    /// Slots of the hosts not lost; hosts lost; whether no host is left that could run
-    /// anything (every host lost, or never up while `launch_over` says none will come).
-    pub fn capacity(&self, launch_over: bool) -> (u32, usize, bool) {
+    /// Slots of the hosts not lost; hosts lost; hosts left that could run anything (not
+    /// lost, and up or, until `launch_over`, still starting).
+    pub fn capacity(&self, launch_over: bool) -> (u32, usize, usize) {
         let b = self.board();
         let s = &b.slots;
-        (s.total(), s.lost_hosts(), s.stranded(launch_over))
+        (s.total(), s.lost_hosts(), s.hosts_left(launch_over))
     }
 
     /// The session lost `nodes` (a subtree): no job gets them again, and each job on them is

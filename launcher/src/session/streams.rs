@@ -245,9 +245,11 @@ impl Feed {
 
     async fn result(&mut self, line: &str) {
         match self {
+            // Each line reaches the file at once, as a session's client writes it: a run
+            // killed now resumes from it (`--resume`) without running this task again.
             Feed::Local { results, .. } => {
                 if let Some(w) = results.as_mut() {
-                    let _ = w.write_all(line.as_bytes());
+                    let _ = w.write_all(line.as_bytes()).and_then(|()| w.flush());
                 }
             }
             Feed::Client { .. } => self.send(frame::RESULT, line.as_bytes()).await,
@@ -463,6 +465,8 @@ pub(crate) struct Streams<'a> {
     launch_deadline: Instant,
     pub(super) launch_over: bool,
     pub(super) idle_since: Instant,
+    /// The fewest hosts up or starting the run goes on with.
+    min_hosts: usize,
 }
 
 impl<'a> Streams<'a> {
@@ -498,7 +502,13 @@ impl<'a> Streams<'a> {
             launch_deadline: t0 + plan.timeout,
             launch_over: false,
             idle_since: Instant::now(),
+            min_hosts: 1,
         }
+    }
+
+    /// The run ends once fewer than `hosts` hosts are up or still starting (`--min-hosts`).
+    pub(crate) fn keep_at_least(&mut self, hosts: usize) {
+        self.min_hosts = hosts.max(1);
     }
 
     /// Whether this runs a session's streams.
@@ -657,13 +667,23 @@ impl<'a> Streams<'a> {
         }
     }
 
-    /// With no host left that could run anything, every stream ends, naming what did not run.
+    /// With fewer hosts left than the run goes on with (none, by default), every stream
+    /// ends, naming what did not run.
     async fn end_if_stranded(&mut self) {
-        if self.ending || !self.board.capacity(self.launch_over).2 {
+        let hosts = self.board.capacity(self.launch_over).2;
+        if self.ending || hosts >= self.min_hosts {
             return;
         }
         let left = self.dispatch.drain();
-        let text = format!("no host left to run tasks: {} tasks not run", left.len());
+        let why = match hosts {
+            0 => "no host left to run tasks".to_string(),
+            _ => format!(
+                "{hosts} of {} hosts left, fewer than --min-hosts {}",
+                self.plan.hosts.len(),
+                self.min_hosts
+            ),
+        };
+        let text = format!("{why}: {} tasks not run", left.len());
         for (&stream, cur) in self.streams.iter_mut() {
             let mut said = text.clone();
             if !cur.source_done {
@@ -805,7 +825,7 @@ impl<'a> Streams<'a> {
                 end,
                 wall_us,
             } => self.task_ended(node, id, end, wall_us).await,
-            Up::Lost { node, what, .. } => self.lost(node, &escape(&what)).await,
+            Up::Lost { node, by, what } => self.lost(node, by, &escape(&what)).await,
             Up::Failed { node, what, .. } => {
                 let what = escape(&what);
                 self.board.hosts_lost(node..node + 1, &what).await;
@@ -917,18 +937,15 @@ impl<'a> Streams<'a> {
         }
     }
 
-    /// `node` was lost, with its launch subtree: their tasks run again elsewhere.
-    async fn lost(&mut self, node: u32, what: &str) {
-        let sub = self.plan.launch.subtree_len(node as usize + 1) as u32;
-        self.board.hosts_lost(node..node + sub, what).await;
-        let moved = self.move_tasks_off(node..node + sub);
-        let out = if sub > 1 {
-            format!("it and its launch subtree ({sub} hosts) leave")
-        } else {
-            "it leaves".to_string()
-        };
+    /// `node` was lost: its tasks run again elsewhere.
+    async fn lost(&mut self, node: u32, by: Option<u32>, what: &str) {
+        // Only this host: its parent reports each host cut off with it and starts the rest of
+        // its launch subtree itself (`fanout`).
+        self.board.hosts_lost(node..node + 1, what).await;
+        let moved = self.move_tasks_off(node..node + 1);
+        let by = (by.map(|b| format!(" (started by {})", host(self.plan, b)))).unwrap_or_default();
         let text = format!(
-            "host {} lost: {what}; {out} the streams, {moved} of their tasks run again elsewhere",
+            "host {}{by} lost: {what}; it leaves the streams, {moved} of its tasks run again elsewhere",
             host(self.plan, node)
         );
         if self.streams.is_empty() || self.ending {
