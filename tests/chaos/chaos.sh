@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Faults injected into task streams on the emulated cluster, with figures (docs/reliability.md).
+#
+# Each case runs a stream of TASKS short tasks (2 slots per host, --results) over ssh on every
+# host and injects one fault at a random point past the first results, on a host of its own:
+#   dead-host     before the launch, every process of a host's namespace is killed (its sshd
+#                 too: the host refuses connections, as a crashed node's address would)
+#   host-killed   mid-stream, every process of a host's namespace is killed
+#   agent-stopped mid-stream, a host's agent is SIGSTOPped for STOP seconds, then continued
+#   front-killed  mid-stream, greedyrun is SIGKILLed; then `--resume RESULTS` runs the rest
+# The launch tree is binomial (at these sizes the default greedy tree is flat over ssh, so a
+# lost host would have no subtree to heal). For each case one row: seconds from the fault
+# until the user is told (the first stderr line naming the host), whether it names the right
+# host, the exit code, processes of the stream left on any host once it ended (must be 0),
+# tasks reported twice or never over the run (and its resume; both must be 0), and whether
+# the stream went on to its end. Any of those wrong fails the script.
+#
+# usage: tests/chaos/chaos.sh [--hosts H] [--tasks N] [--stop SECS] [--seed S]
+#   defaults 16 hosts, 400 tasks, STOP 10 s (the short run of .ci/run); the long run is
+#   --hosts 256 --tasks 5000 --stop 30.
+set -euo pipefail
+
+TAG=chaos
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+export GREEDY_TC_QUIET=1
+hosts=16 ntasks=400 stop=10 seed=$$
+while (($#)); do
+  case $1 in
+    --hosts) hosts=$2; shift 2 ;;
+    --tasks) ntasks=$2; shift 2 ;;
+    --stop) stop=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    *) echo "usage: $0 [--hosts H] [--tasks N] [--stop SECS] [--seed S]" >&2; exit 2 ;;
+  esac
+done
+((hosts >= 8)) || fail "--hosts $hosts: at least 8 (each case has a host of its own)"
+RANDOM=$seed
+need_root
+need_shared_target
+build -p greedy-launcher
+cluster_up --nodes "$hosts"
+eval "$("$TC" env)"
+wait_sshd "$hosts"
+WORK=$GREEDY_TC_SCRATCH/chaos
+mkdir -p "$WORK"
+cd "$WORK"
+MARK=chaos$$
+for ((i = 1; i <= ntasks; i++)); do echo ": $MARK; sleep 0.0$((RANDOM % 9 + 1)); echo task $i"; done >tasks
+GR=("$BIN/greedyrun" --hosts "n[1-$hosts]" --ppn 2 --rsh ssh --topology binomial --timeout 20 --progress 0 --tasks tasks)
+
+# Every process of host $1's namespace but the one that keeps the namespace.
+kill_host() {
+  local keeper p
+  read -r keeper _ <"$GREEDY_TC_STATE/pids/$1.keeper"
+  for p in $(ip netns pids "gtc-$1"); do
+    [[ $p == "$keeper" ]] || kill -KILL "$p" 2>/dev/null || true
+  done
+}
+# The agent of this stream on host $1.
+agent_on() {
+  local p
+  for p in $(ip netns pids "gtc-$1"); do
+    [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == "$BIN/greedyd --launch "* ]] && echo "$p" && return
+  done
+}
+# The stream's processes left anywhere: agents, guards, tasks, remote shell clients.
+leftovers() {
+  local p cmd n=0
+  for p in $(pgrep -f "greedyd|$MARK" || true); do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
+    [[ $cmd == *"$BIN/greedyd"* || $cmd == *"$MARK"* ]] && [[ $cmd != *pgrep* ]] && n=$((n + 1))
+  done
+  echo "$n"
+}
+# Waits up to 15 s for no leftovers; prints how many are left.
+settle() {
+  local left
+  for _ in $(seq 75); do
+    left=$(leftovers)
+    ((left == 0)) && break
+    sleep 0.2
+  done
+  echo "$left"
+}
+# Tasks with no result and tasks with more than one, in results file $1.
+twice_never() {
+  python3 - "$1" "$ntasks" <<'EOF'
+import collections, json, sys
+seen = collections.Counter(json.loads(l)["task"] for l in open(sys.argv[1]) if l.strip())
+n = int(sys.argv[2])
+print(sum(1 for t in range(1, n + 1) if seen[t] > 1), sum(1 for t in range(1, n + 1) if seen[t] == 0))
+EOF
+}
+# Starts the stream (more greedyrun options in "$@") in the background, stderr lines stamped
+# with the time they came; PID and ERR set.
+start() {
+  local name=$1
+  shift
+  ERR=$WORK/$name.err
+  "${GR[@]}" "$@" </dev/null >"$WORK/$name.out" 2> >(while IFS= read -r l; do echo "$(ms) $l"; done >"$ERR") &
+  PID=$!
+}
+# Waits until results file $1 has $2 lines (up to 60 s).
+results_reach() {
+  for _ in $(seq 600); do
+    local n
+    n=$(grep -c . "$1" 2>/dev/null || true)
+    ((${n:-0} >= $2)) && return 0
+    sleep 0.1
+  done
+  fail "$1: fewer than $2 results after 60 s"
+}
+# A point past the first results: between 10 % and 60 % of the tasks.
+some_point() { echo $((ntasks / 10 + RANDOM % (ntasks / 2))); }
+# Seconds from $1 (ms) until the first stamped stderr line naming host $2; "never" if none.
+told_after() {
+  awk -v t0="$1" -v h="$2" '$0 ~ ("host " h "[ :(]") { printf "%.2f", ($1 - t0) / 1000; found = 1; exit }
+    END { if (!found) print "never" }' "$ERR"
+}
+ROWS=()
+# row CASE HOST TOLD RC LEFT TWICE NEVER WENT_ON
+row() {
+  local named=yes
+  [[ $3 == never ]] && named=no
+  ROWS+=("| $1 | $2 | $3 | $named | $4 | $5 | $6 | $7 | $8 |")
+  echo "chaos: $1 on $2: told after $3 s, exit $4, left $5, twice $6, never $7, went on: $8" >&2
+  [[ $named == yes && $5 == 0 && $6 == 0 && $7 == 0 && $8 == yes* ]] || fail "$1: $(tail -5 "$ERR")"
+}
+finish() { # finish NAME: waits for the stream; RC, LEFT, TWICE, NEVER
+  set +e
+  wait "$PID"
+  RC=$?
+  set -e
+  LEFT=$(settle) # also gives the stamping loop time to write the last lines
+  read -r TWICE NEVER < <(twice_never "$WORK/$1.json")
+}
+
+# dead-host: the host is gone before the launch; its part of the tree is started around it.
+victim=n$((2 + RANDOM % (hosts / 4)))
+kill_host "$victim"
+t0=$(ms)
+start dead-host --results "$WORK/dead-host.json"
+finish dead-host
+((RC == 0)) || fail "dead-host: exit $RC: $(tail -5 "$ERR")"
+row dead-host "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
+
+# host-killed: mid-stream; its tasks run again elsewhere.
+victim=n$((hosts / 4 + 2 + RANDOM % (hosts / 4)))
+start host-killed --results "$WORK/host-killed.json"
+results_reach "$WORK/host-killed.json" "$(some_point)"
+t0=$(ms)
+kill_host "$victim"
+finish host-killed
+((RC == 0)) || fail "host-killed: exit $RC: $(tail -5 "$ERR")"
+row host-killed "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
+
+# agent-stopped: the agent cannot report for STOP seconds; nothing is lost or run twice.
+victim=n$((hosts / 2 + 2 + RANDOM % (hosts / 4)))
+start agent-stopped --results "$WORK/agent-stopped.json"
+results_reach "$WORK/agent-stopped.json" "$(some_point)"
+agent=$(agent_on "$victim")
+[[ -n $agent ]] || fail "agent-stopped: no agent found on $victim"
+t0=$(ms)
+kill -STOP "$agent"
+sleep "$stop"
+kill -CONT "$agent"
+finish agent-stopped
+((RC == 0)) || fail "agent-stopped: exit $RC: $(tail -5 "$ERR")"
+# A stopped agent is slow, not lost: nobody is told, and the stream goes on.
+row agent-stopped "$victim" "not told (slow, not lost)" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
+
+# front-killed: greedyrun dies; every host ends the stream's processes; --resume runs the rest.
+start front-killed --results "$WORK/front-killed.json"
+results_reach "$WORK/front-killed.json" "$(some_point)"
+t0=$(ms)
+kill -KILL "$PID"
+wait "$PID" 2>/dev/null || true
+LEFT=$(settle)
+gone_s=$(awk -v t="$(($(ms) - t0))" 'BEGIN { printf "%.1f", t / 1000 }')
+start front-resumed --resume "$WORK/front-killed.json"
+set +e
+wait "$PID"
+RC=$?
+set -e
+((RC == 0)) || fail "front-killed: the resumed run exited $RC: $(tail -5 "$ERR")"
+read -r TWICE NEVER < <(twice_never "$WORK/front-killed.json")
+((LEFT == 0)) || fail "front-killed: $LEFT processes left $gone_s s after greedyrun was killed"
+row front-killed greedyrun "$gone_s (all gone)" "$RC" "$(settle)" "$TWICE" "$NEVER" "yes (resumed)"
+
+echo "| fault | host | told after s | named | exit | left | twice | never | went on |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"
+pass "$hosts hosts, $ntasks tasks a case, seed $seed: every fault named, nothing left, no task lost or repeated"
