@@ -13,7 +13,10 @@
 //!    one ([`crate::reap`]), since sshd and rshd leave what the first started there running;
 //! 3. relay: routed [`Down`] frames in, every [`Up`] frame of the subtree out;
 //! 4. EOF of the shell's stdout without the child's [`Up::Bye`] reports [`Up::Lost`] naming
-//!    the host and the shell's last stderr line.
+//!    the host and the shell's last stderr line;
+//! 5. in a task stream or session, the lost child's launch subtree heals (`Parent::heal`):
+//!    its descendants that said hello are reported lost (cut off), the rest are started from
+//!    here, so one lost host costs that host alone.
 //!
 //! Channels are bounded: each edge's down queue holds [`EDGE_CAPACITY`] frames, so a stuck
 //! child slows whoever routes to it; the one exception is teardown, which must not wait on a

@@ -8,10 +8,13 @@
 #   host-killed   mid-stream, every process of a host's namespace is killed
 #   agent-stopped mid-stream, a host's agent is SIGSTOPped for STOP seconds, then continued
 #   front-killed  mid-stream, greedyrun is SIGKILLed; then `--resume RESULTS` runs the rest
+#   session       a session's host is killed while a client's stream runs on it; the stream
+#                 ends well, a second stream runs on the hosts left, the session ends clean
 # The launch tree is binomial (at these sizes the default greedy tree is flat over ssh, so a
 # lost host would have no subtree to heal). For each case one row: seconds from the fault
 # until the user is told (the first stderr line naming the host), whether it names the right
-# host, the exit code, processes of the stream left on any host once it ended (must be 0),
+# host, how many hosts were named lost (one, unless hosts it had started were cut off with it),
+# the exit code, processes of the stream left on any host once it ended (must be 0),
 # tasks reported twice or never over the run (and its resume; both must be 0), and whether
 # the stream went on to its end. Any of those wrong fails the script.
 #
@@ -49,13 +52,16 @@ MARK=chaos$$
 for ((i = 1; i <= ntasks; i++)); do echo ": $MARK; sleep 0.0$((RANDOM % 9 + 1)); echo task $i"; done >tasks
 GR=("$BIN/greedyrun" --hosts "n[1-$hosts]" --ppn 2 --rsh ssh --topology binomial --timeout 20 --progress 0 --tasks tasks)
 
-# Every process of host $1's namespace but the one that keeps the namespace.
+# Every process of host $1's namespace but the one that keeps the namespace, all stopped
+# first: as in a crash, none sees another die (an agent would report its tasks killed).
 kill_host() {
-  local keeper p
+  local keeper p pids=()
   read -r keeper _ <"$GREEDY_TC_STATE/pids/$1.keeper"
   for p in $(ip netns pids "gtc-$1"); do
-    [[ $p == "$keeper" ]] || kill -KILL "$p" 2>/dev/null || true
+    [[ $p == "$keeper" ]] || pids+=("$p")
   done
+  kill -STOP "${pids[@]}" 2>/dev/null || true
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 # The agent of this stream on host $1.
 agent_on() {
@@ -63,13 +69,19 @@ agent_on() {
   for p in $(ip netns pids "gtc-$1"); do
     [[ $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") == "$BIN/greedyd --launch "* ]] && echo "$p" && return
   done
+  true
 }
-# The stream's processes left anywhere: agents, guards, tasks, remote shell clients.
+# The stream's processes left anywhere: agents, guards, tasks, remote shell clients; each
+# named in $WORK/left.
 leftovers() {
   local p cmd n=0
+  : >"$WORK/left"
   for p in $(pgrep -f "greedyd|$MARK" || true); do
     cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
-    [[ $cmd == *"$BIN/greedyd"* || $cmd == *"$MARK"* ]] && [[ $cmd != *pgrep* ]] && n=$((n + 1))
+    if [[ $cmd == *"$BIN/greedyd"* || $cmd == *"$MARK"* ]] && [[ $cmd != *pgrep* ]]; then
+      n=$((n + 1))
+      echo "$p $cmd" >>"$WORK/left"
+    fi
   done
   echo "$n"
 }
@@ -118,14 +130,27 @@ told_after() {
   awk -v t0="$1" -v h="$2" '$0 ~ ("host " h "[ :(]") { printf "%.2f", ($1 - t0) / 1000; found = 1; exit }
     END { if (!found) print "never" }' "$ERR"
 }
+# Hosts killed by the cases before: every later stream names them lost at its start.
+DEAD=" "
+# The hosts the stamped stderr names lost, but those of DEAD: "N" or "N (C cut off)", where
+# the C cut off were started through a lost host and went with it.
+lost_count() {
+  local hosts cut
+  hosts=$(grep -o "host n[0-9]* .*lost: .*" "$ERR" | awk -v dead="$DEAD" 'index(dead, " " $2 " ") == 0')
+  cut=$(grep -c "lost: cut off" <<<"$hosts" || true)
+  hosts=$(awk '{print $2}' <<<"$hosts" | sort -u | grep -c . || true)
+  if ((cut > 0)); then echo "$hosts ($cut cut off)"; else echo "$hosts"; fi
+}
 ROWS=()
-# row CASE HOST TOLD RC LEFT TWICE NEVER WENT_ON
+# row CASE HOST TOLD RC LEFT TWICE NEVER WENT_ON: one row of figures, each checked
 row() {
-  local named=yes
+  local named=yes lost
+  lost=$(lost_count)
   [[ $3 == never ]] && named=no
-  ROWS+=("| $1 | $2 | $3 | $named | $4 | $5 | $6 | $7 | $8 |")
-  echo "chaos: $1 on $2: told after $3 s, exit $4, left $5, twice $6, never $7, went on: $8" >&2
-  [[ $named == yes && $5 == 0 && $6 == 0 && $7 == 0 && $8 == yes* ]] || fail "$1: $(tail -5 "$ERR")"
+  ROWS+=("| $1 | $2 | $3 | $named | $lost | $4 | $5 | $6 | $7 | $8 |")
+  echo "chaos: $1 on $2: told after $3 s, $lost host(s) named lost, exit $4, left $5, twice $6, never $7, went on: $8" >&2
+  [[ $named == yes && $5 == 0 && $6 == 0 && $7 == 0 && $8 == yes* ]] ||
+    fail "$1: $(tail -5 "$ERR"); left: $(cat "$WORK/left")"
 }
 finish() { # finish NAME: waits for the stream; RC, LEFT, TWICE, NEVER
   set +e
@@ -144,6 +169,7 @@ start dead-host --results "$WORK/dead-host.json"
 finish dead-host
 ((RC == 0)) || fail "dead-host: exit $RC: $(tail -5 "$ERR")"
 row dead-host "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
+DEAD+="$victim "
 
 # host-killed: mid-stream; its tasks run again elsewhere.
 victim=n$((hosts / 4 + 2 + RANDOM % (hosts / 4)))
@@ -154,6 +180,7 @@ kill_host "$victim"
 finish host-killed
 ((RC == 0)) || fail "host-killed: exit $RC: $(tail -5 "$ERR")"
 row host-killed "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
+DEAD+="$victim "
 
 # agent-stopped: the agent cannot report for STOP seconds; nothing is lost or run twice.
 victim=n$((hosts / 2 + 2 + RANDOM % (hosts / 4)))
@@ -188,7 +215,33 @@ read -r TWICE NEVER < <(twice_never "$WORK/front-killed.json")
 ((LEFT == 0)) || fail "front-killed: $LEFT processes left $gone_s s after greedyrun was killed"
 row front-killed greedyrun "$gone_s (all gone)" "$RC" "$(settle)" "$TWICE" "$NEVER" "yes (resumed)"
 
-echo "| fault | host | told after s | named | exit | left | twice | never | went on |"
-echo "|---|---|---|---|---|---|---|---|---|"
+# session: a session loses a host under a client's stream, and serves the next stream.
+GS=("$BIN/greedyrun" --progress 0)
+eval "$("$BIN/greedyrun" --hosts "n[1-$hosts]" --ppn 2 --rsh ssh --topology binomial --timeout 20 --start-session)"
+at_exit '"$BIN/greedyrun" --end-session >/dev/null 2>&1'
+GR=("${GS[@]}" --tasks tasks)
+victim=n$((3 * hosts / 4 + 2 + RANDOM % (hosts / 4 - 2)))
+start session --results "$WORK/session.json"
+results_reach "$WORK/session.json" "$(some_point)"
+t0=$(ms)
+kill_host "$victim"
+set +e
+wait "$PID"
+RC=$?
+set -e
+((RC == 0)) || fail "session: the stream exited $RC: $(tail -5 "$ERR")"
+read -r TWICE NEVER < <(twice_never "$WORK/session.json")
+told=$(told_after "$t0" "$victim")
+start session-after --results "$WORK/session-after.json"
+finish session-after
+((RC == 0)) || fail "session: the next stream exited $RC: $(tail -5 "$ERR")"
+read -r t2 n2 < <(twice_never "$WORK/session-after.json")
+"$BIN/greedyrun" --end-session >/dev/null
+LEFT=$(settle)
+ERR=$WORK/session.err
+row session "$victim" "$told" "$RC" "$LEFT" "$((TWICE + t2))" "$((NEVER + n2))" "yes (next stream ran)"
+
+echo "| fault | host | told after s | named | hosts named lost | exit | left | twice | never | went on |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 pass "$hosts hosts, $ntasks tasks a case, seed $seed: every fault named, nothing left, no task lost or repeated"
