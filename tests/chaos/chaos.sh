@@ -152,11 +152,12 @@ row() {
   [[ $named == yes && $5 == 0 && $6 == 0 && $7 == 0 && $8 == yes* ]] ||
     fail "$1: $(tail -5 "$ERR"); left: $(cat "$WORK/left")"
 }
-finish() { # finish NAME: waits for the stream; RC, LEFT, TWICE, NEVER
+finish() { # finish NAME: waits for the stream, which must end 0; RC, LEFT, TWICE, NEVER
   set +e
   wait "$PID"
   RC=$?
   set -e
+  ((RC == 0)) || fail "$1: exit $RC: $(tail -5 "$ERR")"
   LEFT=$(settle) # also gives the stamping loop time to write the last lines
   read -r TWICE NEVER < <(twice_never "$WORK/$1.json")
 }
@@ -167,7 +168,6 @@ kill_host "$victim"
 t0=$(ms)
 start dead-host --results "$WORK/dead-host.json"
 finish dead-host
-((RC == 0)) || fail "dead-host: exit $RC: $(tail -5 "$ERR")"
 row dead-host "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 DEAD+="$victim "
 
@@ -178,7 +178,6 @@ results_reach "$WORK/host-killed.json" "$(some_point)"
 t0=$(ms)
 kill_host "$victim"
 finish host-killed
-((RC == 0)) || fail "host-killed: exit $RC: $(tail -5 "$ERR")"
 row host-killed "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 DEAD+="$victim "
 
@@ -193,7 +192,6 @@ kill -STOP "$agent"
 sleep "$stop"
 kill -CONT "$agent"
 finish agent-stopped
-((RC == 0)) || fail "agent-stopped: exit $RC: $(tail -5 "$ERR")"
 # A stopped agent is slow, not lost: nobody is told, and the stream goes on.
 row agent-stopped "$victim" "not told (slow, not lost)" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 
@@ -234,7 +232,6 @@ read -r TWICE NEVER < <(twice_never "$WORK/session.json")
 told=$(told_after "$t0" "$victim")
 start session-after --results "$WORK/session-after.json"
 finish session-after
-((RC == 0)) || fail "session: the next stream exited $RC: $(tail -5 "$ERR")"
 read -r t2 n2 < <(twice_never "$WORK/session-after.json")
 "$BIN/greedyrun" --end-session >/dev/null
 LEFT=$(settle)
