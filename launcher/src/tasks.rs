@@ -110,15 +110,26 @@ impl MinHosts {
     }
 }
 
+/// Where a stream's results go.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ResultsFile {
+    /// Nowhere.
+    #[default]
+    None,
+    /// `--results FILE`: created afresh.
+    New(PathBuf),
+    /// `--resume FILE`: the results of an earlier run of the stream, kept to its done tasks
+    /// (which do not run again) and added to ([`Resume`]).
+    Resume(PathBuf),
+}
+
 /// Where the lines come from and where the results go.
 #[derive(Debug, Clone)]
 pub struct TaskOptions {
     /// The stream.
     pub source: Source,
-    /// JSON lines of the tasks' ends, or `None`.
-    pub results: Option<PathBuf>,
-    /// `results` is a run's before, to resume (`--resume`): its done tasks do not run again.
-    pub resume: bool,
+    /// JSON lines of the tasks' ends.
+    pub results: ResultsFile,
     /// Runs again of a failed task.
     pub retries: u32,
     /// What a plain line's task gets.
@@ -238,22 +249,22 @@ pub async fn run(cfg: JobConfig, opts: TaskOptions) -> Report {
 /// The lines of a stream.
 pub type Lines = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
 
-/// The results file and the lines to run: `--results FILE` created; or, resuming, the run
-/// before's file kept to its done tasks and appended to, their lines blanked
+/// The results file and the lines to run: `--results FILE` created; or, resuming, the
+/// earlier run's file kept to its done tasks and appended to, their lines blanked
 /// ([`Resume`]), with how many of them failed.
 fn results_and_lines(
-    results: Option<&std::path::Path>,
-    resume: bool,
+    results: &ResultsFile,
     lines: Lines,
 ) -> Result<(Option<std::io::BufWriter<std::fs::File>>, Lines, usize), String> {
-    let Some(path) = results else {
-        return Ok((None, lines, 0));
+    let path = match results {
+        ResultsFile::None => return Ok((None, lines, 0)),
+        ResultsFile::New(path) => {
+            let file = std::fs::File::create(path)
+                .map_err(|e| format!("--results {}: {e}", path.display()))?;
+            return Ok((Some(std::io::BufWriter::new(file)), lines, 0));
+        }
+        ResultsFile::Resume(path) => path,
     };
-    if !resume {
-        let file = std::fs::File::create(path)
-            .map_err(|e| format!("--results {}: {e}", path.display()))?;
-        return Ok((Some(std::io::BufWriter::new(file)), lines, 0));
-    }
     let resumed = Resume::load(path).map_err(|e| e.to_string())?;
     say(format!(
         "--resume {}: {} tasks done before ({} failed) do not run again",
@@ -302,11 +313,10 @@ async fn open<'a>(
         },
         _ => Box::new(tokio::io::stdin()),
     };
-    let (results, input, failed_before) =
-        results_and_lines(opts.results.as_deref(), opts.resume, input).map_err(|e| {
-            log(e);
-            code::USAGE
-        })?;
+    let (results, input, failed_before) = results_and_lines(&opts.results, input).map_err(|e| {
+        log(e);
+        code::USAGE
+    })?;
     let own = Current::local(
         input,
         results,
@@ -352,8 +362,7 @@ pub async fn submit(
     socket: &std::path::Path,
     request: &str,
     lines: Option<Lines>,
-    results: Option<PathBuf>,
-    resume: bool,
+    results: ResultsFile,
 ) -> i32 {
     let conn = match crate::session::connect_own(socket).await {
         Ok(c) => c,
@@ -363,7 +372,7 @@ pub async fn submit(
         }
     };
     let (results, lines, failed_before) = match lines {
-        Some(lines) => match results_and_lines(results.as_deref(), resume, lines) {
+        Some(lines) => match results_and_lines(&results, lines) {
             Ok((results, lines, failed)) => (results, Some(lines), failed),
             Err(e) => {
                 say(e);

@@ -18,7 +18,7 @@ use greedy_launcher::{
     ssh,
     status::code,
     task_spec::Defaults,
-    tasks::{self, MinHosts, Source, TaskOptions},
+    tasks::{self, MinHosts, ResultsFile, Source, TaskOptions},
 };
 use greedy_tree::{LaunchModel, Topology};
 
@@ -35,7 +35,7 @@ EXIT STATUS:
           after --grace
     141   greedyrun's stdout was closed (broken pipe); the job was ended quietly
 With --tasks: 0 every task ended 0; 1 some task failed after its retries (each is named; with
-    --resume, or in the run before);
+    --resume, also one of the run before);
     2 the stream or --results could not be opened; 125 no host was left to run the rest
     (or fewer than --min-hosts; each task not run is named); 129/130/143 interrupted; 141 stdout
     closed.";
@@ -586,8 +586,7 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                     socket: socket.into(),
                     idle: secs("--idle-timeout", args.idle_timeout)?,
                 },
-                results: None,
-                resume: false,
+                results: ResultsFile::None,
                 retries: 0,
                 defaults: Defaults::default(),
                 min_hosts,
@@ -598,8 +597,7 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
                 } else {
                     Source::File(source.into())
                 },
-                results: args.resume.clone().or_else(|| args.results.clone()),
-                resume: args.resume.is_some(),
+                results: results_file(args),
                 retries: args.task_retries,
                 defaults: task_defaults(args),
                 min_hosts,
@@ -608,6 +606,15 @@ fn mode(args: &Args) -> anyhow::Result<Mode> {
             (None, false, None) => Mode::Job,
         },
     )
+}
+
+/// Where a stream's results go: `--resume FILE`, `--results FILE` or nowhere.
+fn results_file(args: &Args) -> ResultsFile {
+    match (&args.resume, &args.results) {
+        (Some(path), _) => ResultsFile::Resume(path.clone()),
+        (None, Some(path)) => ResultsFile::New(path.clone()),
+        (None, None) => ResultsFile::None,
+    }
 }
 
 /// What a plain line of a stream gets.
@@ -794,13 +801,7 @@ fn session_client(args: &Args, rt: &tokio::runtime::Runtime) -> Option<i32> {
             }
         },
     };
-    Some(rt.block_on(tasks::submit(
-        &socket,
-        &request,
-        lines,
-        args.resume.clone().or_else(|| args.results.clone()),
-        args.resume.is_some(),
-    )))
+    Some(rt.block_on(tasks::submit(&socket, &request, lines, results_file(args))))
 }
 
 /// A job while GREEDY_SESSION is set: connects to that session and asks for its free slots.
@@ -1226,7 +1227,7 @@ mod tests {
         assert!(matches!(opts.source, Source::Stdin), "{:?}", opts.source);
         assert_eq!(opts.retries, 2);
         assert_eq!((opts.defaults.ranks, opts.defaults.cores_per_rank), (1, 2));
-        assert_eq!(opts.results, Some(PathBuf::from("r.json")));
+        assert_eq!(opts.results, ResultsFile::New(PathBuf::from("r.json")));
         assert_eq!(cfg.plan.pmi, PmiMode::None);
         assert_eq!(cfg.stdin_rank, None);
         // The plan's ranks are the slots.
