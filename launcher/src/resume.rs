@@ -15,9 +15,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::Error;
+use crate::tasks::Lines;
 
 /// The tasks a results file says are done, and the file, open to append this run's results.
 #[derive(Debug)]
@@ -89,21 +90,11 @@ impl Resume {
         self.failed
     }
 
-    /// The results file, to append this run's lines to.
-    pub fn results(&self) -> Result<File, Error> {
-        self.results.try_clone().map_err(|source| Error::Io {
-            what: "--resume".into(),
-            source,
-        })
-    }
-
-    /// `lines` with every done task's line empty; the copying runs on a task of its own.
-    pub fn blank_done(
-        &self,
-        lines: Box<dyn AsyncRead + Unpin + Send>,
-    ) -> Box<dyn AsyncRead + Unpin + Send> {
+    /// The results file, to append this run's lines to, and `lines` with every done task's
+    /// line empty (the copying runs on a task of its own).
+    pub fn into_parts(self, lines: Lines) -> (File, Lines) {
         let (mut tx, rx) = tokio::io::duplex(PIPE);
-        let done = self.done.clone();
+        let done = self.done;
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(lines);
             let mut line = Vec::new();
@@ -125,7 +116,7 @@ impl Resume {
             }
             let _ = tx.shutdown().await;
         });
-        Box::new(rx)
+        (self.results, Box::new(rx))
     }
 }
 
@@ -133,8 +124,8 @@ impl Resume {
 mod tests {
     use super::*;
 
-    #[test]
-    fn done_tasks_are_kept_once_and_the_rest_dropped() {
+    #[tokio::test]
+    async fn done_tasks_are_kept_once_and_the_rest_dropped() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("results.json");
         let rows = [
@@ -149,7 +140,7 @@ mod tests {
         let r = Resume::load(&path).unwrap();
         assert_eq!(r.done, [1, 2, 4].into());
         assert_eq!((r.done(), r.failed()), (3, 2));
-        let mut f = r.results().unwrap();
+        let (mut f, _) = r.into_parts(Box::new(&b""[..]));
         f.write_all(b"{\"task\":3,\"exit\":0}\n").unwrap();
         let kept = std::fs::read_to_string(&path).unwrap();
         assert_eq!(
@@ -183,11 +174,10 @@ mod tests {
         let path = d.path().join("results.json");
         std::fs::write(&path, "{\"task\":2,\"exit\":0}\n{\"task\":4,\"exit\":0}\n").unwrap();
         let r = Resume::load(&path).unwrap();
-        let source: Box<dyn AsyncRead + Unpin + Send> =
-            Box::new(&b"one\ntwo\nthree\nfour\nfive"[..]);
+        let (_, mut lines) = r.into_parts(Box::new(&b"one\ntwo\nthree\nfour\nfive"[..]));
         let mut out = String::new();
         use tokio::io::AsyncReadExt;
-        r.blank_done(source).read_to_string(&mut out).await.unwrap();
+        lines.read_to_string(&mut out).await.unwrap();
         assert_eq!(out, "one\n\nthree\n\nfive");
     }
 }

@@ -296,11 +296,13 @@ impl Slots {
         self.lost.iter().filter(|&&l| l).count()
     }
 
-    /// The hosts that could still run something: not lost, and up or (until `launch_over`
-    /// says none will come up any more) still starting.
-    pub fn hosts_left(&self, launch_over: bool) -> usize {
+    /// The hosts that could still run something, counted up to `at_most` (the count stops
+    /// there: it is asked at every step of a stream): not lost, and up or (until
+    /// `launch_over` says none will come up any more) still starting.
+    pub fn hosts_left(&self, launch_over: bool, at_most: usize) -> usize {
         (0..self.len())
             .filter(|&h| !self.lost[h] && (self.up[h] || !launch_over))
+            .take(at_most)
             .count()
     }
 }
@@ -424,12 +426,13 @@ mod tests {
     fn lost_hosts_give_nothing_and_strand_the_stream_when_all_are_gone() {
         let mut s = Slots::new(vec![1, 1]);
         s.host_up(0);
-        assert_eq!(s.hosts_left(false), 2);
-        assert_eq!(s.hosts_left(true), 1, "host 1 will not come up any more");
+        assert_eq!(s.hosts_left(false, 9), 2);
+        assert_eq!(s.hosts_left(false, 1), 1, "counted up to 1");
+        assert_eq!(s.hosts_left(true, 9), 1, "host 1 will not come up any more");
         s.hosts_lost(0..1);
         assert_eq!(s.take_for_task(1, None), None);
-        assert_eq!(s.hosts_left(false), 1, "host 1 may still come up");
-        assert_eq!(s.hosts_left(true), 0);
+        assert_eq!(s.hosts_left(false, 9), 1, "host 1 may still come up");
+        assert_eq!(s.hosts_left(true, 9), 0);
         assert_eq!((s.total(), s.lost_hosts()), (1, 1));
     }
 }

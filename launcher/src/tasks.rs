@@ -272,9 +272,9 @@ fn results_and_lines(
         resumed.done(),
         resumed.failed()
     ));
-    let file = resumed.results().map_err(|e| e.to_string())?;
-    let lines = resumed.blank_done(lines);
-    Ok((Some(std::io::BufWriter::new(file)), lines, resumed.failed()))
+    let failed = resumed.failed();
+    let (file, lines) = resumed.into_parts(lines);
+    Ok((Some(std::io::BufWriter::new(file)), lines, failed))
 }
 
 /// A run's exit code once the run before it failed `failed_before` tasks: a clean end says

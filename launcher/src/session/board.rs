@@ -207,12 +207,15 @@ impl JobBoard {
         self.board().slots.largest()
     }
 
-    /// Slots of the hosts not lost; hosts lost; hosts left that could run anything (not
-    /// lost, and up or, until `launch_over`, still starting).
-    pub fn capacity(&self, launch_over: bool) -> (u32, usize, usize) {
+    /// Slots of the hosts not lost; hosts lost.
+    pub fn capacity(&self) -> (u32, usize) {
         let b = self.board();
-        let s = &b.slots;
-        (s.total(), s.lost_hosts(), s.hosts_left(launch_over))
+        (b.slots.total(), b.slots.lost_hosts())
+    }
+
+    /// Hosts left that could run anything, up to `at_most` ([`Slots::hosts_left`]).
+    pub fn hosts_left(&self, launch_over: bool, at_most: usize) -> usize {
+        self.board().slots.hosts_left(launch_over, at_most)
     }
 
     /// The session lost `nodes` (a subtree): no job gets them again, and each job on them is

@@ -165,7 +165,7 @@ impl Daemon<'_> {
     async fn status(&self, mut feed: Feed) {
         let s = &self.streams;
         let (jobs, busy, waiting) = s.board.running();
-        let (slots, lost, _) = s.board.capacity(s.launch_over);
+        let (slots, lost) = s.board.capacity();
         let n = s.plan.hosts.len();
         let up = s.hello_at.iter().filter(|h| h.is_some()).count();
         let n_streams = s.streams.len();

@@ -459,10 +459,10 @@ mod tests {
         // The lost host's report of it comes late: not its end.
         assert_eq!(d.ended(1, moved.id, RankEnd::Exited(0), 1), Ended::Stale);
         assert!(d.ended(0, moved.id, RankEnd::Exited(0), 1).is_done());
-        assert_eq!(board.capacity(true).2, 1);
+        assert_eq!(board.hosts_left(true, 9), 1);
         // Task 2 still runs on host 0: lost with it, it is left with the other two.
         assert_eq!(lose(&board, &mut d, 0..1), 1);
-        assert_eq!(board.capacity(true).2, 0);
+        assert_eq!(board.hosts_left(true, 9), 0);
         let left: Vec<u64> = d.drain().iter().map(|t| t.id.line).collect();
         assert_eq!(left.len(), 3);
         assert!(left.contains(&2));

@@ -670,7 +670,7 @@ impl<'a> Streams<'a> {
     /// With fewer hosts left than the run goes on with (none, by default), every stream
     /// ends, naming what did not run.
     async fn end_if_stranded(&mut self) {
-        let hosts = self.board.capacity(self.launch_over).2;
+        let hosts = self.board.hosts_left(self.launch_over, self.min_hosts);
         if self.ending || hosts >= self.min_hosts {
             return;
         }
