@@ -44,6 +44,7 @@ use crate::{
     Error,
     fanout::{EdgeConfig, Fanout},
     guard::GuardHandle,
+    heartbeat::{self, Heartbeat},
     proto::{
         BindTo, ChildCodec, Cmd, Down, PmiMode, RankEnd, Staged, Start, Stream, TaskId, TaskJob, Up,
     },
@@ -135,18 +136,11 @@ where
         return Ok(1);
     }
     let span = info_span!("agent", job = %start.job_id, node, host = %start.hosts[node as usize]);
-    let (up_tx, mut up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
-    let writer = tokio::spawn(async move {
-        while let Some(msg) = up_rx.recv().await {
-            if up_w.send(msg).await.is_err() {
-                break;
-            }
-        }
-        let _ = up_w.flush().await;
-        let _ = up_w.get_mut().shutdown().await;
-    });
+    let (up_tx, up_rx) = mpsc::channel::<Up>(UP_CAPACITY);
+    let beat = Heartbeat::new(start.lost_after_s);
+    let writer = tokio::spawn(write_up(up_rx, up_w, beat));
     let code = Agent::new(start, up_tx, None)
-        .run(&mut down)
+        .run(&mut heartbeat::watched(&mut down, beat))
         .instrument(span)
         .await;
     // Bye is queued. Drain stdin until the parent closes it (it does on Bye): leaving unread
@@ -159,6 +153,31 @@ where
     })
     .await;
     Ok(code)
+}
+
+/// Writes the agent's frames to its parent, with a ping whenever none went for a while.
+async fn write_up<W>(
+    mut up_rx: mpsc::Receiver<Up>,
+    mut up_w: FramedWrite<W, ChildCodec>,
+    beat: Heartbeat,
+) where
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        let msg = match beat.ping_every() {
+            Some(every) => match tokio::time::timeout(every, up_rx.recv()).await {
+                Ok(msg) => msg,
+                Err(_) => Some(Up::Ping),
+            },
+            None => up_rx.recv().await,
+        };
+        let Some(msg) = msg else { break };
+        if up_w.send(msg).await.is_err() {
+            break;
+        }
+    }
+    let _ = up_w.flush().await;
+    let _ = up_w.get_mut().shutdown().await;
 }
 
 /// Runs the agent of one job of a session in the session agent's own process: `down` from
@@ -307,6 +326,7 @@ impl Agent {
                         batch: self.start.batch,
                         retries: self.start.retries,
                         hello_timeout,
+                        heartbeat: Heartbeat::new(self.start.lost_after_s),
                         by: Some(node),
                     },
                     self.up.clone(),
@@ -328,6 +348,7 @@ impl Agent {
                         batch: 1,
                         retries: 0,
                         hello_timeout,
+                        heartbeat: Heartbeat::off(),
                         by: Some(node),
                     },
                     self.up.clone(),
@@ -1073,7 +1094,7 @@ impl Running {
                 }
                 None
             }
-            Some(Ok(Down::Start(_))) => None,
+            Some(Ok(Down::Start(_) | Down::Ping)) => None,
             Some(Err(e)) => {
                 warn!("parent pipe: {e}");
                 Some(End::ParentGone)

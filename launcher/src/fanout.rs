@@ -36,6 +36,7 @@ use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     process::Command,
     sync::{Semaphore, mpsc},
+    time::Instant,
 };
 use tokio_util::{
     codec::{FramedRead, FramedWrite},
@@ -48,6 +49,7 @@ use greedy_pmix::JobSecret;
 
 use crate::{
     connect,
+    heartbeat::{self, Heartbeat},
     proto::{Cmd, Down, ParentCodec, Start, Up},
     reap, ssh,
 };
@@ -75,6 +77,8 @@ pub struct EdgeConfig {
     pub retries: u32,
     /// Wait for a child's hello (`--timeout`).
     pub hello_timeout: Duration,
+    /// When a quiet child is lost (`--lost-after`).
+    pub heartbeat: Heartbeat,
     /// Host index of this parent, `None` for greedyrun.
     pub by: Option<u32>,
 }
@@ -369,7 +373,7 @@ async fn launch_star(
             conn,
             star.clone(),
             edge_kill,
-            cfg.hello_timeout,
+            (cfg.hello_timeout, cfg.heartbeat),
         );
         edges.spawn(edge.instrument(span));
     }
@@ -667,22 +671,30 @@ impl ShellEdge {
     async fn relay(&self, mut shell: Shell, rx: &mut mpsc::Receiver<Down>) -> Option<Loss> {
         let down = shell.down.take().expect("relayed once");
         let Shell { child, frames, .. } = &mut shell;
+        let relay = Relay {
+            node: self.node,
+            rx,
+            frames,
+            up: &self.up,
+            kill: &self.kill,
+            beat: self.cfg.heartbeat,
+        };
         let Relayed {
             bye,
             killed,
+            silent,
             started,
-        } = relay(self.node, rx, frames, down, &self.up, &self.kill, || {
-            kill_shell(child)
-        })
-        .await;
+        } = relay.run(down, || kill_shell(child)).await;
         let status = shell.ended_after_relay().await;
-        (!bye && !killed).then(|| Loss {
-            what: format!(
+        let what = if silent {
+            self.cfg.heartbeat.silence()
+        } else {
+            format!(
                 "the agent or its remote shell went away mid-job ({status}){}",
                 colon(&shell.tail_text())
-            ),
-            started,
-        })
+            )
+        };
+        (silent || !bye && !killed).then_some(Loss { what, started })
     }
 }
 
@@ -692,78 +704,139 @@ struct Relayed {
     bye: bool,
     /// The edge was killed (`kill`).
     killed: bool,
+    /// Nothing came from the child for `--lost-after`: it was cut off.
+    silent: bool,
     /// The child's descendants that said hello and have not said bye or been lost.
     started: BTreeSet<u32>,
 }
 
-/// Relays routed frames down to a child that said hello and every frame of its subtree up,
-/// until its side closes. `end` cuts the child off (kills its remote shell, or closes its
-/// connection): when the edge is killed, or when nobody listens upstream any more.
-async fn relay<R, W>(
+/// An edge to a child that said hello: routed frames go down to it, every frame of its
+/// subtree comes up, until its side closes, it is killed, or it falls silent.
+struct Relay<'a, R> {
     node: u32,
-    rx: &mut mpsc::Receiver<Down>,
-    frames: &mut FramedRead<R, ParentCodec>,
-    down: FramedWrite<W, ParentCodec>,
-    up: &mpsc::Sender<Up>,
-    kill: &CancellationToken,
-    mut end: impl FnMut(),
-) -> Relayed
-where
-    R: tokio::io::AsyncRead + Unpin,
-    W: tokio::io::AsyncWrite + Unpin,
-{
-    let mut bye = false;
-    let mut rx_open = true;
-    let mut killed = false;
-    let mut started = BTreeSet::new();
-    let mut down = Some(down);
-    loop {
-        tokio::select! {
-            d = rx.recv(), if rx_open => match d {
-                Some(d) => {
-                    if let Some(w) = down.as_mut() {
-                        let _ = w.send(d).await;
-                    }
-                }
-                None => rx_open = false,
-            },
-            f = frames.next() => match f {
-                Some(Ok(msg)) => {
-                    match msg {
-                        Up::Hello { node: n } if n != node => { started.insert(n); }
-                        Up::Bye { node: n } | Up::Lost { node: n, .. } => { started.remove(&n); }
-                        _ => {}
-                    }
-                    if matches!(msg, Up::Bye { node: n } if n == node) {
-                        bye = true;
-                        // Close the child's stdin once it said bye: it drains its stdin to
-                        // EOF before exiting. An rsh child's stdin *is* the TCP socket, and
-                        // exiting with unread bytes there makes the kernel send RST, which
-                        // can destroy the Bye still on its way to us.
-                        if let Some(mut w) = down.take() {
-                            let _ = w.get_mut().shutdown().await;
+    rx: &'a mut mpsc::Receiver<Down>,
+    frames: &'a mut FramedRead<R, ParentCodec>,
+    up: &'a mpsc::Sender<Up>,
+    kill: &'a CancellationToken,
+    beat: Heartbeat,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> Relay<'_, R> {
+    /// Relays until the child's side closes. `end` cuts the child off (kills its remote
+    /// shell, or closes its connection): when the edge is killed, when nobody listens upstream
+    /// any more, or when the child has been silent for `--lost-after`.
+    async fn run<W>(self, down: FramedWrite<W, ParentCodec>, mut end: impl FnMut()) -> Relayed
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        let mut ended = Relayed {
+            bye: false,
+            killed: false,
+            silent: false,
+            started: BTreeSet::new(),
+        };
+        let mut rx_open = true;
+        let mut down = Some(down);
+        let mut heard = Instant::now();
+        let mut sent = Instant::now();
+        loop {
+            let ping_at = self.beat.ping_every().map(|p| sent + p);
+            let lost_at = self.beat.deadline(heard);
+            tokio::select! {
+                d = self.rx.recv(), if rx_open => match d {
+                    Some(d) => {
+                        if !self.send(&mut down, d, lost_at).await {
+                            ended.silent = true;
                         }
+                        sent = Instant::now();
                     }
-                    if up.send(msg).await.is_err() {
-                        // Nobody listens any more: end this subtree.
-                        end();
+                    None => rx_open = false,
+                },
+                () = heartbeat::until(ping_at), if down.is_some() => {
+                    if !self.send(&mut down, Down::Ping, lost_at).await {
+                        ended.silent = true;
                     }
+                    sent = Instant::now();
                 }
-                Some(Err(_)) | None => break,
-            },
-            _ = kill.cancelled(), if !killed => {
-                // A remote shell dies of `end`; a connected-back agent sees its connection
-                // close and tears its ranks down. Either way its side closes next.
-                killed = true;
+                f = self.frames.next() => match f {
+                    Some(Ok(msg)) => {
+                        if self.on_frame(msg, &mut ended, &mut down).await.is_err() {
+                            // Nobody listens any more: end this subtree.
+                            end();
+                        }
+                        // Heard after passing it up: a wait upstream is not the child's silence.
+                        heard = Instant::now();
+                    }
+                    Some(Err(_)) | None => break,
+                },
+                () = heartbeat::until(lost_at), if !ended.killed => ended.silent = true,
+                _ = self.kill.cancelled(), if !ended.killed => {
+                    // A remote shell dies of `end`; a connected-back agent sees its connection
+                    // close and tears its ranks down. Either way its side closes next.
+                    ended.killed = true;
+                    end();
+                    down = None;
+                }
+            }
+            if ended.silent {
+                // Its side may never close (a cut link): end it, and stop waiting.
                 end();
-                down = None;
+                break;
             }
         }
+        ended
     }
-    Relayed {
-        bye,
-        killed,
-        started,
+
+    /// Sends `d` down unless the child stays silent until `lost_at` (its pipe full and
+    /// unread); false then.
+    async fn send<W>(
+        &self,
+        down: &mut Option<FramedWrite<W, ParentCodec>>,
+        d: Down,
+        lost_at: Option<Instant>,
+    ) -> bool
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        let Some(w) = down.as_mut() else { return true };
+        tokio::select! {
+            _ = w.send(d) => true,
+            () = heartbeat::until(lost_at) => false,
+        }
+    }
+
+    /// One frame from the child's subtree, passed up (but pings); an error when nobody
+    /// listens upstream any more.
+    async fn on_frame<W>(
+        &self,
+        msg: Up,
+        ended: &mut Relayed,
+        down: &mut Option<FramedWrite<W, ParentCodec>>,
+    ) -> Result<(), ()>
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        match msg {
+            Up::Ping => return Ok(()),
+            Up::Hello { node } if node != self.node => {
+                ended.started.insert(node);
+            }
+            Up::Bye { node } | Up::Lost { node, .. } => {
+                ended.started.remove(&node);
+            }
+            _ => {}
+        }
+        if matches!(msg, Up::Bye { node } if node == self.node) {
+            ended.bye = true;
+            // Close the child's stdin once it said bye: it drains its stdin to EOF before
+            // exiting. An rsh child's stdin *is* the TCP socket, and exiting with unread
+            // bytes there makes the kernel send RST, which can destroy the Bye still on its
+            // way to us.
+            if let Some(mut w) = down.take() {
+                let _ = w.get_mut().shutdown().await;
+            }
+        }
+        self.up.send(msg).await.map_err(|_| ())
     }
 }
 
@@ -780,7 +853,7 @@ async fn run_star_edge(
     conn: connect::Pending,
     star: connect::Star,
     kill: CancellationToken,
-    hello_timeout: Duration,
+    (hello_timeout, beat): (Duration, Heartbeat),
 ) {
     let node = start.node_idx;
     let host = start.host().to_string();
@@ -839,9 +912,23 @@ async fn run_star_edge(
             .await;
         return;
     }
-    let Relayed { bye, killed, .. } =
-        relay(node, &mut rx, &mut frames, down, &up, &kill, || {}).await;
-    if !bye && !killed {
+    let relay = Relay {
+        node,
+        rx: &mut rx,
+        frames: &mut frames,
+        up: &up,
+        kill: &kill,
+        beat,
+    };
+    let Relayed {
+        bye,
+        killed,
+        silent,
+        ..
+    } = relay.run(down, || {}).await;
+    if silent {
+        let _ = up.send(lost(beat.silence())).await;
+    } else if !bye && !killed {
         let _ = up
             .send(lost(
                 "the agent's connection to greedyrun closed mid-job (the agent died, or its host)"

@@ -114,6 +114,7 @@ pub fn proto_down(data: &[u8]) {
         let _ = (&start.hosts[node], &start.ranks[node]);
         let _ = &start.hosts[start.subtree_hosts()];
         let _ = Duration::from_secs_f64(start.grace_s);
+        let _ = crate::heartbeat::Heartbeat::new(start.lost_after_s);
         let _ = Duration::from_secs_f64(start.hello_timeout_s.max(0.001));
         let _ = wireup::job_spec(&start);
     });

@@ -24,6 +24,7 @@ use tracing::debug;
 use crate::{
     children::{Children, Limits, Step},
     fanout::{EdgeConfig, Fanout},
+    heartbeat::Heartbeat,
     limits::{SHUTDOWN_TIMEOUT, TEARDOWN_LINGER, UP_CAPACITY},
     plan::Plan,
     proto::{BcastFile, BindTo, Cmd, PROTOCOL_VERSION, RankEnd, Start, Stream, Up},
@@ -89,6 +90,8 @@ pub struct JobConfig {
     pub oversubscribe: bool,
     /// Files copied to every host before the ranks start (`--bcast`).
     pub bcast: Vec<BcastFile>,
+    /// Silence after which a host is lost (`--lost-after`; zero: never).
+    pub lost_after: Duration,
 }
 
 /// What a finished job reports.
@@ -138,6 +141,7 @@ pub(crate) fn start_frame(cfg: &JobConfig, tasks: bool) -> Start {
         retries: cfg.retries,
         hello_timeout_s: plan.timeout.as_secs_f64(),
         grace_s: plan.grace.as_secs_f64(),
+        lost_after_s: cfg.lost_after.as_secs_f64(),
         model: plan.model,
         pmi: plan.pmi,
         secret: greedy_pmix::JobSecret::generate(),
@@ -165,6 +169,7 @@ pub(crate) fn launch(cfg: &JobConfig, start: &Start, up: mpsc::Sender<Up>) -> Fa
             batch: plan.batch,
             retries: cfg.retries,
             hello_timeout: plan.timeout,
+            heartbeat: Heartbeat::new(start.lost_after_s),
             by: None,
         },
         up,
@@ -497,6 +502,8 @@ impl<'a> Head<'a> {
             | Up::TaskEnd { .. }
             | Up::Job { .. }
             | Up::Names { .. } => {}
+            // Each edge takes its child's pings (fanout); none comes this far.
+            Up::Ping => {}
             Up::Unclean { node, what } => say(format!(
                 "could not clean up {} after its agent failed to start, so what its remote shell started there may still run: {}",
                 self.host(node),

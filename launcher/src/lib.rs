@@ -49,6 +49,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod guard;
 pub mod head;
+pub mod heartbeat;
 mod limits;
 pub mod plan;
 pub mod proto;

@@ -30,7 +30,7 @@ use crate::Error;
 use crate::task_spec::{Outputs, TaskSpec};
 
 /// Bumped on every incompatible change of [`Down`], [`Up`] or [`Start`].
-pub const PROTOCOL_VERSION: u32 = 20;
+pub const PROTOCOL_VERSION: u32 = 21;
 
 /// Largest frame accepted: a Start for thousands of hosts is far below it, and it bounds what
 /// a corrupt length can make us reserve.
@@ -112,6 +112,9 @@ pub struct Start {
     pub hello_timeout_s: f64,
     /// Seconds between SIGTERM and SIGKILL on teardown.
     pub grace_s: f64,
+    /// Seconds of silence after which a parent takes a child as lost and an agent its parent
+    /// as gone (`--lost-after`; 0: never); [`crate::heartbeat`].
+    pub lost_after_s: f64,
     /// Launch model of the overlay tree.
     pub model: LaunchModel,
     /// How ranks reach the wire-up service.
@@ -196,6 +199,7 @@ impl Start {
         for (what, s) in [
             ("hello timeout", self.hello_timeout_s),
             ("grace", self.grace_s),
+            ("lost-after", self.lost_after_s),
         ] {
             if Duration::try_from_secs_f64(s).is_err() {
                 return Err(format!("bad Start: {what} of {s} s"));
@@ -493,6 +497,8 @@ pub enum Down {
         /// The command.
         cmd: Cmd,
     },
+    /// Nothing else went down for a while: the parent is still there ([`crate::heartbeat`]).
+    Ping,
 }
 
 /// Which output stream of a rank.
@@ -754,6 +760,10 @@ pub enum Up {
         /// The job's frame; its node numbers are the job's.
         frame: Bytes,
     },
+    /// Nothing else went up for a while: the child is still there ([`crate::heartbeat`]);
+    /// its parent takes it and sends it no further (last: the variants before keep their
+    /// numbers, so an agent of another version still reaches its parent's error).
+    Ping,
 }
 
 /// What a client sends a session for a job ([`crate::session`]), after its request line.
@@ -921,6 +931,7 @@ mod tests {
             retries: 2,
             hello_timeout_s: 30.0,
             grace_s: 3.0,
+            lost_after_s: 60.0,
             model: LaunchModel::new(0.01, 0.1).unwrap(),
             pmi: PmiMode::Auto,
             secret: JobSecret::from_bytes(&[0; 32]).unwrap(),

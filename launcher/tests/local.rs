@@ -833,6 +833,112 @@ fn a_host_that_cannot_be_reached_loses_only_itself_in_a_stream() {
     assert!(ran.contains("f") && !ran.contains("b"), "{ran:?}: {stderr}");
 }
 
+/// `--lost-after`: host b's agent stops answering (SIGSTOPped, as a host whose link is cut
+/// looks from its parent) 1 s into the stream; 2 s of silence later b is lost by name, its
+/// tasks run again elsewhere, each reported once, and nothing of b is left.
+#[test]
+fn a_silent_host_is_lost_and_its_tasks_run_elsewhere() {
+    let (d, local, _) = shells();
+    let marker = d.path().display().to_string();
+    // The shell execs the agent: $$ is b's agent.
+    let stop = r#"if [ "$1" = b ]; then (sleep 1; kill -STOP $$) & fi"#;
+    let rsh = shell_with(d.path(), &local, "stopsh", stop);
+    let file = d.path().join("tasks");
+    let lines: Vec<String> = (1..=40)
+        .map(|i| format!("sleep 0.2; echo out {i}"))
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let res = d.path().join("results.json");
+    let (out, took) = run(
+        &rsh,
+        &[
+            "-H",
+            "a:2,b:2,c:2",
+            "--lost-after",
+            "2",
+            "--tasks",
+            file.to_str().unwrap(),
+            "--results",
+            res.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches(" lost: ").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("host b lost: no word from it for 2 s (--lost-after)"),
+        "{stderr}"
+    );
+    let rows = results(&res);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=40).collect::<Vec<_>>(),
+        "{stderr}"
+    );
+    assert!(rows.iter().all(|r| r.1 == 0), "{rows:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_gone(&marker);
+}
+
+/// The other side of `--lost-after`: agents whose parent falls silent (greedyrun SIGSTOPped,
+/// as a front end cut off from them) end their tasks by themselves, while greedyrun is still
+/// stopped; once it goes on it names every host lost.
+#[test]
+fn agents_cut_off_from_a_silent_parent_end_their_tasks() {
+    let (d, local, _) = shells();
+    let marker = format!("{}/tasks", d.path().display());
+    let file = d.path().join("tasks");
+    std::fs::write(&file, "sleep 60\n".repeat(4)).unwrap();
+    let child = greedyrun(
+        &local,
+        &["-H", "a:2,b:2", "--lost-after", "2", "--tasks", &marker],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while descendants(child.id(), "sleep").len() < 4 {
+        assert!(Instant::now() < deadline, "the tasks did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    // Agents that ended stay zombies until their stopped parent reaps them.
+    let running = |pids: Vec<u32>| -> Vec<u32> {
+        pids.into_iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| !r.starts_with('Z'))
+                })
+            })
+            .collect()
+    };
+    while !descendants(child.id(), "sleep").is_empty()
+        || !running(agents_below(child.id())).is_empty()
+    {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "still running 10 s after their parent fell silent: tasks {:?}, agents {:?}",
+            descendants(child.id(), "sleep"),
+            running(agents_below(child.id()))
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(stopped.elapsed() >= Duration::from_secs(2));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("host a lost") && stderr.contains("host b lost"),
+        "{stderr}"
+    );
+}
+
 /// `--resume`: a stream whose greedyrun was SIGKILLed halfway runs again from its results;
 /// the tasks that had ended do not run again, and each task has one result over both runs.
 #[test]

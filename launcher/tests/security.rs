@@ -105,6 +105,7 @@ fn strangers_start(argv: &[&str]) -> Start {
         retries: 0,
         hello_timeout_s: 5.0,
         grace_s: 1.0,
+        lost_after_s: 60.0,
         model: greedy_tree::LaunchModel::new(0.01, 0.1).unwrap(),
         pmi: PmiMode::None,
         secret: greedy_pmix::JobSecret::generate(),

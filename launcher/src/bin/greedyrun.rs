@@ -183,6 +183,12 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     timeout: f64,
 
+    /// Seconds of silence after which a host (or the link to it) is taken as lost: greedyrun
+    /// and the agents ping each other when they have nothing else to say, and an agent cut off
+    /// this long ends its ranks. 0: never (a host is lost only when its connection closes).
+    #[arg(long, default_value_t = greedy_launcher::heartbeat::DEFAULT_LOST_AFTER_S, value_name = "SECS")]
+    lost_after: f64,
+
     /// Seconds between SIGTERM and SIGKILL when the job is ended.
     #[arg(long, default_value_t = 3.0, value_name = "SECS")]
     grace: f64,
@@ -447,6 +453,7 @@ fn job_config(mut args: Args, session: Option<Allocation>) -> anyhow::Result<(Jo
         quiet: false,
         oversubscribe: args.oversubscribe,
         bcast,
+        lost_after: secs("--lost-after", args.lost_after)?,
     };
     Ok((cfg, mode))
 }

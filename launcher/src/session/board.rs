@@ -520,6 +520,7 @@ mod tests {
             retries: 0,
             hello_timeout_s: 1.0,
             grace_s: 1.0,
+            lost_after_s: 0.0,
             model: greedy_tree::LaunchModel::new(0.01, 0.1).unwrap(),
             pmi: PmiMode::Auto,
             secret: greedy_pmix::JobSecret::generate(),

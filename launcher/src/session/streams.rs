@@ -868,7 +868,8 @@ impl<'a> Streams<'a> {
             | Up::Spoke { .. }
             | Up::Address { .. }
             | Up::Aborted { .. }
-            | Up::StdinTaken { .. } => {}
+            | Up::StdinTaken { .. }
+            | Up::Ping => {}
         }
     }
 

@@ -1,12 +1,13 @@
-//! The hold loop: one NFQUEUE socket per namespace, one FIFO of deadlines, poll until the next.
+//! The hold loop: one NFQUEUE socket per namespace, one queue of deadlines, poll until the next.
 //!
-//! Every packet gets the deadline `arrival + delay`. The delay is the same for all packets, so
-//! deadlines are taken in arrival order and one FIFO across all namespaces stays sorted: the loop
-//! sleeps until the front deadline or new packets, whichever comes first. A packet's hold
-//! therefore never adds to the next packet's (no serialisation), unlike a "sleep, then accept"
-//! loop.
+//! Every packet gets the deadline `arrival + delay (+ jitter)`, or is dropped at once (loss).
+//! One heap across all namespaces keeps the deadlines sorted (without jitter they come in
+//! arrival order, with it packets overtake each other): the loop sleeps until the earliest
+//! deadline or new packets, whichever comes first. A packet's hold therefore never adds to the
+//! next packet's (no serialisation), unlike a "sleep, then accept" loop.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
@@ -103,9 +104,20 @@ fn open_queue(queue_num: u16) -> Result<(nfq::Queue, OwnedFd)> {
     Ok((queue, poll_fd))
 }
 
+/// What happens to each packet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold {
+    /// Every packet's hold.
+    pub(crate) delay: Duration,
+    /// Up to this much more, uniformly.
+    pub(crate) jitter: Duration,
+    /// The fraction dropped (0..=1).
+    pub(crate) loss: f64,
+}
+
 /// Holds packets until a byte arrives on `stop` (the signal pipe), then releases all and returns.
-pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Result<()> {
-    let mut held = Holds::new(delay);
+pub(crate) fn run(ports: &mut [Port], hold: Hold, stop: &UnixStream) -> Result<()> {
+    let mut held = Holds::new(hold, fastrand::Rng::new());
     let mut ready = vec![false; ports.len()];
     let mut warnings = 0_u32;
     loop {
@@ -140,7 +152,16 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
             }
             for _ in 0..DRAIN_BATCH {
                 match port.queue.recv() {
-                    Ok(msg) => held.hold(Instant::now(), (idx, msg)),
+                    Ok(mut msg) => {
+                        if held.dropped() {
+                            msg.set_verdict(nfq::Verdict::Drop);
+                            if let Err(e) = port.queue.verdict(msg) {
+                                warn(&mut warnings, &port.name, "verdict", &e);
+                            }
+                        } else {
+                            held.hold(Instant::now(), (idx, msg));
+                        }
+                    }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => {
@@ -180,49 +201,90 @@ pub(crate) fn run(ports: &mut [Port], delay: Duration, stop: &UnixStream) -> Res
     Ok(())
 }
 
-/// Items held for a fixed delay, released in arrival order: the sans-I/O core of the loop.
+/// Items held for a delay (and a jitter), released by deadline: the sans-I/O core of the loop.
 ///
-/// Because every item waits the same time, deadlines grow with arrival and a FIFO is a
-/// priority queue; each item's deadline depends only on its own arrival, never on the items
-/// before it (the property netem's delay has and a sleep-per-packet loop lacks).
+/// Each item's deadline depends only on its own arrival, never on the items before it (the
+/// property netem's delay has and a sleep-per-packet loop lacks).
 #[derive(Debug)]
 struct Holds<T> {
-    /// How long each item is held.
-    delay: Duration,
-    /// Items with their deadlines, oldest first.
-    items: VecDeque<(Instant, T)>,
+    /// What each item gets.
+    hold: Hold,
+    /// Drawn for jitter and loss.
+    rng: fastrand::Rng,
+    /// Items by deadline, then arrival.
+    items: BinaryHeap<Reverse<Held<T>>>,
+    /// Arrivals so far: equal deadlines leave in arrival order.
+    arrived: u64,
+}
+
+/// One item and its deadline; ordered by deadline, then arrival.
+#[derive(Debug)]
+struct Held<T> {
+    due: Instant,
+    seq: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Held<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl<T> Eq for Held<T> {}
+impl<T> PartialOrd for Held<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Held<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
 }
 
 impl<T> Holds<T> {
-    fn new(delay: Duration) -> Self {
+    fn new(hold: Hold, rng: fastrand::Rng) -> Self {
         Holds {
-            delay,
-            items: VecDeque::new(),
+            hold,
+            rng,
+            items: BinaryHeap::new(),
+            arrived: 0,
         }
+    }
+
+    /// Whether the next packet is lost.
+    fn dropped(&mut self) -> bool {
+        self.hold.loss > 0.0 && self.rng.f64() < self.hold.loss
     }
 
     /// Holds `item`, which arrived at `now`.
     fn hold(&mut self, now: Instant, item: T) {
-        self.items.push_back((now + self.delay, item));
+        let jitter = self.hold.jitter.mul_f64(self.rng.f64());
+        self.arrived += 1;
+        self.items.push(Reverse(Held {
+            due: now + self.hold.delay + jitter,
+            seq: self.arrived,
+            item,
+        }));
     }
 
-    /// When the oldest item is due, if any is held.
+    /// When the earliest item is due, if any is held.
     fn next_due(&self) -> Option<Instant> {
-        self.items.front().map(|(due, _)| *due)
+        self.items.peek().map(|Reverse(h)| h.due)
     }
 
-    /// The oldest item if it is due at `now`.
+    /// The earliest item if it is due at `now`.
     fn pop_due(&mut self, now: Instant) -> Option<T> {
         if self.next_due()? <= now {
-            self.items.pop_front().map(|(_, item)| item)
+            self.items.pop().map(|Reverse(h)| h.item)
         } else {
             None
         }
     }
 
-    /// Every held item, due or not, oldest first.
+    /// Every held item, due or not, earliest first.
     fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.items.drain(..).map(|(_, item)| item)
+        std::iter::from_fn(|| self.items.pop().map(|Reverse(h)| h.item))
     }
 }
 
@@ -286,6 +348,15 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// The same hold for every item, none lost.
+    fn fixed(delay: Duration) -> Hold {
+        Hold {
+            delay,
+            jitter: Duration::ZERO,
+            loss: 0.0,
+        }
+    }
+
     /// Releases everything held, stepping the clock by 1 ms; returns (item, release ms).
     fn release_all(holds: &mut Holds<&'static str>, t0: Instant) -> Vec<(&'static str, u64)> {
         let mut out = Vec::new();
@@ -301,7 +372,7 @@ mod tests {
     #[test]
     fn each_item_waits_exactly_the_delay() {
         let t0 = Instant::now();
-        let mut holds = Holds::new(20 * MS);
+        let mut holds = Holds::new(fixed(20 * MS), fastrand::Rng::with_seed(1));
         holds.hold(t0, "a");
         holds.hold(t0 + MS, "b");
         holds.hold(t0 + 5 * MS, "c");
@@ -314,7 +385,7 @@ mod tests {
     #[test]
     fn a_burst_is_not_serialised() {
         let t0 = Instant::now();
-        let mut holds = Holds::new(10 * MS);
+        let mut holds = Holds::new(fixed(10 * MS), fastrand::Rng::with_seed(1));
         for item in ["a", "b", "c", "d"] {
             holds.hold(t0, item);
         }
@@ -328,22 +399,57 @@ mod tests {
     #[test]
     fn nothing_is_due_early_and_zero_delay_is_immediate() {
         let t0 = Instant::now();
-        let mut holds = Holds::new(20 * MS);
+        let mut holds = Holds::new(fixed(20 * MS), fastrand::Rng::with_seed(1));
         holds.hold(t0, "a");
         assert_eq!(holds.next_due(), Some(t0 + 20 * MS));
         assert_eq!(holds.pop_due(t0 + 19 * MS), None);
         assert_eq!(holds.pop_due(t0 + 20 * MS), Some("a"));
         assert_eq!(holds.next_due(), None);
 
-        let mut now_only = Holds::new(Duration::ZERO);
+        let mut now_only = Holds::new(fixed(Duration::ZERO), fastrand::Rng::with_seed(1));
         now_only.hold(t0, "b");
         assert_eq!(now_only.pop_due(t0), Some("b"));
     }
 
     #[test]
+    fn jitter_spreads_holds_over_its_range_and_releases_by_deadline() {
+        let t0 = Instant::now();
+        let hold = Hold {
+            delay: 10 * MS,
+            jitter: 200 * MS,
+            loss: 0.0,
+        };
+        let mut holds = Holds::new(hold, fastrand::Rng::with_seed(7));
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        for item in names {
+            holds.hold(t0, item);
+        }
+        let out = release_all(&mut holds, t0);
+        assert_eq!(out.len(), names.len());
+        assert!(out.windows(2).all(|w| w[0].1 <= w[1].1), "{out:?}");
+        assert!(out.iter().all(|(_, ms)| (10..=210).contains(ms)), "{out:?}");
+        // Spread, not all at once: packets overtake each other.
+        assert!(out.last().unwrap().1 - out[0].1 > 50, "{out:?}");
+    }
+
+    #[test]
+    fn loss_drops_about_its_share() {
+        let hold = Hold {
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            loss: 0.05,
+        };
+        let mut holds: Holds<()> = Holds::new(hold, fastrand::Rng::with_seed(3));
+        let lost = (0..100_000).filter(|_| holds.dropped()).count();
+        assert!((4_500..5_500).contains(&lost), "{lost}");
+        let mut none: Holds<()> = Holds::new(fixed(MS), fastrand::Rng::with_seed(3));
+        assert!(!(0..1000).any(|_| none.dropped()));
+    }
+
+    #[test]
     fn drain_returns_undue_items_in_order() {
         let t0 = Instant::now();
-        let mut holds = Holds::new(20 * MS);
+        let mut holds = Holds::new(fixed(20 * MS), fastrand::Rng::with_seed(1));
         holds.hold(t0, "a");
         holds.hold(t0 + MS, "b");
         assert_eq!(holds.drain().collect::<Vec<_>>(), ["a", "b"]);
