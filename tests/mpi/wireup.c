@@ -11,6 +11,9 @@
  * then fail the job fast, naming that rank and code. With "abort-after-init=R:CODE"
  * rank R calls MPI_Abort(MPI_COMM_WORLD, CODE) right after MPI_Init; with "exit-after-init=R:CODE"
  * it crashes instead (_exit(CODE) without MPI_Finalize) while the others wait in MPI_Allreduce.
+ * With "sleep-before-init=R:SECS" rank R sleeps SECS before MPI_Init (the others wait in the
+ * wire-up for it); with "sleep-after-init=SECS" every rank sleeps SECS after MPI_Init (a job
+ * that is running): tests/chaos kills hosts there.
  *
  * With WIREUP_TIMES set in the environment each rank also prints, after MPI_Finalize,
  * "times RANK ENTERED LEFT": the wall-clock seconds (CLOCK_REALTIME) at which main began and
@@ -32,22 +35,29 @@ static double wall_now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* The rank the launcher gave, before MPI_Init makes it an MPI rank; NULL if none. */
+static const char *launcher_rank(void)
+{
+    const char *env_rank = getenv("PMI_RANK");
+    if (!env_rank)
+        env_rank = getenv("PMI_ID");
+    if (!env_rank)
+        env_rank = getenv("PMIX_RANK");
+    return env_rank;
+}
+
 int main(int argc, char **argv)
 {
     double entered = wall_now();
+    const char *before_rank = launcher_rank();
     for (int i = 1; i < argc; i++) {
-        int fail_rank, code;
-        if (sscanf(argv[i], "fail-before-init=%d:%d", &fail_rank, &code) == 2) {
-            const char *env_rank = getenv("PMI_RANK");
-            if (!env_rank)
-                env_rank = getenv("PMI_ID");
-            if (!env_rank)
-                env_rank = getenv("PMIX_RANK");
-            if (env_rank && atoi(env_rank) == fail_rank) {
-                fprintf(stderr, "rank %d: exiting with %d before MPI_Init as asked\n", fail_rank, code);
-                return code;
-            }
+        int r, code;
+        if (sscanf(argv[i], "fail-before-init=%d:%d", &r, &code) == 2 && before_rank && atoi(before_rank) == r) {
+            fprintf(stderr, "rank %d: exiting with %d before MPI_Init as asked\n", r, code);
+            return code;
         }
+        if (sscanf(argv[i], "sleep-before-init=%d:%d", &r, &code) == 2 && before_rank && atoi(before_rank) == r)
+            sleep(code);
     }
 
     MPI_Init(&argc, &argv);
@@ -66,6 +76,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "rank %d: exiting with %d after MPI_Init, without MPI_Finalize, as asked\n", rank, code);
             _exit(code);
         }
+        int secs;
+        if (sscanf(argv[i], "sleep-after-init=%d", &secs) == 1) {
+            printf("rank %d initialised\n", rank);
+            fflush(stdout);
+            sleep(secs);
+        }
     }
 
     const char *expect_size = getenv("EXPECT_SIZE");
@@ -73,11 +89,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: size %d, expected %s\n", rank, size, expect_size);
         ok = 0;
     }
-    const char *env_rank = getenv("PMI_RANK");
-    if (!env_rank)
-        env_rank = getenv("PMI_ID");
-    if (!env_rank)
-        env_rank = getenv("PMIX_RANK");
+    const char *env_rank = launcher_rank();
     if (env_rank && atoi(env_rank) != rank) {
         fprintf(stderr, "rank %d: PMI rank %s differs\n", rank, env_rank);
         ok = 0;
