@@ -180,6 +180,17 @@ wait_sshd() {
     done
   done
 }
+# kill_host NODE: every process of the host's namespaces but the one that keeps them, all
+# stopped first: as in a crash, none sees another die (an agent would report its ranks killed).
+kill_host() {
+  local keeper p pids=()
+  read -r keeper _ <"$GREEDY_TC_STATE/pids/$1.keeper"
+  for p in $(ip netns pids "gtc-$1"); do
+    [[ $p == "$keeper" ]] || pids+=("$p")
+  done
+  kill -STOP "${pids[@]}" 2>/dev/null || true
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+}
 # wait_idle: every Slurm node idle again (a job's nodes come back one by one after it ends), so
 # the next srun neither queues ("job N queued and waiting for resources") nor pays for the last
 # job; fails naming the states left after 30 s.

@@ -769,7 +769,13 @@ impl<R: tokio::io::AsyncRead + Unpin> Relay<'_, R> {
                     }
                     Some(Err(_)) | None => break,
                 },
-                () = heartbeat::until(lost_at), if !ended.killed => ended.silent = true,
+                () = heartbeat::until(lost_at) => {
+                    if ended.killed {
+                        // Killed, and its side never closed (a cut link): stop waiting for it.
+                        break;
+                    }
+                    ended.silent = true;
+                }
                 _ = self.kill.cancelled(), if !ended.killed => {
                     // A remote shell dies of `end`; a connected-back agent sees its connection
                     // close and tears its ranks down. Either way its side closes next.

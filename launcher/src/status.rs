@@ -26,8 +26,9 @@ pub mod code {
     pub const USAGE: i32 = 2;
     /// Some agent did not say hello within `--timeout`.
     pub const LAUNCH_TIMEOUT: i32 = 124;
-    /// A host could not be reached, an agent died, the wire-up failed.
-    pub const LAUNCHER: i32 = 125;
+    /// A host could not be reached, an agent died, the wire-up failed (the wire-up's own
+    /// code for a lost node is this one).
+    pub const LAUNCHER: i32 = greedy_pmix::LOST_NODE_CODE;
     /// greedyrun's stdout was closed (broken pipe).
     pub const BROKEN_PIPE: i32 = 141;
 }

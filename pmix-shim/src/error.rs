@@ -2,6 +2,11 @@
 
 use std::{fmt, io, net::SocketAddr, time::Duration};
 
+/// The code of the abort a node starts when its overlay link to another node closes without a
+/// bye (that node's host or agent is gone): greedyrun's code for a lost host, so that the
+/// same fault ends a job with the same code whether the tree or the wire-up hears of it first.
+pub const LOST_NODE_CODE: i32 = 125;
+
 /// Why a job was aborted, as carried by the overlay to every node.
 ///
 /// `origin_node` is where the abort started; `rank` is the rank that caused it, when one did.

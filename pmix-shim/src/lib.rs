@@ -73,6 +73,6 @@ pub mod rendezvous;
 pub mod server;
 pub mod session;
 pub mod spawn;
-pub use error::{AbortInfo, Error, WallTime};
+pub use error::{AbortInfo, Error, LOST_NODE_CODE, WallTime};
 pub use job::{JobSecret, JobSpec};
 pub use namespace::NamespaceSpec;

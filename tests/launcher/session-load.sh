@@ -33,18 +33,10 @@ build -p greedy-launcher
 WORK=$(mktemp -d /var/tmp/session-load.XXXXXX)
 at_exit 'rm -rf "$WORK"'
 trap 'for c in "${AT_EXIT[@]}"; do eval "$c" || true; done' EXIT
-printf '#!/bin/sh\nshift\nexec sh -c "exec $*"\n' >"$WORK/localsh"
-chmod +x "$WORK/localsh"
-list=$(for ((i = 1; i <= hosts; i++)); do printf '127.0.0.%d:2,' $((i + 1)); done)
-out=$("$BIN/greedyrun" --rsh "$WORK/localsh" -H "${list%,}" --progress 0 --start-session)
-eval "$out"
-at_exit '"$BIN/greedyrun" --end-session >/dev/null 2>&1'
-[[ -n ${GREEDY_SESSION:-} ]] || fail "no session: $out"
+. "$ROOT/tests/launcher/loopback.sh"
+loopback_session "$WORK" "$hosts" 2
 # The session's own process, and its agents (greedyd processes below it).
-session=$(pgrep -f "^$BIN/greedyrun .*--start-session" | while read -r p; do
-  [[ $(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -c "^GREEDY_SESSION_SERVE=") == 1 ]] && echo "$p"
-done | head -1)
-[[ -n $session ]] || fail "the session's process was not found"
+session=$SESSION_PID
 agents=$(pgrep -f "^$BIN/greedyd --launch" | tr '\n' ' ')
 (($(wc -w <<<"$agents") == hosts)) || fail "expected $hosts agents, found: $agents"
 # One sample: "RSS_KB FDS" per kept process, session first.

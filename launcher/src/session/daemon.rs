@@ -152,7 +152,9 @@ impl Daemon<'_> {
                 defaults,
             }) => {
                 let progress = Duration::from_millis(progress_ms);
-                (self.streams).open(feed, lines, retries, defaults, tag, progress);
+                (self.streams)
+                    .open(feed, lines, retries, defaults, tag, progress)
+                    .await;
             }
             Some(Request::Status) => self.status(feed).await,
             Some(Request::End) => self.end(feed).await,

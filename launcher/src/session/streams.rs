@@ -426,6 +426,27 @@ fn log(line: String) {
     eprintln!("greedyrun: {line}");
 }
 
+/// Hosts named in full when a new stream is told of the hosts lost before it.
+const LOST_NAMED: usize = 5;
+
+/// What a new stream is told of the hosts lost before it (`lost`, in words, oldest first):
+/// the latest few by name, the news to a client that may have been told of the others;
+/// `None` if none.
+fn lost_before(lost: &[String]) -> Option<String> {
+    let (earlier, latest) = lost.split_at(lost.len().saturating_sub(LOST_NAMED));
+    let more = match earlier.len() {
+        0 => String::new(),
+        n => format!("; and {n} before them (the session's log names them)"),
+    };
+    (!latest.is_empty()).then(|| {
+        format!(
+            "this session has lost {} of its hosts before this stream: {}{more}",
+            lost.len(),
+            latest.join("; ")
+        )
+    })
+}
+
 /// The name of host `node` of `plan` (empty if there is none).
 fn host(plan: &Plan, node: u32) -> String {
     plan.hosts.get(node as usize).cloned().unwrap_or_default()
@@ -467,6 +488,8 @@ pub(crate) struct Streams<'a> {
     pub(super) idle_since: Instant,
     /// The fewest hosts up or starting the run goes on with.
     min_hosts: usize,
+    /// Each host lost so far, in words: a session tells every new stream.
+    lost: Vec<String>,
 }
 
 impl<'a> Streams<'a> {
@@ -503,6 +526,7 @@ impl<'a> Streams<'a> {
             launch_over: false,
             idle_since: Instant::now(),
             min_hosts: 1,
+            lost: Vec::new(),
         }
     }
 
@@ -579,16 +603,20 @@ impl<'a> Streams<'a> {
         self.streams.insert(id, stream);
     }
 
-    /// Runs a client's stream of `lines`, its output to `feed`.
-    pub(super) fn open(
+    /// Runs a client's stream of `lines`, its output to `feed`, which is told first of the
+    /// hosts the session has lost.
+    pub(super) async fn open(
         &mut self,
-        feed: Feed,
+        mut feed: Feed,
         lines: LineSource,
         retries: u32,
         defaults: Defaults,
         tag: bool,
         progress: Duration,
     ) {
+        if let Some(text) = lost_before(&self.lost) {
+            feed.say(text).await;
+        }
         let stream = self.next_stream;
         self.next_stream += 1;
         self.dispatch.open_stream(stream, retries);
@@ -945,10 +973,10 @@ impl<'a> Streams<'a> {
         self.board.hosts_lost(node..node + 1, what).await;
         let moved = self.move_tasks_off(node..node + 1);
         let by = (by.map(|b| format!(" (started by {})", host(self.plan, b)))).unwrap_or_default();
-        let text = format!(
-            "host {}{by} lost: {what}; it leaves the streams, {moved} of its tasks run again elsewhere",
-            host(self.plan, node)
-        );
+        let named = format!("host {}{by} lost: {what}", host(self.plan, node));
+        let text =
+            format!("{named}; it leaves the streams, {moved} of its tasks run again elsewhere");
+        self.lost.push(named);
         if self.streams.is_empty() || self.ending {
             log(text);
         } else {
@@ -1100,6 +1128,32 @@ impl<'a> Streams<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_stream_is_told_the_hosts_lost_before_it_the_latest_by_name() {
+        assert_eq!(lost_before(&[]), None);
+        let one = vec!["host n3 lost: gone".to_string()];
+        assert_eq!(
+            lost_before(&one).unwrap(),
+            "this session has lost 1 of its hosts before this stream: host n3 lost: gone"
+        );
+        let many: Vec<String> = (1..=8).map(|i| format!("host n{i} lost: x")).collect();
+        let text = lost_before(&many).unwrap();
+        assert!(
+            text.starts_with("this session has lost 8 of its hosts"),
+            "{text}"
+        );
+        assert!(
+            text.contains("host n4 lost")
+                && text.contains("host n8 lost")
+                && !text.contains("host n3"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("; and 3 before them (the session's log names them)"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn result_lines_are_json_with_the_command_escaped() {

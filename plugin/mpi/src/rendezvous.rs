@@ -316,6 +316,18 @@ impl Reports {
             .map(|(report, _)| report.clone())
     }
 
+    /// The exit report of the earliest abort, once a node has reported one.
+    pub async fn first(&self) -> ExitReport {
+        loop {
+            // Registered before the check: a report kept in between still wakes it.
+            let notified = self.0.ended.notified();
+            if let Some(report) = self.earliest() {
+                return report;
+            }
+            notified.await;
+        }
+    }
+
     /// srun's own report of how the job ends (a spawned job failed), signed as node
     /// `report.node`'s would be, so the stepds watching for the end believe it.
     pub fn keep(&self, mut report: ExitReport) {
@@ -1203,6 +1215,34 @@ mod tests {
                 .is_err(),
             "a forged address was served"
         );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn srun_hears_of_the_first_report_as_it_comes() {
+        let (srun, reports, server) = board().await;
+        let first = tokio::spawn({
+            let reports = reports.clone();
+            async move { reports.first().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!first.is_finished(), "no report yet");
+        let report = ExitReport {
+            node: 2,
+            code: 125,
+            at: WallTime(7),
+            reason: "lost overlay link to node 4 (n5)".into(),
+        };
+        report_exit(srun, "5.1", &key(SECRET_BYTES), report.clone())
+            .await
+            .unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(5), first)
+            .await
+            .expect("heard once the report is in")
+            .unwrap();
+        assert_eq!((heard.node, heard.code), (2, 125));
+        // Already in: at once.
+        assert_eq!(reports.first().await.node, 2);
         server.abort();
     }
 

@@ -208,6 +208,27 @@ impl Drop for Listener {
     }
 }
 
+/// How long srun may still wait for its tasks once a node has reported the job's end (and
+/// asked slurmctld to kill the step, which ends every task of a live node within seconds).
+/// Past it srun waits for the tasks of a node that is gone: they never report, and
+/// slurmctld's "Node failure" does not release srun (docs/reliability.md, under Slurm).
+const SRUN_GIVE_UP: Duration = Duration::from_secs(30);
+
+/// Once the job's end was reported [`SRUN_GIVE_UP`] ago and srun still waits, says why and
+/// sends srun SIGTERM, which makes it abort the step's wait ("forcing job termination") and
+/// exit after Slurm's own bound.
+async fn give_up_on_lost_tasks(reports: Reports) {
+    let report = reports.first().await;
+    tokio::time::sleep(SRUN_GIVE_UP).await;
+    tracing::error!(
+        "mpi/greedy: the job ended {} s ago ({}), but srun still waits for tasks that never report (a node that is gone): ending srun",
+        SRUN_GIVE_UP.as_secs(),
+        report.reason
+    );
+    let me = rustix::process::getpid();
+    let _ = rustix::process::kill_process(me, rustix::process::Signal::TERM);
+}
+
 /// srun's listener thread: its port, its stop switch, the thread, its exit reports and the
 /// nested steps it starts.
 type Started = (
@@ -253,6 +274,7 @@ fn listen(
         board.serve_spawns(nested.clone());
     }
     let (stop, stopped) = oneshot::channel::<()>();
+    let watch = reports.clone();
     let thread = std::thread::Builder::new()
         .name("greedy-mpi-rdv".into())
         .spawn(move || {
@@ -260,6 +282,7 @@ fn listen(
                 tokio::select! {
                     _ = board.serve() => {}
                     _ = stopped => {}
+                    () = give_up_on_lost_tasks(watch) => {}
                 }
             });
             rt.shutdown_timeout(Duration::from_millis(100));

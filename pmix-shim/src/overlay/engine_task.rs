@@ -188,7 +188,8 @@ impl EngineTask {
                     let host = self.shared.job.hosts.get(node).cloned().unwrap_or_default();
                     let reason = format!("lost overlay link to node {node} ({host}): {reason}");
                     warn!(peer = node, "{reason}");
-                    self.engine.abort(AbortInfo::new(me, None, 1, reason), out);
+                    let info = AbortInfo::new(me, None, crate::LOST_NODE_CODE, reason);
+                    self.engine.abort(info, out);
                 } else if clean {
                     self.engine.neighbour_left(node, out);
                 }
@@ -196,7 +197,8 @@ impl EngineTask {
             Event::DirectFailed { node, reason } => {
                 self.parked.remove(&node);
                 if self.engine.aborted().is_none() {
-                    self.engine.abort(AbortInfo::new(me, None, 1, reason), out);
+                    let info = AbortInfo::new(me, None, crate::LOST_NODE_CODE, reason);
+                    self.engine.abort(info, out);
                 }
             }
         }
