@@ -144,7 +144,8 @@ DEAD=" "
 # the C cut off were started through a lost host and went with it.
 lost_count() {
   local hosts cut
-  hosts=$(grep -o "host n[0-9]* .*lost: .*" "$ERR" | awk -v dead="$DEAD" 'index(dead, " " $2 " ") == 0')
+  # One match per host: a session's line to a new stream names several, split by "; ".
+  hosts=$(grep -o "host n[0-9]* [^;]*lost: [^;]*" "$ERR" | awk -v dead="$DEAD" 'index(dead, " " $2 " ") == 0')
   cut=$(grep -c "lost: cut off" <<<"$hosts" || true)
   hosts=$(awk '{print $2}' <<<"$hosts" | sort -u | grep -c . || true)
   if ((cut > 0)); then echo "$hosts ($cut cut off)"; else echo "$hosts"; fi
