@@ -228,6 +228,9 @@ row "agent-lost ($((lost + 3)) s)" "$victim" "$(told_after "$t0" "$victim")" "$R
 victim=n$((hosts / 2 + 2 + RANDOM % (hosts / 4)))
 start link-cut --results "$WORK/link-cut.json"
 results_reach "$WORK/link-cut.json" "$(some_point)"
+# A host the launch has reached (at 512 hosts it may not have yet: cut before its remote
+# shell connects, it would only never join).
+[[ -n $(agent_on "$victim") ]] || fail "link-cut: no agent found on $victim"
 t0=$(ms)
 "$TC" impair "$victim" --cut
 finish link-cut # LEFT counted while the link is still cut: the host ended its own tasks
