@@ -196,32 +196,31 @@ finish host-killed
 row host-killed "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 DEAD+="$victim "
 
+# stopped NAME SECS: the stream NAME, mid-way the agent on $victim SIGSTOPped for SECS (from
+# t0), then continued; waits for the stream's end (finish).
+stopped() {
+  local agent
+  start "$1" --results "$WORK/$1.json"
+  results_reach "$WORK/$1.json" "$(some_point)"
+  agent=$(agent_on "$victim")
+  [[ -n $agent ]] || fail "$1: no agent found on $victim"
+  t0=$(ms)
+  kill -STOP "$agent"
+  sleep "$2"
+  kill -CONT "$agent"
+  finish "$1"
+}
+
 # agent-stopped: the agent cannot report for STOP seconds; nothing is lost or run twice.
 victim=n$((hosts / 2 + 2 + RANDOM % (hosts / 4)))
-start agent-stopped --results "$WORK/agent-stopped.json"
-results_reach "$WORK/agent-stopped.json" "$(some_point)"
-agent=$(agent_on "$victim")
-[[ -n $agent ]] || fail "agent-stopped: no agent found on $victim"
-t0=$(ms)
-kill -STOP "$agent"
-sleep "$stop"
-kill -CONT "$agent"
-finish agent-stopped
+stopped agent-stopped "$stop"
 # A stopped agent is slow, not lost: nobody is told, and the stream goes on.
 row agent-stopped "$victim" "not told (slow, not lost)" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 
 # agent-lost: stopped for longer than --lost-after: lost, its tasks run elsewhere; once
 # continued it finds its parent gone and ends with its tasks (it cannot rejoin).
 victim=n$((hosts / 2 + 2 + RANDOM % (hosts / 4)))
-start agent-lost --results "$WORK/agent-lost.json"
-results_reach "$WORK/agent-lost.json" "$(some_point)"
-agent=$(agent_on "$victim")
-[[ -n $agent ]] || fail "agent-lost: no agent found on $victim"
-t0=$(ms)
-kill -STOP "$agent"
-sleep $((lost + 3))
-kill -CONT "$agent"
-finish agent-lost
+stopped agent-lost $((lost + 3))
 row "agent-lost ($((lost + 3)) s)" "$victim" "$(told_after "$t0" "$victim")" "$RC" "$LEFT" "$TWICE" "$NEVER" yes
 
 # link-cut: no packet reaches the host or leaves it; both sides of its edge hear nothing.
